@@ -1,0 +1,1 @@
+set(CHORUS_CUDA_FOUND OFF)

@@ -1,0 +1,278 @@
+/*
+ * Chorus: collective communication for host memory and CUDA devices.
+ *
+ * The API has the shape of NCCL 2.28 (same functions, argument order, enumerator values and
+ * semantics) with the `chorus` prefix. It is plain C99 and needs no CUDA: streams are Chorus's
+ * own host streams (`chorusStream_t`); CUDA interop lives in chorus_cuda.h.
+ *
+ * Every function returns a chorusResult_t. On failure, chorusGetLastError() gives a sentence that
+ * says what was wrong and what to change.
+ */
+#ifndef CHORUS_CHORUS_H_
+#define CHORUS_CHORUS_H_
+
+#include <limits.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_MAJOR 0
+#define CHORUS_MINOR 1
+#define CHORUS_PATCH 0
+#define CHORUS_SUFFIX ""
+/** Same encoding as NCCL_VERSION for versions after 2.8: X*10000 + Y*100 + Z. */
+#define CHORUS_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define CHORUS_VERSION_CODE CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH)
+
+/** Opaque communicator handle. */
+typedef struct chorusComm* chorusComm_t;
+#define CHORUS_COMM_NULL NULL
+
+/** Opaque host stream: an in-order queue of operations executed in the background. NULL means
+ *  synchronous (the call returns when the operation is complete; inside a group, at
+ *  chorusGroupEnd). */
+typedef struct chorusStream* chorusStream_t;
+/** Opaque event recorded on a stream; marks completion of the work enqueued before it. */
+typedef struct chorusEvent* chorusEvent_t;
+
+#define CHORUS_UNIQUE_ID_BYTES 128
+/** Identifies a clique of ranks: the bootstrap root's address and a random secret. */
+typedef struct {
+  char internal[CHORUS_UNIQUE_ID_BYTES];
+} chorusUniqueId;
+
+/** Result codes, numerically equal to ncclResult_t. */
+typedef enum {
+  chorusSuccess = 0,
+  chorusUnhandledCudaError = 1,
+  chorusSystemError = 2,
+  chorusInternalError = 3,
+  chorusInvalidArgument = 4,
+  chorusInvalidUsage = 5,
+  chorusRemoteError = 6,
+  chorusInProgress = 7,
+  chorusNumResults = 8
+} chorusResult_t;
+
+#define CHORUS_CONFIG_UNDEF_INT INT_MIN
+#define CHORUS_CONFIG_UNDEF_PTR NULL
+#define CHORUS_SPLIT_NOCOLOR -1
+#define CHORUS_UNDEF_FLOAT -1.0f
+
+#define CHORUS_CTA_POLICY_DEFAULT 0x00
+#define CHORUS_CTA_POLICY_EFFICIENCY 0x01
+#define CHORUS_CTA_POLICY_ZERO 0x02
+
+#define CHORUS_SHRINK_DEFAULT 0x00
+#define CHORUS_SHRINK_ABORT 0x01
+
+/**
+ * Communicator configuration. The leading fields mirror ncclConfig_t (NCCL 2.28) field for field;
+ * GPU-only fields are accepted and ignored on host. Chorus's own fields follow.
+ */
+typedef struct chorusConfig_v1 {
+  /* attributes that users should never touch. */
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  /* attributes of ncclConfig_t. */
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char* netName;
+  int splitShare;
+  int trafficClass;
+  const char* commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+  /* Chorus's own attributes. */
+  /** Seconds any wait of this communicator may last before it fails with an error that names the
+   *  peer waited for; CHORUS_CONFIG_UNDEF_INT takes CHORUS_TIMEOUT (default 1800). */
+  int timeoutSeconds;
+} chorusConfig_t;
+
+#define CHORUS_CONFIG_MAGIC 0xcafebeef
+
+#define CHORUS_CONFIG_INITIALIZER                                                                          \
+  {                                                                                                        \
+    sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH), \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT,  \
+        CHORUS_CONFIG_UNDEF_PTR, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_PTR,  \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT,  \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT                            \
+  }
+
+/** Reduction operations, numerically equal to ncclRedOp_t. Values from chorusNumOps up are custom
+ *  operations made by chorusRedOpCreatePreMulSum. */
+typedef enum { chorusNumOps_dummy = 5 } chorusRedOp_dummy_t;
+typedef enum {
+  chorusSum = 0,
+  chorusProd = 1,
+  chorusMax = 2,
+  chorusMin = 3,
+  chorusAvg = 4,
+  chorusNumOps = 5,
+  chorusMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(chorusRedOp_dummy_t))
+} chorusRedOp_t;
+
+/** Element types, numerically equal to ncclDataType_t. */
+typedef enum {
+  chorusInt8 = 0,
+  chorusChar = 0,
+  chorusUint8 = 1,
+  chorusInt32 = 2,
+  chorusInt = 2,
+  chorusUint32 = 3,
+  chorusInt64 = 4,
+  chorusUint64 = 5,
+  chorusFloat16 = 6,
+  chorusHalf = 6,
+  chorusFloat32 = 7,
+  chorusFloat = 7,
+  chorusFloat64 = 8,
+  chorusDouble = 8,
+  chorusBfloat16 = 9,
+  chorusFloat8e4m3 = 10,
+  chorusFloat8e5m2 = 11,
+  chorusNumTypes = 12
+} chorusDataType_t;
+
+/** Where the scalar of a pre-multiplied sum lives. */
+typedef enum {
+  chorusScalarDevice = 0,
+  chorusScalarHostImmediate = 1
+} chorusScalarResidence_t;
+
+/** Host callback run in stream order by chorusLaunchHostFunc. */
+typedef void (*chorusHostFn_t)(void* userData);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Library and communicators                                                                       */
+
+/** Writes CHORUS_VERSION_CODE of the library (not of the header) to *version. */
+chorusResult_t chorusGetVersion(int* version);
+/** Makes a new id: starts the bootstrap root in this process (or, with CHORUS_COMM_ID=host:port,
+ *  returns the id for that address, the same on every rank). */
+chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId);
+/** Creates this rank's communicator of a clique of nranks ranks. Collective over the clique. */
+chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank);
+/** As chorusCommInitRank with a configuration; with config->blocking == 0 it may return
+ *  chorusInProgress, and completion is polled with chorusCommGetAsyncError. */
+chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
+                                        chorusConfig_t* config);
+/** Creates ndev communicators of one clique whose ranks are threads of this process. devlist is
+ *  ignored on host (it may be NULL). */
+chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
+/** Initialises a communicator from a launcher's environment: chorusrun (CHORUS_RANK,
+ *  CHORUS_NRANKS, CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR), Open MPI
+ *  (OMPI_COMM_WORLD_RANK/SIZE with CHORUS_COMM_ID) or Slurm (SLURM_PROCID, SLURM_NTASKS,
+ *  SLURM_STEP_NODELIST). Says which variables are missing when it cannot. */
+chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config);
+/** Flushes outstanding work; after it the communicator only accepts chorusCommDestroy. */
+chorusResult_t chorusCommFinalize(chorusComm_t comm);
+/** Frees the communicator's resources. */
+chorusResult_t chorusCommDestroy(chorusComm_t comm);
+/** Stops outstanding work on the communicator and frees it; never waits on a peer. */
+chorusResult_t chorusCommAbort(chorusComm_t comm);
+/** Splits comm into communicators of the ranks with equal color, ordered by key then old rank.
+ *  color CHORUS_SPLIT_NOCOLOR yields *newcomm == NULL. Collective over comm. */
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
+                               chorusConfig_t* config);
+
+/** A sentence for a result code. */
+const char* chorusGetErrorString(chorusResult_t result);
+/** The last error's message, on this thread (comm may be NULL). */
+const char* chorusGetLastError(chorusComm_t comm);
+/** chorusSuccess, chorusInProgress while a non-blocking call runs, or the error that stopped the
+ *  communicator (a dead peer, a timeout, ...). */
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
+chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
+/** Host-only builds have no CUDA device: *device is -1. */
+chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device);
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+
+/** Allocates memory that Chorus can share with peers (memfd-backed on host). */
+chorusResult_t chorusMemAlloc(void** ptr, size_t size);
+chorusResult_t chorusMemFree(void* ptr);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Reduction operators                                                                             */
+
+/** Creates an operator that multiplies each input by *scalar and sums. scalar is read at creation
+ *  (chorusScalarHostImmediate) or at each use (chorusScalarDevice: any host pointer that stays
+ *  valid). */
+chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, chorusDataType_t datatype,
+                                          chorusScalarResidence_t residence, chorusComm_t comm);
+chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Collectives. They return once enqueued on the stream (NULL stream: once complete). In-place when
+ * sendbuff == recvbuff (for all-gather: sendbuff == recvbuff + rank * sendcount elements). */
+
+chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                            chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusBcast(void* buff, size_t count, chorusDataType_t datatype, int root, chorusComm_t comm,
+                           chorusStream_t stream);
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               int root, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                   chorusStream_t stream);
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
+                               chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusAlltoAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                              chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                            int root, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                             int root, chorusComm_t comm, chorusStream_t stream);
+
+/** Point to point: matching sends and receives between a pair complete in issue order; inside a
+ *  group, any set of matching sends and receives completes, whatever their order. */
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream);
+
+/** Group calls nest; state is per thread. Nothing starts until the outermost chorusGroupEnd. */
+chorusResult_t chorusGroupStart(void);
+chorusResult_t chorusGroupEnd(void);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Host streams and events                                                                         */
+
+chorusResult_t chorusStreamCreate(chorusStream_t* stream);
+/** Waits until all work enqueued on the stream is complete; returns the first error it met. */
+chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
+/** chorusSuccess when the stream is idle, chorusInProgress while work remains. */
+chorusResult_t chorusStreamQuery(chorusStream_t stream);
+/** Waits for the stream's work, then frees it. */
+chorusResult_t chorusStreamDestroy(chorusStream_t stream);
+/** Runs fn(userData) on a Chorus thread once the work enqueued before it completes. */
+chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData);
+
+chorusResult_t chorusEventCreate(chorusEvent_t* event);
+/** Captures the work enqueued on stream so far (NULL stream: already complete). */
+chorusResult_t chorusEventRecord(chorusEvent_t event, chorusStream_t stream);
+/** chorusSuccess when the captured work is complete (or nothing was recorded), chorusInProgress
+ *  otherwise. */
+chorusResult_t chorusEventQuery(chorusEvent_t event);
+chorusResult_t chorusEventSynchronize(chorusEvent_t event);
+/** Work enqueued on stream after this call waits for the event's captured work. */
+chorusResult_t chorusStreamWaitEvent(chorusStream_t stream, chorusEvent_t event);
+chorusResult_t chorusEventDestroy(chorusEvent_t event);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CHORUS_CHORUS_H_ */

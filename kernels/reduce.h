@@ -1,0 +1,206 @@
+// Element-wise reductions for every type and op, written once for host and device.
+//
+// Semantics (DESIGN.md, "Kernels"):
+// - integers wrap (computed in the unsigned type); integer avg is the wrapped sum divided by
+//   nranks, truncated toward zero, applied once, when the last contribution is added;
+// - float avg and pre-multiplied sum multiply each rank's own input by the scalar before it enters
+//   the sum (fp16/bf16/fp8 in float, then rounded to the type);
+// - min/max propagate NaN; fp16/bf16/fp8 compute each step in float and round to the type.
+//
+// The two building blocks every schedule needs:
+//   pre(dst, src, n):                dst = pre(src)                  (a rank's first contribution)
+//   reduce(dst, recv, local, n, last): dst = post?(recv OP pre(local)) (add the local contribution)
+// dst may alias either input exactly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/numeric.h"
+
+namespace chorus {
+
+enum class RedKind : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
+
+// What one reduction does, resolved from (op, type, nranks) at plan time. Trivially copyable so a
+// device kernel can take it by value.
+struct ReduceSpec {
+  RedKind kind = RedKind::kSum;
+  bool hasPre = false;       // multiply each local input by the scalar first
+  bool hasPostDiv = false;   // divide the final sum by `divisor` (integer avg)
+  double scaleF = 1.0;       // floating types' scalar
+  uint64_t scaleI = 1;       // integer types' scalar (pre-multiplied sum)
+  uint64_t divisor = 1;
+};
+
+template <typename T>
+struct IsLowFloat : std::false_type {};
+template <>
+struct IsLowFloat<Half> : std::true_type {};
+template <>
+struct IsLowFloat<BFloat16> : std::true_type {};
+template <>
+struct IsLowFloat<Fp8E4M3> : std::true_type {};
+template <>
+struct IsLowFloat<Fp8E5M2> : std::true_type {};
+
+template <typename T>
+CHORUS_HD T loadElem(const void* p, size_t i) {
+  T v;
+  __builtin_memcpy(&v, static_cast<const char*>(p) + i * sizeof(T), sizeof(T));
+  return v;
+}
+template <typename T>
+CHORUS_HD void storeElem(void* p, size_t i, T v) {
+  __builtin_memcpy(static_cast<char*>(p) + i * sizeof(T), &v, sizeof(T));
+}
+
+template <typename F>
+CHORUS_HD F floatOp(RedKind k, F a, F b) {
+  switch (k) {
+    case RedKind::kSum:
+      return a + b;
+    case RedKind::kProd:
+      return a * b;
+    case RedKind::kMax:
+      return (a != a || b != b) ? (a + b) : (a > b ? a : b);  // a+b is NaN when either is
+    default:
+      return (a != a || b != b) ? (a + b) : (a < b ? a : b);
+  }
+}
+
+template <typename T>
+CHORUS_HD T intOp(RedKind k, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  switch (k) {
+    case RedKind::kSum:
+      return T(U(a) + U(b));
+    case RedKind::kProd:
+      return T(U(a) * U(b));
+    case RedKind::kMax:
+      return a > b ? a : b;
+    default:
+      return a < b ? a : b;
+  }
+}
+
+// Per-type arithmetic: the value after pre, one op step, and the final division.
+template <typename T, typename Enable = void>
+struct ElemOps;
+
+template <typename T>
+struct ElemOps<T, std::enable_if_t<std::is_integral_v<T>>> {
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) {
+    using U = std::make_unsigned_t<T>;
+    return s.hasPre ? T(U(x) * U(s.scaleI)) : x;
+  }
+  CHORUS_HD static T op(const ReduceSpec& s, T a, T b) { return intOp<T>(s.kind, a, b); }
+  CHORUS_HD static T post(const ReduceSpec& s, T x) {
+    if (!s.hasPostDiv) return x;
+    if constexpr (std::is_signed_v<T>) {
+      return T(int64_t(x) / int64_t(s.divisor));
+    } else {
+      return T(uint64_t(x) / s.divisor);
+    }
+  }
+};
+
+template <typename T>
+struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? T(x * T(s.scaleF)) : x; }
+  CHORUS_HD static T op(const ReduceSpec& s, T a, T b) { return floatOp<T>(s.kind, a, b); }
+  CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
+};
+
+template <typename T>
+struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) {
+    return s.hasPre ? fromFloat<T>(toFloat(x) * float(s.scaleF)) : x;
+  }
+  CHORUS_HD static T op(const ReduceSpec& s, T a, T b) {
+    return fromFloat<T>(floatOp<float>(s.kind, toFloat(a), toFloat(b)));
+  }
+  CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
+};
+
+// dst = pre(src) over n elements; when there is no pre this is a copy.
+template <typename T>
+CHORUS_HD void reducePre(const ReduceSpec& s, void* dst, const void* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) storeElem<T>(dst, i, ElemOps<T>::pre(s, loadElem<T>(src, i)));
+}
+
+// dst = recv OP pre(local), then post when `last` (the final contribution).
+template <typename T>
+CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n,
+                          bool last) {
+  if (last && s.hasPostDiv) {
+    for (size_t i = 0; i < n; ++i) {
+      T v = ElemOps<T>::op(s, loadElem<T>(recv, i), ElemOps<T>::pre(s, loadElem<T>(local, i)));
+      storeElem<T>(dst, i, ElemOps<T>::post(s, v));
+    }
+    return;
+  }
+  if (!s.hasPre) {
+    // The common case, kept free of per-element branches on the spec so it vectorises.
+    switch (s.kind) {
+      case RedKind::kSum:
+        for (size_t i = 0; i < n; ++i) {
+          ReduceSpec k;
+          k.kind = RedKind::kSum;
+          storeElem<T>(dst, i, ElemOps<T>::op(k, loadElem<T>(recv, i), loadElem<T>(local, i)));
+        }
+        return;
+      default:
+        break;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    storeElem<T>(dst, i, ElemOps<T>::op(s, loadElem<T>(recv, i), ElemOps<T>::pre(s, loadElem<T>(local, i))));
+  }
+}
+
+// Calls f.template operator()<T>() for the C type of `type` (a chorusDataType_t value).
+template <typename F>
+CHORUS_HD void dispatchType(int type, F&& f) {
+  switch (type) {
+    case 0:
+      f.template operator()<int8_t>();
+      break;
+    case 1:
+      f.template operator()<uint8_t>();
+      break;
+    case 2:
+      f.template operator()<int32_t>();
+      break;
+    case 3:
+      f.template operator()<uint32_t>();
+      break;
+    case 4:
+      f.template operator()<int64_t>();
+      break;
+    case 5:
+      f.template operator()<uint64_t>();
+      break;
+    case 6:
+      f.template operator()<Half>();
+      break;
+    case 7:
+      f.template operator()<float>();
+      break;
+    case 8:
+      f.template operator()<double>();
+      break;
+    case 9:
+      f.template operator()<BFloat16>();
+      break;
+    case 10:
+      f.template operator()<Fp8E4M3>();
+      break;
+    default:
+      f.template operator()<Fp8E5M2>();
+      break;
+  }
+}
+
+}  // namespace chorus

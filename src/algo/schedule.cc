@@ -1,0 +1,164 @@
+// Ring and chain schedules.
+//
+// All-reduce (n ranks, ring positions 0..n-1, block c of each loop reduced along the ring):
+//   step 0:        send            block pos-1
+//   steps 1..n-2:  recvReduceSend  block pos-1-k       (partial sums travel one hop per step)
+//   step n-1:      recvReduceCopySend block pos        (the last contribution: block is final)
+//   steps n..2n-3: recvCopySend    block pos-(k-n+1)   (final blocks travel on)
+//   step 2n-2:     recv            block pos+1
+// Block c is reduced in the fixed order c+1, c+2, ..., c (each element once) and then only
+// copied, so every rank ends with the same bits.
+#include "src/algo/schedule.h"
+
+#include <algorithm>
+
+namespace chorus {
+
+const char* primName(Prim p) {
+  switch (p) {
+    case Prim::kSend:
+      return "send";
+    case Prim::kRecv:
+      return "recv";
+    case Prim::kCopySend:
+      return "copySend";
+    case Prim::kRecvReduceSend:
+      return "recvReduceSend";
+    case Prim::kRecvReduceCopySend:
+      return "recvReduceCopySend";
+    case Prim::kRecvCopySend:
+      return "recvCopySend";
+    case Prim::kRecvReduceCopy:
+      return "recvReduceCopy";
+    case Prim::kLocal:
+      return "local";
+  }
+  return "?";
+}
+
+Block partition(size_t count, int parts, int index) {
+  const size_t p = static_cast<size_t>(parts);
+  const size_t i = static_cast<size_t>(index);
+  const size_t base = count / p;
+  const size_t extra = count % p;
+  return Block{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+size_t ringLoopChunk(size_t slotBytes, int slots, size_t elemSize) {
+  const size_t perSlot = slotBytes / elemSize;
+  return std::max<size_t>(1, perSlot * static_cast<size_t>(std::max(1, slots / 2)));
+}
+
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+void push(std::vector<Step>& v, Prim p, size_t inOff, size_t outOff, size_t count) {
+  if (count > 0) v.push_back(Step{p, inOff, outOff, count});
+}
+
+}  // namespace
+
+std::vector<Step> ringAllReduce(int n, int pos, size_t count, size_t loopChunk) {
+  std::vector<Step> s;
+  if (n == 1) {
+    push(s, Prim::kLocal, 0, 0, count);
+    return s;
+  }
+  const size_t loopSize = loopChunk * static_cast<size_t>(n);
+  for (size_t grid = 0; grid < count; grid += loopSize) {
+    const size_t loopCount = std::min(loopSize, count - grid);
+    auto block = [&](int c) {
+      Block b = partition(loopCount, n, mod(c, n));
+      b.offset += grid;
+      return b;
+    };
+    Block b = block(pos - 1);
+    push(s, Prim::kSend, b.offset, b.offset, b.count);
+    for (int k = 1; k <= n - 2; ++k) {
+      b = block(pos - 1 - k);
+      push(s, Prim::kRecvReduceSend, b.offset, b.offset, b.count);
+    }
+    b = block(pos);
+    push(s, Prim::kRecvReduceCopySend, b.offset, b.offset, b.count);
+    for (int k = 1; k <= n - 2; ++k) {
+      b = block(pos - k);
+      push(s, Prim::kRecvCopySend, b.offset, b.offset, b.count);
+    }
+    b = block(pos + 1);
+    push(s, Prim::kRecv, b.offset, b.offset, b.count);
+  }
+  return s;
+}
+
+std::vector<Step> ringReduceScatter(int n, int pos, const std::vector<int>& blockOf, size_t stride, size_t base,
+                                    size_t count, size_t loopChunk) {
+  std::vector<Step> s;
+  if (n == 1) {
+    push(s, Prim::kLocal, base, base, count);
+    return s;
+  }
+  for (size_t off = base; off < base + count; off += loopChunk) {
+    const size_t len = std::min(loopChunk, base + count - off);
+    auto in = [&](int p) { return static_cast<size_t>(blockOf[mod(p, n)]) * stride + off; };
+    push(s, Prim::kSend, in(pos - 1), 0, len);
+    for (int k = 1; k <= n - 2; ++k) push(s, Prim::kRecvReduceSend, in(pos - 1 - k), 0, len);
+    push(s, Prim::kRecvReduceCopy, in(pos), off, len);
+  }
+  return s;
+}
+
+std::vector<Step> ringAllGather(int n, int pos, const std::vector<int>& blockOf, size_t stride, size_t base,
+                                size_t count, size_t loopChunk) {
+  std::vector<Step> s;
+  if (n == 1) {
+    push(s, Prim::kLocal, base, static_cast<size_t>(blockOf[0]) * stride + base, count);
+    return s;
+  }
+  for (size_t off = base; off < base + count; off += loopChunk) {
+    const size_t len = std::min(loopChunk, base + count - off);
+    auto out = [&](int p) { return static_cast<size_t>(blockOf[mod(p, n)]) * stride + off; };
+    push(s, Prim::kCopySend, off, out(pos), len);
+    for (int k = 1; k <= n - 2; ++k) push(s, Prim::kRecvCopySend, 0, out(pos - k), len);
+    push(s, Prim::kRecv, 0, out(pos + 1), len);
+  }
+  return s;
+}
+
+std::vector<Step> chainBroadcast(int n, int pos, int rootPos, size_t count, size_t loopChunk) {
+  std::vector<Step> s;
+  const int rel = mod(pos - rootPos, n);
+  for (size_t off = 0; off < count; off += loopChunk) {
+    const size_t len = std::min(loopChunk, count - off);
+    if (n == 1) {
+      push(s, Prim::kLocal, off, off, len);
+    } else if (rel == 0) {
+      push(s, Prim::kCopySend, off, off, len);
+    } else if (rel == n - 1) {
+      push(s, Prim::kRecv, off, off, len);
+    } else {
+      push(s, Prim::kRecvCopySend, off, off, len);
+    }
+  }
+  return s;
+}
+
+std::vector<Step> chainReduce(int n, int pos, int rootPos, size_t count, size_t loopChunk) {
+  std::vector<Step> s;
+  const int rel = mod(pos - rootPos - 1, n);  // 0: first in the chain, n-1: the root
+  for (size_t off = 0; off < count; off += loopChunk) {
+    const size_t len = std::min(loopChunk, count - off);
+    if (n == 1) {
+      push(s, Prim::kLocal, off, off, len);
+    } else if (rel == 0) {
+      push(s, Prim::kSend, off, off, len);
+    } else if (rel == n - 1) {
+      push(s, Prim::kRecvReduceCopy, off, off, len);
+    } else {
+      push(s, Prim::kRecvReduceSend, off, off, len);
+    }
+  }
+  return s;
+}
+
+}  // namespace chorus

@@ -1,0 +1,708 @@
+// The C API. Every function runs its body through guard(), which maps a Status to
+// chorusResult_t, keeps the message for chorusGetLastError, and turns any escaped exception into
+// chorusInternalError: nothing escapes extern "C".
+#include <sys/mman.h>
+
+#include <climits>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "include/chorus/chorus.h"
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/comm.h"
+#include "src/core/group.h"
+#include "src/core/init_env.h"
+#include "src/core/os.h"
+#include "src/core/stream.h"
+
+namespace chorus {
+namespace {
+
+thread_local std::string tLastError;
+
+template <typename F>
+chorusResult_t guard(const char* fn, F&& body) {
+  Status s;
+  try {
+    s = body();
+  } catch (const std::bad_alloc&) {
+    s = systemError("out of memory");
+  } catch (const std::exception& e) {
+    s = internalError(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    s = internalError("unexpected exception");
+  }
+  if (!s.isOk() && !s.inProgress()) {
+    tLastError = std::string(fn) + ": " + s.message();
+    groupFail(Status(s.code(), tLastError));
+  }
+  return s.code();
+}
+
+// The live communicator behind a handle, or why it cannot be used.
+Result<Communicator*> liveComm(chorusComm_t comm) {
+  if (!comm) return invalidArgument("comm is NULL");
+  if (comm->magic != chorusComm::kMagic) {
+    return invalidArgument("comm is not a live communicator (destroyed, or never initialised)");
+  }
+  if (!comm->initDone.load(std::memory_order_acquire)) {
+    return Status(chorusInProgress, "");
+  }
+  std::lock_guard<std::mutex> g(comm->initMu);
+  if (!comm->initStatus.isOk()) {
+    return Status(comm->initStatus.code(), "the communicator's init failed: " + comm->initStatus.message());
+  }
+  return comm->impl.get();
+}
+
+Result<Communicator*> usableComm(chorusComm_t comm) {
+  CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+  if (c->state() == Communicator::State::kFinalized) {
+    return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
+  }
+  Status e = c->asyncError();
+  if (!e.isOk()) return Status(e.code(), "the communicator failed earlier: " + e.message());
+  return c;
+}
+
+Status checkType(chorusDataType_t t) {
+  if (t < 0 || t >= chorusNumTypes) {
+    return invalidArgument("datatype " + std::to_string(static_cast<int>(t)) +
+                           " is not a chorusDataType_t (0 to " + std::to_string(chorusNumTypes - 1) + ")");
+  }
+  return Status::ok();
+}
+
+Status checkBytes(size_t count, size_t factor, chorusDataType_t t) {
+  const size_t ts = typeSize(t);
+  if (factor != 0 && count > SIZE_MAX / ts / factor) {
+    return invalidArgument("count " + std::to_string(count) + " of " + typeName(t) + " overflows a byte size");
+  }
+  return Status::ok();
+}
+
+Status checkPtr(const void* p, size_t count, const char* name) {
+  if (count > 0 && !p) return invalidArgument(std::string(name) + " is NULL but count is " + std::to_string(count));
+  return Status::ok();
+}
+
+Status checkRank(int r, int n, const char* what) {
+  if (r < 0 || r >= n) {
+    return invalidArgument(std::string(what) + " " + std::to_string(r) + " is out of range [0, " + std::to_string(n) +
+                           ")");
+  }
+  return Status::ok();
+}
+
+Status checkStream(chorusStream_t s) {
+  if (s && !s->impl) return invalidArgument("stream is not a live chorusStream_t");
+  return Status::ok();
+}
+
+// Validates and submits one operation.
+Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t type,
+               chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
+  CHORUS_ASSIGN_OR_RETURN(Communicator* c, usableComm(comm));
+  CHORUS_TRY(checkType(type));
+  CHORUS_TRY(checkStream(stream));
+  const int n = c->nranks();
+  const int me = c->rank();
+  const bool reduces = coll == CollType::kAllReduce || coll == CollType::kReduce || coll == CollType::kReduceScatter;
+  if (reduces) CHORUS_TRY(c->checkRedOp(op, type));
+  const bool rooted = coll == CollType::kBroadcast || coll == CollType::kReduce || coll == CollType::kGather ||
+                      coll == CollType::kScatter;
+  if (rooted) CHORUS_TRY(checkRank(root, n, "root"));
+  if (coll == CollType::kSend || coll == CollType::kRecv) CHORUS_TRY(checkRank(root, n, "peer"));
+  const size_t wide = static_cast<size_t>(n);
+  switch (coll) {
+    case CollType::kAllReduce:
+      CHORUS_TRY(checkBytes(count, 1, type));
+      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      break;
+    case CollType::kBroadcast:
+      CHORUS_TRY(checkBytes(count, 1, type));
+      if (me == root) CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff (at the root)"));
+      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      break;
+    case CollType::kReduce:
+      CHORUS_TRY(checkBytes(count, 1, type));
+      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      if (me == root) CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff (at the root)"));
+      break;
+    case CollType::kAllGather:
+    case CollType::kReduceScatter:
+    case CollType::kAlltoAll:
+      CHORUS_TRY(checkBytes(count, wide, type));
+      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      break;
+    case CollType::kGather:
+      CHORUS_TRY(checkBytes(count, wide, type));
+      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      if (me == root) CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff (at the root)"));
+      break;
+    case CollType::kScatter:
+      CHORUS_TRY(checkBytes(count, wide, type));
+      if (me == root) CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff (at the root)"));
+      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      break;
+    case CollType::kSend:
+      CHORUS_TRY(checkBytes(count, 1, type));
+      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      break;
+    case CollType::kRecv:
+      CHORUS_TRY(checkBytes(count, 1, type));
+      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      break;
+  }
+  if (c->config().logLevel >= LogLevel::kInfo) {
+    c->log().info(kSubsysColl, "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} stream {}",
+                  collName(coll), sendbuff, static_cast<void*>(recvbuff), count, typeName(type), static_cast<int>(op),
+                  root, static_cast<void*>(stream));
+  }
+  return submitOp(OpInfo{coll, sendbuff, recvbuff, count, type, op, root, c, stream});
+}
+
+// The process's chorusMemAlloc allocations, so chorusMemFree can unmap them. This is allocator
+// bookkeeping (as malloc keeps), not communicator state.
+struct MemRegistry {
+  std::mutex mu;
+  std::map<void*, Mapping> maps;
+};
+MemRegistry& memRegistry() {
+  static MemRegistry* r = new MemRegistry();
+  return *r;
+}
+
+Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, int rank, chorusConfig_t* config) {
+  if (!comm) return invalidArgument("comm (the output pointer) is NULL");
+  *comm = nullptr;
+  if (nranks < 1) return invalidArgument("nranks must be at least 1, not " + std::to_string(nranks));
+  CHORUS_TRY(checkRank(rank, nranks, "rank"));
+  CHORUS_ASSIGN_OR_RETURN(BootstrapId id, BootstrapId::fromUniqueId(commId));
+  CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
+  auto* handle = new chorusComm();
+  InitJob job{handle, id, rank, nranks, options};
+  *comm = handle;
+  if (deferInit(job)) return Status::ok();
+  if (!options.blocking) {
+    handle->initThread = std::thread([job] { (void)runInit(job); });
+    return Status(chorusInProgress, "");
+  }
+  Status s = runInit(job);
+  if (!s.isOk()) {
+    *comm = nullptr;
+    handle->magic = 0;
+    delete handle;
+  }
+  return s;
+}
+
+void joinInit(chorusComm_t comm) {
+  if (comm->initThread.joinable()) comm->initThread.join();
+}
+
+}  // namespace
+}  // namespace chorus
+
+using namespace chorus;
+
+extern "C" {
+
+chorusResult_t chorusGetVersion(int* version) {
+  return guard("chorusGetVersion", [&]() -> Status {
+    if (!version) return invalidArgument("version is NULL");
+    *version = CHORUS_VERSION_CODE;
+    return Status::ok();
+  });
+}
+
+const char* chorusGetErrorString(chorusResult_t result) {
+  switch (result) {
+    case chorusSuccess:
+      return "no error";
+    case chorusUnhandledCudaError:
+      return "unhandled cuda error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusSystemError:
+      return "unhandled system error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusInternalError:
+      return "internal error - please report this issue to the Chorus developers";
+    case chorusInvalidArgument:
+      return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
+    case chorusInvalidUsage:
+      return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
+    case chorusRemoteError:
+      return "remote process exited or there was a network error";
+    case chorusInProgress:
+      return "Chorus operation in progress";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* chorusGetLastError(chorusComm_t comm) {
+  (void)comm;
+  return tLastError.c_str();
+}
+
+chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
+  return guard("chorusGetUniqueId", [&]() -> Status {
+    if (!uniqueId) return invalidArgument("uniqueId is NULL");
+    CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
+    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makeBootstrapId(cfg.socketIfname, cfg.timeoutNs));
+    *uniqueId = id.toUniqueId();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank) {
+  return guard("chorusCommInitRank", [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+}
+
+chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
+                                        chorusConfig_t* config) {
+  return guard("chorusCommInitRankConfig", [&] { return initRank(comm, nranks, commId, rank, config); });
+}
+
+chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config) {
+  return guard("chorusCommInitFromEnv", [&]() -> Status {
+    if (!comm) return invalidArgument("comm (the output pointer) is NULL");
+    CHORUS_ASSIGN_OR_RETURN(EnvLaunch l, readLaunchEnv());
+    if (l.rank >= l.nranks) {
+      return invalidArgument("the launcher's rank " + std::to_string(l.rank) + " is not below its size " +
+                             std::to_string(l.nranks));
+    }
+    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, fixedBootstrapId(l.rootHostPort));
+    return initRank(comm, l.nranks, id.toUniqueId(), l.rank, config);
+  });
+}
+
+chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist) {
+  (void)devlist;  // host ranks have no device; kept for NCCL's shape
+  return guard("chorusCommInitAll", [&]() -> Status {
+    if (!comms) return invalidArgument("comms is NULL");
+    if (ndev < 1) return invalidArgument("ndev must be at least 1, not " + std::to_string(ndev));
+    if (inGroup()) return invalidUsage("chorusCommInitAll cannot be called inside a group");
+    CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
+    // A private id: never CHORUS_COMM_ID, which names a clique spanning processes.
+    BootstrapId id;
+    id.secret[0] = randomU64();
+    id.secret[1] = randomU64();
+    id.cliqueId = randomU64();
+    {
+      CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
+      CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
+      startBootstrapRoot(std::move(fd), id, cfg.timeoutNs);
+    }
+    std::vector<chorusComm*> handles(ndev);
+    std::vector<std::thread> threads;
+    std::vector<Status> results(ndev);
+    for (int r = 0; r < ndev; ++r) {
+      handles[r] = new chorusComm();
+      InitJob job{handles[r], id, r, ndev, CommOptions()};
+      threads.emplace_back([job, &results, r] { results[r] = runInit(job); });
+    }
+    for (auto& t : threads) t.join();
+    Status bad;
+    for (const auto& s : results) {
+      if (!s.isOk() && bad.isOk()) bad = s;
+    }
+    if (!bad.isOk()) {
+      for (auto* h : handles) {
+        h->magic = 0;
+        delete h;
+      }
+      for (int r = 0; r < ndev; ++r) comms[r] = nullptr;
+      return bad;
+    }
+    for (int r = 0; r < ndev; ++r) comms[r] = handles[r];
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommFinalize(chorusComm_t comm) {
+  return guard("chorusCommFinalize", [&]() -> Status {
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    Status s = c->waitIdle();
+    c->setState(Communicator::State::kFinalized);
+    return s;
+  });
+}
+
+chorusResult_t chorusCommDestroy(chorusComm_t comm) {
+  return guard("chorusCommDestroy", [&]() -> Status {
+    if (!comm) return Status::ok();  // as NCCL: destroying NULL is a no-op
+    if (comm->magic != chorusComm::kMagic) {
+      return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
+    }
+    joinInit(comm);
+    if (comm->impl) (void)comm->impl->waitIdle();
+    comm->magic = 0;
+    delete comm;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommAbort(chorusComm_t comm) {
+  return guard("chorusCommAbort", [&]() -> Status {
+    if (!comm) return Status::ok();
+    if (comm->magic != chorusComm::kMagic) {
+      return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
+    }
+    {
+      std::lock_guard<std::mutex> g(comm->initMu);
+      if (comm->impl) comm->impl->abort();
+    }
+    joinInit(comm);
+    if (comm->impl) {
+      comm->impl->abort();
+      (void)comm->impl->waitIdle();
+    }
+    comm->magic = 0;
+    delete comm;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm, chorusConfig_t* config) {
+  return guard("chorusCommSplit", [&]() -> Status {
+    if (!newcomm) return invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    CHORUS_ASSIGN_OR_RETURN(Communicator* parent, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
+    if (!config) options.blocking = parent->blocking();
+    auto r = Communicator::split(*parent, color, key, options);
+    if (!r.isOk()) return r.status();
+    std::unique_ptr<Communicator> child = r.take();
+    if (!child) return Status::ok();
+    auto* h = new chorusComm();
+    h->impl = std::move(child);
+    h->initStatus = Status::ok();
+    h->initDone.store(true, std::memory_order_release);
+    *newcomm = h;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
+  return guard("chorusCommGetAsyncError", [&]() -> Status {
+    if (!asyncError) return invalidArgument("asyncError is NULL");
+    if (!comm) return invalidArgument("comm is NULL");
+    if (comm->magic != chorusComm::kMagic) return invalidArgument("comm is not a live communicator");
+    if (!comm->initDone.load(std::memory_order_acquire)) {
+      *asyncError = chorusInProgress;
+      return Status::ok();
+    }
+    std::lock_guard<std::mutex> g(comm->initMu);
+    if (!comm->initStatus.isOk()) {
+      *asyncError = comm->initStatus.code();
+      tLastError = "init failed: " + comm->initStatus.message();
+      return Status::ok();
+    }
+    Status e = comm->impl->asyncError();
+    *asyncError = e.code();
+    if (!e.isOk()) tLastError = e.message();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
+  return guard("chorusCommCount", [&]() -> Status {
+    if (!count) return invalidArgument("count is NULL");
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    *count = c->nranks();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
+  return guard("chorusCommCuDevice", [&]() -> Status {
+    if (!device) return invalidArgument("device is NULL");
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    (void)c;
+    *device = -1;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
+  return guard("chorusCommUserRank", [&]() -> Status {
+    if (!rank) return invalidArgument("rank is NULL");
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    *rank = c->rank();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusMemAlloc(void** ptr, size_t size) {
+  return guard("chorusMemAlloc", [&]() -> Status {
+    if (!ptr) return invalidArgument("ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return invalidArgument("size is 0");
+    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, makeMemfd("chorus-mem", size));
+    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), size));
+    void* p = m.data();
+    auto& reg = memRegistry();
+    std::lock_guard<std::mutex> g(reg.mu);
+    reg.maps.emplace(p, std::move(m));
+    *ptr = p;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusMemFree(void* ptr) {
+  return guard("chorusMemFree", [&]() -> Status {
+    if (!ptr) return Status::ok();
+    auto& reg = memRegistry();
+    std::lock_guard<std::mutex> g(reg.mu);
+    auto it = reg.maps.find(ptr);
+    if (it == reg.maps.end()) return invalidArgument("ptr was not returned by chorusMemAlloc (or was freed already)");
+    reg.maps.erase(it);
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, chorusDataType_t datatype,
+                                          chorusScalarResidence_t residence, chorusComm_t comm) {
+  return guard("chorusRedOpCreatePreMulSum", [&]() -> Status {
+    if (!op) return invalidArgument("op is NULL");
+    if (!scalar) return invalidArgument("scalar is NULL");
+    CHORUS_TRY(checkType(datatype));
+    if (residence != chorusScalarDevice && residence != chorusScalarHostImmediate) {
+      return invalidArgument("residence must be chorusScalarDevice or chorusScalarHostImmediate");
+    }
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(*op, c->createPreMulSum(scalar, datatype, residence));
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm) {
+  return guard("chorusRedOpDestroy", [&]() -> Status {
+    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    return c->destroyRedOp(op);
+  });
+}
+
+chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                            chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusReduce",
+               [&] { return enqueue(CollType::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+}
+
+chorusResult_t chorusBcast(void* buff, size_t count, chorusDataType_t datatype, int root, chorusComm_t comm,
+                           chorusStream_t stream) {
+  return guard("chorusBcast", [&] {
+    return enqueue(CollType::kBroadcast, buff, buff, count, datatype, chorusSum, root, comm, stream);
+  });
+}
+
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                               chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusBroadcast", [&] {
+    return enqueue(CollType::kBroadcast, sendbuff, recvbuff, count, datatype, chorusSum, root, comm, stream);
+  });
+}
+
+chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusAllReduce",
+               [&] { return enqueue(CollType::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream); });
+}
+
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chorusDataType_t datatype,
+                                   chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusReduceScatter", [&] {
+    return enqueue(CollType::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
+  });
+}
+
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
+                               chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusAllGather", [&] {
+    return enqueue(CollType::kAllGather, sendbuff, recvbuff, sendcount, datatype, chorusSum, 0, comm, stream);
+  });
+}
+
+chorusResult_t chorusAlltoAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                              chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusAlltoAll", [&] {
+    return enqueue(CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, chorusSum, 0, comm, stream);
+  });
+}
+
+chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                            chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusGather", [&] {
+    return enqueue(CollType::kGather, sendbuff, recvbuff, count, datatype, chorusSum, root, comm, stream);
+  });
+}
+
+chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                             chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusScatter", [&] {
+    return enqueue(CollType::kScatter, sendbuff, recvbuff, count, datatype, chorusSum, root, comm, stream);
+  });
+}
+
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream) {
+  return guard("chorusSend", [&] {
+    return enqueue(CollType::kSend, sendbuff, nullptr, count, datatype, chorusSum, peer, comm, stream);
+  });
+}
+
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream) {
+  return guard("chorusRecv", [&] {
+    return enqueue(CollType::kRecv, nullptr, recvbuff, count, datatype, chorusSum, peer, comm, stream);
+  });
+}
+
+chorusResult_t chorusGroupStart(void) {
+  return guard("chorusGroupStart", []() -> Status {
+    groupStart();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusGroupEnd(void) {
+  return guard("chorusGroupEnd", [] { return groupEnd(); });
+}
+
+chorusResult_t chorusStreamCreate(chorusStream_t* stream) {
+  return guard("chorusStreamCreate", [&]() -> Status {
+    if (!stream) return invalidArgument("stream is NULL");
+    auto* s = new chorusStream();
+    s->impl = std::make_shared<Stream>();
+    *stream = s;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
+  return guard("chorusStreamSynchronize", [&]() -> Status {
+    if (!stream) return Status::ok();  // the NULL stream is always complete
+    CHORUS_TRY(checkStream(stream));
+    return stream->impl->synchronize();
+  });
+}
+
+chorusResult_t chorusStreamQuery(chorusStream_t stream) {
+  return guard("chorusStreamQuery", [&]() -> Status {
+    if (!stream) return Status::ok();
+    CHORUS_TRY(checkStream(stream));
+    return stream->impl->idle() ? Status::ok() : Status(chorusInProgress, "");
+  });
+}
+
+chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
+  return guard("chorusStreamDestroy", [&]() -> Status {
+    if (!stream) return invalidArgument("stream is NULL (the NULL stream cannot be destroyed)");
+    CHORUS_TRY(checkStream(stream));
+    (void)stream->impl->synchronize();
+    delete stream;
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData) {
+  return guard("chorusLaunchHostFunc", [&]() -> Status {
+    if (!fn) return invalidArgument("fn is NULL");
+    CHORUS_TRY(checkStream(stream));
+    if (!stream) {
+      fn(userData);
+      return Status::ok();
+    }
+    stream->impl->enqueue([fn, userData]() -> Status {
+      fn(userData);
+      return Status::ok();
+    });
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusEventCreate(chorusEvent_t* event) {
+  return guard("chorusEventCreate", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    *event = new chorusEvent();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusEventRecord(chorusEvent_t event, chorusStream_t stream) {
+  return guard("chorusEventRecord", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    CHORUS_TRY(checkStream(stream));
+    std::lock_guard<std::mutex> g(event->mu);
+    if (!stream) {
+      event->mark = EventMark();
+    } else {
+      event->mark = EventMark{stream->impl, stream->impl->lastEnqueued()};
+    }
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusEventQuery(chorusEvent_t event) {
+  return guard("chorusEventQuery", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    EventMark m;
+    {
+      std::lock_guard<std::mutex> g(event->mu);
+      m = event->mark;
+    }
+    if (!m.stream || m.stream->reached(m.seq)) return Status::ok();
+    return Status(chorusInProgress, "");
+  });
+}
+
+chorusResult_t chorusEventSynchronize(chorusEvent_t event) {
+  return guard("chorusEventSynchronize", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    EventMark m;
+    {
+      std::lock_guard<std::mutex> g(event->mu);
+      m = event->mark;
+    }
+    if (m.stream) m.stream->waitFor(m.seq);
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusStreamWaitEvent(chorusStream_t stream, chorusEvent_t event) {
+  return guard("chorusStreamWaitEvent", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    CHORUS_TRY(checkStream(stream));
+    EventMark m;
+    {
+      std::lock_guard<std::mutex> g(event->mu);
+      m = event->mark;
+    }
+    if (!m.stream) return Status::ok();
+    if (!stream) {
+      m.stream->waitFor(m.seq);
+      return Status::ok();
+    }
+    if (m.stream == stream->impl) return Status::ok();  // stream order already implies it
+    stream->impl->enqueue([m]() -> Status {
+      m.stream->waitFor(m.seq);
+      return Status::ok();
+    });
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusEventDestroy(chorusEvent_t event) {
+  return guard("chorusEventDestroy", [&]() -> Status {
+    if (!event) return invalidArgument("event is NULL");
+    delete event;
+    return Status::ok();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,619 @@
+#include "src/bootstrap/bootstrap.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace chorus {
+namespace {
+
+constexpr uint32_t kMsgMagic = 0x43484d53;     // "CHMS"
+constexpr uint32_t kHelloMagic = 0x4348484c;   // "CHHL"
+constexpr size_t kMaxMessageBytes = 256u << 20;
+constexpr int64_t kStrangerNs = 10ll * 1000000000;  // a connection that stalls this long is dropped
+constexpr uint64_t kDefaultSecret[2] = {0x63686f7275732d31ull, 0x64656661756c7421ull};
+
+struct RootHello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t nranks;
+  uint32_t version;
+  uint64_t secret[2];
+  uint64_t cliqueId;
+  SockAddr listen;
+};
+
+struct RootReply {
+  int32_t status;  // chorusResult_t
+  int32_t nranks;
+  char message[256];
+};
+
+uint64_t fnv1a(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+bool constantTimeEqual(const uint64_t a[2], const uint64_t b[2]) { return ((a[0] ^ b[0]) | (a[1] ^ b[1])) == 0; }
+
+}  // namespace
+
+struct Bootstrap::Header {
+  uint32_t magic;
+  uint32_t kind;  // 1: message, 2: data connection
+  uint64_t secret[2];
+  uint64_t cliqueId;
+  int32_t src;
+  int32_t pad;
+  uint64_t tag;
+  uint64_t len;
+};
+
+struct Bootstrap::Pending {
+  UniqueFd fd;
+  Header header{};
+  size_t got = 0;  // bytes of header + payload read
+  std::vector<char> payload;
+  int64_t since = 0;
+};
+
+chorusUniqueId BootstrapId::toUniqueId() const {
+  chorusUniqueId u;
+  std::memset(&u, 0, sizeof(u));
+  std::memcpy(u.internal, this, sizeof(*this));
+  return u;
+}
+
+Result<BootstrapId> BootstrapId::fromUniqueId(const chorusUniqueId& u) {
+  BootstrapId id;
+  std::memcpy(&id, u.internal, sizeof(id));
+  if (id.magic != kMagic) {
+    return invalidArgument("the chorusUniqueId is not one made by chorusGetUniqueId (bad magic); pass every rank "
+                           "the same id, copied byte for byte from the rank that created it");
+  }
+  if (id.version != CHORUS_VERSION_CODE) {
+    return invalidUsage("the chorusUniqueId was made by Chorus version " + std::to_string(id.version) +
+                        " but this library is " + std::to_string(CHORUS_VERSION_CODE) +
+                        "; run the same Chorus build on every rank");
+  }
+  return id;
+}
+
+Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
+  BootstrapId id;
+  auto root = SockAddr::parse(hostPort);
+  if (!root.isOk()) return invalidArgument("bootstrap address: " + root.status().message());
+  id.root = root.value();
+  const char* secret = std::getenv("CHORUS_COMM_SECRET");
+  if (secret && *secret) {
+    id.secret[0] = fnv1a(secret, std::strlen(secret));
+    id.secret[1] = fnv1a(secret, std::strlen(secret), 0x9e3779b97f4a7c15ull);
+  } else {
+    id.secret[0] = kDefaultSecret[0];
+    id.secret[1] = kDefaultSecret[1];
+  }
+  id.cliqueId = fnv1a(hostPort.data(), hostPort.size(), id.secret[0]);
+  id.rootByRank0 = 1;
+  return id;
+}
+
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs) {
+  BootstrapId id;
+  if (const char* fixed = std::getenv("CHORUS_COMM_ID"); fixed && *fixed) return fixedBootstrapId(fixed);
+  id.secret[0] = randomU64();
+  id.secret[1] = randomU64();
+  id.cliqueId = randomU64();
+  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
+  startBootstrapRoot(std::move(fd), id, timeoutNs);
+  return id;
+}
+
+namespace {
+
+// The root's work: collect one hello per rank, then send everyone the table.
+void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
+  const int64_t deadline = nowNs() + timeoutNs;
+  int nranks = -1;
+  std::vector<SockAddr> table;
+  std::vector<UniqueFd> conns;
+  int joined = 0;
+  Logger log(LogLevel::kWarn, kSubsysAll, -1);
+  auto reply = [](int fd, chorusResult_t code, const std::string& msg, int n) {
+    RootReply r{};
+    r.status = code;
+    r.nranks = n;
+    std::snprintf(r.message, sizeof(r.message), "%s", msg.c_str());
+    (void)sendAll(fd, &r, sizeof(r), nowNs() + 5ll * 1000000000, "a rank");
+  };
+  while (nranks < 0 || joined < nranks) {
+    if (nowNs() > deadline) {
+      log.warn(kSubsysBoot, "bootstrap root at {} gave up: {} of {} ranks joined before the timeout",
+               id.root.toString(), joined, nranks);
+      return;
+    }
+    pollfd p{listenFd.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    UniqueFd c(::accept4(listenFd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!c.valid()) continue;
+    RootHello h{};
+    if (!recvAll(c.get(), &h, sizeof(h), nowNs() + 5ll * 1000000000, "a joining rank").isOk()) {
+      log.warn(kSubsysBoot, "bootstrap root dropped a connection that sent no complete hello");
+      continue;
+    }
+    if (h.magic != kHelloMagic || !constantTimeEqual(h.secret, id.secret) || h.cliqueId != id.cliqueId) {
+      log.warn(kSubsysBoot, "bootstrap root dropped a connection that did not prove the id's secret");
+      continue;
+    }
+    if (h.version != CHORUS_VERSION_CODE) {
+      reply(c.get(), chorusInvalidUsage,
+            "rank " + std::to_string(h.rank) + " runs Chorus " + std::to_string(h.version) + " but the root runs " +
+                std::to_string(CHORUS_VERSION_CODE),
+            0);
+      continue;
+    }
+    if (nranks < 0) {
+      if (h.nranks <= 0) {
+        reply(c.get(), chorusInvalidArgument, "nranks must be positive", 0);
+        continue;
+      }
+      nranks = h.nranks;
+      table.resize(nranks);
+      conns.resize(nranks);
+    }
+    if (h.nranks != nranks) {
+      reply(c.get(), chorusInvalidArgument,
+            "rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
+                " but other ranks of this id were given nranks=" + std::to_string(nranks),
+            0);
+      continue;
+    }
+    if (h.rank < 0 || h.rank >= nranks || conns[h.rank].valid()) {
+      reply(c.get(), chorusInvalidArgument,
+            "rank " + std::to_string(h.rank) + " is out of range or joined twice; every rank of the " +
+                std::to_string(nranks) + " must pass a distinct rank in [0, nranks)",
+            0);
+      continue;
+    }
+    table[h.rank] = h.listen;
+    conns[h.rank] = std::move(c);
+    ++joined;
+  }
+  for (int r = 0; r < nranks; ++r) {
+    RootReply ok{};
+    ok.status = chorusSuccess;
+    ok.nranks = nranks;
+    int64_t dl = nowNs() + 10ll * 1000000000;
+    if (sendAll(conns[r].get(), &ok, sizeof(ok), dl, "rank " + std::to_string(r)).isOk()) {
+      (void)sendAll(conns[r].get(), table.data(), sizeof(SockAddr) * nranks, dl, "rank " + std::to_string(r));
+    }
+  }
+}
+
+}  // namespace
+
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
+  std::thread([fd = std::move(listenFd), id, timeoutNs]() mutable { runRoot(std::move(fd), id, timeoutNs); })
+      .detach();
+}
+
+Result<UniqueFd> Bootstrap::openListener(const std::string& ifnameSpec, SockAddr* bound) {
+  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
+  return listenOn(local, bound);
+}
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
+                                                   const std::string& ifnameSpec, int64_t timeoutNs,
+                                                   const Logger& log, const std::atomic<bool>* abortFlag) {
+  const int64_t deadline = nowNs() + timeoutNs;
+  if (id.rootByRank0 && rank == 0) {
+    // CHORUS_COMM_ID: rank 0 hosts the root at the fixed port, on every local address (the name
+    // others use for this host may resolve differently here, e.g. to 127.0.1.1).
+    SockAddr bindAddr = id.root;
+    if (bindAddr.storage.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&bindAddr.storage)->sin_addr.s_addr = htonl(INADDR_ANY);
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&bindAddr.storage)->sin6_addr = in6addr_any;
+    }
+    SockAddr bound;
+    auto fd = listenOn(bindAddr, &bound);
+    if (!fd.isOk()) {
+      return Status(chorusSystemError, "rank 0 cannot host the bootstrap root at CHORUS_COMM_ID=" +
+                                           id.root.toString() + ": " + fd.status().message() +
+                                           " (is the port in use? choose another)");
+    }
+    startBootstrapRoot(fd.take(), id, timeoutNs);
+  }
+  SockAddr myAddr;
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd listener, openListener(ifnameSpec, &myAddr));
+
+  const std::string rootName = "the bootstrap root at " + id.root.toString();
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(id.root, deadline, rootName, abortFlag));
+  RootHello h{};
+  h.magic = kHelloMagic;
+  h.rank = rank;
+  h.nranks = nranks;
+  h.version = CHORUS_VERSION_CODE;
+  h.secret[0] = id.secret[0];
+  h.secret[1] = id.secret[1];
+  h.cliqueId = id.cliqueId;
+  h.listen = myAddr;
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, abortFlag));
+  RootReply r{};
+  Status st = recvAll(c.get(), &r, sizeof(r), deadline, rootName + " (waiting for all ranks to join)", abortFlag);
+  if (!st.isOk()) return st;
+  if (r.status != chorusSuccess) {
+    r.message[sizeof(r.message) - 1] = 0;
+    return Status(static_cast<chorusResult_t>(r.status), std::string("bootstrap root refused rank ") +
+                                                             std::to_string(rank) + ": " + r.message);
+  }
+  std::vector<SockAddr> peers(nranks);
+  CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, abortFlag));
+  return fromTable(id.cliqueId, id.secret, rank, std::move(peers), std::move(listener), timeoutNs, log, abortFlag);
+}
+
+Result<std::unique_ptr<Bootstrap>> Bootstrap::fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,
+                                                        std::vector<SockAddr> peers, UniqueFd listener,
+                                                        int64_t timeoutNs, const Logger& log,
+                                                        const std::atomic<bool>* abortFlag) {
+  std::unique_ptr<Bootstrap> b(new Bootstrap());
+  b->rank_ = rank;
+  b->cliqueId_ = cliqueId;
+  b->secret_[0] = secret[0];
+  b->secret_[1] = secret[1];
+  b->peers_ = std::move(peers);
+  b->timeoutNs_ = timeoutNs;
+  b->log_ = log;
+  b->abort_ = abortFlag;
+  CHORUS_TRY(b->start(std::move(listener)));
+  return b;
+}
+
+Status Bootstrap::start(UniqueFd listener) {
+  listener_ = std::move(listener);
+  wakeFd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wakeFd_.valid()) return errnoStatus("eventfd", errno);
+  setNonBlocking(listener_.get(), true);
+
+  char name[64];
+  std::snprintf(name, sizeof(name), "chorus-fd-%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(randomU64()));
+  fdServerName_ = name;
+  fdServer_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fdServer_.valid()) return errnoStatus("socket(AF_UNIX)", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, fdServerName_.data(), fdServerName_.size());  // abstract: leading NUL
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + fdServerName_.size());
+  if (::bind(fdServer_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fdServer_.get(), 64) != 0) {
+    return errnoStatus("listening on the shared-memory descriptor socket", errno);
+  }
+  acceptThread_ = std::thread([this] { acceptLoop(); });
+  return Status::ok();
+}
+
+Bootstrap::~Bootstrap() {
+  if (acceptThread_.joinable()) {
+    uint64_t one = 1;
+    (void)!::write(wakeFd_.get(), &one, sizeof(one));
+    acceptThread_.join();
+  }
+}
+
+void Bootstrap::acceptLoop() {
+  std::vector<Pending> pending;
+  while (true) {
+    std::vector<pollfd> fds;
+    fds.push_back({wakeFd_.get(), POLLIN, 0});
+    fds.push_back({listener_.get(), POLLIN, 0});
+    fds.push_back({fdServer_.get(), POLLIN, 0});
+    for (auto& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 500);
+    if (fds[0].revents) return;
+    if (fds[2].revents & POLLIN) {
+      while (true) {
+        UniqueFd c(::accept4(fdServer_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!c.valid()) break;
+        serveFd(c.get());
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      while (true) {
+        int c = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        Pending p;
+        p.fd = UniqueFd(c);
+        p.since = nowNs();
+        pending.push_back(std::move(p));
+      }
+    }
+    const int64_t now = nowNs();
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      bool drop = false;
+      bool done = false;
+      while (true) {
+        char* dst;
+        size_t want;
+        if (p.got < sizeof(Header)) {
+          dst = reinterpret_cast<char*>(&p.header) + p.got;
+          want = sizeof(Header) - p.got;
+        } else {
+          size_t off = p.got - sizeof(Header);
+          if (off == p.payload.size()) {
+            done = true;
+            break;
+          }
+          dst = p.payload.data() + off;
+          want = p.payload.size() - off;
+        }
+        ssize_t r = ::recv(p.fd.get(), dst, want, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          if (p.got > 0) log_.warn(kSubsysBoot, "bootstrap dropped a connection that closed mid-message");
+          drop = true;
+          break;
+        }
+        if (r < 0) break;
+        size_t before = p.got;
+        p.got += static_cast<size_t>(r);
+        if (before < sizeof(Header) && p.got >= sizeof(Header)) {
+          const Header& h = p.header;
+          if (h.magic != kMsgMagic || !constantTimeEqual(h.secret, secret_) || (h.kind != 1 && h.kind != 2)) {
+            log_.warn(kSubsysBoot, "bootstrap dropped a connection without the clique's secret or with garbage");
+            drop = true;
+            break;
+          }
+          if (h.cliqueId != cliqueId_ || h.src < 0 || h.src >= nranks()) {
+            log_.warn(kSubsysBoot, "bootstrap dropped a message for another clique or from an unknown rank {}", h.src);
+            drop = true;
+            break;
+          }
+          if (h.len > kMaxMessageBytes || (h.kind == 2 && h.len != 0)) {
+            log_.warn(kSubsysBoot, "bootstrap dropped a message claiming {} bytes", h.len);
+            drop = true;
+            break;
+          }
+          p.payload.resize(h.len);
+        }
+      }
+      if (!drop && !done && now - p.since > kStrangerNs) {
+        log_.warn(kSubsysBoot, "bootstrap dropped a connection idle for {} s", kStrangerNs / 1000000000);
+        drop = true;
+      }
+      if (done) {
+        Header h = p.header;
+        if (h.kind == 2) {
+          setNonBlocking(p.fd.get(), false);
+          deliver(h.cliqueId, h.src, h.tag, h.kind, {}, std::move(p.fd));
+        } else {
+          deliver(h.cliqueId, h.src, h.tag, h.kind, std::move(p.payload), UniqueFd());
+        }
+      }
+      if (drop || done) {
+        pending.erase(pending.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+}
+
+namespace {
+struct FdRequest {
+  uint64_t secret[2];
+  uint64_t token;
+  int32_t rank;
+  int32_t pad;
+};
+}  // namespace
+
+void Bootstrap::serveFd(int client) {
+  FdRequest req{};
+  if (!recvAll(client, &req, sizeof(req), nowNs() + 1000000000ll, "a descriptor request").isOk() ||
+      !constantTimeEqual(req.secret, secret_)) {
+    log_.warn(kSubsysShm, "descriptor server dropped a request without the clique's secret");
+    return;
+  }
+  UniqueFd fd;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = exported_.find(req.token);
+    if (it != exported_.end() && it->second.first == req.rank) {
+      fd = std::move(it->second.second);
+      exported_.erase(it);
+    }
+  }
+  char status = fd.valid() ? 1 : 0;
+  iovec iov{&status, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {0};
+  if (fd.valid()) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int raw = fd.get();
+    std::memcpy(CMSG_DATA(c), &raw, sizeof(int));
+  }
+  if (::sendmsg(client, &msg, MSG_NOSIGNAL) < 0) {
+    log_.warn(kSubsysShm, "descriptor server could not answer rank {}: {}", req.rank, std::strerror(errno));
+  }
+}
+
+void Bootstrap::exportFd(int peer, uint64_t token, UniqueFd fd) {
+  std::lock_guard<std::mutex> g(mu_);
+  exported_[token] = {peer, std::move(fd)};
+}
+
+Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, uint64_t token) {
+  const std::string what = "rank " + std::to_string(peer) + "'s shared-memory descriptor server";
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return errnoStatus("socket(AF_UNIX)", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (serverName.size() + 2 > sizeof(addr.sun_path)) return internalError("descriptor server name too long");
+  std::memcpy(addr.sun_path + 1, serverName.data(), serverName.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + serverName.size());
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return errnoStatus("connecting to " + what + " (are both ranks in the same network namespace?)", errno);
+  }
+  FdRequest req{};
+  req.secret[0] = secret_[0];
+  req.secret[1] = secret_[1];
+  req.token = token;
+  req.rank = rank_;
+  const int64_t deadline = nowNs() + timeoutNs_;
+  CHORUS_TRY(sendAll(s.get(), &req, sizeof(req), deadline, what, abort_));
+  char status = 0;
+  iovec iov{&status, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {0};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t r;
+  do {
+    r = ::recvmsg(s.get(), &msg, MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r <= 0 || status != 1) {
+    return systemError(what + " did not hand over the shared-memory segment (token unknown or peer gone)");
+  }
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (!c || c->cmsg_type != SCM_RIGHTS) return systemError(what + " answered without a descriptor");
+  int raw;
+  std::memcpy(&raw, CMSG_DATA(c), sizeof(int));
+  return UniqueFd(raw);
+}
+
+void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (kind == 2) {
+      connections_[{src, tag}].push_back(std::move(fd));
+    } else {
+      messages_[{src, tag}].push_back(std::move(payload));
+    }
+  }
+  cv_.notify_all();
+}
+
+Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes,
+                               UniqueFd* keep) {
+  if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
+  const int64_t deadline = nowNs() + timeoutNs_;
+  const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
+  Header h{};
+  h.magic = kMsgMagic;
+  h.kind = kind;
+  h.secret[0] = secret_[0];
+  h.secret[1] = secret_[1];
+  h.cliqueId = cliqueId_;
+  h.src = rank_;
+  h.tag = tag;
+  h.len = bytes;
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abort_));
+  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abort_));
+  if (keep) *keep = std::move(c);
+  return Status::ok();
+}
+
+Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
+  return writeMessage(peer, tag, 1, data, bytes, nullptr);
+}
+
+Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
+  const int64_t deadline = nowNs() + timeoutNs_;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    auto it = messages_.find({peer, tag});
+    if (it != messages_.end() && !it->second.empty()) {
+      std::vector<char> m = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) messages_.erase(it);
+      return m;
+    }
+    if (abort_ && abort_->load(std::memory_order_acquire)) {
+      return Status(chorusRemoteError, "bootstrap wait for rank " + std::to_string(peer) + " was aborted");
+    }
+    if (nowNs() >= deadline) {
+      return Status(chorusSystemError, "timed out after " + std::to_string(timeoutNs_ / 1000000000) +
+                                           " s waiting for a bootstrap message from rank " + std::to_string(peer) +
+                                           " (" + peers_[peer].toString() + "); is it alive and in the same call?");
+    }
+    cv_.wait_for(lk, std::chrono::milliseconds(100));
+  }
+}
+
+Status Bootstrap::recvInto(int peer, uint64_t tag, void* data, size_t bytes) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<char> m, recv(peer, tag));
+  if (m.size() != bytes) {
+    return internalError("bootstrap message from rank " + std::to_string(peer) + " has " + std::to_string(m.size()) +
+                         " bytes, expected " + std::to_string(bytes) + " (ranks disagree on the call sequence)");
+  }
+  if (bytes) std::memcpy(data, m.data(), bytes);
+  return Status::ok();
+}
+
+Status Bootstrap::allGather(void* all, size_t bytes) {
+  std::lock_guard<std::mutex> g(collMu_);
+  const int n = nranks();
+  const uint64_t seq = ++collSeq_;
+  char* base = static_cast<char*>(all);
+  // Ring: at step s, pass on the block that came from rank (rank - s).
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendBlock = (rank_ - s + n) % n;
+    const int recvBlock = (rank_ - s - 1 + n) % n;
+    const uint64_t tag = makeTag(TagSpace::kColl, (seq << 16) | static_cast<uint64_t>(s));
+    CHORUS_TRY(send((rank_ + 1) % n, tag, base + sendBlock * bytes, bytes));
+    CHORUS_TRY(recvInto((rank_ - 1 + n) % n, tag, base + recvBlock * bytes, bytes));
+  }
+  return Status::ok();
+}
+
+Status Bootstrap::barrier() {
+  std::vector<char> v(nranks());
+  return allGather(v.data(), 1);
+}
+
+Result<UniqueFd> Bootstrap::openConnection(int peer, uint64_t tag) {
+  UniqueFd c;
+  CHORUS_TRY(writeMessage(peer, tag, 2, nullptr, 0, &c));
+  return c;
+}
+
+Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
+  const int64_t deadline = nowNs() + timeoutNs_;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    auto it = connections_.find({peer, tag});
+    if (it != connections_.end() && !it->second.empty()) {
+      UniqueFd fd = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) connections_.erase(it);
+      return fd;
+    }
+    if (abort_ && abort_->load(std::memory_order_acquire)) {
+      return Status(chorusRemoteError, "waiting for a connection from rank " + std::to_string(peer) + " was aborted");
+    }
+    if (nowNs() >= deadline) {
+      return Status(chorusSystemError, "timed out waiting for rank " + std::to_string(peer) + " (" +
+                                           peers_[peer].toString() + ") to open its data connection");
+    }
+    cv_.wait_for(lk, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,145 @@
+// Bootstrap: how the ranks of a clique find each other, and the small blocking collectives
+// (allgather, barrier, send, recv) that init, split and connection setup use.
+//
+// As in NCCL, the process that calls chorusGetUniqueId runs a root in the background; the id holds
+// the root's address and a random secret. Each rank starts a listener, tells the root its address,
+// and receives the full address table. From then on the root is not needed: every rank keeps its
+// listener and the table for the communicator's lifetime, so split (and, later, shrink) works even
+// when the root's process is gone.
+//
+// Messages are one TCP connection each: a header proving the secret, naming the clique, sender
+// and tag, then the payload. A connection that does not prove the secret or sends garbage is
+// dropped and logged. The mailbox is thread-safe; every wait has a deadline and watches an abort
+// flag.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "src/bootstrap/socket.h"
+#include "src/core/log.h"
+#include "src/core/os.h"
+#include "src/core/status.h"
+
+namespace chorus {
+
+// The contents of a chorusUniqueId.
+struct BootstrapId {
+  static constexpr uint32_t kMagic = 0x43485253;  // "CHRS"
+  uint32_t magic = kMagic;
+  uint32_t version = CHORUS_VERSION_CODE;
+  uint64_t secret[2] = {0, 0};
+  uint64_t cliqueId = 0;      // tells cliques apart on a shared listener
+  uint32_t rootByRank0 = 0;   // CHORUS_COMM_ID: rank 0 hosts the root at `root`
+  uint32_t pad = 0;
+  SockAddr root;
+
+  chorusUniqueId toUniqueId() const;
+  static Result<BootstrapId> fromUniqueId(const chorusUniqueId& id);
+};
+static_assert(sizeof(BootstrapId) <= CHORUS_UNIQUE_ID_BYTES, "BootstrapId must fit in chorusUniqueId");
+
+// The id of a clique whose root rank 0 hosts at `hostPort`; the secret comes from
+// CHORUS_COMM_SECRET or a documented fixed value. Every rank computes the same id.
+Result<BootstrapId> fixedBootstrapId(const std::string& hostPort);
+// Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id).
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs);
+
+// Runs the root on `listenFd` in a detached thread until nranks ranks have joined, or the
+// timeout passes. The thread owns everything it uses.
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs);
+
+// Tags of bootstrap messages: the high byte says who uses them.
+enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4 };
+inline uint64_t makeTag(TagSpace space, uint64_t value) { return (uint64_t(space) << 56) | (value & ((1ull << 56) - 1)); }
+
+// One rank's endpoint in one clique: listener, accept thread, mailbox, address table.
+// Thread-safe. Destroying it stops the accept thread.
+class Bootstrap {
+ public:
+  ~Bootstrap();
+
+  // Joins the clique: start a listener, register with the root, receive the address table.
+  static Result<std::unique_ptr<Bootstrap>> join(const BootstrapId& id, int rank, int nranks,
+                                                 const std::string& ifnameSpec, int64_t timeoutNs,
+                                                 const Logger& log, const std::atomic<bool>* abortFlag);
+  // A new clique from known addresses (split/shrink): `peers` are the new ranks' listeners, and
+  // `listener` this rank's already-listening socket, bound at `peers[rank]`.
+  static Result<std::unique_ptr<Bootstrap>> fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,
+                                                      std::vector<SockAddr> peers, UniqueFd listener,
+                                                      int64_t timeoutNs, const Logger& log,
+                                                      const std::atomic<bool>* abortFlag);
+  // A listener on this rank's interface, for a clique about to be made by fromTable.
+  static Result<UniqueFd> openListener(const std::string& ifnameSpec, SockAddr* bound);
+
+  int rank() const { return rank_; }
+  int nranks() const { return static_cast<int>(peers_.size()); }
+  uint64_t cliqueId() const { return cliqueId_; }
+  const uint64_t* secret() const { return secret_; }
+  const SockAddr& address(int rank) const { return peers_[rank]; }
+  int64_t timeoutNs() const { return timeoutNs_; }
+
+  Status send(int peer, uint64_t tag, const void* data, size_t bytes);
+  Result<std::vector<char>> recv(int peer, uint64_t tag);
+  // Like recv, into a buffer of exactly `bytes` bytes (a different size is an error).
+  Status recvInto(int peer, uint64_t tag, void* data, size_t bytes);
+  // Every rank's `bytes` bytes, in rank order, into all (nranks * bytes).
+  Status allGather(void* all, size_t bytes);
+  Status barrier();
+
+  // Data connections for the socket transport: connect to `peer` and identify as (rank, tag);
+  // the peer's accept thread files the descriptor, and takeConnection returns it.
+  Result<UniqueFd> openConnection(int peer, uint64_t tag);
+  Result<UniqueFd> takeConnection(int peer, uint64_t tag);
+
+  // Descriptor passing for shared memory on one host: exportFd offers `fd` to `peer` under
+  // `token` (claimable once); importFd fetches it from the exporter's server, whose name
+  // (fdServerName() on the exporting rank) travels in the connection handle.
+  void exportFd(int peer, uint64_t token, UniqueFd fd);
+  Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token);
+  const std::string& fdServerName() const { return fdServerName_; }
+
+ private:
+  struct Header;
+  struct Pending;
+  Bootstrap() = default;
+  Status start(UniqueFd listener);
+  void acceptLoop();
+  void serveFd(int client);
+  void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
+  Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
+
+  int rank_ = -1;
+  uint64_t cliqueId_ = 0;
+  uint64_t secret_[2] = {0, 0};
+  std::vector<SockAddr> peers_;
+  int64_t timeoutNs_ = 0;
+  Logger log_;
+  const std::atomic<bool>* abort_ = nullptr;
+  uint64_t collSeq_ = 0;  // allgather/barrier counter, advanced identically on every rank
+  std::mutex collMu_;     // one bootstrap collective at a time per rank
+
+  UniqueFd listener_;
+  UniqueFd wakeFd_;  // eventfd that stops the accept loop
+  UniqueFd fdServer_;  // abstract Unix socket serving exported descriptors
+  std::string fdServerName_;
+  std::map<uint64_t, std::pair<int, UniqueFd>> exported_;  // token -> (peer, fd); guarded by mu_
+  std::thread acceptThread_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::tuple<int, uint64_t>, std::deque<std::vector<char>>> messages_;
+  std::map<std::tuple<int, uint64_t>, std::deque<UniqueFd>> connections_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,56 @@
+// TCP helpers for the bootstrap and the socket transport: addresses, listening, connecting and
+// whole-buffer transfers bounded by a deadline. These block (with a deadline); transports use
+// the non-blocking calls on the descriptors directly.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "src/core/os.h"
+#include "src/core/status.h"
+
+namespace chorus {
+
+// An IPv4 or IPv6 address and port, trivially copyable so it can travel in ids and tables.
+struct SockAddr {
+  // Room for sockaddr_in and sockaddr_in6 (not sockaddr_storage, whose 128 bytes would not fit
+  // in a chorusUniqueId); the family comes first as in every sockaddr.
+  struct alignas(8) Storage {
+    sa_family_t ss_family;
+    char rest[sizeof(sockaddr_in6) - sizeof(sa_family_t)];
+  };
+  Storage storage{};
+  uint32_t len = 0;
+
+  std::string toString() const;
+  uint16_t port() const;
+  void setPort(uint16_t port);
+  // "host:port" or "[v6]:port"; host may be a name.
+  static Result<SockAddr> parse(const std::string& hostPort);
+};
+
+// The address this host should be reached at: CHORUS_SOCKET_IFNAME's interface (prefix match;
+// "=name" exact; "^a,b" excludes), else the first non-loopback interface that is up, else loopback.
+Result<SockAddr> localInterfaceAddr(const std::string& ifnameSpec, std::string* ifname);
+
+// Listens on `addr` (port 0: any); returns the bound address in *bound.
+Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 256);
+
+// Connects, retrying refused connections until the deadline; `what` names the peer in errors.
+Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
+                           const std::atomic<bool>* abortFlag = nullptr);
+
+// Transfers exactly n bytes or fails at the deadline, on EOF, or when *abortFlag becomes true.
+Status sendAll(int fd, const void* data, size_t n, int64_t deadlineNs, const std::string& what,
+               const std::atomic<bool>* abortFlag = nullptr);
+Status recvAll(int fd, void* data, size_t n, int64_t deadlineNs, const std::string& what,
+               const std::atomic<bool>* abortFlag = nullptr);
+
+void setNonBlocking(int fd, bool on);
+void setNoDelay(int fd);
+
+}  // namespace chorus

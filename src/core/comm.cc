@@ -1,0 +1,456 @@
+#include "src/core/comm.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace chorus {
+
+const char* collName(CollType c) {
+  switch (c) {
+    case CollType::kAllReduce:
+      return "AllReduce";
+    case CollType::kBroadcast:
+      return "Broadcast";
+    case CollType::kReduce:
+      return "Reduce";
+    case CollType::kAllGather:
+      return "AllGather";
+    case CollType::kReduceScatter:
+      return "ReduceScatter";
+    case CollType::kAlltoAll:
+      return "AlltoAll";
+    case CollType::kGather:
+      return "Gather";
+    case CollType::kScatter:
+      return "Scatter";
+    case CollType::kSend:
+      return "Send";
+    case CollType::kRecv:
+      return "Recv";
+  }
+  return "?";
+}
+
+size_t typeSize(chorusDataType_t t) {
+  switch (t) {
+    case chorusInt8:
+    case chorusUint8:
+    case chorusFloat8e4m3:
+    case chorusFloat8e5m2:
+      return 1;
+    case chorusFloat16:
+    case chorusBfloat16:
+      return 2;
+    case chorusInt32:
+    case chorusUint32:
+    case chorusFloat32:
+      return 4;
+    case chorusInt64:
+    case chorusUint64:
+    case chorusFloat64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const char* typeName(chorusDataType_t t) {
+  static const char* kNames[] = {"int8",    "uint8",  "int32",   "uint32",   "int64",    "uint64",
+                                 "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
+  return (t >= 0 && t < chorusNumTypes) ? kNames[t] : "invalid";
+}
+
+Result<CommOptions> readUserConfig(const chorusConfig_t* config) {
+  CommOptions o;
+  if (!config) return o;
+  if (config->magic != CHORUS_CONFIG_MAGIC) {
+    return invalidArgument("config was not initialised with CHORUS_CONFIG_INITIALIZER (bad magic)");
+  }
+  if (config->size < offsetof(chorusConfig_t, timeoutSeconds)) {
+    return invalidArgument("config->size " + std::to_string(config->size) + " is smaller than any chorusConfig_t");
+  }
+  if (config->blocking != CHORUS_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1) {
+      return invalidArgument("config->blocking must be 0 or 1, not " + std::to_string(config->blocking));
+    }
+    o.blocking = config->blocking == 1;
+  }
+  if (config->size >= sizeof(chorusConfig_t) && config->timeoutSeconds != CHORUS_CONFIG_UNDEF_INT) {
+    if (config->timeoutSeconds <= 0) {
+      return invalidArgument("config->timeoutSeconds must be positive, not " + std::to_string(config->timeoutSeconds));
+    }
+    o.timeoutNs = int64_t(config->timeoutSeconds) * 1000000000;
+  }
+  if (config->commName) o.name = config->commName;
+  return o;
+}
+
+namespace {
+
+// Everything each rank tells the others at init.
+struct InitRecord {
+  PeerInfo peer;
+  uint32_t version;
+  uint32_t slotBytes;
+  int32_t slots;
+  int32_t nChannels;
+  char algo[16];
+  char proto[16];
+};
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  a ^= b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2);
+  return a * 0xff51afd7ed558ccdull;
+}
+
+}  // namespace
+
+Communicator::~Communicator() {
+  // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
+  // that are all done by now; the bootstrap serves descriptors for connections.
+  proxy_.reset();
+  connections_.clear();
+  bootstrap_.reset();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id, int rank, int nranks,
+                                                           const CommOptions& options,
+                                                           std::shared_ptr<Engine> engine) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  CHORUS_ASSIGN_OR_RETURN(c->config_, Config::fromEnv());
+  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
+  c->blocking_ = options.blocking;
+  c->name_ = options.name;
+  c->rank_ = rank;
+  c->nranks_ = nranks;
+  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
+  c->commId_ = id.cliqueId;
+  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname,
+                                                     c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_TRY(c->initCommon(std::move(boot), std::move(engine)));
+  return c;
+}
+
+Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine) {
+  bootstrap_ = std::move(bootstrap);
+  std::vector<InitRecord> all(nranks_);
+  InitRecord& me = all[rank_];
+  std::memset(&me, 0, sizeof(me));
+  me.peer = PeerInfo::local(config_);
+  me.version = CHORUS_VERSION_CODE;
+  me.slotBytes = static_cast<uint32_t>(config_.slotBytes);
+  me.slots = config_.slots;
+  me.nChannels = config_.nChannels;
+  std::snprintf(me.algo, sizeof(me.algo), "%s", config_.algo.c_str());
+  std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
+  InitRecord mine = me;
+  CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
+  all[rank_] = mine;
+
+  // Settings that change the plan must agree, or the ranks would cut data differently.
+  for (int r = 0; r < nranks_; ++r) {
+    const InitRecord& a = all[0];
+    const InitRecord& b = all[r];
+    auto differ = [&](const char* what, const std::string& va, const std::string& vb) {
+      return invalidUsage(std::string(what) + " differs between ranks: rank 0 has " + va + ", rank " +
+                          std::to_string(r) + " has " + vb + "; set it the same on every rank");
+    };
+    if (a.version != b.version) {
+      return differ("the Chorus library version", std::to_string(a.version), std::to_string(b.version));
+    }
+    if (a.slotBytes != b.slotBytes) {
+      return differ("CHORUS_SLOT_BYTES", std::to_string(a.slotBytes), std::to_string(b.slotBytes));
+    }
+    if (a.slots != b.slots) return differ("CHORUS_SLOTS", std::to_string(a.slots), std::to_string(b.slots));
+    if (a.nChannels != b.nChannels) {
+      return differ("CHORUS_NCHANNELS", std::to_string(a.nChannels), std::to_string(b.nChannels));
+    }
+    if (std::strncmp(a.algo, b.algo, sizeof(a.algo)) != 0) return differ("CHORUS_ALGO", a.algo, b.algo);
+    if (std::strncmp(a.proto, b.proto, sizeof(a.proto)) != 0) return differ("CHORUS_PROTO", a.proto, b.proto);
+  }
+  peers_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
+
+  const CpuIsa isa = config_.cpuIsa ? *config_.cpuIsa : bestCpuIsa();
+  kernels_ = *hostKernelsFor(isa);
+
+  bool anySocket = false;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    const TransportKind k = chooseTransport(peers_[rank_], peers_[r]);
+    anySocket = anySocket || k == TransportKind::kSocket;
+  }
+  if (anySocket) {
+    proxy_ = std::make_unique<SocketProxy>(log_);
+    CHORUS_TRY(proxy_->start());
+  }
+
+  ring_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) ring_[r] = r;
+  ringPos_ = rank_;
+  ringSend_.resize(config_.nChannels);
+  ringRecv_.resize(config_.nChannels);
+  p2pSend_.resize(nranks_);
+  p2pRecv_.resize(nranks_);
+  p2pSendSeq_.assign(nranks_, 0);
+  p2pRecvSeq_.assign(nranks_, 0);
+  redOps_.clear();
+
+  engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
+  log_.info(kSubsysInit, "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE",
+            commId_, rank_, nranks_, peers_[rank_].pid, peers_[rank_].host, cpuIsaName(kernels_.isa), config_.slots,
+            config_.slotBytes, config_.nChannels);
+  if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
+    for (int r = 0; r < nranks_; ++r) {
+      if (r == rank_) continue;
+      log_.info(kSubsysInit, "peer rank {} ({} pid {}) via {}", r, peers_[r].host, peers_[r].pid,
+                transportName(chooseTransport(peers_[rank_], peers_[r])));
+    }
+  }
+  setState(State::kReady);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, int color, int key,
+                                                          const CommOptions& options) {
+  if (color < 0 && color != CHORUS_SPLIT_NOCOLOR) {
+    return invalidArgument("color must be non-negative or CHORUS_SPLIT_NOCOLOR, not " + std::to_string(color));
+  }
+  struct SplitRecord {
+    int32_t color;
+    int32_t key;
+    SockAddr addr;
+  };
+  SplitRecord mine{color, key, SockAddr()};
+  UniqueFd listener;
+  if (color != CHORUS_SPLIT_NOCOLOR) {
+    CHORUS_ASSIGN_OR_RETURN(listener, Bootstrap::openListener(parent.config_.socketIfname, &mine.addr));
+  }
+  std::vector<SplitRecord> all(parent.nranks_);
+  all[parent.rank_] = mine;
+  CHORUS_TRY(parent.bootstrap_->allGather(all.data(), sizeof(SplitRecord)));
+  const uint64_t seq = ++parent.splitSeq_;
+  if (color == CHORUS_SPLIT_NOCOLOR) return std::unique_ptr<Communicator>();
+
+  std::vector<int> members;
+  for (int r = 0; r < parent.nranks_; ++r) {
+    if (all[r].color == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[a].key != all[b].key ? all[a].key < all[b].key : a < b;
+  });
+  std::vector<SockAddr> addrs;
+  int newRank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    addrs.push_back(all[members[i]].addr);
+    if (members[i] == parent.rank_) newRank = static_cast<int>(i);
+  }
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->config_ = parent.config_;
+  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
+  c->blocking_ = options.blocking;
+  c->name_ = options.name;
+  c->rank_ = newRank;
+  c->nranks_ = static_cast<int>(members.size());
+  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, newRank);
+  c->commId_ = mix(mix(parent.commId_, seq), static_cast<uint64_t>(color));
+  CHORUS_ASSIGN_OR_RETURN(auto boot,
+                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), newRank, std::move(addrs),
+                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
+  parent.log_.info(kSubsysInit, "split color {} key {}: new rank {} of {}", color, key, newRank, c->nranks_);
+  return c;
+}
+
+Status Communicator::asyncError() const {
+  std::lock_guard<std::mutex> g(errMu_);
+  return asyncError_;
+}
+
+void Communicator::setAsyncError(const Status& s) {
+  {
+    std::lock_guard<std::mutex> g(errMu_);
+    if (!asyncError_.isOk()) return;
+    asyncError_ = s;
+  }
+  log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+}
+
+std::string Communicator::describePeer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
+  return "rank " + std::to_string(peer) + " (host " + peers_[peer].host + ", pid " + std::to_string(peers_[peer].pid) +
+         ")";
+}
+
+Result<chorusRedOp_t> Communicator::createPreMulSum(const void* scalar, chorusDataType_t type,
+                                                    chorusScalarResidence_t residence) {
+  PreMulOp op;
+  op.live = true;
+  op.type = type;
+  op.residence = residence;
+  if (residence == chorusScalarHostImmediate) {
+    std::memcpy(op.value, scalar, typeSize(type));
+  } else {
+    op.ptr = scalar;
+  }
+  std::lock_guard<std::mutex> g(redOpMu_);
+  for (size_t i = 0; i < redOps_.size(); ++i) {
+    if (!redOps_[i].live) {
+      redOps_[i] = op;
+      return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(i));
+    }
+  }
+  if (redOps_.size() >= 1u << 20) return invalidUsage("too many live custom reduction operators; destroy some");
+  redOps_.push_back(op);
+  return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(redOps_.size() - 1));
+}
+
+Status Communicator::destroyRedOp(chorusRedOp_t op) {
+  std::lock_guard<std::mutex> g(redOpMu_);
+  const int idx = static_cast<int>(op) - chorusNumOps;
+  if (op < chorusNumOps) {
+    return invalidArgument("operator " + std::to_string(op) + " is built in; only operators made by "
+                           "chorusRedOpCreatePreMulSum can be destroyed");
+  }
+  if (idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+    return invalidArgument("operator " + std::to_string(op) + " was not created on this communicator or was already "
+                           "destroyed");
+  }
+  redOps_[idx].live = false;
+  return Status::ok();
+}
+
+Status Communicator::checkRedOp(chorusRedOp_t op, chorusDataType_t type) const {
+  if (op >= 0 && op < chorusNumOps) return Status::ok();
+  std::lock_guard<std::mutex> g(redOpMu_);
+  const int idx = static_cast<int>(op) - chorusNumOps;
+  if (op < 0 || idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+    return invalidArgument("reduction operator " + std::to_string(op) +
+                           " is neither built in (sum, prod, max, min, avg) nor a live operator of this communicator "
+                           "(destroyed, or created on another communicator?)");
+  }
+  if (redOps_[idx].type != type) {
+    return invalidArgument(std::string("reduction operator ") + std::to_string(op) + " was created for " +
+                           typeName(redOps_[idx].type) + " but is used with " + typeName(type));
+  }
+  return Status::ok();
+}
+
+ReduceSpec Communicator::reduceSpec(chorusRedOp_t op, chorusDataType_t type) const {
+  ReduceSpec s;
+  const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
+                       type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
+  switch (op) {
+    case chorusSum:
+      s.kind = RedKind::kSum;
+      return s;
+    case chorusProd:
+      s.kind = RedKind::kProd;
+      return s;
+    case chorusMax:
+      s.kind = RedKind::kMax;
+      return s;
+    case chorusMin:
+      s.kind = RedKind::kMin;
+      return s;
+    case chorusAvg:
+      s.kind = RedKind::kSum;
+      if (isFloat) {
+        s.hasPre = true;
+        s.scaleF = 1.0 / nranks_;
+      } else {
+        s.hasPostDiv = true;
+        s.divisor = static_cast<uint64_t>(nranks_);
+      }
+      return s;
+    default:
+      break;
+  }
+  // Pre-multiplied sum: the scalar is read now (at launch), in its own type.
+  PreMulOp p;
+  {
+    std::lock_guard<std::mutex> g(redOpMu_);
+    p = redOps_[static_cast<int>(op) - chorusNumOps];
+  }
+  unsigned char v[8] = {0};
+  std::memcpy(v, p.residence == chorusScalarHostImmediate ? p.value : p.ptr, typeSize(type));
+  s.kind = RedKind::kSum;
+  s.hasPre = true;
+  switch (type) {
+    case chorusInt8: {
+      int8_t x;
+      std::memcpy(&x, v, 1);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      break;
+    }
+    case chorusUint8:
+      s.scaleI = v[0];
+      break;
+    case chorusInt32: {
+      int32_t x;
+      std::memcpy(&x, v, 4);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      break;
+    }
+    case chorusUint32: {
+      uint32_t x;
+      std::memcpy(&x, v, 4);
+      s.scaleI = x;
+      break;
+    }
+    case chorusInt64:
+    case chorusUint64:
+      std::memcpy(&s.scaleI, v, 8);
+      break;
+    case chorusFloat16:
+      s.scaleF = toFloat(Half{static_cast<uint16_t>(v[0] | (v[1] << 8))});
+      break;
+    case chorusBfloat16:
+      s.scaleF = toFloat(BFloat16{static_cast<uint16_t>(v[0] | (v[1] << 8))});
+      break;
+    case chorusFloat8e4m3:
+      s.scaleF = toFloat(Fp8E4M3{v[0]});
+      break;
+    case chorusFloat8e5m2:
+      s.scaleF = toFloat(Fp8E5M2{v[0]});
+      break;
+    case chorusFloat32: {
+      float x;
+      std::memcpy(&x, v, 4);
+      s.scaleF = x;
+      break;
+    }
+    default: {
+      double x;
+      std::memcpy(&x, v, 8);
+      s.scaleF = x;
+      break;
+    }
+  }
+  return s;
+}
+
+void Communicator::taskStarted() {
+  std::lock_guard<std::mutex> g(workMu_);
+  ++outstanding_;
+}
+
+void Communicator::taskFinished() {
+  std::lock_guard<std::mutex> g(workMu_);
+  if (--outstanding_ == 0) workCv_.notify_all();
+}
+
+Status Communicator::waitIdle() {
+  std::unique_lock<std::mutex> lk(workMu_);
+  // Tasks end by themselves: by completing, by the timeout, or at once after an abort.
+  workCv_.wait(lk, [&] { return outstanding_ == 0; });
+  return asyncError();
+}
+
+void Communicator::abort() {
+  abort_.store(true, std::memory_order_release);
+  // Wake anything that waits on a FIFO of this communicator so it sees the flag.
+  for (auto& c : connections_) c->fifo().close();
+}
+
+}  // namespace chorus

@@ -1,0 +1,187 @@
+// The Communicator: one rank's membership in a clique, and the owner of everything it uses
+// (configuration, logger, bootstrap, connections, socket proxy, a share of a progress engine).
+//
+// Thread-compatible for the calls a user makes on one communicator (as NCCL: one thread issues a
+// communicator's calls at a time); the TaskOwner side (abort flag, async error) is thread-safe
+// because engine threads use it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/config.h"
+#include "src/core/engine.h"
+#include "src/core/lane.h"
+#include "src/core/log.h"
+#include "src/core/task.h"
+#include "transports/socket/socket_proxy.h"
+#include "transports/transport.h"
+
+namespace chorus {
+
+enum class CollType {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv
+};
+const char* collName(CollType c);
+
+class Communicator;
+
+// One call, as recorded when it is issued (validated already).
+struct OpInfo {
+  CollType coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  chorusDataType_t type;
+  chorusRedOp_t op;
+  int root;  // root, or peer for send/recv
+  Communicator* comm;
+  chorusStream_t stream;
+};
+
+size_t typeSize(chorusDataType_t t);
+const char* typeName(chorusDataType_t t);
+
+// Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
+struct CommOptions {
+  bool blocking = true;
+  int64_t timeoutNs = 0;  // 0: from the environment
+  std::string name;
+};
+Result<CommOptions> readUserConfig(const chorusConfig_t* config);
+
+class Communicator : public TaskOwner {
+ public:
+  enum class State { kInitializing, kReady, kFailed, kFinalized };
+
+  ~Communicator() override;
+
+  // Joins the clique of `id`. `engine` may be shared (InitAll, split); null makes a new one.
+  static Result<std::unique_ptr<Communicator>> create(const BootstrapId& id, int rank, int nranks,
+                                                      const CommOptions& options, std::shared_ptr<Engine> engine);
+  // Collective over `parent`: the new communicator of this rank's color (null for NOCOLOR).
+  static Result<std::unique_ptr<Communicator>> split(Communicator& parent, int color, int key,
+                                                     const CommOptions& options);
+
+  int rank() const override { return rank_; }
+  int nranks() const { return nranks_; }
+  uint64_t commId() const { return commId_; }
+  const Config& config() const { return config_; }
+  const Logger& log() const { return log_; }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  void setState(State s) { state_.store(s, std::memory_order_release); }
+  bool blocking() const { return blocking_; }
+
+  // TaskOwner.
+  bool aborted() const override { return abort_.load(std::memory_order_acquire); }
+  Status asyncError() const override;
+  void setAsyncError(const Status& s) override;
+  int64_t timeoutNs() const override { return config_.timeoutNs; }
+  std::string describePeer(int peer) const override;
+
+  // Custom reduction operators.
+  Result<chorusRedOp_t> createPreMulSum(const void* scalar, chorusDataType_t type, chorusScalarResidence_t residence);
+  Status destroyRedOp(chorusRedOp_t op);
+  Status checkRedOp(chorusRedOp_t op, chorusDataType_t type) const;
+
+  // Launch support (src/core/launch.cc): connections a set of ops still needs, and the task.
+  struct ConnNeed {
+    int peer;
+    bool send;
+    uint64_t tag;
+    int channel;  // -1 for point-to-point
+  };
+  std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
+  // Runs the three connection phases for the needs of several communicators together.
+  static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
+  Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
+  Engine& engine() { return *engine_; }
+  const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
+
+  // Work accounting so destroy/finalize wait for what was launched.
+  void taskStarted();
+  void taskFinished();
+  Status waitIdle();
+
+  // Ends the communicator's life: stop (abort) or wait (destroy), then free.
+  void abort();
+
+ private:
+  Communicator() = default;
+  Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
+  ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
+
+  Config config_;
+  Logger log_;
+  bool blocking_ = true;
+  std::string name_;
+  int rank_ = -1;
+  int nranks_ = 0;
+  uint64_t commId_ = 0;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<SocketProxy> proxy_;
+  HostKernels kernels_{};
+
+  // Connections and this rank's positions in them.
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<int> ring_;  // ring order of ranks; ringPos_ is this rank's index
+  int ringPos_ = 0;
+  std::vector<std::unique_ptr<SendCursor>> ringSend_;  // per channel, to the next rank
+  std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
+  std::vector<std::unique_ptr<SendCursor>> p2pSend_;   // per peer
+  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;   // per peer
+  uint64_t collSeq_ = 0;
+  std::vector<uint64_t> p2pSendSeq_;
+  std::vector<uint64_t> p2pRecvSeq_;
+  uint64_t splitSeq_ = 0;
+
+  struct PreMulOp {
+    bool live = false;
+    chorusDataType_t type = chorusFloat32;
+    chorusScalarResidence_t residence = chorusScalarHostImmediate;
+    unsigned char value[8] = {0};
+    const void* ptr = nullptr;
+  };
+  std::vector<PreMulOp> redOps_;
+  mutable std::mutex redOpMu_;
+
+  std::atomic<State> state_{State::kInitializing};
+  std::atomic<bool> abort_{false};
+  mutable std::mutex errMu_;
+  Status asyncError_;  // guarded by errMu_
+
+  std::mutex workMu_;
+  std::condition_variable workCv_;
+  int outstanding_ = 0;  // guarded by workMu_
+};
+
+}  // namespace chorus
+
+// The C handle. `magic` tells a live communicator from garbage; destroy clears it.
+struct chorusComm {
+  static constexpr uint64_t kMagic = 0x63686f7275734d4dull;
+  uint64_t magic = kMagic;
+  std::unique_ptr<chorus::Communicator> impl;
+  // Non-blocking init runs here; joined before the handle is used or freed.
+  std::thread initThread;
+  std::atomic<bool> initDone{false};
+  std::mutex initMu;
+  chorus::Status initStatus;  // guarded by initMu
+};

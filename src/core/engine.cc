@@ -1,0 +1,129 @@
+#include "src/core/engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "src/core/os.h"
+
+namespace chorus {
+
+Engine::Engine(const Config& config)
+    : spinNs_(config.spinNs), yieldIters_(config.yieldIters), sleepMaxNs_(config.sleepMaxNs) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (auto* w = sleepingOn_.load()) futexWakeAll(w);
+  thread_.join();
+}
+
+void Engine::submit(std::unique_ptr<Task> task) {
+  task->lastProgressNs = nowNs();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    incoming_.push_back(std::move(task));
+  }
+  // seq_cst pair with loop(): it publishes sleepingOn_ and then re-reads pending_.
+  pending_.fetch_add(1, std::memory_order_seq_cst);
+  cv_.notify_all();
+  if (auto* w = sleepingOn_.load(std::memory_order_seq_cst)) futexWakeAll(w);
+}
+
+void Engine::idle(const WaitInfo& wait, int64_t idleNs, int* yields) {
+  if (idleNs < spinNs_) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    return;
+  }
+  if (*yields < yieldIters_) {
+    ++*yields;
+    sched_yield();
+    return;
+  }
+  if (!wait.word) return;
+  // Announce the nap, then re-check both the word and new submissions before sleeping.
+  wait.sleeperFlag->fetch_add(1, std::memory_order_seq_cst);
+  sleepingOn_.store(wait.word, std::memory_order_seq_cst);
+  if (wait.word->load(std::memory_order_seq_cst) == wait.seen && pending_.load(std::memory_order_seq_cst) == 0) {
+    futexWait(wait.word, wait.seen, sleepMaxNs_);
+  }
+  sleepingOn_.store(nullptr, std::memory_order_relaxed);
+  wait.sleeperFlag->fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Engine::loop() {
+  // Per communicator, its tasks in submission order; only the first of each runs.
+  std::map<TaskOwner*, std::deque<std::unique_ptr<Task>>> queues;
+  int64_t idleSince = 0;
+  int yields = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (queues.empty()) cv_.wait(lk, [&] { return stop_ || !incoming_.empty(); });
+      if (stop_ && incoming_.empty() && queues.empty()) return;
+      for (auto& t : incoming_) {
+        TaskOwner* o = t->owner();
+        queues[o].push_back(std::move(t));
+      }
+      pending_.fetch_sub(static_cast<int>(incoming_.size()), std::memory_order_relaxed);
+      incoming_.clear();
+    }
+    bool movedAny = false;
+    WaitInfo firstWait;
+    const int64_t now = nowNs();
+    for (auto it = queues.begin(); it != queues.end();) {
+      auto& q = it->second;
+      Task& t = *q.front();
+      TaskOwner* o = it->first;
+      Status s;
+      WaitInfo w;
+      bool moved = false;
+      Status broken = o->asyncError();
+      if (!broken.isOk()) {
+        s = Status(broken.code(), "the communicator failed earlier: " + broken.message());
+      } else if (o->aborted()) {
+        s = remoteError("the communicator was aborted");
+      } else {
+        s = t.progress(&w, &moved);
+      }
+      if (moved) {
+        t.lastProgressNs = now;
+        movedAny = true;
+      }
+      if (s.inProgress()) {
+        if (!firstWait.word) firstWait = w;
+        if (now - t.lastProgressNs > o->timeoutNs()) {
+          s = systemError(t.describeStall(w, now - t.lastProgressNs));
+        }
+      }
+      if (!s.inProgress()) {
+        if (!s.isOk()) o->setAsyncError(s);
+        t.complete(s);
+        q.pop_front();
+        movedAny = true;
+        if (q.empty()) {
+          it = queues.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    if (movedAny || queues.empty()) {
+      idleSince = 0;
+      yields = 0;
+      continue;
+    }
+    if (idleSince == 0) idleSince = now;
+    idle(firstWait, now - idleSince, &yields);
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,162 @@
+#include "src/core/group.h"
+
+#include <map>
+#include <thread>
+
+#include "src/core/stream.h"
+
+namespace chorus {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<OpInfo> ops;
+  std::vector<InitJob> inits;
+  Status error;
+};
+
+thread_local GroupState tGroup;
+
+}  // namespace
+
+bool inGroup() { return tGroup.depth > 0; }
+void groupStart() { ++tGroup.depth; }
+
+void groupFail(const Status& s) {
+  if (tGroup.depth > 0 && tGroup.error.isOk()) tGroup.error = s;
+}
+
+bool deferInit(const InitJob& job) {
+  if (tGroup.depth == 0) return false;
+  tGroup.inits.push_back(job);
+  return true;
+}
+
+Status submitOp(const OpInfo& op) {
+  if (tGroup.depth > 0) {
+    tGroup.ops.push_back(op);
+    return Status::ok();
+  }
+  std::vector<OpInfo> ops{op};
+  return launch(ops);
+}
+
+Status runInit(const InitJob& job) {
+  chorusComm* h = job.handle;
+  auto r = Communicator::create(job.id, job.rank, job.nranks, job.options, nullptr);
+  Status s = r.status();
+  std::lock_guard<std::mutex> g(h->initMu);
+  if (r.isOk()) h->impl = r.take();
+  h->initStatus = s;
+  h->initDone.store(true, std::memory_order_release);
+  return s;
+}
+
+Status groupEnd() {
+  if (tGroup.depth == 0) {
+    return invalidUsage("chorusGroupEnd without a matching chorusGroupStart on this thread");
+  }
+  if (--tGroup.depth > 0) return Status::ok();
+  GroupState g = std::move(tGroup);
+  tGroup = GroupState();
+  if (!g.error.isOk()) {
+    return invalidUsage("a call inside this group failed, so nothing in the group was launched: " + g.error.message());
+  }
+  if (!g.inits.empty()) {
+    if (!g.ops.empty()) {
+      return invalidUsage("a group may hold communicator inits or operations, not both (as in NCCL)");
+    }
+    // Every init of the group runs at once: ranks of one clique driven by one thread must all
+    // join the bootstrap together. Non-blocking handles keep running in the background.
+    std::vector<std::thread> threads;
+    std::vector<Status> results(g.inits.size());
+    for (size_t i = 0; i < g.inits.size(); ++i) {
+      const InitJob job = g.inits[i];
+      if (!job.options.blocking) {
+        job.handle->initThread = std::thread([job] { (void)runInit(job); });
+        results[i] = Status(chorusInProgress, "");
+        continue;
+      }
+      threads.emplace_back([job, &results, i] { results[i] = runInit(job); });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& s : results) {
+      if (!s.isOk()) return s;
+    }
+    return Status::ok();
+  }
+  if (g.ops.empty()) return Status::ok();
+  return launch(g.ops);
+}
+
+Status launch(std::vector<OpInfo>& ops) {
+  // Per communicator, in issue order.
+  std::vector<Communicator*> comms;
+  std::map<Communicator*, std::vector<OpInfo>> byComm;
+  std::map<Communicator*, chorusStream_t> streamOf;
+  for (const auto& op : ops) {
+    auto [it, fresh] = byComm.try_emplace(op.comm);
+    if (fresh) {
+      comms.push_back(op.comm);
+      streamOf[op.comm] = op.stream;
+    } else if (streamOf[op.comm] != op.stream) {
+      return invalidUsage("operations of one communicator in one group must use one stream (rank " +
+                          std::to_string(op.comm->rank()) + " used two)");
+    }
+    it->second.push_back(op);
+  }
+  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> work;
+  for (Communicator* c : comms) {
+    auto needs = c->connectionsNeeded(byComm[c]);
+    if (!needs.empty()) work.emplace_back(c, std::move(needs));
+  }
+  if (!work.empty()) {
+    Status s = Communicator::connect(work);
+    if (!s.isOk()) {
+      for (auto& w : work) w.first->setAsyncError(s);
+      return s;
+    }
+  }
+  // Per stream, the tasks of every communicator on it.
+  std::map<chorusStream_t, std::vector<std::unique_ptr<Task>>> byStream;
+  std::vector<chorusStream_t> streams;
+  for (Communicator* c : comms) {
+    CHORUS_ASSIGN_OR_RETURN(auto task, c->plan(byComm[c]));
+    chorusStream_t s = streamOf[c];
+    if (!byStream.count(s)) streams.push_back(s);
+    byStream[s].push_back(std::move(task));
+  }
+  std::shared_ptr<LaunchLatch> nullLatch;
+  for (chorusStream_t s : streams) {
+    auto tasks = std::make_shared<std::vector<std::unique_ptr<Task>>>(std::move(byStream[s]));
+    auto latch = std::make_shared<LaunchLatch>(static_cast<int>(tasks->size()));
+    for (auto& t : *tasks) {
+      auto* c = static_cast<Communicator*>(t->owner());
+      c->taskStarted();
+      t->setOnDone([c, latch](const Status& st) {
+        latch->done(st);
+        c->taskFinished();
+      });
+    }
+    auto run = [tasks, latch]() -> Status {
+      for (auto& t : *tasks) {
+        auto* c = static_cast<Communicator*>(t->owner());
+        c->engine().submit(std::move(t));
+      }
+      return latch->wait();
+    };
+    if (s == nullptr) {
+      for (auto& t : *tasks) {
+        auto* c = static_cast<Communicator*>(t->owner());
+        c->engine().submit(std::move(t));
+      }
+      nullLatch = latch;
+    } else {
+      s->impl->enqueue(run);
+    }
+  }
+  if (nullLatch) return nullLatch->wait();
+  return Status::ok();
+}
+
+}  // namespace chorus

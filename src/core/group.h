@@ -1,0 +1,41 @@
+// Group semantics and launching.
+//
+// Group state is per thread (chorusGroupStart/End nest). Outside a group every call is a group of
+// one. At the outermost chorusGroupEnd the recorded communicator inits run (concurrently), and the
+// recorded operations are connected, planned and launched: per stream, one work item that submits
+// the tasks of every communicator on that stream at once, so one thread can drive several ranks of
+// one clique; on the NULL stream the group completes before chorusGroupEnd returns.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "src/core/comm.h"
+
+namespace chorus {
+
+struct InitJob {
+  chorusComm* handle;
+  BootstrapId id;
+  int rank;
+  int nranks;
+  CommOptions options;
+};
+
+bool inGroup();
+void groupStart();
+// Ends one level; at the outermost level runs what was recorded.
+Status groupEnd();
+// Records an op (inside a group) or launches it at once (outside).
+Status submitOp(const OpInfo& op);
+// Records an init (inside a group); returns false when not in a group.
+bool deferInit(const InitJob& job);
+// Records a failure of a call inside the group: the group then launches nothing.
+void groupFail(const Status& s);
+
+// Runs one init into its handle (used directly and by groupEnd).
+Status runInit(const InitJob& job);
+// Launches ops now (a group's worth).
+Status launch(std::vector<OpInfo>& ops);
+
+}  // namespace chorus

@@ -1,0 +1,107 @@
+// chorusCommInitFromEnv: a communicator from the environment of the launcher that started us.
+//
+// Recognised, in this order:
+//   chorusrun:  CHORUS_RANK, CHORUS_NRANKS, CHORUS_COMM_ID
+//   Open MPI:   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, CHORUS_COMM_ID
+//   torchrun:   RANK, WORLD_SIZE, MASTER_ADDR; the root listens on CHORUS_COMM_ID if set, else on
+//               MASTER_ADDR at port MASTER_PORT + 1 (MASTER_PORT is PyTorch's store)
+//   Slurm:      SLURM_PROCID, SLURM_NTASKS; the root is the first host of SLURM_STEP_NODELIST
+//               (or SLURM_JOB_NODELIST) at port 20000 + (SLURM_JOB_ID * 64 + SLURM_STEP_ID) % 20000,
+//               unless CHORUS_COMM_ID is set
+#include "src/core/init_env.h"
+
+#include <cstdlib>
+
+namespace chorus {
+namespace {
+
+const char* envOr(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+Result<int> envInt(const char* name) {
+  const char* v = envOr(name);
+  if (!v) return invalidArgument(std::string(name) + " is not set");
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 30)) {
+    return invalidArgument(std::string(name) + "=" + v + " is not a non-negative integer");
+  }
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+// "node[03-05,07],other" -> "node03"; "a,b" -> "a".
+std::string firstSlurmHost(const std::string& list) {
+  size_t bracket = list.find('[');
+  size_t comma = list.find(',');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) {
+    return list.substr(0, comma);
+  }
+  std::string prefix = list.substr(0, bracket);
+  size_t end = list.find_first_of("-,]", bracket + 1);
+  return prefix + list.substr(bracket + 1, end - bracket - 1);
+}
+
+Result<EnvLaunch> readLaunchEnv() {
+  EnvLaunch l;
+  const char* commId = envOr("CHORUS_COMM_ID");
+  if (envOr("CHORUS_RANK") || envOr("CHORUS_NRANKS")) {
+    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("CHORUS_RANK"));
+    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("CHORUS_NRANKS"));
+    if (!commId) return invalidArgument("CHORUS_RANK is set but CHORUS_COMM_ID (host:port of rank 0's root) is not");
+    l.rootHostPort = commId;
+    return l;
+  }
+  if (envOr("OMPI_COMM_WORLD_RANK")) {
+    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("OMPI_COMM_WORLD_RANK"));
+    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("OMPI_COMM_WORLD_SIZE"));
+    if (!commId) {
+      return invalidArgument("under mpirun, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
+                             "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
+    }
+    l.rootHostPort = commId;
+    return l;
+  }
+  if (envOr("RANK") && envOr("WORLD_SIZE")) {
+    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("RANK"));
+    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("WORLD_SIZE"));
+    if (commId) {
+      l.rootHostPort = commId;
+      return l;
+    }
+    const char* addr = envOr("MASTER_ADDR");
+    if (!addr) return invalidArgument("RANK and WORLD_SIZE are set but MASTER_ADDR is not (and no CHORUS_COMM_ID)");
+    CHORUS_ASSIGN_OR_RETURN(int port, envInt("MASTER_PORT"));
+    l.rootHostPort = std::string(addr) + ":" + std::to_string(port + 1);
+    return l;
+  }
+  if (envOr("SLURM_PROCID")) {
+    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("SLURM_PROCID"));
+    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("SLURM_NTASKS"));
+    if (commId) {
+      l.rootHostPort = commId;
+      return l;
+    }
+    const char* nodes = envOr("SLURM_STEP_NODELIST");
+    if (!nodes) nodes = envOr("SLURM_JOB_NODELIST");
+    if (!nodes) return invalidArgument("SLURM_PROCID is set but neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is");
+    CHORUS_ASSIGN_OR_RETURN(int job, envInt("SLURM_JOB_ID"));
+    int step = 0;
+    if (envOr("SLURM_STEP_ID")) {
+      CHORUS_ASSIGN_OR_RETURN(step, envInt("SLURM_STEP_ID"));
+    }
+    const int port = 20000 + static_cast<int>((static_cast<int64_t>(job) * 64 + step) % 20000);
+    l.rootHostPort = firstSlurmHost(nodes) + ":" + std::to_string(port);
+    return l;
+  }
+  return invalidArgument(
+      "no launcher environment found: set CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (chorusrun does), or run "
+      "under mpirun (OMPI_COMM_WORLD_RANK/SIZE plus CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_JOB_ID)");
+}
+
+}  // namespace chorus
+

@@ -1,0 +1,126 @@
+#include "src/core/lane.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace chorus {
+
+Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv)
+    : a_(args), steps_(std::move(steps)), send_(send), recv_(recv) {
+  slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
+}
+
+Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
+  if (h.commId == a_.commId && h.seq == a_.seq && h.bytes == bytes) return Status::ok();
+  return invalidUsage("rank " + std::to_string(recv_->peer) + " sent " + std::to_string(h.bytes) +
+                      " bytes for operation #" + std::to_string(h.seq) + " but this rank expected " +
+                      std::to_string(bytes) + " bytes for operation #" + std::to_string(a_.seq) +
+                      (h.commId != a_.commId ? " of another communicator" : "") +
+                      ": the ranks called different collectives, counts, types or roots, or in a different order");
+}
+
+Status Lane::progress(WaitInfo* wait, bool* moved) {
+  const size_t es = a_.elemSize;
+  while (stepIdx_ < steps_.size()) {
+    const Step& st = steps_[stepIdx_];
+    if (st.prim == Prim::kLocal) {
+      const char* in = a_.input + st.inOff * es;
+      char* out = a_.output + st.outOff * es;
+      // A single rank: its own contribution is the result (an integer avg divides by 1).
+      if (a_.spec.hasPre) {
+        a_.kernels->pre(a_.spec, a_.type, out, in, st.count);
+      } else if (in != out) {
+        std::memmove(out, in, st.count * es);
+      }
+      ++stepIdx_;
+      *moved = true;
+      continue;
+    }
+    const bool rx = primReceives(st.prim);
+    const bool tx = primSends(st.prim);
+    const size_t npieces = (st.count + slotElems_ - 1) / slotElems_;
+    while (piece_ < npieces) {
+      const size_t off = piece_ * slotElems_;
+      const size_t n = std::min(slotElems_, st.count - off);
+      const size_t bytes = n * es;
+      const char* rslot = nullptr;
+      if (rx) {
+        if (!recv_->fifo.hasData(recv_->head)) {
+          if (recv_->fifo.closed()) {
+            return remoteError("rank " + std::to_string(recv_->peer) + " closed its connection to this rank");
+          }
+          *wait = WaitInfo{&recv_->fifo.ctrl->tail, recv_->head, &recv_->fifo.ctrl->consumerWaiting, recv_->peer,
+                           true, st.prim, stepIdx_, a_.seq};
+          return Status(chorusInProgress, "");
+        }
+        const SlotHeader* h = recv_->fifo.header(recv_->head);
+        CHORUS_TRY(recvCheck(*h, bytes));
+        rslot = recv_->fifo.payload(recv_->head);
+      }
+      char* sslot = nullptr;
+      if (tx) {
+        if (!send_->fifo.hasSpace(send_->tail)) {
+          if (send_->fifo.closed()) {
+            return remoteError("rank " + std::to_string(send_->peer) + " closed its connection to this rank");
+          }
+          auto* headWord = &send_->fifo.ctrl->head;
+          *wait = WaitInfo{headWord, headWord->load(std::memory_order_acquire), &send_->fifo.ctrl->producerWaiting,
+                           send_->peer, false, st.prim, stepIdx_, a_.seq};
+          return Status(chorusInProgress, "");
+        }
+        sslot = send_->fifo.payload(send_->tail);
+      }
+      const char* in = a_.input + (st.inOff + off) * es;
+      char* out = a_.output + (st.outOff + off) * es;
+      const HostKernels& k = *a_.kernels;
+      switch (st.prim) {
+        case Prim::kSend:
+          if (a_.spec.hasPre) {
+            k.pre(a_.spec, a_.type, sslot, in, n);
+          } else {
+            std::memcpy(sslot, in, bytes);
+          }
+          break;
+        case Prim::kRecv:
+          std::memcpy(out, rslot, bytes);
+          break;
+        case Prim::kCopySend:
+          if (out != in) std::memmove(out, in, bytes);
+          std::memcpy(sslot, in, bytes);
+          break;
+        case Prim::kRecvReduceSend:
+          k.reduce(a_.spec, a_.type, sslot, rslot, in, n, false);
+          break;
+        case Prim::kRecvReduceCopySend:
+          k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
+          std::memcpy(sslot, out, bytes);
+          break;
+        case Prim::kRecvCopySend:
+          std::memcpy(out, rslot, bytes);
+          std::memcpy(sslot, rslot, bytes);
+          break;
+        case Prim::kRecvReduceCopy:
+          k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
+          break;
+        case Prim::kLocal:
+          break;
+      }
+      if (tx) {
+        SlotHeader* h = send_->fifo.header(send_->tail);
+        h->commId = a_.commId;
+        h->seq = a_.seq;
+        h->step = static_cast<uint32_t>(stepIdx_);
+        h->bytes = static_cast<uint32_t>(bytes);
+        send_->fifo.publish(++send_->tail);
+      }
+      if (rx) recv_->fifo.release(++recv_->head);
+      ++piece_;
+      *moved = true;
+    }
+    ++stepIdx_;
+    piece_ = 0;
+  }
+  return Status::ok();
+}
+
+}  // namespace chorus

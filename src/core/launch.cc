@@ -1,0 +1,288 @@
+// Turning a communicator's recorded ops into connections and a Task.
+//
+// Ring collectives use one ring per channel: the count is cut into nChannels contiguous parts
+// and each channel runs the schedule of src/algo/schedule.h on its part, over its own pair of
+// connections. All-to-all, gather and scatter are sends and receives; point-to-point lanes to one
+// peer run in issue order (one connection each way), lanes to different peers concurrently.
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "src/core/comm.h"
+
+namespace chorus {
+namespace {
+
+constexpr uint64_t kRingTagBase = 1ull << 40;
+constexpr uint64_t kP2pTag = 2ull << 40;
+
+bool usesRing(CollType c) {
+  return c == CollType::kAllReduce || c == CollType::kBroadcast || c == CollType::kReduce ||
+         c == CollType::kAllGather || c == CollType::kReduceScatter;
+}
+
+// A byte transfer between this rank and `peer`, from expanding one op.
+struct P2pPart {
+  bool send;
+  int peer;
+  const char* src;
+  char* dst;
+  size_t bytes;
+};
+
+void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out) {
+  const size_t bytes = op.count * typeSize(op.type);
+  const auto* sb = static_cast<const char*>(op.sendbuff);
+  auto* rb = static_cast<char*>(op.recvbuff);
+  switch (op.coll) {
+    case CollType::kSend:
+      out->push_back({true, op.root, sb, nullptr, bytes});
+      break;
+    case CollType::kRecv:
+      out->push_back({false, op.root, nullptr, rb, bytes});
+      break;
+    case CollType::kAlltoAll:
+      for (int p = 0; p < nranks; ++p) {
+        out->push_back({true, p, sb + bytes * p, nullptr, bytes});
+        out->push_back({false, p, nullptr, rb + bytes * p, bytes});
+      }
+      break;
+    case CollType::kGather:
+      out->push_back({true, op.root, sb, nullptr, bytes});
+      if (rank == op.root) {
+        for (int p = 0; p < nranks; ++p) out->push_back({false, p, nullptr, rb + bytes * p, bytes});
+      }
+      break;
+    case CollType::kScatter:
+      if (rank == op.root) {
+        for (int p = 0; p < nranks; ++p) out->push_back({true, p, sb + bytes * p, nullptr, bytes});
+      }
+      out->push_back({false, op.root, nullptr, rb, bytes});
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
+  std::vector<ConnNeed> needs;
+  bool ring = false;
+  std::vector<char> sendTo(nranks_, 0);
+  std::vector<char> recvFrom(nranks_, 0);
+  for (const auto& op : ops) {
+    if (usesRing(op.coll)) {
+      ring = ring || nranks_ > 1;
+      continue;
+    }
+    std::vector<P2pPart> parts;
+    expandP2p(op, rank_, nranks_, &parts);
+    for (const auto& p : parts) {
+      if (p.peer == rank_) continue;
+      (p.send ? sendTo : recvFrom)[p.peer] = 1;
+    }
+  }
+  if (ring) {
+    const int next = ring_[(ringPos_ + 1) % nranks_];
+    const int prev = ring_[(ringPos_ - 1 + nranks_) % nranks_];
+    for (int c = 0; c < config_.nChannels; ++c) {
+      if (!ringSend_[c]) needs.push_back({next, true, kRingTagBase | static_cast<uint64_t>(c), c});
+      if (!ringRecv_[c]) needs.push_back({prev, false, kRingTagBase | static_cast<uint64_t>(c), c});
+    }
+  }
+  for (int p = 0; p < nranks_; ++p) {
+    if (sendTo[p] && !p2pSend_[p]) needs.push_back({p, true, kP2pTag, -1});
+    if (recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, -1});
+  }
+  return needs;
+}
+
+Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work) {
+  struct PendingRecv {
+    Communicator* comm;
+    ConnNeed need;
+    Connection* conn;
+  };
+  std::vector<PendingRecv> pending;
+  auto ctxFor = [](Communicator* c) {
+    ConnectContext ctx;
+    ctx.bootstrap = c->bootstrap_.get();
+    ctx.config = &c->config_;
+    ctx.log = &c->log_;
+    ctx.proxy = c->proxy_.get();
+    ctx.rank = c->rank_;
+    return ctx;
+  };
+  // Phase 1: every receiver prepares its FIFO and tells the sender how to reach it.
+  for (auto& [c, needs] : work) {
+    for (const auto& n : needs) {
+      if (n.send) continue;
+      ConnectContext ctx = ctxFor(c);
+      Transport& t = transportFor(chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]));
+      std::vector<char> handle;
+      CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), &handle));
+      CHORUS_TRY(c->bootstrap_->send(n.peer, makeTag(TagSpace::kConnect, n.tag), handle.data(), handle.size()));
+      pending.push_back({c, n, conn.get()});
+      c->connections_.push_back(std::move(conn));
+    }
+  }
+  // Phase 2: every sender attaches to the FIFO it was told about.
+  for (auto& [c, needs] : work) {
+    for (const auto& n : needs) {
+      if (!n.send) continue;
+      ConnectContext ctx = ctxFor(c);
+      const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
+      CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle, c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
+      CHORUS_ASSIGN_OR_RETURN(auto conn,
+                              transportFor(kind).connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), handle));
+      auto cursor = std::make_unique<SendCursor>();
+      cursor->fifo = conn->fifo();
+      cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
+      cursor->peer = n.peer;
+      if (n.channel >= 0) {
+        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.channel, c->rank_, n.peer, transportName(kind));
+        c->ringSend_[n.channel] = std::move(cursor);
+      } else {
+        c->log_.info(kSubsysP2p, "P2P : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
+        c->p2pSend_[n.peer] = std::move(cursor);
+      }
+      c->connections_.push_back(std::move(conn));
+    }
+  }
+  // Phase 3: receivers finish (the socket transport takes the sender's connection).
+  for (auto& p : pending) {
+    Communicator* c = p.comm;
+    ConnectContext ctx = ctxFor(c);
+    const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[p.need.peer]);
+    CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, p.need.tag)));
+    auto cursor = std::make_unique<RecvCursor>();
+    cursor->fifo = p.conn->fifo();
+    cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
+    cursor->peer = p.need.peer;
+    if (p.need.channel >= 0) {
+      c->ringRecv_[p.need.channel] = std::move(cursor);
+    } else {
+      c->p2pRecv_[p.need.peer] = std::move(cursor);
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {
+  auto task = std::make_unique<Task>(this);
+  const int nch = config_.nChannels;
+  const size_t slotBytes = config_.slotBytes;
+  std::vector<int> blockOf(nranks_);
+  for (int p = 0; p < nranks_; ++p) blockOf[p] = ring_[p];
+
+  // Point-to-point queues: one per (peer, direction), plus one for copies to self.
+  std::map<std::pair<int, bool>, size_t> queueOf;
+  auto queueFor = [&](int peer, bool send) {
+    auto key = std::make_pair(peer, send);
+    auto it = queueOf.find(key);
+    if (it != queueOf.end()) return it->second;
+    size_t q = queueOf.size();
+    queueOf[key] = q;
+    return q;
+  };
+  std::vector<P2pPart> selfSends;
+  std::vector<P2pPart> selfRecvs;
+  LaneArgs bytesArgs;
+  bytesArgs.elemSize = 1;
+  bytesArgs.type = chorusUint8;
+  bytesArgs.kernels = &kernels_;
+  bytesArgs.commId = commId_;
+  bytesArgs.slotBytes = slotBytes;
+
+  for (const auto& op : ops) {
+    if (!usesRing(op.coll)) {
+      std::vector<P2pPart> parts;
+      expandP2p(op, rank_, nranks_, &parts);
+      for (const auto& p : parts) {
+        if (p.peer == rank_) {
+          (p.send ? selfSends : selfRecvs).push_back(p);
+          continue;
+        }
+        LaneArgs a = bytesArgs;
+        a.input = p.src;
+        a.output = p.dst;
+        a.seq = p.send ? ++p2pSendSeq_[p.peer] : ++p2pRecvSeq_[p.peer];
+        std::vector<Step> steps;
+        if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
+        task->addToQueue(queueFor(p.peer, p.send),
+                         Lane(a, std::move(steps), p.send ? p2pSend_[p.peer].get() : nullptr,
+                              p.send ? nullptr : p2pRecv_[p.peer].get()));
+      }
+      continue;
+    }
+    LaneArgs a;
+    a.input = static_cast<const char*>(op.sendbuff);
+    a.output = static_cast<char*>(op.recvbuff);
+    a.elemSize = typeSize(op.type);
+    a.type = op.type;
+    a.kernels = &kernels_;
+    a.commId = commId_;
+    a.seq = ++collSeq_;
+    a.slotBytes = slotBytes;
+    const bool reduces = op.coll == CollType::kAllReduce || op.coll == CollType::kReduce ||
+                         op.coll == CollType::kReduceScatter;
+    if (reduces) a.spec = reduceSpec(op.op, op.type);
+    const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
+    const int rootPos = op.root;  // ring_ is the identity order
+    std::vector<Lane> lanes;
+    for (int c = 0; c < nch; ++c) {
+      const Block b = partition(op.count, nch, c);
+      if (b.count == 0) continue;
+      std::vector<Step> steps;
+      switch (op.coll) {
+        case CollType::kAllReduce:
+          steps = ringAllReduce(nranks_, ringPos_, b.count, loop);
+          break;
+        case CollType::kBroadcast:
+          steps = chainBroadcast(nranks_, ringPos_, rootPos, b.count, loop);
+          break;
+        case CollType::kReduce:
+          steps = chainReduce(nranks_, ringPos_, rootPos, b.count, loop);
+          break;
+        case CollType::kAllGather:
+          steps = ringAllGather(nranks_, ringPos_, blockOf, op.count, b.offset, b.count, loop);
+          break;
+        default:
+          steps = ringReduceScatter(nranks_, ringPos_, blockOf, op.count, b.offset, b.count, loop);
+          break;
+      }
+      if (op.coll == CollType::kAllReduce || op.coll == CollType::kBroadcast || op.coll == CollType::kReduce) {
+        for (auto& s : steps) {
+          s.inOff += b.offset;
+          s.outOff += b.offset;
+        }
+      }
+      lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? ringSend_[c].get() : nullptr,
+                         nranks_ > 1 ? ringRecv_[c].get() : nullptr);
+    }
+    task->addStage(std::move(lanes));
+  }
+
+  // A send to self meets the receive from self issued in the same order.
+  if (selfSends.size() != selfRecvs.size()) {
+    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(selfSends.size()) +
+                        " sends to itself but " + std::to_string(selfRecvs.size()) +
+                        " receives from itself in one group; they must pair up");
+  }
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    if (selfSends[i].bytes != selfRecvs[i].bytes) {
+      return invalidUsage("a send to self of " + std::to_string(selfSends[i].bytes) +
+                          " bytes meets a receive from self of " + std::to_string(selfRecvs[i].bytes) + " bytes");
+    }
+    LaneArgs a = bytesArgs;
+    a.input = selfSends[i].src;
+    a.output = selfRecvs[i].dst;
+    std::vector<Step> steps;
+    if (selfSends[i].bytes) steps.push_back(Step{Prim::kLocal, 0, 0, selfSends[i].bytes});
+    task->addToQueue(queueFor(rank_, true), Lane(a, std::move(steps), nullptr, nullptr));
+  }
+  return task;
+}
+
+}  // namespace chorus

@@ -1,0 +1,100 @@
+#include "src/core/os.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace chorus {
+
+void checkFailed(const char* cond, const char* file, int line) {
+  std::fprintf(stderr, "chorus: internal invariant broken: %s at %s:%d\n", cond, file, line);
+  std::abort();
+}
+
+Status errnoStatus(const std::string& what, int err) {
+  return systemError(what + ": " + std::strerror(err));
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Mapping& Mapping::operator=(Mapping&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+Result<Mapping> Mapping::map(int fd, size_t bytes) {
+  int flags = fd >= 0 ? MAP_SHARED : (MAP_SHARED | MAP_ANONYMOUS);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) return errnoStatus("mmap of " + std::to_string(bytes) + " bytes", errno);
+  Mapping m;
+  m.data_ = p;
+  m.size_ = bytes;
+  return m;
+}
+
+void Mapping::reset() {
+  if (data_) ::munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<UniqueFd> makeMemfd(const char* name, size_t bytes) {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
+  if (!fd.valid()) return errnoStatus("memfd_create", errno);
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return errnoStatus("ftruncate of a shared-memory segment to " + std::to_string(bytes) + " bytes", errno);
+  }
+  (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+  return fd;
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutNs) {
+  struct timespec ts;
+  ts.tv_sec = timeoutNs / 1000000000;
+  ts.tv_nsec = timeoutNs % 1000000000;
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+uint64_t randomU64() {
+  uint64_t v = 0;
+  char* p = reinterpret_cast<char*>(&v);
+  size_t got = 0;
+  while (got < sizeof(v)) {
+    ssize_t r = ::getrandom(p + got, sizeof(v) - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      checkFailed("getrandom succeeds", __FILE__, __LINE__);
+    }
+    got += static_cast<size_t>(r);
+  }
+  return v;
+}
+
+}  // namespace chorus

@@ -1,0 +1,79 @@
+// Owners of operating-system resources and small wrappers over system calls.
+//
+// Every descriptor and mapping has a move-only owner here; no other file calls close() or munmap().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "src/core/status.h"
+
+namespace chorus {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) reset(o.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// A shared mapping of a memfd (or of anonymous memory when fd < 0).
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(Mapping&& o) noexcept { *this = std::move(o); }
+  Mapping& operator=(Mapping&& o) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { reset(); }
+
+  static Result<Mapping> map(int fd, size_t bytes);
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  void reset();
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A memfd of `bytes` bytes, sealed against shrinking; `name` shows in /proc/<pid>/fd.
+Result<UniqueFd> makeMemfd(const char* name, size_t bytes);
+
+// Futex on a 32-bit word that may live in memory shared between processes.
+// Waits while *word == expected, at most `timeoutNs`; spurious returns are allowed.
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutNs);
+void futexWakeAll(std::atomic<uint32_t>* word);
+
+using Clock = std::chrono::steady_clock;
+inline int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+std::string hostName();
+// 64 random bits from the kernel's generator.
+uint64_t randomU64();
+
+}  // namespace chorus

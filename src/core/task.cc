@@ -1,0 +1,50 @@
+#include "src/core/task.h"
+
+namespace chorus {
+
+Status Task::progress(WaitInfo* wait, bool* moved) {
+  bool blocked = false;
+  // Point-to-point lanes first: they never depend on the collectives, so they always advance.
+  for (auto& q : queues_) {
+    while (q.next < q.lanes.size()) {
+      WaitInfo w;
+      Status s = q.lanes[q.next].progress(&w, moved);
+      if (s.inProgress()) {
+        if (!blocked) *wait = w;
+        blocked = true;
+        break;
+      }
+      if (!s.isOk()) return s;
+      ++q.next;
+    }
+  }
+  while (stage_ < stages_.size()) {
+    bool stageDone = true;
+    for (auto& lane : stages_[stage_]) {
+      if (lane.done()) continue;
+      WaitInfo w;
+      Status s = lane.progress(&w, moved);
+      if (s.inProgress()) {
+        if (!blocked) *wait = w;
+        blocked = true;
+        stageDone = false;
+      } else if (!s.isOk()) {
+        return s;
+      }
+    }
+    if (!stageDone) break;
+    ++stage_;
+  }
+  if (blocked || stage_ < stages_.size()) return Status(chorusInProgress, "");
+  return Status::ok();
+}
+
+std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {
+  return "rank " + std::to_string(owner_->rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
+         " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +
+         (w.forData ? "data from " : "free space at ") + owner_->describePeer(w.peer) + " in operation #" +
+         std::to_string(w.seq) + ", step " + std::to_string(w.step) + " (" + primName(w.prim) +
+         "); that rank is stuck, slow, or in a different call";
+}
+
+}  // namespace chorus

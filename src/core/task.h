@@ -1,0 +1,67 @@
+// A Task is one communicator's share of one launch: its collectives, run one after another (each a
+// set of lanes, one per channel), and its point-to-point lanes, run alongside them. The engine
+// progresses it; the communicator that made it outlives it. Progress-thread-only once submitted.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/core/lane.h"
+#include "src/core/status.h"
+
+namespace chorus {
+
+// What a task needs from its communicator; the communicator outlives its tasks.
+class TaskOwner {
+ public:
+  virtual ~TaskOwner() = default;
+  virtual bool aborted() const = 0;
+  // The error that broke the communicator, if any (ok otherwise).
+  virtual Status asyncError() const = 0;
+  virtual void setAsyncError(const Status& s) = 0;
+  virtual int64_t timeoutNs() const = 0;
+  virtual int rank() const = 0;
+  // "rank 3 (host:pid)" for messages.
+  virtual std::string describePeer(int peer) const = 0;
+};
+
+class Task {
+ public:
+  explicit Task(TaskOwner* owner) : owner_(owner) {}
+
+  TaskOwner* owner() const { return owner_; }
+  void addStage(std::vector<Lane> lanes) { stages_.push_back(std::move(lanes)); }
+  // Lanes of one queue run one after another (they share a connection); queues run concurrently
+  // with each other and with the stages.
+  void addToQueue(size_t queue, Lane lane) {
+    if (queues_.size() <= queue) queues_.resize(queue + 1);
+    queues_[queue].lanes.push_back(std::move(lane));
+  }
+  void setOnDone(std::function<void(const Status&)> f) { onDone_ = std::move(f); }
+
+  // ok: finished. inProgress: blocked (*wait says on what). Anything else: failed.
+  Status progress(WaitInfo* wait, bool* moved);
+  void complete(const Status& s) {
+    if (onDone_) onDone_(s);
+  }
+  // The sentence for a task that waited past its deadline.
+  std::string describeStall(const WaitInfo& w, int64_t waitedNs) const;
+
+  int64_t lastProgressNs = 0;
+
+ private:
+  TaskOwner* owner_;
+  std::vector<std::vector<Lane>> stages_;
+  size_t stage_ = 0;
+  struct Queue {
+    std::vector<Lane> lanes;
+    size_t next = 0;
+  };
+  std::vector<Queue> queues_;
+  std::function<void(const Status&)> onDone_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,71 @@
+// The FIFO every transport hands to the algorithms: a ring of slots with head/tail counters.
+//
+// The producer fills slot (tail % nslots) and then publishes it by storing tail + 1 with release
+// order; the consumer reads tail with acquire order, uses the slot, and frees it by storing
+// head + 1 with release order. Counters are 32-bit and wrap; only differences are compared. The
+// control words can live in memory shared between processes, so sleeping uses process-shared
+// futexes on the counters themselves: a side that goes to sleep sets its *Waiting word first, and
+// the other side wakes it after each store. On x86 the strong ordering would hide a missing
+// release/acquire; the orders written here are the ones a weaker machine (or a GPU) needs.
+//
+// Each slot starts with a SlotHeader that says which communicator, operation and step the data
+// belongs to and how many bytes follow; receivers check it against their own expectations and
+// never copy more than their own arguments allow.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace chorus {
+
+struct alignas(64) FifoControl {
+  alignas(64) std::atomic<uint32_t> tail{0};  // slots published by the producer
+  alignas(64) std::atomic<uint32_t> head{0};  // slots freed by the consumer
+  alignas(64) std::atomic<uint32_t> consumerWaiting{0};
+  std::atomic<uint32_t> producerWaiting{0};
+  std::atomic<uint32_t> closed{0};  // set when either side goes away or fails
+};
+
+struct alignas(64) SlotHeader {
+  uint64_t commId;
+  uint64_t seq;     // operation sequence number on this connection's communicator
+  uint32_t step;    // step of the schedule, for diagnostics and mismatch checks
+  uint32_t bytes;   // payload bytes that follow
+  uint64_t reserved[5];
+};
+static_assert(sizeof(SlotHeader) == 64, "slot header is one cache line");
+
+inline size_t fifoSlotStride(size_t slotBytes) { return sizeof(SlotHeader) + slotBytes; }
+inline size_t fifoBytes(uint32_t nslots, size_t slotBytes) {
+  return sizeof(FifoControl) + size_t(nslots) * fifoSlotStride(slotBytes);
+}
+
+// What a connector needs to use a FIFO; trivially copyable, like a device handle.
+struct FifoView {
+  FifoControl* ctrl = nullptr;
+  char* slots = nullptr;
+  uint32_t nslots = 0;
+  uint32_t slotBytes = 0;
+  int notifyFd = -1;  // eventfd of a proxy thread that must hear about every post/free (socket)
+
+  // Lays a FIFO out in `mem` (fifoBytes(nslots, slotBytes) bytes, zeroed).
+  static FifoView layout(void* mem, uint32_t nslots, uint32_t slotBytes);
+
+  SlotHeader* header(uint32_t index) const {
+    return reinterpret_cast<SlotHeader*>(slots + size_t(index % nslots) * fifoSlotStride(slotBytes));
+  }
+  char* payload(uint32_t index) const { return reinterpret_cast<char*>(header(index)) + sizeof(SlotHeader); }
+
+  // Producer side.
+  bool hasSpace(uint32_t tail) const { return tail - ctrl->head.load(std::memory_order_acquire) < nslots; }
+  void publish(uint32_t newTail) const;
+  // Consumer side.
+  bool hasData(uint32_t head) const { return ctrl->tail.load(std::memory_order_acquire) != head; }
+  void release(uint32_t newHead) const;
+
+  bool closed() const { return ctrl->closed.load(std::memory_order_acquire) != 0; }
+  void close() const;
+};
+
+}  // namespace chorus

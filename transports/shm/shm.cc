@@ -1,0 +1,86 @@
+// Shared-memory transport: processes of one host share a FIFO in a memfd.
+//
+// The receiver creates the memfd and offers it through its bootstrap's descriptor server (a Unix
+// socket in the abstract namespace); the sender fetches it with SCM_RIGHTS and maps it. Nothing
+// is ever named in /dev/shm, so nothing is left behind when a process is killed: the segment
+// lives exactly as long as some process maps it.
+#include <cstring>
+
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/config.h"
+#include "src/core/os.h"
+#include "transports/transport.h"
+
+namespace chorus {
+namespace {
+
+struct Handle {
+  uint64_t token;
+  uint32_t nslots;
+  uint32_t slotBytes;
+  char server[64];  // the receiver's descriptor server
+};
+
+class ShmConnection : public Connection {
+ public:
+  ShmConnection(int peer, Mapping mapping, FifoView fifo) : Connection(TransportKind::kShm, peer), map_(std::move(mapping)) {
+    fifo_ = fifo;
+  }
+  ~ShmConnection() override { fifo_.close(); }
+
+ private:
+  Mapping map_;
+};
+
+class ShmTransport : public Transport {
+ public:
+  TransportKind kind() const override { return TransportKind::kShm; }
+
+  Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
+                                                std::vector<char>* handle) override {
+    const auto nslots = static_cast<uint32_t>(ctx.config->slots);
+    const auto slotBytes = static_cast<uint32_t>(ctx.config->slotBytes);
+    const size_t bytes = fifoBytes(nslots, slotBytes);
+    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, makeMemfd("chorus-fifo", bytes));
+    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), bytes));
+    FifoView fifo = FifoView::layout(m.data(), nslots, slotBytes);
+    Handle h{randomU64() ^ tag, nslots, slotBytes, {0}};
+    std::snprintf(h.server, sizeof(h.server), "%s", ctx.bootstrap->fdServerName().c_str());
+    ctx.bootstrap->exportFd(peer, h.token, std::move(fd));
+    handle->resize(sizeof(h));
+    std::memcpy(handle->data(), &h, sizeof(h));
+    return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo));
+  }
+
+  Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t,
+                                                  const std::vector<char>& handle) override {
+    Handle h{};
+    if (handle.size() != sizeof(h)) return internalError("shared-memory connection handle has the wrong size");
+    std::memcpy(&h, handle.data(), sizeof(h));
+    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.bootstrap->importFd(peer, std::string(h.server, strnlen(h.server, sizeof(h.server))), h.token));
+    const size_t bytes = fifoBytes(h.nslots, h.slotBytes);
+    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), bytes));
+    FifoView fifo;
+    fifo.ctrl = static_cast<FifoControl*>(m.data());
+    fifo.slots = static_cast<char*>(m.data()) + sizeof(FifoControl);
+    fifo.nslots = h.nslots;
+    fifo.slotBytes = h.slotBytes;
+    return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo));
+  }
+
+  Status finishRecv(ConnectContext& ctx, Connection&, int peer, uint64_t tag) override {
+    (void)ctx;
+    (void)peer;
+    (void)tag;
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+Transport& shmTransport() {
+  static ShmTransport t;
+  return t;
+}
+
+}  // namespace chorus

@@ -1,0 +1,62 @@
+// The socket transport's proxy thread: moves slots between local FIFOs and TCP sockets.
+//
+// Algorithms post into and read from plain FIFOs in local memory; for a send connection the proxy
+// is the FIFO's consumer (it writes each published slot, header then payload, to the socket and
+// then frees it); for a receive connection it is the producer (it reads a header, checks the byte
+// count against the slot size, reads the payload and publishes the slot). FIFO posts and frees
+// ring the proxy's eventfd, so it sleeps in poll() when there is nothing to move.
+//
+// Thread-safe: add() may be called from any thread. A socket error or EOF closes that FIFO, so the
+// algorithm waiting on it fails at once with a message naming the peer.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/core/log.h"
+#include "src/core/os.h"
+#include "transports/fifo.h"
+
+namespace chorus {
+
+class SocketProxy {
+ public:
+  explicit SocketProxy(Logger log);
+  ~SocketProxy();
+  SocketProxy(const SocketProxy&) = delete;
+  SocketProxy& operator=(const SocketProxy&) = delete;
+
+  Status start();
+  int notifyFd() const { return wake_.get(); }
+  // Takes over a connected socket that carries `fifo` to (isSend) or from `peer`.
+  void add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::string peerName);
+
+ private:
+  struct Entry {
+    UniqueFd fd;
+    FifoView fifo;
+    bool isSend = false;
+    int peer = -1;
+    std::string peerName;
+    uint32_t next = 0;   // send: next slot to transmit; recv: next slot to fill
+    size_t offset = 0;   // bytes of that slot moved so far
+    bool wantWrite = false;
+    bool failed = false;
+  };
+
+  void loop();
+  // Moves what can move without blocking; returns true if anything moved.
+  bool progress(Entry& e);
+  void fail(Entry& e, const std::string& why);
+
+  Logger log_;
+  UniqueFd wake_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<Entry> incoming_;  // guarded by mu_
+};
+
+}  // namespace chorus

@@ -1,0 +1,83 @@
+#include "transports/transport.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "src/core/config.h"
+#include "src/core/os.h"
+
+namespace chorus {
+namespace {
+
+uint64_t hash64(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hostIdentity() {
+  if (const char* v = std::getenv("CHORUS_HOSTID"); v && *v) return v;
+  std::string id = hostName();
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string bootId;
+  if (boot >> bootId) id += "|" + bootId;
+  struct stat st {};
+  if (::stat("/proc/self/ns/net", &st) == 0) id += "|netns:" + std::to_string(st.st_ino);
+  return id;
+}
+
+// Random per process, fixed for its lifetime: tells threads of one process from processes that
+// happen to share a pid in different pid namespaces.
+const uint64_t kProcessNonce = randomU64();
+
+}  // namespace
+
+PeerInfo PeerInfo::local(const Config& config) {
+  PeerInfo p;
+  p.hostHash = hash64(hostIdentity());
+  p.processNonce = kProcessNonce;
+  p.pid = static_cast<int32_t>(::getpid());
+  p.flags = (config.shmDisable ? kShmDisabled : 0) | (config.p2pDisable ? kP2pDisabled : 0);
+  std::snprintf(p.host, sizeof(p.host), "%s", hostName().c_str());
+  return p;
+}
+
+const char* transportName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kInProc:
+      return "inproc";
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kSocket:
+      return "socket";
+  }
+  return "?";
+}
+
+TransportKind chooseTransport(const PeerInfo& a, const PeerInfo& b) {
+  const uint32_t flags = a.flags | b.flags;
+  const bool sameHost = a.hostHash == b.hostHash;
+  const bool sameProcess = sameHost && a.processNonce == b.processNonce && a.pid == b.pid;
+  if (sameProcess && !(flags & PeerInfo::kP2pDisabled)) return TransportKind::kInProc;
+  if (sameHost && !(flags & PeerInfo::kShmDisabled)) return TransportKind::kShm;
+  return TransportKind::kSocket;
+}
+
+Transport& transportFor(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kInProc:
+      return inProcTransport();
+    case TransportKind::kShm:
+      return shmTransport();
+    case TransportKind::kSocket:
+      break;
+  }
+  return socketTransport();
+}
+
+}  // namespace chorus
