@@ -106,6 +106,19 @@ uint64_t mix(uint64_t a, uint64_t b) {
 }  // namespace
 
 Communicator::~Communicator() {
+  // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
+  // before it stops (unless aborted, or the connection failed, or the timeout passes).
+  if (proxy_ && !aborted()) {
+    const int64_t deadline = nowNs() + config_.timeoutNs;
+    auto unsent = [&](const std::unique_ptr<SendCursor>& c) {
+      return c && c->viaProxy && !c->fifo.closed() &&
+             c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
+    };
+    while (nowNs() < deadline && (std::any_of(ringSend_.begin(), ringSend_.end(), unsent) ||
+                                  std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent))) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
   // that are all done by now; the bootstrap serves descriptors for connections.
   proxy_.reset();

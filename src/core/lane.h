@@ -21,6 +21,7 @@ struct SendCursor {
   FifoView fifo;
   uint32_t tail = 0;
   int peer = -1;
+  bool viaProxy = false;  // slots leave through a proxy thread (socket): published is not yet sent
 };
 struct RecvCursor {
   FifoView fifo;

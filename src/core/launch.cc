@@ -140,6 +140,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       cursor->fifo = conn->fifo();
       cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
       cursor->peer = n.peer;
+      cursor->viaProxy = kind == TransportKind::kSocket;
       if (n.channel >= 0) {
         c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.channel, c->rank_, n.peer, transportName(kind));
         c->ringSend_[n.channel] = std::move(cursor);
