@@ -1,0 +1,200 @@
+// The host reductions, every ISA path, against a plain scalar reference written here.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/reduce_host.h"
+
+using namespace chorus;
+
+namespace {
+
+template <typename T>
+std::vector<T> randomValues(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    if constexpr (std::is_floating_point_v<T>) {
+      x = static_cast<T>(static_cast<int64_t>(rng() % 2001) - 1000) / T(8);
+      if (rng() % 97 == 0) x = NAN;
+    } else {
+      x = static_cast<T>(rng());
+    }
+  }
+  return v;
+}
+
+// The reference: one element at a time, in the obvious way.
+template <typename T>
+T refOp(RedKind k, T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return (k == RedKind::kSum || k == RedKind::kProd) ? a + b : NAN;
+    switch (k) {
+      case RedKind::kSum:
+        return a + b;
+      case RedKind::kProd:
+        return a * b;
+      case RedKind::kMax:
+        return std::max(a, b);
+      default:
+        return std::min(a, b);
+    }
+  } else {
+    using U = std::make_unsigned_t<T>;
+    switch (k) {
+      case RedKind::kSum:
+        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      case RedKind::kProd:
+        return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case RedKind::kMax:
+        return std::max(a, b);
+      default:
+        return std::min(a, b);
+    }
+  }
+}
+
+template <typename T>
+bool sameBits(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) && std::isnan(b)) return true;
+  }
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <typename T>
+void checkType(int typeId) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    auto k = hostKernelsFor(isa);
+    if (!k) {
+      WARN("this CPU cannot run " << cpuIsaName(isa) << "; that path is not tested here");
+      continue;
+    }
+    for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+      for (size_t n : {size_t(0), size_t(1), size_t(3), size_t(17), size_t(1000), size_t(4099)}) {
+        auto a = randomValues<T>(n + 1, 1);
+        auto b = randomValues<T>(n + 1, 2);
+        std::vector<T> out(n + 1);
+        ReduceSpec s;
+        s.kind = kind;
+        // Misaligned by one element's worth of bytes through +1 on a char view.
+        std::vector<char> ra((n + 1) * sizeof(T) + 1), rb((n + 1) * sizeof(T) + 1), ro((n + 1) * sizeof(T) + 1);
+        std::memcpy(ra.data() + 1, a.data(), n * sizeof(T));
+        std::memcpy(rb.data() + 1, b.data(), n * sizeof(T));
+        k->reduce(s, typeId, ro.data() + 1, ra.data() + 1, rb.data() + 1, n, true);
+        std::memcpy(out.data(), ro.data() + 1, n * sizeof(T));
+        for (size_t i = 0; i < n; ++i) {
+          const T want = refOp<T>(kind, a[i], b[i]);
+          if (!sameBits(out[i], want)) {
+            FAIL(cpuIsaName(isa) << " type " << typeId << " op " << int(kind) << " n " << n << " element " << i);
+          }
+        }
+      }
+    }
+    // Pre-multiplied sum and, for integers, the final division of avg.
+    const size_t n = 1031;
+    auto a = randomValues<T>(n, 3);
+    auto b = randomValues<T>(n, 4);
+    std::vector<T> out(n);
+    ReduceSpec s;
+    s.kind = RedKind::kSum;
+    s.hasPre = true;
+    s.scaleF = 0.5;
+    s.scaleI = 3;
+    if constexpr (!std::is_floating_point_v<T>) {
+      s.hasPostDiv = true;
+      s.divisor = 3;
+    }
+    k->reduce(s, typeId, out.data(), a.data(), b.data(), n, true);
+    for (size_t i = 0; i < n; ++i) {
+      T want;
+      if constexpr (std::is_floating_point_v<T>) {
+        want = a[i] + static_cast<T>(b[i] * T(0.5));
+      } else {
+        using U = std::make_unsigned_t<T>;
+        T sum = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]) * U(3));
+        want = static_cast<T>(sum / T(3));
+      }
+      if (!sameBits(out[i], want)) FAIL(cpuIsaName(isa) << " pre/post type " << typeId << " element " << i);
+    }
+    // pre() alone.
+    k->pre(s, typeId, out.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      T want;
+      if constexpr (std::is_floating_point_v<T>) {
+        want = static_cast<T>(b[i] * T(0.5));
+      } else {
+        using U = std::make_unsigned_t<T>;
+        want = static_cast<T>(static_cast<U>(b[i]) * U(3));
+      }
+      if (!sameBits(out[i], want)) FAIL(cpuIsaName(isa) << " pre type " << typeId << " element " << i);
+    }
+  }
+}
+
+// fp16/bf16/fp8: every path agrees bit for bit with the scalar path on all 2^16 or 2^8 pairs'
+// worth of random patterns (the scalar path's conversions are checked in numeric_test.cc).
+void checkLowFloat(int typeId, size_t bytes) {
+  auto scalar = hostKernelsFor(CpuIsa::kScalar);
+  const size_t n = 65536;
+  std::mt19937 rng(7);
+  std::vector<unsigned char> a(n * bytes), b(n * bytes), ref(n * bytes), got(n * bytes);
+  for (auto& x : a) x = static_cast<unsigned char>(rng());
+  for (auto& x : b) x = static_cast<unsigned char>(rng());
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    auto k = hostKernelsFor(isa);
+    if (!k) continue;
+    for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+      ReduceSpec s;
+      s.kind = kind;
+      s.hasPre = kind == RedKind::kSum;
+      s.scaleF = 0.25;
+      scalar->reduce(s, typeId, ref.data(), a.data(), b.data(), n, true);
+      k->reduce(s, typeId, got.data(), a.data(), b.data(), n, true);
+      CHECK(std::memcmp(ref.data(), got.data(), n * bytes) == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("integer and float reductions match the scalar reference on every ISA", "[reduce]") {
+  checkType<int8_t>(0);
+  checkType<uint8_t>(1);
+  checkType<int32_t>(2);
+  checkType<uint32_t>(3);
+  checkType<int64_t>(4);
+  checkType<uint64_t>(5);
+  checkType<float>(7);
+  checkType<double>(8);
+}
+
+TEST_CASE("low-precision float reductions agree across ISAs", "[reduce]") {
+  checkLowFloat(6, 2);
+  checkLowFloat(9, 2);
+  checkLowFloat(10, 1);
+  checkLowFloat(11, 1);
+}
+
+TEST_CASE("fp16 sum rounds in float and propagates NaN in max", "[reduce]") {
+  auto k = hostKernelsFor(CpuIsa::kScalar);
+  Half a[2] = {fromFloat<Half>(1.0f), fromFloat<Half>(NAN)};
+  Half b[2] = {fromFloat<Half>(2048.0f), fromFloat<Half>(1.0f)};
+  Half out[2];
+  ReduceSpec s;
+  s.kind = RedKind::kSum;
+  k->reduce(s, 6, out, a, b, 1, true);
+  CHECK(toFloat(out[0]) == 2048.0f);  // 2049 rounds to even
+  s.kind = RedKind::kMax;
+  k->reduce(s, 6, out, a, b, 2, true);
+  CHECK(std::isnan(toFloat(out[1])));
+  // fp8 saturates instead of overflowing.
+  Fp8E4M3 x = fromFloat<Fp8E4M3>(400.0f);
+  Fp8E4M3 y = fromFloat<Fp8E4M3>(400.0f);
+  Fp8E4M3 z;
+  s.kind = RedKind::kSum;
+  k->reduce(s, 10, &z, &x, &y, 1, true);
+  CHECK(toFloat(z) == 448.0f);
+}
