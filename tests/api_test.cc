@@ -1,0 +1,318 @@
+// The C API beyond the grid: misuse returns the right code with a message, groups driven by one
+// thread, streams, events and callbacks, split, non-blocking init, point-to-point in any order.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "tests/test_util.h"
+
+using chorus::test::World;
+
+namespace {
+
+// Runs f(rank) on one thread per rank and returns the results.
+template <typename F>
+std::vector<chorusResult_t> onRanks(int n, F f) {
+  std::vector<chorusResult_t> rc(n, chorusSuccess);
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { rc[r] = f(r); });
+  for (auto& x : t) x.join();
+  return rc;
+}
+
+bool hasMessage() { return std::strlen(chorusGetLastError(nullptr)) > 10; }
+
+}  // namespace
+
+TEST_CASE("version, error strings and unique ids", "[api]") {
+  int v = 0;
+  REQUIRE(chorusGetVersion(&v) == chorusSuccess);
+  CHECK(v == CHORUS_VERSION_CODE);
+  CHECK(chorusGetVersion(nullptr) == chorusInvalidArgument);
+  CHECK(hasMessage());
+  for (int r = 0; r < chorusNumResults; ++r) CHECK(std::strlen(chorusGetErrorString(static_cast<chorusResult_t>(r))) > 0);
+  chorusUniqueId a;
+  chorusUniqueId b;
+  REQUIRE(chorusGetUniqueId(&a) == chorusSuccess);
+  REQUIRE(chorusGetUniqueId(&b) == chorusSuccess);
+  CHECK(std::memcmp(&a, &b, sizeof(a)) != 0);
+}
+
+TEST_CASE("bad arguments return the right code with a message and touch nothing", "[api][misuse]") {
+  World w(2);
+  REQUIRE(w.ok());
+  chorusComm_t c = w.comm(0);
+  float buf[4] = {1, 2, 3, 4};
+  float out[4] = {0, 0, 0, 0};
+  CHECK(chorusAllReduce(buf, out, 4, static_cast<chorusDataType_t>(99), chorusSum, c, nullptr) ==
+        chorusInvalidArgument);
+  CHECK(hasMessage());
+  CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, static_cast<chorusRedOp_t>(77), c, nullptr) ==
+        chorusInvalidArgument);
+  CHECK(chorusAllReduce(nullptr, out, 4, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusAllReduce(buf, nullptr, 4, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusAllReduce(buf, out, SIZE_MAX / 2, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusBroadcast(buf, out, 4, chorusFloat32, 2, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusBroadcast(buf, out, 4, chorusFloat32, -1, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusSend(buf, 4, chorusFloat32, 5, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, chorusSum, nullptr, nullptr) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("comm is NULL") != std::string::npos);
+  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  CHECK(chorusCommInitRank(nullptr, 2, chorusUniqueId{}, 0) == chorusInvalidArgument);
+  chorusComm_t bad = nullptr;
+  chorusUniqueId garbage;
+  std::memset(&garbage, 0x5a, sizeof(garbage));
+  CHECK(chorusCommInitRank(&bad, 2, garbage, 0) == chorusInvalidArgument);
+  CHECK(chorusCommInitRank(&bad, 2, garbage, 2) == chorusInvalidArgument);
+  CHECK(chorusCommInitRank(&bad, 0, garbage, 0) == chorusInvalidArgument);
+  for (float x : out) CHECK(x == 0.0f);  // nothing was written by the failed calls
+  int count = 0;
+  CHECK(chorusCommCount(c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusCommCount(c, &count) == chorusSuccess);
+  CHECK(count == 2);
+
+  // A custom op after destroy, or with another type, or on another communicator.
+  float scalar = 2.0f;
+  chorusRedOp_t op;
+  REQUIRE(chorusRedOpCreatePreMulSum(&op, &scalar, chorusFloat32, chorusScalarHostImmediate, c) == chorusSuccess);
+  CHECK(chorusAllReduce(buf, out, 4, chorusInt32, op, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, op, w.comm(1), nullptr) == chorusInvalidArgument);
+  CHECK(chorusRedOpDestroy(op, c) == chorusSuccess);
+  CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, op, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusRedOpDestroy(op, c) == chorusInvalidArgument);
+  CHECK(chorusRedOpDestroy(chorusSum, c) == chorusInvalidArgument);
+
+  // A group with a bad call launches nothing and says so at the end.
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  CHECK(chorusAllReduce(nullptr, out, 4, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);
+  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("nothing in the group was launched") != std::string::npos);
+}
+
+TEST_CASE("one thread drives every rank inside a group, nested", "[api][group]") {
+  for (int n : {2, 4}) {
+    World w(n);
+    REQUIRE(w.ok());
+    std::vector<std::vector<int64_t>> data(n, std::vector<int64_t>(1000));
+    for (int r = 0; r < n; ++r) std::iota(data[r].begin(), data[r].end(), r);
+    REQUIRE(chorusGroupStart() == chorusSuccess);
+    REQUIRE(chorusGroupStart() == chorusSuccess);
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusInt64, chorusSum, w.comm(r), nullptr) ==
+              chorusSuccess);
+    }
+    REQUIRE(chorusGroupEnd() == chorusSuccess);
+    REQUIRE(chorusGroupEnd() == chorusSuccess);
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < 1000; ++i) REQUIRE(data[r][i] == int64_t(n) * i + n * (n - 1) / 2);
+    }
+  }
+}
+
+TEST_CASE("sends and receives in any order inside a group complete", "[api][p2p]") {
+  const int n = 4;
+  World w(n);
+  REQUIRE(w.ok());
+  // Every rank sends to every other rank twice (two messages each way) and posts receives in
+  // reverse order of peers; nothing deadlocks, and per-pair order is kept.
+  auto rc = onRanks(n, [&](int r) -> chorusResult_t {
+    std::vector<std::vector<int32_t>> send(n, std::vector<int32_t>(5000));
+    std::vector<std::vector<int32_t>> recv(2 * n, std::vector<int32_t>(5000, -1));
+    for (int p = 0; p < n; ++p) std::fill(send[p].begin(), send[p].end(), r * 100 + p);
+    chorusGroupStart();
+    for (int p = n - 1; p >= 0; --p) {
+      if (p == r) continue;
+      chorusRecv(recv[2 * p].data(), 5000, chorusInt32, p, w.comm(r), nullptr);
+      chorusRecv(recv[2 * p + 1].data(), 2500, chorusInt32, p, w.comm(r), nullptr);
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      chorusSend(send[p].data(), 5000, chorusInt32, p, w.comm(r), nullptr);
+      chorusSend(send[p].data(), 2500, chorusInt32, p, w.comm(r), nullptr);
+    }
+    chorusResult_t e = chorusGroupEnd();
+    if (e != chorusSuccess) return e;
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      for (int i = 0; i < 5000; ++i) {
+        if (recv[2 * p][i] != p * 100 + r) return chorusInternalError;
+      }
+      for (int i = 0; i < 2500; ++i) {
+        if (recv[2 * p + 1][i] != p * 100 + r) return chorusInternalError;
+      }
+    }
+    return chorusSuccess;
+  });
+  for (auto x : rc) CHECK(x == chorusSuccess);
+}
+
+TEST_CASE("a receive shorter than the matching send is an error, not an overflow", "[api][p2p][misuse]") {
+  World w(2);
+  REQUIRE(w.ok());
+  std::vector<int32_t> big(100, 7);
+  std::vector<int32_t> small(60, -1);  // guard area past the 50 elements we ask for
+  auto rc = onRanks(2, [&](int r) -> chorusResult_t {
+    if (r == 0) return chorusSend(big.data(), 100, chorusInt32, 1, w.comm(0), nullptr);
+    return chorusRecv(small.data(), 50, chorusInt32, 0, w.comm(1), nullptr);
+  });
+  CHECK(rc[1] == chorusInvalidUsage);
+  for (int i = 50; i < 60; ++i) CHECK(small[i] == -1);
+}
+
+TEST_CASE("streams, events and host callbacks run in order", "[api][stream]") {
+  const int n = 3;
+  World w(n);
+  REQUIRE(w.ok());
+  auto rc = onRanks(n, [&](int r) -> chorusResult_t {
+    chorusStream_t s;
+    chorusEvent_t e;
+    if (chorusStreamCreate(&s) != chorusSuccess || chorusEventCreate(&e) != chorusSuccess) return chorusInternalError;
+    std::vector<float> a(100000, float(r + 1));
+    std::vector<float> b(100000, 1.0f);
+    std::atomic<int> calls{0};
+    auto cb = [](void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); };
+    chorusAllReduce(a.data(), a.data(), a.size(), chorusFloat32, chorusSum, w.comm(r), s);
+    chorusEventRecord(e, s);
+    chorusLaunchHostFunc(s, cb, &calls);
+    chorusAllReduce(b.data(), b.data(), b.size(), chorusFloat32, chorusMax, w.comm(r), s);
+    if (chorusEventSynchronize(e) != chorusSuccess) return chorusInternalError;
+    if (chorusEventQuery(e) != chorusSuccess) return chorusInternalError;
+    if (a[0] != 6.0f || a[99999] != 6.0f) return chorusInternalError;  // 1+2+3, done when the event is
+    chorusResult_t st = chorusStreamSynchronize(s);
+    if (st != chorusSuccess) return st;
+    if (chorusStreamQuery(s) != chorusSuccess || calls.load() != 1 || b[5] != 1.0f) return chorusInternalError;
+    // A second stream waits for an event of the first.
+    chorusStream_t s2;
+    chorusStreamCreate(&s2);
+    chorusAllReduce(a.data(), a.data(), a.size(), chorusFloat32, chorusSum, w.comm(r), s);
+    chorusEventRecord(e, s);
+    chorusStreamWaitEvent(s2, e);
+    chorusLaunchHostFunc(s2, cb, &calls);
+    chorusStreamSynchronize(s2);
+    if (calls.load() != 2 || a[0] != 18.0f) return chorusInternalError;
+    chorusStreamDestroy(s2);
+    chorusEventDestroy(e);
+    return chorusStreamDestroy(s);
+  });
+  for (auto x : rc) CHECK(x == chorusSuccess);
+}
+
+TEST_CASE("comm init per thread, blocking and non-blocking, and split", "[api][init]") {
+  const int n = 4;
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> comms(n);
+  auto rc = onRanks(n, [&](int r) -> chorusResult_t {
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.blocking = r % 2;  // half the ranks non-blocking
+    chorusResult_t e = chorusCommInitRankConfig(&comms[r], n, id, r, &cfg);
+    if (e == chorusInProgress) {
+      chorusResult_t a = chorusInProgress;
+      while (a == chorusInProgress) {
+        chorusCommGetAsyncError(comms[r], &a);
+        std::this_thread::yield();
+      }
+      e = a;
+    }
+    if (e != chorusSuccess) return e;
+    // Split into evens and odds, reversed by key; rank 3 opts out.
+    chorusComm_t sub = nullptr;
+    const int color = r == 3 ? CHORUS_SPLIT_NOCOLOR : r % 2;
+    e = chorusCommSplit(comms[r], color, -r, &sub, nullptr);
+    if (e != chorusSuccess) return e;
+    if (r == 3) return sub == nullptr ? chorusSuccess : chorusInternalError;
+    int subRank = -1;
+    int subSize = 0;
+    chorusCommUserRank(sub, &subRank);
+    chorusCommCount(sub, &subSize);
+    const int wantSize = r % 2 == 0 ? 2 : 1;
+    const int wantRank = r % 2 == 0 ? (r == 2 ? 0 : 1) : 0;
+    if (subSize != wantSize || subRank != wantRank) return chorusInternalError;
+    int32_t v = r;
+    e = chorusAllReduce(&v, &v, 1, chorusInt32, chorusSum, sub, nullptr);
+    if (e != chorusSuccess) return e;
+    if (v != (r % 2 == 0 ? 2 : 1)) return chorusInternalError;
+    chorusCommDestroy(sub);
+    return chorusCommFinalize(comms[r]);
+  });
+  for (int r = 0; r < n; ++r) CHECK(rc[r] == chorusSuccess);
+  for (auto c : comms) CHECK(chorusCommDestroy(c) == chorusSuccess);
+}
+
+TEST_CASE("inits inside a group from one thread", "[api][init][group]") {
+  const int n = 3;
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> comms(n);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < n; ++r) REQUIRE(chorusCommInitRank(&comms[r], n, id, r) == chorusSuccess);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  std::vector<double> v(n, 1.5);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < n; ++r) chorusAllReduce(&v[r], &v[r], 1, chorusFloat64, chorusSum, comms[r], nullptr);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < n; ++r) CHECK(v[r] == 4.5);
+  for (auto c : comms) CHECK(chorusCommDestroy(c) == chorusSuccess);
+}
+
+TEST_CASE("abort frees a communicator without waiting on peers", "[api][abort]") {
+  World w(2);
+  REQUIRE(w.ok());
+  // Rank 0 waits for a message rank 1 never sends; aborting rank 0 ends that wait.
+  std::vector<int> buf(10);
+  chorusStream_t s;
+  REQUIRE(chorusStreamCreate(&s) == chorusSuccess);
+  REQUIRE(chorusRecv(buf.data(), 10, chorusInt32, 1, w.comm(0), s) == chorusSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(chorusStreamQuery(s) == chorusInProgress);
+  chorusComm_t c0 = w.comm(0);
+  const_cast<std::vector<chorusComm_t>&>(w.comms())[0] = nullptr;
+  CHECK(chorusCommAbort(c0) == chorusSuccess);
+  CHECK(chorusStreamSynchronize(s) == chorusRemoteError);
+  chorusStreamDestroy(s);
+}
+
+TEST_CASE("memory from chorusMemAlloc works in collectives", "[api][mem]") {
+  World w(2);
+  REQUIRE(w.ok());
+  void* p[2];
+  for (auto& x : p) REQUIRE(chorusMemAlloc(&x, 1 << 20) == chorusSuccess);
+  auto rc = onRanks(2, [&](int r) -> chorusResult_t {
+    auto* f = static_cast<float*>(p[r]);
+    for (int i = 0; i < (1 << 18); ++i) f[i] = 1.0f;
+    return chorusAllReduce(f, f, 1 << 18, chorusFloat32, chorusSum, w.comm(r), nullptr);
+  });
+  CHECK(rc[0] == chorusSuccess);
+  CHECK(static_cast<float*>(p[1])[12345] == 2.0f);
+  for (auto x : p) CHECK(chorusMemFree(x) == chorusSuccess);
+  int local = 0;
+  CHECK(chorusMemFree(&local) == chorusInvalidArgument);
+}
+
+TEST_CASE("a timeout names the peer that did not answer", "[api][timeout]") {
+  World w(2);
+  REQUIRE(w.ok());
+  // Only rank 0 calls the collective: with a 2 s timeout it fails and names rank 1.
+  setenv("CHORUS_TIMEOUT", "2", 1);
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> c(2);
+  auto rc = onRanks(2, [&](int r) { return chorusCommInitRank(&c[r], 2, id, r); });
+  unsetenv("CHORUS_TIMEOUT");
+  REQUIRE(rc[0] == chorusSuccess);
+  REQUIRE(rc[1] == chorusSuccess);
+  float x = 1;
+  CHECK(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, c[0], nullptr) == chorusSystemError);
+  const std::string msg = chorusGetLastError(c[0]);
+  CHECK(msg.find("rank 1") != std::string::npos);
+  chorusResult_t async;
+  CHECK(chorusCommGetAsyncError(c[0], &async) == chorusSuccess);
+  CHECK(async == chorusSystemError);
+  CHECK(chorusCommAbort(c[0]) == chorusSuccess);
+  CHECK(chorusCommDestroy(c[1]) == chorusSuccess);
+}
