@@ -124,6 +124,13 @@ struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
   CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
 };
 
+// One element: post?(recv OP pre(local)). Host loops and device threads both use it.
+template <typename T>
+CHORUS_HD T reduceOne(const ReduceSpec& s, T recv, T local, bool last) {
+  T v = ElemOps<T>::op(s, recv, ElemOps<T>::pre(s, local));
+  return (last && s.hasPostDiv) ? ElemOps<T>::post(s, v) : v;
+}
+
 // dst = pre(src) over n elements; when there is no pre this is a copy.
 template <typename T>
 CHORUS_HD void reducePre(const ReduceSpec& s, void* dst, const void* src, size_t n) {
@@ -135,10 +142,7 @@ template <typename T>
 CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n,
                           bool last) {
   if (last && s.hasPostDiv) {
-    for (size_t i = 0; i < n; ++i) {
-      T v = ElemOps<T>::op(s, loadElem<T>(recv, i), ElemOps<T>::pre(s, loadElem<T>(local, i)));
-      storeElem<T>(dst, i, ElemOps<T>::post(s, v));
-    }
+    for (size_t i = 0; i < n; ++i) storeElem<T>(dst, i, reduceOne<T>(s, loadElem<T>(recv, i), loadElem<T>(local, i), true));
     return;
   }
   if (!s.hasPre) {
@@ -160,9 +164,10 @@ CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, cons
   }
 }
 
-// Calls f.template operator()<T>() for the C type of `type` (a chorusDataType_t value).
+// Calls f.template operator()<T>() for the C type of `type` (a chorusDataType_t value). Host only:
+// it picks which instantiation to run.
 template <typename F>
-CHORUS_HD void dispatchType(int type, F&& f) {
+inline void dispatchType(int type, F&& f) {
   switch (type) {
     case 0:
       f.template operator()<int8_t>();

@@ -90,12 +90,12 @@ namespace {
 // Everything each rank tells the others at init.
 struct InitRecord {
   PeerInfo peer;
-  uint32_t version;
-  uint32_t slotBytes;
-  int32_t slots;
-  int32_t nChannels;
-  char algo[16];
-  char proto[16];
+  uint32_t version = 0;
+  uint32_t slotBytes = 0;
+  int32_t slots = 0;
+  int32_t nChannels = 0;
+  char algo[16] = {0};
+  char proto[16] = {0};
 };
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -148,7 +148,6 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   bootstrap_ = std::move(bootstrap);
   std::vector<InitRecord> all(nranks_);
   InitRecord& me = all[rank_];
-  std::memset(&me, 0, sizeof(me));
   me.peer = PeerInfo::local(config_);
   me.version = CHORUS_VERSION_CODE;
   me.slotBytes = static_cast<uint32_t>(config_.slotBytes);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Chorus's one entry point for a fresh Debian 12 machine:
+#
+#   bash tools/setup.sh run    install what is missing, build, run the main job (an all-reduce across
+#                              4 local ranks printing an nccl-tests table)
+#   bash tools/setup.sh test   install what is missing, build, run the default test tier
+#                              (CHORUS_TEST_TIER=extended runs everything)
+#
+# Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in
+  run|test|deps|build) ;;
+  *) echo "usage: bash tools/setup.sh run|test" >&2; exit 2 ;;
+esac
+
+packages=(build-essential cmake ninja-build ccache pkg-config git
+          libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
+          openmpi-bin libopenmpi-dev iproute2 python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+fi
+[ "$mode" = deps ] && exit 0
+
+build=${BUILD_DIR:-build}
+jobs=${CHORUS_JOBS:-$(nproc)}
+echo "== configuring and building in $build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+rm -f "$build.configure.log"
+cmake --build "$build" -j "$jobs"
+[ "$mode" = build ] && exit 0
+
+if [ "$mode" = run ]; then
+  echo "== all-reduce, 4 local ranks (chorusrun), float sum, 8 B to 64 MiB"
+  exec "$build/chorusrun" -n 4 -- "$build/perf/all_reduce_perf" -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
+fi
+
+echo "== tests (tier: ${CHORUS_TEST_TIER:-default})"
+cd "$build"
+ctest -j 2 --output-on-failure --timeout 1800
