@@ -8,13 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                                   \
-  do {                                                                                                \
-    chorusResult_t r_ = (call);                                                                       \
-    if (r_ != chorusSuccess) {                                                                        \
+#define CHECK(call)                                                                                      \
+  do {                                                                                                   \
+    chorusResult_t r_ = (call);                                                                          \
+    if (r_ != chorusSuccess) {                                                                           \
       fprintf(stderr, "%s failed: %s: %s\n", #call, chorusGetErrorString(r_), chorusGetLastError(NULL)); \
-      return 1;                                                                                       \
-    }                                                                                                 \
+      return 1;                                                                                          \
+    }                                                                                                    \
   } while (0)
 
 int main(void) {

@@ -27,10 +27,10 @@ enum class RedKind : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 // device kernel can take it by value.
 struct ReduceSpec {
   RedKind kind = RedKind::kSum;
-  bool hasPre = false;       // multiply each local input by the scalar first
-  bool hasPostDiv = false;   // divide the final sum by `divisor` (integer avg)
-  double scaleF = 1.0;       // floating types' scalar
-  uint64_t scaleI = 1;       // integer types' scalar (pre-multiplied sum)
+  bool hasPre = false;      // multiply each local input by the scalar first
+  bool hasPostDiv = false;  // divide the final sum by `divisor` (integer avg)
+  double scaleF = 1.0;      // floating types' scalar
+  uint64_t scaleI = 1;      // integer types' scalar (pre-multiplied sum)
   uint64_t divisor = 1;
 };
 
@@ -115,9 +115,7 @@ struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
 
 template <typename T>
 struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
-  CHORUS_HD static T pre(const ReduceSpec& s, T x) {
-    return s.hasPre ? fromFloat<T>(toFloat(x) * float(s.scaleF)) : x;
-  }
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? fromFloat<T>(toFloat(x) * float(s.scaleF)) : x; }
   CHORUS_HD static T op(const ReduceSpec& s, T a, T b) {
     return fromFloat<T>(floatOp<float>(s.kind, toFloat(a), toFloat(b)));
   }
@@ -139,10 +137,10 @@ CHORUS_HD void reducePre(const ReduceSpec& s, void* dst, const void* src, size_t
 
 // dst = recv OP pre(local), then post when `last` (the final contribution).
 template <typename T>
-CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n,
-                          bool last) {
+CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n, bool last) {
   if (last && s.hasPostDiv) {
-    for (size_t i = 0; i < n; ++i) storeElem<T>(dst, i, reduceOne<T>(s, loadElem<T>(recv, i), loadElem<T>(local, i), true));
+    for (size_t i = 0; i < n; ++i)
+      storeElem<T>(dst, i, reduceOne<T>(s, loadElem<T>(recv, i), loadElem<T>(local, i), true));
     return;
   }
   if (!s.hasPre) {

@@ -19,8 +19,7 @@ struct HostKernels {
   // dst = pre(src)
   void (*pre)(const ReduceSpec& s, int type, void* dst, const void* src, size_t n);
   // dst = post?(recv OP pre(local))
-  void (*reduce)(const ReduceSpec& s, int type, void* dst, const void* recv, const void* local, size_t n,
-                 bool last);
+  void (*reduce)(const ReduceSpec& s, int type, void* dst, const void* recv, const void* local, size_t n, bool last);
   CpuIsa isa;
 };
 

@@ -9,8 +9,7 @@ void preImpl(const ReduceSpec& s, int type, void* dst, const void* src, size_t n
   dispatchType(type, [&]<typename T>() { reducePre<T>(s, dst, src, n); });
 }
 
-void reduceImpl(const ReduceSpec& s, int type, void* dst, const void* recv, const void* local, size_t n,
-                bool last) {
+void reduceImpl(const ReduceSpec& s, int type, void* dst, const void* recv, const void* local, size_t n, bool last) {
   dispatchType(type, [&]<typename T>() { reduceStep<T>(s, dst, recv, local, n, last); });
 }
 

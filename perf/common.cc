@@ -66,16 +66,18 @@ struct TypeInfo {
   chorusDataType_t type;
   size_t size;
 };
-const TypeInfo kTypes[] = {{"int8", chorusInt8, 1},       {"uint8", chorusUint8, 1},     {"int32", chorusInt32, 4},
-                           {"uint32", chorusUint32, 4},   {"int64", chorusInt64, 8},     {"uint64", chorusUint64, 8},
-                           {"half", chorusFloat16, 2},    {"float", chorusFloat32, 4},   {"double", chorusFloat64, 8},
-                           {"bfloat16", chorusBfloat16, 2}, {"f8e4m3", chorusFloat8e4m3, 1}, {"f8e5m2", chorusFloat8e5m2, 1}};
+const TypeInfo kTypes[] = {
+    {"int8", chorusInt8, 1},         {"uint8", chorusUint8, 1},       {"int32", chorusInt32, 4},
+    {"uint32", chorusUint32, 4},     {"int64", chorusInt64, 8},       {"uint64", chorusUint64, 8},
+    {"half", chorusFloat16, 2},      {"float", chorusFloat32, 4},     {"double", chorusFloat64, 8},
+    {"bfloat16", chorusBfloat16, 2}, {"f8e4m3", chorusFloat8e4m3, 1}, {"f8e5m2", chorusFloat8e5m2, 1}};
 
 struct OpInfo {
   const char* name;
   chorusRedOp_t op;
 };
-const OpInfo kOps[] = {{"sum", chorusSum}, {"prod", chorusProd}, {"max", chorusMax}, {"min", chorusMin}, {"avg", chorusAvg}};
+const OpInfo kOps[] = {
+    {"sum", chorusSum}, {"prod", chorusProd}, {"max", chorusMax}, {"min", chorusMin}, {"avg", chorusAvg}};
 
 void store(chorusDataType_t t, void* p, double v) {
   switch (t) {
@@ -172,9 +174,7 @@ void barrier(chorusComm_t comm) {
   chorusAllReduce(&x, &x, 1, chorusInt32, chorusSum, comm, nullptr);
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Shared {
   const CollDesc* desc;
@@ -369,19 +369,23 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
   int version = 0;
   chorusGetVersion(&version);
   if (printer) {
-    std::printf("# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d agg iters: %d "
-                "validation: %d graph: 0\n#\n# Using devices\n",
-                o.threads, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : double(o.stepBytes),
-                o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg, o.check);
+    std::printf(
+        "# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d agg iters: %d "
+        "validation: %d graph: 0\n#\n# Using devices\n",
+        o.threads, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : double(o.stepBytes),
+        o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg, o.check);
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     std::printf("#  %d ranks on host memory (Chorus %d), rank 0 pid %d on %s\n#\n", n, version, getpid(), host);
-    std::printf("#                                                              out-of-place                       "
-                "in-place          \n");
-    std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
-                "busbw #wrong\n");
-    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
-                "(GB/s)       \n");
+    std::printf(
+        "#                                                              out-of-place                       "
+        "in-place          \n");
+    std::printf(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+        "busbw #wrong\n");
+    std::printf(
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+        "(GB/s)       \n");
   }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < comms.size(); ++i) {

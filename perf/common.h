@@ -20,8 +20,8 @@ struct CollDesc {
   // nccl-tests' busbw = algbw * factor.
   double (*busFactor)(int n);
   // Launches one operation.
-  chorusResult_t (*run)(const void* send, void* recv, size_t count, chorusDataType_t type, chorusRedOp_t op,
-                        int root, chorusComm_t comm, chorusStream_t stream);
+  chorusResult_t (*run)(const void* send, void* recv, size_t count, chorusDataType_t type, chorusRedOp_t op, int root,
+                        chorusComm_t comm, chorusStream_t stream);
   // Element i of the result at `rank` for inputs fill(r, j), or false when rank holds no result.
   bool (*expect)(int rank, int n, int root, size_t count, size_t i, double (*fill)(int r, size_t j), double* out);
 };

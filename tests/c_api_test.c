@@ -10,13 +10,13 @@
 
 static int failures = 0;
 
-#define EXPECT_EQ(a, b)                                                                         \
-  do {                                                                                          \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                         \
-    if (a_ != b_) {                                                                             \
+#define EXPECT_EQ(a, b)                                                                          \
+  do {                                                                                           \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                          \
+    if (a_ != b_) {                                                                              \
       fprintf(stderr, "%s:%d: %s is %lld but %s is %lld\n", __FILE__, __LINE__, #a, a_, #b, b_); \
-      ++failures;                                                                               \
-    }                                                                                           \
+      ++failures;                                                                                \
+    }                                                                                            \
   } while (0)
 
 int main(void) {
@@ -80,8 +80,8 @@ int main(void) {
     EXPECT_EQ(config.magic, nc.magic);
     EXPECT_EQ(config.blocking, nc.blocking);
   }
-#define SAME_FIELD(f)                                                   \
-  EXPECT_EQ(offsetof(chorusConfig_t, f), offsetof(ncclConfig_t, f));    \
+#define SAME_FIELD(f)                                                \
+  EXPECT_EQ(offsetof(chorusConfig_t, f), offsetof(ncclConfig_t, f)); \
   EXPECT_EQ(sizeof(((chorusConfig_t*)0)->f), sizeof(((ncclConfig_t*)0)->f))
   SAME_FIELD(size);
   SAME_FIELD(magic);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/reduce_host.h"
 #include "tests/grid/grid.h"
 #include "tests/test_util.h"
 
@@ -17,6 +18,13 @@ using namespace chorus::test;
 namespace {
 
 void runGrid(int n, const GridOptions& opts, bool withStream) {
+  if (const char* isa = std::getenv("CHORUS_CPU_ISA")) {
+    auto parsed = chorus::parseCpuIsa(isa);
+    if (parsed && !chorus::hostKernelsFor(*parsed)) {
+      WARN("SKIPPED: CHORUS_CPU_ISA=" << isa << " but this CPU cannot run it; that path is not tested here");
+      return;
+    }
+  }
   World world(n);
   REQUIRE(world.ok());
   const std::vector<Case> cases = makeGrid(n, opts);

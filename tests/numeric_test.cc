@@ -30,10 +30,30 @@ bool sameFloat(float a, float b) {
 }
 
 std::vector<float> sampleFloats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 5.96e-8f, 448.0f, 464.0f,
-                          480.0f, 57344.0f, 61440.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                          std::numeric_limits<float>::denorm_min(), 0.5f, 0.75f, 3.0f, 1.0f / 3.0f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e-8f,
+                          5.96e-8f,
+                          448.0f,
+                          464.0f,
+                          480.0f,
+                          57344.0f,
+                          61440.0f,
+                          1e30f,
+                          -1e30f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(),
+                          0.5f,
+                          0.75f,
+                          3.0f,
+                          1.0f / 3.0f};
   std::mt19937 rng(12345);
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 200000; ++i) {

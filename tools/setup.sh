@@ -17,7 +17,7 @@ esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          openmpi-bin libopenmpi-dev iproute2 python3)
+          openmpi-bin libopenmpi-dev iproute2 python3 clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -29,9 +29,9 @@ struct alignas(64) FifoControl {
 
 struct alignas(64) SlotHeader {
   uint64_t commId;
-  uint64_t seq;     // operation sequence number on this connection's communicator
-  uint32_t step;    // step of the schedule, for diagnostics and mismatch checks
-  uint32_t bytes;   // payload bytes that follow
+  uint64_t seq;    // operation sequence number on this connection's communicator
+  uint32_t step;   // step of the schedule, for diagnostics and mismatch checks
+  uint32_t bytes;  // payload bytes that follow
   uint64_t reserved[5];
 };
 static_assert(sizeof(SlotHeader) == 64, "slot header is one cache line");

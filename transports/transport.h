@@ -28,10 +28,10 @@ struct Config;
 
 // What each rank tells every other at init; the inputs of chooseTransport().
 struct PeerInfo {
-  uint64_t hostHash = 0;     // hostname + boot id + network namespace, or CHORUS_HOSTID
-  uint64_t processNonce = 0; // random per process: equal means threads of one process
+  uint64_t hostHash = 0;      // hostname + boot id + network namespace, or CHORUS_HOSTID
+  uint64_t processNonce = 0;  // random per process: equal means threads of one process
   int32_t pid = 0;
-  uint32_t flags = 0;        // kPeerShmDisabled | kPeerP2pDisabled
+  uint32_t flags = 0;  // kPeerShmDisabled | kPeerP2pDisabled
   char host[64] = {0};
 
   static constexpr uint32_t kShmDisabled = 1;

@@ -23,7 +23,7 @@ extern "C" {
 #define CHORUS_PATCH 0
 #define CHORUS_SUFFIX ""
 /** Same encoding as NCCL_VERSION for versions after 2.8: X*10000 + Y*100 + Z. */
-#define CHORUS_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define CHORUS_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define CHORUS_VERSION_CODE CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH)
 
 /** Opaque communicator handle. */
@@ -100,13 +100,13 @@ typedef struct chorusConfig_v1 {
 
 #define CHORUS_CONFIG_MAGIC 0xcafebeef
 
-#define CHORUS_CONFIG_INITIALIZER                                                                          \
-  {                                                                                                        \
-    sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH), \
-        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT,  \
-        CHORUS_CONFIG_UNDEF_PTR, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_PTR,  \
-        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT,  \
-        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT                            \
+#define CHORUS_CONFIG_INITIALIZER                                                                           \
+  {                                                                                                         \
+    sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH),  \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, \
+        CHORUS_CONFIG_UNDEF_PTR, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_PTR, \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT                           \
   }
 
 /** Reduction operations, numerically equal to ncclRedOp_t. Values from chorusNumOps up are custom
@@ -145,10 +145,7 @@ typedef enum {
 } chorusDataType_t;
 
 /** Where the scalar of a pre-multiplied sum lives. */
-typedef enum {
-  chorusScalarDevice = 0,
-  chorusScalarHostImmediate = 1
-} chorusScalarResidence_t;
+typedef enum { chorusScalarDevice = 0, chorusScalarHostImmediate = 1 } chorusScalarResidence_t;
 
 /** Host callback run in stream order by chorusLaunchHostFunc. */
 typedef void (*chorusHostFn_t)(void* userData);
@@ -183,8 +180,7 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm);
 chorusResult_t chorusCommAbort(chorusComm_t comm);
 /** Splits comm into communicators of the ranks with equal color, ordered by key then old rank.
  *  color CHORUS_SPLIT_NOCOLOR yields *newcomm == NULL. Collective over comm. */
-chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm,
-                               chorusConfig_t* config);
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm, chorusConfig_t* config);
 
 /** A sentence for a result code. */
 const char* chorusGetErrorString(chorusResult_t result);
@@ -220,26 +216,25 @@ chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, 
                             chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusBcast(void* buff, size_t count, chorusDataType_t datatype, int root, chorusComm_t comm,
                            chorusStream_t stream);
-chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
-                               int root, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                               chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
                                chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream);
-chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
-                                   chorusStream_t stream);
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chorusDataType_t datatype,
+                                   chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
                                chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAlltoAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
                               chorusComm_t comm, chorusStream_t stream);
-chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
-                            int root, chorusComm_t comm, chorusStream_t stream);
-chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
-                             int root, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                            chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                             chorusComm_t comm, chorusStream_t stream);
 
 /** Point to point: matching sends and receives between a pair complete in issue order; inside a
  *  group, any set of matching sends and receives completes, whatever their order. */
-chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
-                          chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          chorusStream_t stream);
 chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
                           chorusStream_t stream);
 

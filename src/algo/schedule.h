@@ -30,8 +30,8 @@ enum class Prim : uint8_t {
 const char* primName(Prim p);
 
 inline bool primReceives(Prim p) {
-  return p == Prim::kRecv || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
-         p == Prim::kRecvCopySend || p == Prim::kRecvReduceCopy;
+  return p == Prim::kRecv || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend || p == Prim::kRecvCopySend ||
+         p == Prim::kRecvReduceCopy;
 }
 inline bool primSends(Prim p) {
   return p == Prim::kSend || p == Prim::kCopySend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||

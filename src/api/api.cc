@@ -59,7 +59,7 @@ Result<Communicator*> liveComm(chorusComm_t comm) {
 }
 
 Result<Communicator*> usableComm(chorusComm_t comm) {
-  CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+  CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
   if (c->state() == Communicator::State::kFinalized) {
     return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
   }
@@ -70,8 +70,8 @@ Result<Communicator*> usableComm(chorusComm_t comm) {
 
 Status checkType(chorusDataType_t t) {
   if (t < 0 || t >= chorusNumTypes) {
-    return invalidArgument("datatype " + std::to_string(static_cast<int>(t)) +
-                           " is not a chorusDataType_t (0 to " + std::to_string(chorusNumTypes - 1) + ")");
+    return invalidArgument("datatype " + std::to_string(static_cast<int>(t)) + " is not a chorusDataType_t (0 to " +
+                           std::to_string(chorusNumTypes - 1) + ")");
   }
   return Status::ok();
 }
@@ -105,7 +105,7 @@ Status checkStream(chorusStream_t s) {
 // Validates and submits one operation.
 Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t type,
                chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
-  CHORUS_ASSIGN_OR_RETURN(Communicator* c, usableComm(comm));
+  CHORUS_ASSIGN_OR_RETURN(Communicator * c, usableComm(comm));
   CHORUS_TRY(checkType(type));
   CHORUS_TRY(checkStream(stream));
   const int n = c->nranks();
@@ -326,7 +326,7 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
 
 chorusResult_t chorusCommFinalize(chorusComm_t comm) {
   return guard("chorusCommFinalize", [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     Status s = c->waitIdle();
     c->setState(Communicator::State::kFinalized);
     return s;
@@ -372,7 +372,7 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
   return guard("chorusCommSplit", [&]() -> Status {
     if (!newcomm) return invalidArgument("newcomm is NULL");
     *newcomm = nullptr;
-    CHORUS_ASSIGN_OR_RETURN(Communicator* parent, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * parent, usableComm(comm));
     CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
     if (!config) options.blocking = parent->blocking();
     auto r = Communicator::split(*parent, color, key, options);
@@ -413,7 +413,7 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
   return guard("chorusCommCount", [&]() -> Status {
     if (!count) return invalidArgument("count is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     *count = c->nranks();
     return Status::ok();
   });
@@ -422,7 +422,7 @@ chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
 chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
   return guard("chorusCommCuDevice", [&]() -> Status {
     if (!device) return invalidArgument("device is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     (void)c;
     *device = -1;
     return Status::ok();
@@ -432,7 +432,7 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
   return guard("chorusCommUserRank", [&]() -> Status {
     if (!rank) return invalidArgument("rank is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     *rank = c->rank();
     return Status::ok();
   });
@@ -475,7 +475,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
     if (residence != chorusScalarDevice && residence != chorusScalarHostImmediate) {
       return invalidArgument("residence must be chorusScalarDevice or chorusScalarHostImmediate");
     }
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, usableComm(comm));
     CHORUS_ASSIGN_OR_RETURN(*op, c->createPreMulSum(scalar, datatype, residence));
     return Status::ok();
   });
@@ -483,7 +483,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
 
 chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm) {
   return guard("chorusRedOpDestroy", [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(Communicator* c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     return c->destroyRedOp(op);
   });
 }

@@ -13,8 +13,8 @@
 namespace chorus {
 namespace {
 
-constexpr uint32_t kMsgMagic = 0x43484d53;     // "CHMS"
-constexpr uint32_t kHelloMagic = 0x4348484c;   // "CHHL"
+constexpr uint32_t kMsgMagic = 0x43484d53;    // "CHMS"
+constexpr uint32_t kHelloMagic = 0x4348484c;  // "CHHL"
 constexpr size_t kMaxMessageBytes = 256u << 20;
 constexpr int64_t kStrangerNs = 10ll * 1000000000;  // a connection that stalls this long is dropped
 constexpr uint64_t kDefaultSecret[2] = {0x63686f7275732d31ull, 0x64656661756c7421ull};
@@ -75,8 +75,9 @@ Result<BootstrapId> BootstrapId::fromUniqueId(const chorusUniqueId& u) {
   BootstrapId id;
   std::memcpy(&id, u.internal, sizeof(id));
   if (id.magic != kMagic) {
-    return invalidArgument("the chorusUniqueId is not one made by chorusGetUniqueId (bad magic); pass every rank "
-                           "the same id, copied byte for byte from the rank that created it");
+    return invalidArgument(
+        "the chorusUniqueId is not one made by chorusGetUniqueId (bad magic); pass every rank "
+        "the same id, copied byte for byte from the rank that created it");
   }
   if (id.version != CHORUS_VERSION_CODE) {
     return invalidUsage("the chorusUniqueId was made by Chorus version " + std::to_string(id.version) +
@@ -200,8 +201,7 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
 }  // namespace
 
 void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
-  std::thread([fd = std::move(listenFd), id, timeoutNs]() mutable { runRoot(std::move(fd), id, timeoutNs); })
-      .detach();
+  std::thread([fd = std::move(listenFd), id, timeoutNs]() mutable { runRoot(std::move(fd), id, timeoutNs); }).detach();
 }
 
 Result<UniqueFd> Bootstrap::openListener(const std::string& ifnameSpec, SockAddr* bound) {
@@ -210,8 +210,8 @@ Result<UniqueFd> Bootstrap::openListener(const std::string& ifnameSpec, SockAddr
 }
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
-                                                   const std::string& ifnameSpec, int64_t timeoutNs,
-                                                   const Logger& log, const std::atomic<bool>* abortFlag) {
+                                                   const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
+                                                   const std::atomic<bool>* abortFlag) {
   const int64_t deadline = nowNs() + timeoutNs;
   if (id.rootByRank0 && rank == 0) {
     // CHORUS_COMM_ID: rank 0 hosts the root at the fixed port, on every local address (the name
@@ -225,9 +225,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
     SockAddr bound;
     auto fd = listenOn(bindAddr, &bound);
     if (!fd.isOk()) {
-      return Status(chorusSystemError, "rank 0 cannot host the bootstrap root at CHORUS_COMM_ID=" +
-                                           id.root.toString() + ": " + fd.status().message() +
-                                           " (is the port in use? choose another)");
+      return Status(chorusSystemError, "rank 0 cannot host the bootstrap root at CHORUS_COMM_ID=" + id.root.toString() +
+                                           ": " + fd.status().message() + " (is the port in use? choose another)");
     }
     startBootstrapRoot(fd.take(), id, timeoutNs);
   }
@@ -251,8 +250,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   if (!st.isOk()) return st;
   if (r.status != chorusSuccess) {
     r.message[sizeof(r.message) - 1] = 0;
-    return Status(static_cast<chorusResult_t>(r.status), std::string("bootstrap root refused rank ") +
-                                                             std::to_string(rank) + ": " + r.message);
+    return Status(static_cast<chorusResult_t>(r.status),
+                  std::string("bootstrap root refused rank ") + std::to_string(rank) + ": " + r.message);
   }
   std::vector<SockAddr> peers(nranks);
   CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, abortFlag));
@@ -509,8 +508,7 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   cv_.notify_all();
 }
 
-Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes,
-                               UniqueFd* keep) {
+Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
   if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
   const int64_t deadline = nowNs() + timeoutNs_;
   const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";

@@ -39,8 +39,8 @@ struct BootstrapId {
   uint32_t magic = kMagic;
   uint32_t version = CHORUS_VERSION_CODE;
   uint64_t secret[2] = {0, 0};
-  uint64_t cliqueId = 0;      // tells cliques apart on a shared listener
-  uint32_t rootByRank0 = 0;   // CHORUS_COMM_ID: rank 0 hosts the root at `root`
+  uint64_t cliqueId = 0;     // tells cliques apart on a shared listener
+  uint32_t rootByRank0 = 0;  // CHORUS_COMM_ID: rank 0 hosts the root at `root`
   uint32_t pad = 0;
   SockAddr root;
 
@@ -61,7 +61,9 @@ void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs);
 
 // Tags of bootstrap messages: the high byte says who uses them.
 enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4 };
-inline uint64_t makeTag(TagSpace space, uint64_t value) { return (uint64_t(space) << 56) | (value & ((1ull << 56) - 1)); }
+inline uint64_t makeTag(TagSpace space, uint64_t value) {
+  return (uint64_t(space) << 56) | (value & ((1ull << 56) - 1));
+}
 
 // One rank's endpoint in one clique: listener, accept thread, mailbox, address table.
 // Thread-safe. Destroying it stops the accept thread.
@@ -71,14 +73,13 @@ class Bootstrap {
 
   // Joins the clique: start a listener, register with the root, receive the address table.
   static Result<std::unique_ptr<Bootstrap>> join(const BootstrapId& id, int rank, int nranks,
-                                                 const std::string& ifnameSpec, int64_t timeoutNs,
-                                                 const Logger& log, const std::atomic<bool>* abortFlag);
+                                                 const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
+                                                 const std::atomic<bool>* abortFlag);
   // A new clique from known addresses (split/shrink): `peers` are the new ranks' listeners, and
   // `listener` this rank's already-listening socket, bound at `peers[rank]`.
   static Result<std::unique_ptr<Bootstrap>> fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,
-                                                      std::vector<SockAddr> peers, UniqueFd listener,
-                                                      int64_t timeoutNs, const Logger& log,
-                                                      const std::atomic<bool>* abortFlag);
+                                                      std::vector<SockAddr> peers, UniqueFd listener, int64_t timeoutNs,
+                                                      const Logger& log, const std::atomic<bool>* abortFlag);
   // A listener on this rank's interface, for a clique about to be made by fromTable.
   static Result<UniqueFd> openListener(const std::string& ifnameSpec, SockAddr* bound);
 
@@ -130,7 +131,7 @@ class Bootstrap {
   std::mutex collMu_;     // one bootstrap collective at a time per rank
 
   UniqueFd listener_;
-  UniqueFd wakeFd_;  // eventfd that stops the accept loop
+  UniqueFd wakeFd_;    // eventfd that stops the accept loop
   UniqueFd fdServer_;  // abstract Unix socket serving exported descriptors
   std::string fdServerName_;
   std::map<uint64_t, std::pair<int, UniqueFd>> exported_;  // token -> (peer, fd); guarded by mu_

@@ -55,7 +55,7 @@ size_t typeSize(chorusDataType_t t) {
 }
 
 const char* typeName(chorusDataType_t t) {
-  static const char* kNames[] = {"int8",    "uint8",  "int32",   "uint32",   "int64",    "uint64",
+  static const char* kNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",   "uint64",
                                  "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
   return (t >= 0 && t < chorusNumTypes) ? kNames[t] : "invalid";
 }
@@ -111,8 +111,7 @@ Communicator::~Communicator() {
   if (proxy_ && !aborted()) {
     const int64_t deadline = nowNs() + config_.timeoutNs;
     auto unsent = [&](const std::unique_ptr<SendCursor>& c) {
-      return c && c->viaProxy && !c->fifo.closed() &&
-             c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
+      return c && c->viaProxy && !c->fifo.closed() && c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
     };
     while (nowNs() < deadline && (std::any_of(ringSend_.begin(), ringSend_.end(), unsent) ||
                                   std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent))) {
@@ -127,8 +126,7 @@ Communicator::~Communicator() {
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id, int rank, int nranks,
-                                                           const CommOptions& options,
-                                                           std::shared_ptr<Engine> engine) {
+                                                           const CommOptions& options, std::shared_ptr<Engine> engine) {
   std::unique_ptr<Communicator> c(new Communicator());
   CHORUS_ASSIGN_OR_RETURN(c->config_, Config::fromEnv());
   if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
@@ -138,8 +136,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
   c->nranks_ = nranks;
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
   c->commId_ = id.cliqueId;
-  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname,
-                                                     c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_ASSIGN_OR_RETURN(
+      auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs, c->log_, &c->abort_));
   CHORUS_TRY(c->initCommon(std::move(boot), std::move(engine)));
   return c;
 }
@@ -202,6 +200,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   ringPos_ = rank_;
   ringSend_.resize(config_.nChannels);
   ringRecv_.resize(config_.nChannels);
+  channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   p2pSend_.resize(nranks_);
   p2pRecv_.resize(nranks_);
   p2pSendSeq_.assign(nranks_, 0);
@@ -209,8 +208,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   redOps_.clear();
 
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
-  log_.info(kSubsysInit, "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE",
-            commId_, rank_, nranks_, peers_[rank_].pid, peers_[rank_].host, cpuIsaName(kernels_.isa), config_.slots,
+  log_.info(kSubsysInit,
+            "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE", commId_,
+            rank_, nranks_, peers_[rank_].pid, peers_[rank_].host, cpuIsaName(kernels_.isa), config_.slots,
             config_.slotBytes, config_.nChannels);
   if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
     for (int r = 0; r < nranks_; ++r) {
@@ -248,9 +248,8 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
   for (int r = 0; r < parent.nranks_; ++r) {
     if (all[r].color == color) members.push_back(r);
   }
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[a].key != all[b].key ? all[a].key < all[b].key : a < b;
-  });
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[a].key != all[b].key ? all[a].key < all[b].key : a < b; });
   std::vector<SockAddr> addrs;
   int newRank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -294,6 +293,16 @@ std::string Communicator::describePeer(int peer) const {
          ")";
 }
 
+std::string Communicator::describeChannels() const {
+  std::string s;
+  for (int c = 0; c <= config_.nChannels; ++c) {
+    if (!s.empty()) s += "; ";
+    s += (c < config_.nChannels ? "channel " + std::to_string(c) : std::string("p2p")) + ": " +
+         channelStatus_[c].describe();
+  }
+  return s;
+}
+
 Result<chorusRedOp_t> Communicator::createPreMulSum(const void* scalar, chorusDataType_t type,
                                                     chorusScalarResidence_t residence) {
   PreMulOp op;
@@ -321,11 +330,13 @@ Status Communicator::destroyRedOp(chorusRedOp_t op) {
   std::lock_guard<std::mutex> g(redOpMu_);
   const int idx = static_cast<int>(op) - chorusNumOps;
   if (op < chorusNumOps) {
-    return invalidArgument("operator " + std::to_string(op) + " is built in; only operators made by "
+    return invalidArgument("operator " + std::to_string(op) +
+                           " is built in; only operators made by "
                            "chorusRedOpCreatePreMulSum can be destroyed");
   }
   if (idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
-    return invalidArgument("operator " + std::to_string(op) + " was not created on this communicator or was already "
+    return invalidArgument("operator " + std::to_string(op) +
+                           " was not created on this communicator or was already "
                            "destroyed");
   }
   redOps_[idx].live = false;

@@ -93,6 +93,7 @@ class Communicator : public TaskOwner {
   void setAsyncError(const Status& s) override;
   int64_t timeoutNs() const override { return config_.timeoutNs; }
   std::string describePeer(int peer) const override;
+  std::string describeChannels() const override;
 
   // Custom reduction operators.
   Result<chorusRedOp_t> createPreMulSum(const void* scalar, chorusDataType_t type, chorusScalarResidence_t residence);
@@ -145,8 +146,10 @@ class Communicator : public TaskOwner {
   int ringPos_ = 0;
   std::vector<std::unique_ptr<SendCursor>> ringSend_;  // per channel, to the next rank
   std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
-  std::vector<std::unique_ptr<SendCursor>> p2pSend_;   // per peer
-  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;   // per peer
+  // Per channel, then one record for point-to-point (the last); read by hang reports.
+  std::unique_ptr<ChannelStatus[]> channelStatus_;
+  std::vector<std::unique_ptr<SendCursor>> p2pSend_;  // per peer
+  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;  // per peer
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;

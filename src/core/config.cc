@@ -71,9 +71,9 @@ Result<Config> Config::fromEnv() {
         const char* name;
         uint32_t bit;
       };
-      static constexpr Named kNames[] = {{"INIT", kSubsysInit}, {"COLL", kSubsysColl}, {"P2P", kSubsysP2p},
-                                         {"NET", kSubsysNet},   {"SHM", kSubsysShm},   {"BOOTSTRAP", kSubsysBoot},
-                                         {"ENGINE", kSubsysEngine}, {"ENV", kSubsysEnv}, {"ALL", kSubsysAll}};
+      static constexpr Named kNames[] = {{"INIT", kSubsysInit},     {"COLL", kSubsysColl}, {"P2P", kSubsysP2p},
+                                         {"NET", kSubsysNet},       {"SHM", kSubsysShm},   {"BOOTSTRAP", kSubsysBoot},
+                                         {"ENGINE", kSubsysEngine}, {"ENV", kSubsysEnv},   {"ALL", kSubsysAll}};
       bool found = false;
       for (const auto& n : kNames) {
         if (name == n.name) {

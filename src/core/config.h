@@ -27,20 +27,20 @@ enum Subsys : uint32_t {
 
 struct Config {
   int64_t timeoutNs = int64_t(1800) * 1000000000;  // CHORUS_TIMEOUT (seconds)
-  LogLevel logLevel = LogLevel::kWarn;               // CHORUS_DEBUG
-  uint32_t logSubsys = kSubsysAll;                   // CHORUS_DEBUG_SUBSYS
-  bool shmDisable = false;                           // CHORUS_SHM_DISABLE
-  bool p2pDisable = false;                           // CHORUS_P2P_DISABLE
-  std::string socketIfname;                          // CHORUS_SOCKET_IFNAME
-  int64_t spinNs = 20000;                            // CHORUS_SPIN_NS: busy-poll stage
-  int yieldIters = 200;                              // CHORUS_YIELD_ITERS: sched_yield stage
-  int64_t sleepMaxNs = 2000000;                      // CHORUS_SLEEP_MAX_US: futex stage's longest nap
-  size_t slotBytes = 128 * 1024;                     // CHORUS_SLOT_BYTES: payload of one FIFO slot
-  int slots = 8;                                     // CHORUS_SLOTS: slots per FIFO
-  int nChannels = 1;                                 // CHORUS_NCHANNELS: rings run in parallel
-  std::optional<CpuIsa> cpuIsa;                      // CHORUS_CPU_ISA
-  std::string algo;                                  // CHORUS_ALGO (ring)
-  std::string proto;                                 // CHORUS_PROTO (simple)
+  LogLevel logLevel = LogLevel::kWarn;             // CHORUS_DEBUG
+  uint32_t logSubsys = kSubsysAll;                 // CHORUS_DEBUG_SUBSYS
+  bool shmDisable = false;                         // CHORUS_SHM_DISABLE
+  bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
+  std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
+  int64_t spinNs = 20000;                          // CHORUS_SPIN_NS: busy-poll stage
+  int yieldIters = 200;                            // CHORUS_YIELD_ITERS: sched_yield stage
+  int64_t sleepMaxNs = 2000000;                    // CHORUS_SLEEP_MAX_US: futex stage's longest nap
+  size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot
+  int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
+  int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
+  std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
+  std::string algo;                                // CHORUS_ALGO (ring)
+  std::string proto;                               // CHORUS_PROTO (simple)
 
   static Result<Config> fromEnv();
 };

@@ -59,8 +59,9 @@ Result<EnvLaunch> readLaunchEnv() {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("OMPI_COMM_WORLD_RANK"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("OMPI_COMM_WORLD_SIZE"));
     if (!commId) {
-      return invalidArgument("under mpirun, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
-                             "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
+      return invalidArgument(
+          "under mpirun, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
+          "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
     }
     l.rootHostPort = commId;
     return l;
@@ -104,4 +105,3 @@ Result<EnvLaunch> readLaunchEnv() {
 }
 
 }  // namespace chorus
-

@@ -3,7 +3,31 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/core/os.h"
+
 namespace chorus {
+
+void ChannelStatus::blocked(const WaitInfo& w, int64_t now) {
+  const uint32_t kind = w.forData ? 1 : 2;
+  if (waiting.load(std::memory_order_relaxed) == kind && peer.load(std::memory_order_relaxed) == w.peer &&
+      seq.load(std::memory_order_relaxed) == w.seq && step.load(std::memory_order_relaxed) == w.step) {
+    return;  // the same wait as before: keep its start time
+  }
+  seq.store(w.seq, std::memory_order_relaxed);
+  step.store(static_cast<uint32_t>(w.step), std::memory_order_relaxed);
+  peer.store(w.peer, std::memory_order_relaxed);
+  sinceNs.store(now, std::memory_order_relaxed);
+  waiting.store(kind, std::memory_order_relaxed);
+}
+
+std::string ChannelStatus::describe() const {
+  const uint32_t w = waiting.load(std::memory_order_relaxed);
+  if (w == 0) return "running or idle";
+  return "operation #" + std::to_string(seq.load(std::memory_order_relaxed)) + " step " +
+         std::to_string(step.load(std::memory_order_relaxed)) + " waiting " +
+         std::to_string((nowNs() - sinceNs.load(std::memory_order_relaxed)) / 1000000) + " ms for " +
+         (w == 1 ? "data from rank " : "space at rank ") + std::to_string(peer.load(std::memory_order_relaxed));
+}
 
 Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv)
     : a_(args), steps_(std::move(steps)), send_(send), recv_(recv) {
@@ -49,8 +73,15 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
           if (recv_->fifo.closed()) {
             return remoteError("rank " + std::to_string(recv_->peer) + " closed its connection to this rank");
           }
-          *wait = WaitInfo{&recv_->fifo.ctrl->tail, recv_->head, &recv_->fifo.ctrl->consumerWaiting, recv_->peer,
-                           true, st.prim, stepIdx_, a_.seq};
+          *wait = WaitInfo{&recv_->fifo.ctrl->tail,
+                           recv_->head,
+                           &recv_->fifo.ctrl->consumerWaiting,
+                           recv_->peer,
+                           true,
+                           st.prim,
+                           stepIdx_,
+                           a_.seq};
+          if (a_.status) a_.status->blocked(*wait, nowNs());
           return Status(chorusInProgress, "");
         }
         const SlotHeader* h = recv_->fifo.header(recv_->head);
@@ -64,8 +95,15 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
             return remoteError("rank " + std::to_string(send_->peer) + " closed its connection to this rank");
           }
           auto* headWord = &send_->fifo.ctrl->head;
-          *wait = WaitInfo{headWord, headWord->load(std::memory_order_acquire), &send_->fifo.ctrl->producerWaiting,
-                           send_->peer, false, st.prim, stepIdx_, a_.seq};
+          *wait = WaitInfo{headWord,
+                           headWord->load(std::memory_order_acquire),
+                           &send_->fifo.ctrl->producerWaiting,
+                           send_->peer,
+                           false,
+                           st.prim,
+                           stepIdx_,
+                           a_.seq};
+          if (a_.status) a_.status->blocked(*wait, nowNs());
           return Status(chorusInProgress, "");
         }
         sslot = send_->fifo.payload(send_->tail);
@@ -116,6 +154,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
       if (rx) recv_->fifo.release(++recv_->head);
       ++piece_;
       *moved = true;
+      if (a_.status) a_.status->running();
     }
     ++stepIdx_;
     piece_ = 0;

@@ -41,6 +41,21 @@ struct WaitInfo {
   uint64_t seq = 0;
 };
 
+// What one channel of a communicator is doing, published for a watchdog and for hang reports.
+// Written by the progress thread with relaxed stores (a snapshot may mix two moments, which is
+// fine for diagnostics); read by any thread.
+struct ChannelStatus {
+  std::atomic<uint64_t> seq{0};      // operation sequence number
+  std::atomic<uint32_t> step{0};     // step of the schedule
+  std::atomic<int32_t> peer{-1};     // the peer waited on
+  std::atomic<uint32_t> waiting{0};  // 0: running or idle, 1: waiting for data, 2: waiting for space
+  std::atomic<int64_t> sinceNs{0};   // when the current wait began
+
+  void blocked(const struct WaitInfo& w, int64_t now);
+  void running() { waiting.store(0, std::memory_order_relaxed); }
+  std::string describe() const;
+};
+
 struct LaneArgs {
   const char* input = nullptr;
   char* output = nullptr;
@@ -51,6 +66,7 @@ struct LaneArgs {
   uint64_t commId = 0;
   uint64_t seq = 0;
   size_t slotBytes = 0;
+  ChannelStatus* status = nullptr;  // this lane's channel record, if any
 };
 
 class Lane {

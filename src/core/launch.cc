@@ -133,7 +133,8 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       if (!n.send) continue;
       ConnectContext ctx = ctxFor(c);
       const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
-      CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle, c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
+      CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
+                              c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
       CHORUS_ASSIGN_OR_RETURN(auto conn,
                               transportFor(kind).connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), handle));
       auto cursor = std::make_unique<SendCursor>();
@@ -195,6 +196,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.kernels = &kernels_;
   bytesArgs.commId = commId_;
   bytesArgs.slotBytes = slotBytes;
+  bytesArgs.status = &channelStatus_[nch];
 
   for (const auto& op : ops) {
     if (!usesRing(op.coll)) {
@@ -211,9 +213,8 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         a.seq = p.send ? ++p2pSendSeq_[p.peer] : ++p2pRecvSeq_[p.peer];
         std::vector<Step> steps;
         if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
-        task->addToQueue(queueFor(p.peer, p.send),
-                         Lane(a, std::move(steps), p.send ? p2pSend_[p.peer].get() : nullptr,
-                              p.send ? nullptr : p2pRecv_[p.peer].get()));
+        task->addToQueue(queueFor(p.peer, p.send), Lane(a, std::move(steps), p.send ? p2pSend_[p.peer].get() : nullptr,
+                                                        p.send ? nullptr : p2pRecv_[p.peer].get()));
       }
       continue;
     }
@@ -226,8 +227,8 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     a.commId = commId_;
     a.seq = ++collSeq_;
     a.slotBytes = slotBytes;
-    const bool reduces = op.coll == CollType::kAllReduce || op.coll == CollType::kReduce ||
-                         op.coll == CollType::kReduceScatter;
+    const bool reduces =
+        op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
     if (reduces) a.spec = reduceSpec(op.op, op.type);
     const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
     const int rootPos = op.root;  // ring_ is the identity order
@@ -259,6 +260,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
           s.outOff += b.offset;
         }
       }
+      a.status = &channelStatus_[c];
       lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? ringSend_[c].get() : nullptr,
                          nranks_ > 1 ? ringRecv_[c].get() : nullptr);
     }

@@ -16,9 +16,7 @@ class Logger {
   Logger() = default;
   Logger(LogLevel level, uint32_t subsys, int rank);
 
-  bool enabled(LogLevel level, uint32_t subsys) const {
-    return level <= level_ && (subsys & subsys_) != 0;
-  }
+  bool enabled(LogLevel level, uint32_t subsys) const { return level <= level_ && (subsys & subsys_) != 0; }
   void setRank(int rank) { rank_ = rank; }
 
   template <typename... Args>

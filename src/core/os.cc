@@ -19,9 +19,7 @@ void checkFailed(const char* cond, const char* file, int line) {
   std::abort();
 }
 
-Status errnoStatus(const std::string& what, int err) {
-  return systemError(what + ": " + std::strerror(err));
-}
+Status errnoStatus(const std::string& what, int err) { return systemError(what + ": " + std::strerror(err)); }
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);

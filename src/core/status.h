@@ -51,7 +51,7 @@ Status errnoStatus(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
 
   bool isOk() const { return v_.index() == 0; }
@@ -70,29 +70,29 @@ class [[nodiscard]] Result {
 #define CHORUS_STATUS_CONCAT(a, b) CHORUS_STATUS_CONCAT_(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is not ok.
-#define CHORUS_TRY(expr)                                 \
-  do {                                                   \
-    ::chorus::Status chorusTryStatus_ = (expr);          \
-    if (!chorusTryStatus_.isOk()) {                      \
-      chorusTryStatus_.addContext(__FILE__, __LINE__);   \
-      return chorusTryStatus_;                           \
-    }                                                    \
+#define CHORUS_TRY(expr)                               \
+  do {                                                 \
+    ::chorus::Status chorusTryStatus_ = (expr);        \
+    if (!chorusTryStatus_.isOk()) {                    \
+      chorusTryStatus_.addContext(__FILE__, __LINE__); \
+      return chorusTryStatus_;                         \
+    }                                                  \
   } while (0)
 
 // `CHORUS_ASSIGN_OR_RETURN(auto x, makeX())`: binds the value of a Result or returns its Status.
-#define CHORUS_ASSIGN_OR_RETURN(decl, expr)                                          \
-  auto CHORUS_STATUS_CONCAT(chorusResult_, __LINE__) = (expr);                       \
-  if (!CHORUS_STATUS_CONCAT(chorusResult_, __LINE__).isOk()) {                       \
-    auto s_ = CHORUS_STATUS_CONCAT(chorusResult_, __LINE__).status();                \
-    s_.addContext(__FILE__, __LINE__);                                               \
-    return s_;                                                                       \
-  }                                                                                  \
+#define CHORUS_ASSIGN_OR_RETURN(decl, expr)                           \
+  auto CHORUS_STATUS_CONCAT(chorusResult_, __LINE__) = (expr);        \
+  if (!CHORUS_STATUS_CONCAT(chorusResult_, __LINE__).isOk()) {        \
+    auto s_ = CHORUS_STATUS_CONCAT(chorusResult_, __LINE__).status(); \
+    s_.addContext(__FILE__, __LINE__);                                \
+    return s_;                                                        \
+  }                                                                   \
   decl = CHORUS_STATUS_CONCAT(chorusResult_, __LINE__).take()
 
 // A broken invariant is a bug: print and abort.
-#define CHORUS_CHECK(cond)                                                                   \
-  do {                                                                                       \
-    if (!(cond)) ::chorus::checkFailed(#cond, __FILE__, __LINE__);                           \
+#define CHORUS_CHECK(cond)                                         \
+  do {                                                             \
+    if (!(cond)) ::chorus::checkFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 namespace chorus {

@@ -2,7 +2,9 @@
 
 namespace chorus {
 
-Stream::Stream() { thread_ = std::thread([this] { loop(); }); }
+Stream::Stream() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 Stream::~Stream() {
   {

@@ -43,9 +43,9 @@ class Stream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<Status()>> queue_;  // guarded by mu_
-  uint64_t enqueued_ = 0;                       // guarded by mu_
-  uint64_t completed_ = 0;                      // guarded by mu_
-  Status error_;                                // guarded by mu_
+  uint64_t enqueued_ = 0;                      // guarded by mu_
+  uint64_t completed_ = 0;                     // guarded by mu_
+  Status error_;                               // guarded by mu_
   bool stop_ = false;
   std::thread thread_;
 };

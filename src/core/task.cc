@@ -44,7 +44,7 @@ std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {
          " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +
          (w.forData ? "data from " : "free space at ") + owner_->describePeer(w.peer) + " in operation #" +
          std::to_string(w.seq) + ", step " + std::to_string(w.step) + " (" + primName(w.prim) +
-         "); that rank is stuck, slow, or in a different call";
+         "); that rank is stuck, slow, or in a different call. Channels: " + owner_->describeChannels();
 }
 
 }  // namespace chorus

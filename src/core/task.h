@@ -26,6 +26,8 @@ class TaskOwner {
   virtual int rank() const = 0;
   // "rank 3 (host:pid)" for messages.
   virtual std::string describePeer(int peer) const = 0;
+  // What every channel is doing, one line each, for a hang report.
+  virtual std::string describeChannels() const = 0;
 };
 
 class Task {

@@ -10,7 +10,7 @@
 namespace chorus::test {
 
 const char* collName(Coll c) {
-  static const char* k[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+  static const char* k[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
                             "alltoall",  "gather",    "scatter", "sendrecv"};
   return k[static_cast<int>(c)];
 }
@@ -89,8 +89,8 @@ struct Value {
 };
 
 Value inputValue(const Case& c, int nranks, int rank, size_t i) {
-  const uint64_t h = mixHash((uint64_t(rank) << 40) ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull) ^
-                             (uint64_t(c.coll) << 56) ^ uint64_t(c.type) << 48 ^ uint64_t(c.op) << 52);
+  const uint64_t h = mixHash((uint64_t(rank) << 40) ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull) ^ (uint64_t(c.coll) << 56) ^
+                             uint64_t(c.type) << 48 ^ uint64_t(c.op) << 52);
   Value v;
   if (!isFloat(c.type)) {
     v.u = h;
@@ -372,8 +372,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
   size_t pairwise = 0;
   for (Coll coll : colls) {
     const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
-    const bool rooted = coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather ||
-                        coll == Coll::kScatter;
+    const bool rooted =
+        coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
     const bool inPlaceOk = coll != Coll::kAlltoAll && coll != Coll::kSendRecv;
     for (chorusDataType_t type : types) {
       const std::vector<Op> ops = reduces ? reduceOps : std::vector<Op>{Op::kNone};
@@ -403,8 +403,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
       for (chorusDataType_t type : {chorusFloat32, chorusInt8}) {
         if (std::find(types.begin(), types.end(), type) == types.end()) continue;
         const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
-        out.push_back(Case{coll, type, reduces ? Op::kSum : Op::kNone, (size_t(3) << 20) / tsize(type) + 3,
-                           nranks - 1, false, 0});
+        out.push_back(Case{coll, type, reduces ? Op::kSum : Op::kNone, (size_t(3) << 20) / tsize(type) + 3, nranks - 1,
+                           false, 0});
       }
     }
   }
@@ -557,8 +557,7 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
         const double scale = static_cast<double>(sumRange(c.type, n)) + std::fabs(e.value);
         if (std::fabs(g - e.value) <= tolerance(c.type) * scale) continue;
       }
-      fail("element " + std::to_string(j) + " is " + hexBytes(got, es) + ", expected " +
-           hexBytes(e.bits.data(), es));
+      fail("element " + std::to_string(j) + " is " + hexBytes(got, es) + ", expected " + hexBytes(e.bits.data(), es));
     }
   };
   bool sameEverywhere = false;
@@ -572,7 +571,8 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
         check(rb, count, [&](size_t j) { return reduceRef(c, n, j); });
       } else if (!c.inPlace) {
         for (size_t j = 0; j < count * es && res.ok; ++j) {
-          if (rb[j] != GuardedBuffer::kFill) fail("a non-root rank's recvbuff was written at byte " + std::to_string(j));
+          if (rb[j] != GuardedBuffer::kFill)
+            fail("a non-root rank's recvbuff was written at byte " + std::to_string(j));
         }
       }
       break;
@@ -588,9 +588,8 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       check(rb, count, [&](size_t j) { return reduceRef(c, n, size_t(rank) * count + j); });
       break;
     case Coll::kAlltoAll:
-      check(rb, count * n, [&](size_t j) {
-        return copyRef(c, n, static_cast<int>(j / count), size_t(rank) * count + j % count);
-      });
+      check(rb, count * n,
+            [&](size_t j) { return copyRef(c, n, static_cast<int>(j / count), size_t(rank) * count + j % count); });
       break;
     case Coll::kGather:
       if (rank == c.root) {
@@ -610,7 +609,8 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
   if (!c.inPlace) {
     for (size_t j = 0; j < sendElems && res.ok; ++j) {
       Expect e = copyRef(c, n, rank, j);
-      if (std::memcmp(sb + j * es, e.bits.data(), es) != 0) fail("the send buffer changed at element " + std::to_string(j));
+      if (std::memcmp(sb + j * es, e.bits.data(), es) != 0)
+        fail("the send buffer changed at element " + std::to_string(j));
     }
   }
   if (sameEverywhere) res.resultHash = fnv(rb, recvElems * es);

@@ -18,7 +18,17 @@
 
 namespace chorus::test {
 
-enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSendRecv };
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSendRecv
+};
 const char* collName(Coll c);
 
 // kPreMulSum is chorusRedOpCreatePreMulSum with a scalar of 2 (3 for integers).
@@ -37,9 +47,9 @@ struct Case {
 };
 
 struct GridOptions {
-  bool full = true;          // every type and op; otherwise a pairwise subset
-  bool large = true;         // include several-MiB counts
-  std::vector<Coll> colls;   // empty: all
+  bool full = true;                     // every type and op; otherwise a pairwise subset
+  bool large = true;                    // include several-MiB counts
+  std::vector<Coll> colls;              // empty: all
   std::vector<chorusDataType_t> types;  // empty: all
 };
 
@@ -48,8 +58,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts);
 
 struct CaseResult {
   bool ok = true;
-  std::string error;       // first mismatch, with index, got and expected
-  uint64_t resultHash = 0; // of the bytes every rank should agree on (0 when ranks differ by design)
+  std::string error;        // first mismatch, with index, got and expected
+  uint64_t resultHash = 0;  // of the bytes every rank should agree on (0 when ranks differ by design)
 };
 
 // Runs one case on this rank's communicator (NULL stream unless `stream`) and checks it.

@@ -42,7 +42,8 @@ struct Handle {
 
 class InProcConnection : public Connection {
  public:
-  InProcConnection(int peer, InProcBlock* block, FifoView fifo) : Connection(TransportKind::kInProc, peer), block_(block) {
+  InProcConnection(int peer, InProcBlock* block, FifoView fifo)
+      : Connection(TransportKind::kInProc, peer), block_(block) {
     fifo_ = fifo;
   }
   ~InProcConnection() override {

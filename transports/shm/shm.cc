@@ -23,7 +23,8 @@ struct Handle {
 
 class ShmConnection : public Connection {
  public:
-  ShmConnection(int peer, Mapping mapping, FifoView fifo) : Connection(TransportKind::kShm, peer), map_(std::move(mapping)) {
+  ShmConnection(int peer, Mapping mapping, FifoView fifo)
+      : Connection(TransportKind::kShm, peer), map_(std::move(mapping)) {
     fifo_ = fifo;
   }
   ~ShmConnection() override { fifo_.close(); }
@@ -57,7 +58,9 @@ class ShmTransport : public Transport {
     Handle h{};
     if (handle.size() != sizeof(h)) return internalError("shared-memory connection handle has the wrong size");
     std::memcpy(&h, handle.data(), sizeof(h));
-    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.bootstrap->importFd(peer, std::string(h.server, strnlen(h.server, sizeof(h.server))), h.token));
+    CHORUS_ASSIGN_OR_RETURN(
+        UniqueFd fd,
+        ctx.bootstrap->importFd(peer, std::string(h.server, strnlen(h.server, sizeof(h.server))), h.token));
     const size_t bytes = fifoBytes(h.nslots, h.slotBytes);
     CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), bytes));
     FifoView fifo;

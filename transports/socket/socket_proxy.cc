@@ -65,8 +65,8 @@ bool SocketProxy::progress(Entry& e) {
     while (e.fifo.hasData(e.next)) {
       SlotHeader* h = e.fifo.header(e.next);
       const size_t total = sizeof(SlotHeader) + h->bytes;
-      ssize_t r = ::send(e.fd.get(), reinterpret_cast<char*>(h) + e.offset, total - e.offset,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t r =
+          ::send(e.fd.get(), reinterpret_cast<char*>(h) + e.offset, total - e.offset, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
           e.wantWrite = true;

@@ -40,8 +40,8 @@ class SocketProxy {
     bool isSend = false;
     int peer = -1;
     std::string peerName;
-    uint32_t next = 0;   // send: next slot to transmit; recv: next slot to fill
-    size_t offset = 0;   // bytes of that slot moved so far
+    uint32_t next = 0;  // send: next slot to transmit; recv: next slot to fill
+    size_t offset = 0;  // bytes of that slot moved so far
     bool wantWrite = false;
     bool failed = false;
   };
