@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define CHORUS_HD __host__ __device__ __forceinline__
-#else
-#define CHORUS_HD inline __attribute__((always_inline))
-#endif
+#include "kernels/hd.h"
 
 namespace chorus {
 

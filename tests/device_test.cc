@@ -1,4 +1,5 @@
-// The device reductions against the host's scalar path, bit for bit, for every type and op.
+// The device reductions against the host's scalar path, bit for bit, for every type and op, and
+// a two-rank ring all-reduce run by the device step program.
 // Needs a CUDA device: without one it says so and exits with 77, which ctest reports as skipped.
 #include <cuda_runtime.h>
 
@@ -7,8 +8,11 @@
 #include <random>
 #include <vector>
 
+#include "include/chorus/chorus.h"
 #include "kernels/reduce_device.h"
 #include "kernels/reduce_host.h"
+#include "kernels/step_program_device.cuh"
+#include "src/algo/schedule.h"
 
 using namespace chorus;
 
@@ -57,6 +61,74 @@ int main() {
     cudaFree(da);
     cudaFree(db);
     cudaFree(dout);
+  }
+  // Two ranks' step programs, one thread block each on its own stream, run a ring all-reduce of
+  // floats through FIFOs in mapped host memory.
+  {
+    const size_t count = 50001;
+    const uint32_t nslots = 8;
+    const uint32_t slotBytes = 4096;
+    const size_t fifoBytesEach = fifoBytes(nslots, slotBytes);
+    char* fifoMem = nullptr;
+    cudaHostAlloc(reinterpret_cast<void**>(&fifoMem), 2 * fifoBytesEach, cudaHostAllocMapped);
+    std::memset(fifoMem, 0, 2 * fifoBytesEach);
+    FifoView fifo[2] = {FifoView::layout(fifoMem, nslots, slotBytes),
+                        FifoView::layout(fifoMem + fifoBytesEach, nslots, slotBytes)};  // fifo[r]: r -> 1-r
+    float *in[2], *out[2];
+    uint32_t* result;
+    Step* steps[2];
+    cudaMallocManaged(&result, 6 * sizeof(uint32_t));
+    std::vector<std::vector<Step>> hostSteps(2);
+    cudaStream_t streams[2];
+    for (int r = 0; r < 2; ++r) {
+      cudaMallocManaged(&in[r], count * sizeof(float));
+      cudaMallocManaged(&out[r], count * sizeof(float));
+      for (size_t i = 0; i < count; ++i) in[r][i] = float((i + r) % 7);
+      hostSteps[r] = ringAllReduce(2, r, count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
+      cudaMalloc(&steps[r], hostSteps[r].size() * sizeof(Step));
+      cudaMemcpy(steps[r], hostSteps[r].data(), hostSteps[r].size() * sizeof(Step), cudaMemcpyHostToDevice);
+      cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
+    }
+    for (int r = 0; r < 2; ++r) {
+      device::DeviceLaneArgs a;
+      a.steps = steps[r];
+      a.nsteps = static_cast<uint32_t>(hostSteps[r].size());
+      a.input = reinterpret_cast<const char*>(in[r]);
+      a.output = reinterpret_cast<char*>(out[r]);
+      a.commId = 1;
+      a.seq = 1;
+      const FifoView& s = fifo[r];
+      const FifoView& rv = fifo[1 - r];
+      a.send = {reinterpret_cast<uint32_t*>(&s.ctrl->tail),
+                reinterpret_cast<uint32_t*>(&s.ctrl->head),
+                s.slots,
+                nslots,
+                slotBytes,
+                0};
+      a.recv = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail),
+                reinterpret_cast<uint32_t*>(&rv.ctrl->head),
+                rv.slots,
+                nslots,
+                slotBytes,
+                0};
+      a.result = result + 3 * r;
+      device::launchStepProgram(chorusFloat32, a, 256, streams[r]);
+    }
+    cudaDeviceSynchronize();
+    for (int r = 0; r < 2; ++r) {
+      if (result[3 * r] != 0) {
+        std::printf("FAIL: step program of rank %d stopped with status %u\n", r, result[3 * r]);
+        ++failures;
+        continue;
+      }
+      for (size_t i = 0; i < count; ++i) {
+        if (out[r][i] != in[0][i] + in[1][i]) {
+          std::printf("FAIL: device ring all-reduce, rank %d element %zu\n", r, i);
+          ++failures;
+          break;
+        }
+      }
+    }
   }
   std::printf("%d failed\n", failures);
   return failures ? 1 : 0;

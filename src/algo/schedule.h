@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/hd.h"
+
 namespace chorus {
 
 enum class Prim : uint8_t {
@@ -29,11 +31,11 @@ enum class Prim : uint8_t {
 };
 const char* primName(Prim p);
 
-inline bool primReceives(Prim p) {
+CHORUS_HD bool primReceives(Prim p) {
   return p == Prim::kRecv || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend || p == Prim::kRecvCopySend ||
          p == Prim::kRecvReduceCopy;
 }
-inline bool primSends(Prim p) {
+CHORUS_HD bool primSends(Prim p) {
   return p == Prim::kSend || p == Prim::kCopySend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
          p == Prim::kRecvCopySend;
 }
