@@ -17,7 +17,7 @@ esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          openmpi-bin libopenmpi-dev iproute2 python3 clang-format)
+          openmpi-bin libopenmpi-dev iproute2 python3 python3-matplotlib clang-format)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -46,5 +46,15 @@ if [ "$mode" = run ]; then
 fi
 
 echo "== tests (tier: ${CHORUS_TEST_TIER:-default})"
-cd "$build"
-ctest -j 2 --output-on-failure --timeout 1800
+(cd "$build" && ctest -j 2 --output-on-failure --timeout 3600)
+
+if [ "${CHORUS_TEST_TIER:-default}" = extended ]; then
+  # ThreadSanitizer over the thread-per-rank tests, in a build of its own.
+  tsan=${build}-tsan
+  echo "== ThreadSanitizer build in $tsan"
+  cmake -S . -B "$tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_SANITIZER=thread \
+    -DCHORUS_ENABLE_CUDA=OFF > /dev/null
+  cmake --build "$tsan" -j "$jobs" --target api_test grid_test
+  (cd "$tsan" && TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure \
+    -R '^(api_test|grid_threads_(streams|shm|socket|nchannels2))$')
+fi

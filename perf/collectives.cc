@@ -1,0 +1,165 @@
+// What each perf tool measures: buffer sizes, the call, nccl-tests' bus-bandwidth factor, and
+// where each received element comes from (for -c).
+#include "perf/common.h"
+
+namespace chorus::perf {
+namespace {
+
+size_t whole(size_t c, int) { return c; }
+size_t perRank(size_t c, int n) { return c / static_cast<size_t>(n); }
+size_t roundNone(size_t c, int) { return c; }
+size_t roundToRanks(size_t c, int n) { return c - c % static_cast<size_t>(n); }
+double one(int) { return 1.0; }
+double ringFactor(int n) { return n > 1 ? double(n - 1) / n : 0.0; }
+double allReduceFactor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
+bool fromAllReduced(int, int, int, size_t, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = 0;
+  *elem = i;
+  *reduced = true;
+  return true;
+}
+bool fromRootReduced(int rank, int, int root, size_t, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = 0;
+  *elem = i;
+  *reduced = true;
+  return rank == root;
+}
+bool fromRoot(int, int, int root, size_t, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = root;
+  *elem = i;
+  *reduced = false;
+  return true;
+}
+bool gathered(int, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  const size_t per = count / n;
+  *src = static_cast<int>(i / per);
+  *elem = i % per;
+  *reduced = false;
+  return true;
+}
+bool gatheredAtRoot(int rank, int n, int root, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  return gathered(rank, n, root, count, i, src, elem, reduced) && rank == root;
+}
+bool scatteredReduced(int rank, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = 0;
+  *elem = size_t(rank) * (count / n) + i;
+  *reduced = true;
+  return true;
+}
+bool scatteredFromRoot(int rank, int n, int root, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = root;
+  *elem = size_t(rank) * (count / n) + i;
+  *reduced = false;
+  return true;
+}
+bool exchanged(int rank, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  const size_t per = count / n;
+  *src = static_cast<int>(i / per);
+  *elem = size_t(rank) * per + i % per;
+  *reduced = false;
+  return true;
+}
+bool fromPrevious(int rank, int n, int, size_t, size_t i, int* src, size_t* elem, bool* reduced) {
+  *src = (rank - 1 + n) % n;
+  *elem = i;
+  *reduced = false;
+  return true;
+}
+
+chorusResult_t runAllReduce(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t op, int,
+                            chorusComm_t comm, chorusStream_t st) {
+  return chorusAllReduce(s, r, c, t, op, comm, st);
+}
+chorusResult_t runAllGather(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int, chorusComm_t comm,
+                            chorusStream_t st) {
+  return chorusAllGather(s, r, c, t, comm, st);
+}
+chorusResult_t runBroadcast(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int root,
+                            chorusComm_t comm, chorusStream_t st) {
+  return chorusBroadcast(s, r, c, t, root, comm, st);
+}
+chorusResult_t runReduce(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t op, int root,
+                         chorusComm_t comm, chorusStream_t st) {
+  return chorusReduce(s, r, c, t, op, root, comm, st);
+}
+chorusResult_t runReduceScatter(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t op, int,
+                                chorusComm_t comm, chorusStream_t st) {
+  return chorusReduceScatter(s, r, c, t, op, comm, st);
+}
+chorusResult_t runAlltoAll(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int, chorusComm_t comm,
+                           chorusStream_t st) {
+  return chorusAlltoAll(s, r, c, t, comm, st);
+}
+chorusResult_t runGather(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int root,
+                         chorusComm_t comm, chorusStream_t st) {
+  return chorusGather(s, r, c, t, root, comm, st);
+}
+chorusResult_t runScatter(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int root,
+                          chorusComm_t comm, chorusStream_t st) {
+  return chorusScatter(s, r, c, t, root, comm, st);
+}
+chorusResult_t runSendRecv(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int, chorusComm_t comm,
+                           chorusStream_t st) {
+  int rank = 0;
+  int n = 1;
+  chorusCommUserRank(comm, &rank);
+  chorusCommCount(comm, &n);
+  chorusGroupStart();
+  chorusSend(s, c, t, (rank + 1) % n, comm, st);
+  chorusRecv(r, c, t, (rank - 1 + n) % n, comm, st);
+  return chorusGroupEnd();
+}
+
+}  // namespace
+
+const CollDesc& allReduceDesc() {
+  static const CollDesc d{"AllReduce", true,      false,           InPlace::kSame, whole,         whole,
+                          whole,       roundNone, allReduceFactor, runAllReduce,   fromAllReduced};
+  return d;
+}
+const CollDesc& allGatherDesc() {
+  static const CollDesc d{"AllGather", false,        false,   InPlace::kSendInRecvBlock,
+                          perRank,     whole,        perRank, roundToRanks,
+                          ringFactor,  runAllGather, gathered};
+  return d;
+}
+const CollDesc& broadcastDesc() {
+  static const CollDesc d{"Broadcast", false,     true, InPlace::kSame, whole,   whole,
+                          whole,       roundNone, one,  runBroadcast,   fromRoot};
+  return d;
+}
+const CollDesc& reduceDesc() {
+  static const CollDesc d{"Reduce", true,      true, InPlace::kSame, whole,          whole,
+                          whole,    roundNone, one,  runReduce,      fromRootReduced};
+  return d;
+}
+const CollDesc& reduceScatterDesc() {
+  static const CollDesc d{
+      "ReduceScatter", true,         false,      InPlace::kRecvInSendBlock, whole,           perRank,
+      perRank,         roundToRanks, ringFactor, runReduceScatter,          scatteredReduced};
+  return d;
+}
+const CollDesc& alltoAllDesc() {
+  static const CollDesc d{"AlltoAll", false,        false,      InPlace::kNone, whole,    whole,
+                          perRank,    roundToRanks, ringFactor, runAlltoAll,    exchanged};
+  return d;
+}
+const CollDesc& sendRecvDesc() {
+  static const CollDesc d{"SendRecv", false,     false, InPlace::kNone, whole,       whole,
+                          whole,      roundNone, one,   runSendRecv,    fromPrevious};
+  return d;
+}
+const CollDesc& gatherDesc() {
+  static const CollDesc d{"Gather",   false,     true,          InPlace::kSendInRecvBlock,
+                          perRank,    whole,     perRank,       roundToRanks,
+                          ringFactor, runGather, gatheredAtRoot};
+  return d;
+}
+const CollDesc& scatterDesc() {
+  static const CollDesc d{"Scatter",    false,      true,       InPlace::kRecvInSendBlock, whole, perRank, perRank,
+                          roundToRanks, ringFactor, runScatter, scatteredFromRoot};
+  return d;
+}
+
+}  // namespace chorus::perf

@@ -1,0 +1,49 @@
+#!/usr/bin/python3
+"""Draws bus bandwidth against message size for one or more perf-tool JSON files (-J).
+
+  /usr/bin/python3 tools/plot_perf.py out.png run1.json [run2.json ...] [--title T] [--inplace]
+
+Each file becomes one line, labelled "<collective> <nranks> ranks" (or --labels a,b,...).
+Needs matplotlib (Debian: python3-matplotlib, which tools/setup.sh installs).
+"""
+import argparse
+import json
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("output", help="PNG file to write")
+    ap.add_argument("inputs", nargs="+", help="JSON files written by a perf tool's -J")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--labels", default="", help="comma-separated labels, one per input")
+    ap.add_argument("--inplace", action="store_true", help="plot the in-place columns")
+    args = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_perf.py needs matplotlib: apt-get install python3-matplotlib")
+    labels = args.labels.split(",") if args.labels else []
+    key = "in_place" if args.inplace else "out_of_place"
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, path in enumerate(args.inputs):
+        with open(path) as f:
+            run = json.load(f)
+        rows = [r for r in run["rows"] if key in r and r["size"] > 0]
+        rows.sort(key=lambda r: r["size"])
+        label = labels[i] if i < len(labels) else f'{run["collective"]} {run["nranks"]} ranks'
+        ax.plot([r["size"] for r in rows], [r[key]["busbw_GBps"] for r in rows], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(args.title or "bus bandwidth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
