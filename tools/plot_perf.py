@@ -4,7 +4,7 @@
   /usr/bin/python3 tools/plot_perf.py out.png run1.json [run2.json ...] [--title T] [--inplace]
 
 Each file becomes one line, labelled "<collective> <nranks> ranks" (or --labels a,b,...).
-Needs matplotlib (Debian: python3-matplotlib, which tools/setup.sh installs).
+Needs matplotlib (Debian: python3-matplotlib; `bash tools/setup.sh plots` installs it).
 """
 import argparse
 import json

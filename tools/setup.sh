@@ -5,19 +5,21 @@
 #                              4 local ranks printing an nccl-tests table)
 #   bash tools/setup.sh test   install what is missing, build, run the default test tier
 #                              (CHORUS_TEST_TIER=extended runs everything)
+#   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
 #
 # Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
-  run|test|deps|build) ;;
+  run|test|deps|build|plots) ;;
   *) echo "usage: bash tools/setup.sh run|test" >&2; exit 2 ;;
 esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          openmpi-bin libopenmpi-dev iproute2 python3 python3-matplotlib clang-format)
+          openmpi-bin libopenmpi-dev iproute2 python3 clang-format)
+[ "$mode" = plots ] && packages=(python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,7 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 fi
-[ "$mode" = deps ] && exit 0
+[ "$mode" = deps ] || [ "$mode" = plots ] && exit 0
 
 build=${BUILD_DIR:-build}
 jobs=${CHORUS_JOBS:-$(nproc)}
