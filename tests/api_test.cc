@@ -322,3 +322,36 @@ TEST_CASE("a timeout names the peer that did not answer", "[api][timeout]") {
   CHECK(chorusCommAbort(c[0]) == chorusSuccess);
   CHECK(chorusCommDestroy(c[1]) == chorusSuccess);
 }
+
+TEST_CASE("calls on a communicator still initialising are refused, not dropped", "[api][init]") {
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  chorusComm_t c0 = nullptr;
+  chorusComm_t c1 = nullptr;
+  // Rank 0 cannot finish before rank 1 joins.
+  REQUIRE(chorusCommInitRankConfig(&c0, 2, id, 0, &cfg) == chorusInProgress);
+  float x = 1.0f;
+  CHECK(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, c0, nullptr) == chorusInvalidUsage);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("still initialising") != std::string::npos);
+  chorusResult_t state = chorusSuccess;
+  CHECK(chorusCommGetAsyncError(c0, &state) == chorusSuccess);
+  CHECK(state == chorusInProgress);
+  std::thread t([&] { chorusCommInitRank(&c1, 2, id, 1); });
+  while (state == chorusInProgress) {
+    chorusCommGetAsyncError(c0, &state);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  t.join();
+  REQUIRE(state == chorusSuccess);
+  float y = 2.0f;
+  auto rc = onRanks(2, [&](int r) {
+    return chorusAllReduce(r ? &y : &x, r ? &y : &x, 1, chorusFloat32, chorusSum, r ? c1 : c0, nullptr);
+  });
+  CHECK(rc[0] == chorusSuccess);
+  CHECK(x == 3.0f);
+  CHECK(y == 3.0f);
+  CHECK(chorusCommDestroy(c0) == chorusSuccess);
+  CHECK(chorusCommDestroy(c1) == chorusSuccess);
+}

@@ -49,7 +49,10 @@ Result<Communicator*> liveComm(chorusComm_t comm) {
     return invalidArgument("comm is not a live communicator (destroyed, or never initialised)");
   }
   if (!comm->initDone.load(std::memory_order_acquire)) {
-    return Status(chorusInProgress, "");
+    // Not "in progress": nothing was accepted, and the caller must not think the call was queued.
+    return invalidUsage(
+        "the communicator is still initialising (non-blocking init); poll "
+        "chorusCommGetAsyncError until it stops returning chorusInProgress");
   }
   std::lock_guard<std::mutex> g(comm->initMu);
   if (!comm->initStatus.isOk()) {
