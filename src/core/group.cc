@@ -60,7 +60,15 @@ Status groupEnd() {
   GroupState g = std::move(tGroup);
   tGroup = GroupState();
   if (!g.error.isOk()) {
-    return invalidUsage("a call inside this group failed, so nothing in the group was launched: " + g.error.message());
+    Status s =
+        invalidUsage("a call inside this group failed, so nothing in the group was launched: " + g.error.message());
+    // Handles of inits recorded in the group exist; they must not look "in progress" forever.
+    for (const auto& job : g.inits) {
+      std::lock_guard<std::mutex> lk(job.handle->initMu);
+      job.handle->initStatus = s;
+      job.handle->initDone.store(true, std::memory_order_release);
+    }
+    return s;
   }
   if (!g.inits.empty()) {
     if (!g.ops.empty()) {
