@@ -94,6 +94,11 @@ class Communicator : public TaskOwner {
   int64_t timeoutNs() const override { return config_.timeoutNs; }
   std::string describePeer(int peer) const override;
   std::string describeChannels() const override;
+  bool tryAcquireExec() override {
+    bool expected = false;
+    return exec_.compare_exchange_strong(expected, true, std::memory_order_acquire);
+  }
+  void releaseExec() override { exec_.store(false, std::memory_order_release); }
 
   // Custom reduction operators.
   Result<chorusRedOp_t> createPreMulSum(const void* scalar, chorusDataType_t type, chorusScalarResidence_t residence);
@@ -167,6 +172,7 @@ class Communicator : public TaskOwner {
 
   std::atomic<State> state_{State::kInitializing};
   std::atomic<bool> abort_{false};
+  std::atomic<bool> exec_{false};  // the execution token (see TaskOwner)
   mutable std::mutex errMu_;
   Status asyncError_;  // guarded by errMu_
 

@@ -79,40 +79,34 @@ void Engine::loop() {
     bool movedAny = false;
     WaitInfo firstWait;
     const int64_t now = nowNs();
+    bool skipped = false;
     for (auto it = queues.begin(); it != queues.end();) {
       auto& q = it->second;
       Task& t = *q.front();
       TaskOwner* o = it->first;
-      Status s;
-      WaitInfo w;
-      bool moved = false;
-      Status broken = o->asyncError();
-      if (!broken.isOk()) {
-        s = Status(broken.code(), "the communicator failed earlier: " + broken.message());
-      } else if (o->aborted()) {
-        s = remoteError("the communicator was aborted");
-      } else {
-        s = t.progress(&w, &moved);
-      }
-      if (moved) {
-        t.lastProgressNs = now;
-        movedAny = true;
-      }
-      if (s.inProgress()) {
-        if (!firstWait.word) firstWait = w;
-        if (now - t.lastProgressNs > o->timeoutNs()) {
-          s = systemError(t.describeStall(w, now - t.lastProgressNs));
-        }
-      }
-      if (!s.inProgress()) {
-        if (!s.isOk()) o->setAsyncError(s);
-        t.complete(s);
-        q.pop_front();
-        movedAny = true;
-        if (q.empty()) {
-          it = queues.erase(it);
+      if (!t.holdsExec) {
+        if (!o->tryAcquireExec()) {  // a thread runs this communicator's launch inline
+          skipped = true;
+          ++it;
           continue;
         }
+        t.holdsExec = true;
+      }
+      WaitInfo w;
+      bool moved = false;
+      Status s = t.advance(now, &w, &moved);
+      movedAny = movedAny || moved;
+      if (s.inProgress()) {
+        if (!firstWait.word) firstWait = w;
+        ++it;
+        continue;
+      }
+      t.finish(s);
+      q.pop_front();
+      movedAny = true;
+      if (q.empty()) {
+        it = queues.erase(it);
+        continue;
       }
       ++it;
     }
@@ -122,6 +116,11 @@ void Engine::loop() {
       continue;
     }
     if (idleSince == 0) idleSince = now;
+    if (!firstWait.word && skipped) {
+      // Only tokens held elsewhere: nothing of ours to wait on, so nap briefly.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
     idle(firstWait, now - idleSince, &yields);
   }
 }

@@ -1,5 +1,7 @@
 #include "src/core/group.h"
 
+#include <sched.h>
+
 #include <map>
 #include <thread>
 
@@ -97,6 +99,81 @@ Status groupEnd() {
   return launch(g.ops);
 }
 
+namespace {
+
+// Runs a launch's tasks on the calling thread (the user's, for the NULL stream, or a stream's
+// worker) when every communicator's execution token is free: no hand-off to an engine thread and
+// back, which is most of a small operation's time. Returns false, having changed nothing, when a
+// token is held (the engine or another thread runs that communicator): the caller then submits
+// to the engines. The idle policy and the deadlines are the engine's.
+bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i]->owner()->tryAcquireExec()) {
+      tasks[i]->holdsExec = true;
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      tasks[j]->holdsExec = false;
+      tasks[j]->owner()->releaseExec();
+    }
+    return false;
+  }
+  const Config& cfg = static_cast<Communicator*>(tasks[0]->owner())->config();
+  std::vector<char> done(tasks.size(), 0);
+  size_t left = tasks.size();
+  for (auto& t : tasks) t->lastProgressNs = nowNs();
+  int64_t idleSince = 0;
+  int yields = 0;
+  while (left > 0) {
+    const int64_t now = nowNs();
+    bool movedAny = false;
+    WaitInfo first;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (done[i]) continue;
+      WaitInfo w;
+      bool moved = false;
+      Status s = tasks[i]->advance(now, &w, &moved);
+      movedAny = movedAny || moved;
+      if (s.inProgress()) {
+        if (!first.word) first = w;
+        continue;
+      }
+      tasks[i]->finish(s);
+      done[i] = 1;
+      --left;
+      movedAny = true;
+    }
+    if (movedAny || left == 0) {
+      idleSince = 0;
+      yields = 0;
+      continue;
+    }
+    if (idleSince == 0) idleSince = now;
+    if (now - idleSince < cfg.spinNs) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    } else if (yields < cfg.yieldIters) {
+      ++yields;
+      sched_yield();
+    } else if (first.word) {
+      first.sleeperFlag->fetch_add(1, std::memory_order_seq_cst);
+      if (first.word->load(std::memory_order_seq_cst) == first.seen) futexWait(first.word, first.seen, cfg.sleepMaxNs);
+      first.sleeperFlag->fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  return true;
+}
+
+void submitToEngines(std::vector<std::unique_ptr<Task>>& tasks) {
+  for (auto& t : tasks) {
+    auto* c = static_cast<Communicator*>(t->owner());
+    c->engine().submit(std::move(t));
+  }
+}
+
+}  // namespace
+
 Status launch(std::vector<OpInfo>& ops) {
   // Per communicator, in issue order.
   std::vector<Communicator*> comms;
@@ -135,6 +212,7 @@ Status launch(std::vector<OpInfo>& ops) {
     byStream[s].push_back(std::move(task));
   }
   std::shared_ptr<LaunchLatch> nullLatch;
+  std::shared_ptr<std::vector<std::unique_ptr<Task>>> nullTasks;
   for (chorusStream_t s : streams) {
     auto tasks = std::make_shared<std::vector<std::unique_ptr<Task>>>(std::move(byStream[s]));
     auto latch = std::make_shared<LaunchLatch>(static_cast<int>(tasks->size()));
@@ -147,23 +225,22 @@ Status launch(std::vector<OpInfo>& ops) {
       });
     }
     auto run = [tasks, latch]() -> Status {
-      for (auto& t : *tasks) {
-        auto* c = static_cast<Communicator*>(t->owner());
-        c->engine().submit(std::move(t));
-      }
+      if (!runInline(*tasks)) submitToEngines(*tasks);
       return latch->wait();
     };
     if (s == nullptr) {
-      for (auto& t : *tasks) {
-        auto* c = static_cast<Communicator*>(t->owner());
-        c->engine().submit(std::move(t));
-      }
+      // Other streams' launches go first to the engines, so the NULL stream's inline run below
+      // does not hold up the ranks that wait on them.
+      nullTasks = tasks;
       nullLatch = latch;
     } else {
       s->impl->enqueue(run);
     }
   }
-  if (nullLatch) return nullLatch->wait();
+  if (nullLatch) {
+    if (!runInline(*nullTasks)) submitToEngines(*nullTasks);
+    return nullLatch->wait();
+  }
   return Status::ok();
 }
 

@@ -39,6 +39,27 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
   return Status::ok();
 }
 
+Status Task::advance(int64_t now, WaitInfo* wait, bool* moved) {
+  Status broken = owner_->asyncError();
+  if (!broken.isOk()) return Status(broken.code(), "the communicator failed earlier: " + broken.message());
+  if (owner_->aborted()) return remoteError("the communicator was aborted");
+  Status s = progress(wait, moved);
+  if (*moved) lastProgressNs = now;
+  if (s.inProgress() && now - lastProgressNs > owner_->timeoutNs()) {
+    return systemError(describeStall(*wait, now - lastProgressNs));
+  }
+  return s;
+}
+
+void Task::finish(const Status& s) {
+  if (!s.isOk()) owner_->setAsyncError(s);
+  if (holdsExec) {
+    holdsExec = false;
+    owner_->releaseExec();
+  }
+  complete(s);
+}
+
 std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {
   return "rank " + std::to_string(owner_->rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
          " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +

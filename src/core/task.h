@@ -28,6 +28,10 @@ class TaskOwner {
   virtual std::string describePeer(int peer) const = 0;
   // What every channel is doing, one line each, for a hang report.
   virtual std::string describeChannels() const = 0;
+  // Tasks of one communicator share its connections: whoever runs one (the engine, or a thread
+  // running a launch inline) holds this token from the task's first step to its end.
+  virtual bool tryAcquireExec() = 0;
+  virtual void releaseExec() = 0;
 };
 
 class Task {
@@ -52,7 +56,15 @@ class Task {
   // The sentence for a task that waited past its deadline.
   std::string describeStall(const WaitInfo& w, int64_t waitedNs) const;
 
+  // One turn of whoever runs the task: fail fast on a broken or aborted communicator, progress,
+  // and enforce the timeout. inProgress: still running (*wait says on what).
+  Status advance(int64_t now, WaitInfo* wait, bool* moved);
+  // Ends the task: records a failure on the communicator, gives the execution token back, and
+  // runs the completion callback.
+  void finish(const Status& s);
+
   int64_t lastProgressNs = 0;
+  bool holdsExec = false;
 
  private:
   TaskOwner* owner_;
