@@ -9,8 +9,7 @@
 
 namespace chorus {
 
-Engine::Engine(const Config& config)
-    : spinNs_(config.spinNs), yieldIters_(config.yieldIters), sleepMaxNs_(config.sleepMaxNs) {
+Engine::Engine(const Config& config) : policy_(config) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -36,26 +35,28 @@ void Engine::submit(std::unique_ptr<Task> task) {
   if (auto* w = sleepingOn_.load(std::memory_order_seq_cst)) futexWakeAll(w);
 }
 
-void Engine::idle(const WaitInfo& wait, int64_t idleNs, int* yields) {
-  if (idleNs < spinNs_) {
+void IdlePolicy::step(const WaitInfo& wait, int64_t idleNs, int* yields, std::atomic<std::atomic<uint32_t>*>* announce,
+                      const std::atomic<int>* pending) const {
+  if (idleNs < spinNs) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
     return;
   }
-  if (*yields < yieldIters_) {
+  if (*yields < yieldIters) {
     ++*yields;
     sched_yield();
     return;
   }
   if (!wait.word) return;
-  // Announce the nap, then re-check both the word and new submissions before sleeping.
+  // Announce the nap, then re-check the word (and new submissions) before sleeping.
   wait.sleeperFlag->fetch_add(1, std::memory_order_seq_cst);
-  sleepingOn_.store(wait.word, std::memory_order_seq_cst);
-  if (wait.word->load(std::memory_order_seq_cst) == wait.seen && pending_.load(std::memory_order_seq_cst) == 0) {
-    futexWait(wait.word, wait.seen, sleepMaxNs_);
+  if (announce) announce->store(wait.word, std::memory_order_seq_cst);
+  if (wait.word->load(std::memory_order_seq_cst) == wait.seen &&
+      (!pending || pending->load(std::memory_order_seq_cst) == 0)) {
+    futexWait(wait.word, wait.seen, sleepMaxNs);
   }
-  sleepingOn_.store(nullptr, std::memory_order_relaxed);
+  if (announce) announce->store(nullptr, std::memory_order_relaxed);
   wait.sleeperFlag->fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -121,7 +122,7 @@ void Engine::loop() {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
-    idle(firstWait, now - idleSince, &yields);
+    policy_.step(firstWait, now - idleSince, &yields, &sleepingOn_, &pending_);
   }
 }
 

@@ -24,6 +24,21 @@
 
 namespace chorus {
 
+// How a thread that runs tasks waits when none of them can move: spin for spinNs, yield yieldIters
+// times, then nap on a futex on the awaited word for at most sleepMaxNs. Used by the engine and by
+// threads that run a launch inline.
+struct IdlePolicy {
+  explicit IdlePolicy(const Config& c) : spinNs(c.spinNs), yieldIters(c.yieldIters), sleepMaxNs(c.sleepMaxNs) {}
+  int64_t spinNs;
+  int yieldIters;
+  int64_t sleepMaxNs;
+
+  // One step of waiting, `idleNs` into the idle spell. When napping, `announce` (if given) is set
+  // to the word slept on so submitters can wake it, and the nap is skipped while *pending > 0.
+  void step(const WaitInfo& wait, int64_t idleNs, int* yields, std::atomic<std::atomic<uint32_t>*>* announce = nullptr,
+            const std::atomic<int>* pending = nullptr) const;
+};
+
 class Engine {
  public:
   explicit Engine(const Config& config);
@@ -35,11 +50,7 @@ class Engine {
 
  private:
   void loop();
-  void idle(const WaitInfo& wait, int64_t idleNs, int* yields);
-
-  const int64_t spinNs_;
-  const int yieldIters_;
-  const int64_t sleepMaxNs_;
+  const IdlePolicy policy_;
 
   std::mutex mu_;
   std::condition_variable cv_;

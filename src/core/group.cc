@@ -1,7 +1,5 @@
 #include "src/core/group.h"
 
-#include <sched.h>
-
 #include <map>
 #include <thread>
 
@@ -118,7 +116,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
     }
     return false;
   }
-  const Config& cfg = static_cast<Communicator*>(tasks[0]->owner())->config();
+  const IdlePolicy policy(static_cast<Communicator*>(tasks[0]->owner())->config());
   std::vector<char> done(tasks.size(), 0);
   size_t left = tasks.size();
   for (auto& t : tasks) t->lastProgressNs = nowNs();
@@ -149,18 +147,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
       continue;
     }
     if (idleSince == 0) idleSince = now;
-    if (now - idleSince < cfg.spinNs) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    } else if (yields < cfg.yieldIters) {
-      ++yields;
-      sched_yield();
-    } else if (first.word) {
-      first.sleeperFlag->fetch_add(1, std::memory_order_seq_cst);
-      if (first.word->load(std::memory_order_seq_cst) == first.seen) futexWait(first.word, first.seen, cfg.sleepMaxNs);
-      first.sleeperFlag->fetch_sub(1, std::memory_order_relaxed);
-    }
+    policy.step(first, now - idleSince, &yields);
   }
   return true;
 }

@@ -57,7 +57,7 @@ void Task::finish(const Status& s) {
     holdsExec = false;
     owner_->releaseExec();
   }
-  complete(s);
+  if (onDone_) onDone_(s);
 }
 
 std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {

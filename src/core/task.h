@@ -50,9 +50,6 @@ class Task {
 
   // ok: finished. inProgress: blocked (*wait says on what). Anything else: failed.
   Status progress(WaitInfo* wait, bool* moved);
-  void complete(const Status& s) {
-    if (onDone_) onDone_(s);
-  }
   // The sentence for a task that waited past its deadline.
   std::string describeStall(const WaitInfo& w, int64_t waitedNs) const;
 
