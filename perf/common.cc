@@ -201,7 +201,7 @@ struct Options {
   int threads = 1;
   int gpus = 1;
   int agg = 1;
-  int blocking = 1;
+  int blocking = 0;
   int nullStream = 0;
   int cycles = 1;
   int cpuTime = 0;

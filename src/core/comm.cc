@@ -96,6 +96,7 @@ struct InitRecord {
   int32_t nChannels = 0;
   char algo[16] = {0};
   char proto[16] = {0};
+  uint64_t directMaxBytes = 0;
 };
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -114,7 +115,8 @@ Communicator::~Communicator() {
       return c && c->viaProxy && !c->fifo.closed() && c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
     };
     while (nowNs() < deadline && (std::any_of(ringSend_.begin(), ringSend_.end(), unsent) ||
-                                  std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent))) {
+                                  std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent) ||
+                                  std::any_of(directSend_.begin(), directSend_.end(), unsent))) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -153,6 +155,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.nChannels = config_.nChannels;
   std::snprintf(me.algo, sizeof(me.algo), "%s", config_.algo.c_str());
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
+  me.directMaxBytes = config_.directMaxBytes;
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
   all[rank_] = mine;
@@ -177,6 +180,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     if (std::strncmp(a.algo, b.algo, sizeof(a.algo)) != 0) return differ("CHORUS_ALGO", a.algo, b.algo);
     if (std::strncmp(a.proto, b.proto, sizeof(a.proto)) != 0) return differ("CHORUS_PROTO", a.proto, b.proto);
+    if (a.directMaxBytes != b.directMaxBytes) {
+      return differ("CHORUS_DIRECT_MAX_BYTES", std::to_string(a.directMaxBytes), std::to_string(b.directMaxBytes));
+    }
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
@@ -203,6 +209,10 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   p2pSend_.resize(nranks_);
   p2pRecv_.resize(nranks_);
+  directSend_.resize(nranks_);
+  directRecv_.resize(nranks_);
+  singleHost_ = true;
+  for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);
   redOps_.clear();

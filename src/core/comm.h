@@ -110,11 +110,20 @@ class Communicator : public TaskOwner {
     int peer;
     bool send;
     uint64_t tag;
-    int channel;  // -1 for point-to-point
+    int channel;  // ring channel; kP2pChannel or kDirectChannel otherwise
   };
+  static constexpr int kP2pChannel = -1;
+  static constexpr int kDirectChannel = -2;
+  // Whether an op runs the direct all-reduce (DirectLane) rather than the ring: chosen from what
+  // every rank knows alike (the op, the settings, where the ranks are), so all ranks agree.
+  bool useDirect(const OpInfo& op) const;
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
+  // What plan() would refuse, checked on the launching thread so the error reaches the call.
+  Status checkOps(const std::vector<OpInfo>& ops) const;
+  // Runs on the thread that will run the task (a stream's worker, or the caller); plans of one
+  // communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
   Engine& engine() { return *engine_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
@@ -153,8 +162,13 @@ class Communicator : public TaskOwner {
   std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
   // Per channel, then one record for point-to-point (the last); read by hang reports.
   std::unique_ptr<ChannelStatus[]> channelStatus_;
-  std::vector<std::unique_ptr<SendCursor>> p2pSend_;  // per peer
-  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;  // per peer
+  std::vector<std::unique_ptr<SendCursor>> p2pSend_;     // per peer
+  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;     // per peer
+  std::vector<std::unique_ptr<SendCursor>> directSend_;  // per peer, for direct all-reduce
+  std::vector<std::unique_ptr<RecvCursor>> directRecv_;  // per peer
+  std::vector<char> directScratch_;                      // one slot, for in-place direct runs
+  bool singleHost_ = false;                              // every rank on this rank's host
+  std::mutex planMu_;                                    // plan() may run on several streams' workers
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;

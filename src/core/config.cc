@@ -1,5 +1,6 @@
 #include "src/core/config.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -121,11 +122,17 @@ Result<Config> Config::fromEnv() {
     c.cpuIsa = isa;
   }
   if (const char* v = getEnv("CHORUS_ALGO")) {
-    if (std::string_view(v) != "ring" && std::string_view(v) != "Ring") {
-      return invalidArgument(std::string("CHORUS_ALGO=") + v + " is not an algorithm this build has (ring)");
+    std::string lower(v);
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower != "ring" && lower != "direct") {
+      return invalidArgument(std::string("CHORUS_ALGO=") + v +
+                             " is not an algorithm this build has (ring, direct); unset it to let Chorus choose");
     }
-    c.algo = "ring";
+    c.algo = lower;
   }
+  x = static_cast<int64_t>(c.directMaxBytes);
+  CHORUS_TRY(readInt("CHORUS_DIRECT_MAX_BYTES", 0, int64_t(1) << 40, &x));
+  c.directMaxBytes = static_cast<size_t>(x);
   if (const char* v = getEnv("CHORUS_PROTO")) {
     if (std::string_view(v) != "simple" && std::string_view(v) != "Simple") {
       return invalidArgument(std::string("CHORUS_PROTO=") + v + " is not a protocol this build has (simple)");

@@ -39,7 +39,8 @@ struct Config {
   int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
   int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
   std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
-  std::string algo;                                // CHORUS_ALGO (ring)
+  std::string algo;                                // CHORUS_ALGO: ring | direct; empty: chosen per call
+  size_t directMaxBytes = 64 * 1024;               // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
   std::string proto;                               // CHORUS_PROTO (simple)
 
   static Result<Config> fromEnv();

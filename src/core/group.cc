@@ -1,6 +1,5 @@
 #include "src/core/group.h"
 
-#include <map>
 #include <thread>
 
 #include "src/core/stream.h"
@@ -122,8 +121,10 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
   for (auto& t : tasks) t->lastProgressNs = nowNs();
   int64_t idleSince = 0;
   int yields = 0;
+  // The clock is read only while nothing moves: a busy loop would otherwise spend a tenth of a
+  // small operation's time in clock_gettime.
+  int64_t now = nowNs();
   while (left > 0) {
-    const int64_t now = nowNs();
     bool movedAny = false;
     WaitInfo first;
     for (size_t i = 0; i < tasks.size(); ++i) {
@@ -146,6 +147,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
       yields = 0;
       continue;
     }
+    now = nowNs();
     if (idleSince == 0) idleSince = now;
     policy.step(first, now - idleSince, &yields);
   }
@@ -159,75 +161,99 @@ void submitToEngines(std::vector<std::unique_ptr<Task>>& tasks) {
   }
 }
 
+// The ops of one communicator in one launch, in issue order.
+struct CommOps {
+  Communicator* comm;
+  chorusStream_t stream;
+  std::vector<OpInfo> ops;
+};
+
+// Plans the tasks of the communicators that share one stream and runs them: inline when their
+// execution tokens are free, else on their engines. Runs on the stream's worker (or, for the
+// NULL stream, on the caller), so a stream's per-op work is done where its memory is freed, and
+// the thread that enqueues pays only for validation. Every communicator was counted as having
+// a task outstanding when the work was accepted; each count is given back exactly once.
+Status planAndRun(std::vector<CommOps>& work) {
+  std::vector<std::unique_ptr<Task>> tasks;
+  tasks.reserve(work.size());
+  Status failed;
+  for (auto& w : work) {
+    auto r = w.comm->plan(w.ops);
+    if (!r.isOk()) {
+      failed = r.status();
+      break;
+    }
+    tasks.push_back(r.take());
+  }
+  if (!failed.isOk()) {
+    for (auto& w : work) {
+      w.comm->setAsyncError(failed);
+      w.comm->taskFinished();
+    }
+    return failed;
+  }
+  LaunchLatch latch(static_cast<int>(tasks.size()));
+  for (auto& t : tasks) {
+    auto* c = static_cast<Communicator*>(t->owner());
+    t->setOnDone([c, &latch](const Status& st) {
+      latch.done(st);
+      c->taskFinished();
+    });
+  }
+  if (!runInline(tasks)) submitToEngines(tasks);
+  return latch.wait();
+}
+
 }  // namespace
 
 Status launch(std::vector<OpInfo>& ops) {
-  // Per communicator, in issue order.
-  std::vector<Communicator*> comms;
-  std::map<Communicator*, std::vector<OpInfo>> byComm;
-  std::map<Communicator*, chorusStream_t> streamOf;
+  // Per communicator, in issue order; almost always a single one.
+  std::vector<CommOps> work;
   for (const auto& op : ops) {
-    auto [it, fresh] = byComm.try_emplace(op.comm);
-    if (fresh) {
-      comms.push_back(op.comm);
-      streamOf[op.comm] = op.stream;
-    } else if (streamOf[op.comm] != op.stream) {
+    CommOps* w = nullptr;
+    for (auto& x : work) {
+      if (x.comm == op.comm) w = &x;
+    }
+    if (!w) {
+      work.push_back(CommOps{op.comm, op.stream, {}});
+      w = &work.back();
+    } else if (w->stream != op.stream) {
       return invalidUsage("operations of one communicator in one group must use one stream (rank " +
                           std::to_string(op.comm->rank()) + " used two)");
     }
-    it->second.push_back(op);
+    w->ops.push_back(op);
   }
-  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> work;
-  for (Communicator* c : comms) {
-    auto needs = c->connectionsNeeded(byComm[c]);
-    if (!needs.empty()) work.emplace_back(c, std::move(needs));
+  // Connections are made here, for all communicators of the group together: one thread may
+  // drive several ranks of a clique, and their connection phases must interleave.
+  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
+  for (auto& w : work) {
+    CHORUS_TRY(w.comm->checkOps(w.ops));
+    auto n = w.comm->connectionsNeeded(w.ops);
+    if (!n.empty()) needs.emplace_back(w.comm, std::move(n));
   }
-  if (!work.empty()) {
-    Status s = Communicator::connect(work);
+  if (!needs.empty()) {
+    Status s = Communicator::connect(needs);
     if (!s.isOk()) {
-      for (auto& w : work) w.first->setAsyncError(s);
+      for (auto& n : needs) n.first->setAsyncError(s);
       return s;
     }
   }
-  // Per stream, the tasks of every communicator on it.
-  std::map<chorusStream_t, std::vector<std::unique_ptr<Task>>> byStream;
-  std::vector<chorusStream_t> streams;
-  for (Communicator* c : comms) {
-    CHORUS_ASSIGN_OR_RETURN(auto task, c->plan(byComm[c]));
-    chorusStream_t s = streamOf[c];
-    if (!byStream.count(s)) streams.push_back(s);
-    byStream[s].push_back(std::move(task));
-  }
-  std::shared_ptr<LaunchLatch> nullLatch;
-  std::shared_ptr<std::vector<std::unique_ptr<Task>>> nullTasks;
-  for (chorusStream_t s : streams) {
-    auto tasks = std::make_shared<std::vector<std::unique_ptr<Task>>>(std::move(byStream[s]));
-    auto latch = std::make_shared<LaunchLatch>(static_cast<int>(tasks->size()));
-    for (auto& t : *tasks) {
-      auto* c = static_cast<Communicator*>(t->owner());
-      c->taskStarted();
-      t->setOnDone([c, latch](const Status& st) {
-        latch->done(st);
-        c->taskFinished();
-      });
-    }
-    auto run = [tasks, latch]() -> Status {
-      if (!runInline(*tasks)) submitToEngines(*tasks);
-      return latch->wait();
-    };
+  // Per stream, the work of every communicator on it; the NULL stream's runs last, here.
+  std::vector<CommOps> nullWork;
+  while (!work.empty()) {
+    const chorusStream_t s = work.front().stream;
+    std::vector<CommOps> mine;
+    std::vector<CommOps> rest;
+    for (auto& w : work) (w.stream == s ? mine : rest).push_back(std::move(w));
+    work = std::move(rest);
+    for (auto& w : mine) w.comm->taskStarted();
     if (s == nullptr) {
-      // Other streams' launches go first to the engines, so the NULL stream's inline run below
-      // does not hold up the ranks that wait on them.
-      nullTasks = tasks;
-      nullLatch = latch;
-    } else {
-      s->impl->enqueue(run);
+      nullWork = std::move(mine);
+      continue;
     }
+    s->impl->enqueue([mine = std::move(mine)]() mutable { return planAndRun(mine); });
   }
-  if (nullLatch) {
-    if (!runInline(*nullTasks)) submitToEngines(*nullTasks);
-    return nullLatch->wait();
-  }
+  if (!nullWork.empty()) return planAndRun(nullWork);
   return Status::ok();
 }
 

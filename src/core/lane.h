@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,8 @@ struct ChannelStatus {
   std::atomic<uint32_t> waiting{0};  // 0: running or idle, 1: waiting for data, 2: waiting for space
   std::atomic<int64_t> sinceNs{0};   // when the current wait began
 
-  void blocked(const struct WaitInfo& w, int64_t now);
+  // Records a wait; its start time is taken only when it differs from the last one recorded.
+  void blocked(const struct WaitInfo& w);
   void running() { waiting.store(0, std::memory_order_relaxed); }
   std::string describe() const;
 };
@@ -87,6 +89,40 @@ class Lane {
   size_t slotElems_;
   size_t stepIdx_ = 0;
   size_t piece_ = 0;
+};
+
+// The direct all-reduce of one rank (intra-host, small messages): per slot-sized piece, send this
+// rank's input to every peer, then fold every rank's contribution in rank order into the output.
+// One exchange instead of the ring's 2(n-1) steps, and the same sum (same order, same bits) on
+// every rank. Connections: one per peer and direction, used by nothing else. When the output is
+// the input (in place) and this rank is neither of the first two in the fold, its piece is
+// stashed in `scratch` (slotBytes) before the output is written.
+class DirectLane {
+ public:
+  DirectLane(const LaneArgs& args, int rank, int nranks, size_t count, const std::unique_ptr<SendCursor>* sends,
+             const std::unique_ptr<RecvCursor>* recvs, char* scratch);
+
+  Status progress(WaitInfo* wait, bool* moved);
+  bool done() const { return piece_ >= npieces_; }
+
+ private:
+  Status blockedOn(RecvCursor* rc, WaitInfo* wait) const;
+  Status blockedOn(SendCursor* sc, WaitInfo* wait) const;
+
+  LaneArgs a_;
+  ReduceSpec noPre_;  // the spec for contributions that arrive already pre-multiplied
+  int rank_;
+  int nranks_;
+  size_t count_;
+  const std::unique_ptr<SendCursor>* sends_;  // indexed by rank; this rank's entry is null
+  const std::unique_ptr<RecvCursor>* recvs_;
+  char* scratch_;
+  size_t slotElems_;
+  size_t npieces_;
+  size_t piece_ = 0;
+  int sent_ = 0;    // peers this piece went to
+  int folded_ = 0;  // ranks whose contribution to this piece is in the output
+  bool stashed_ = false;
 };
 
 }  // namespace chorus

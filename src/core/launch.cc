@@ -15,6 +15,10 @@ namespace {
 
 constexpr uint64_t kRingTagBase = 1ull << 40;
 constexpr uint64_t kP2pTag = 2ull << 40;
+constexpr uint64_t kDirectTag = 3ull << 40;
+// Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
+// steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
+constexpr int kDirectMaxRanks = 8;
 
 bool usesRing(CollType c) {
   return c == CollType::kAllReduce || c == CollType::kBroadcast || c == CollType::kReduce ||
@@ -66,16 +70,29 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
 
 }  // namespace
 
+bool Communicator::useDirect(const OpInfo& op) const {
+  if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
+  if (config_.algo == "ring") return false;
+  if (config_.algo == "direct") return true;
+  return singleHost_ && nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) <= config_.directMaxBytes;
+}
+
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
   std::vector<ConnNeed> needs;
   bool ring = false;
-  std::vector<char> sendTo(nranks_, 0);
-  std::vector<char> recvFrom(nranks_, 0);
+  bool direct = false;
+  bool p2p = false;
   for (const auto& op : ops) {
-    if (usesRing(op.coll)) {
-      ring = ring || nranks_ > 1;
-      continue;
-    }
+    const bool d = useDirect(op);
+    direct = direct || d;
+    ring = ring || (!d && usesRing(op.coll) && nranks_ > 1);
+    p2p = p2p || !usesRing(op.coll);
+  }
+  // Point-to-point peers; only looked at (and allocated) when there are such ops.
+  std::vector<char> sendTo(p2p ? nranks_ : 0, 0);
+  std::vector<char> recvFrom(p2p ? nranks_ : 0, 0);
+  for (const auto& op : ops) {
+    if (usesRing(op.coll)) continue;
     std::vector<P2pPart> parts;
     expandP2p(op, rank_, nranks_, &parts);
     for (const auto& p : parts) {
@@ -92,8 +109,10 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
   }
   for (int p = 0; p < nranks_; ++p) {
-    if (sendTo[p] && !p2pSend_[p]) needs.push_back({p, true, kP2pTag, -1});
-    if (recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, -1});
+    if (p2p && sendTo[p] && !p2pSend_[p]) needs.push_back({p, true, kP2pTag, kP2pChannel});
+    if (p2p && recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, kP2pChannel});
+    if (direct && p != rank_ && !directSend_[p]) needs.push_back({p, true, kDirectTag, kDirectChannel});
+    if (direct && p != rank_ && !directRecv_[p]) needs.push_back({p, false, kDirectTag, kDirectChannel});
   }
   return needs;
 }
@@ -145,6 +164,9 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       if (n.channel >= 0) {
         c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.channel, c->rank_, n.peer, transportName(kind));
         c->ringSend_[n.channel] = std::move(cursor);
+      } else if (n.channel == kDirectChannel) {
+        c->log_.info(kSubsysInit, "Direct : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
+        c->directSend_[n.peer] = std::move(cursor);
       } else {
         c->log_.info(kSubsysP2p, "P2P : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
         c->p2pSend_[n.peer] = std::move(cursor);
@@ -164,6 +186,8 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     cursor->peer = p.need.peer;
     if (p.need.channel >= 0) {
       c->ringRecv_[p.need.channel] = std::move(cursor);
+    } else if (p.need.channel == kDirectChannel) {
+      c->directRecv_[p.need.peer] = std::move(cursor);
     } else {
       c->p2pRecv_[p.need.peer] = std::move(cursor);
     }
@@ -171,7 +195,38 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   return Status::ok();
 }
 
+Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
+  size_t sends = 0;
+  size_t recvs = 0;
+  std::vector<P2pPart> parts;
+  std::vector<size_t> sendBytes;
+  std::vector<size_t> recvBytes;
+  for (const auto& op : ops) {
+    if (usesRing(op.coll)) continue;
+    parts.clear();
+    expandP2p(op, rank_, nranks_, &parts);
+    for (const auto& p : parts) {
+      if (p.peer != rank_) continue;
+      (p.send ? sendBytes : recvBytes).push_back(p.bytes);
+      ++(p.send ? sends : recvs);
+    }
+  }
+  // A send to self meets the receive from self issued in the same order.
+  if (sends != recvs) {
+    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(sends) + " sends to itself but " +
+                        std::to_string(recvs) + " receives from itself in one group; they must pair up");
+  }
+  for (size_t i = 0; i < sends; ++i) {
+    if (sendBytes[i] != recvBytes[i]) {
+      return invalidUsage("a send to self of " + std::to_string(sendBytes[i]) + " bytes meets a receive from self of " +
+                          std::to_string(recvBytes[i]) + " bytes");
+    }
+  }
+  return Status::ok();
+}
+
 Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {
+  std::lock_guard<std::mutex> planLock(planMu_);
   auto task = std::make_unique<Task>(this);
   const int nch = config_.nChannels;
   const size_t slotBytes = config_.slotBytes;
@@ -218,6 +273,11 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       }
       continue;
     }
+    const bool direct = useDirect(op);
+    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+      log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
+                typeName(op.type), direct ? "direct" : "ring");
+    }
     LaneArgs a;
     a.input = static_cast<const char*>(op.sendbuff);
     a.output = static_cast<char*>(op.recvbuff);
@@ -230,6 +290,13 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     const bool reduces =
         op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
     if (reduces) a.spec = reduceSpec(op.op, op.type);
+    if (direct) {
+      if (directScratch_.size() < slotBytes) directScratch_.resize(slotBytes);
+      a.status = &channelStatus_[0];
+      task->addStage(
+          DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()));
+      continue;
+    }
     const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
     const int rootPos = op.root;  // ring_ is the identity order
     std::vector<Lane> lanes;
@@ -267,17 +334,10 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     task->addStage(std::move(lanes));
   }
 
-  // A send to self meets the receive from self issued in the same order.
-  if (selfSends.size() != selfRecvs.size()) {
-    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(selfSends.size()) +
-                        " sends to itself but " + std::to_string(selfRecvs.size()) +
-                        " receives from itself in one group; they must pair up");
-  }
+  // checkOps() made sure sends and receives to self pair up.
+  CHORUS_CHECK(selfSends.size() == selfRecvs.size());
   for (size_t i = 0; i < selfSends.size(); ++i) {
-    if (selfSends[i].bytes != selfRecvs[i].bytes) {
-      return invalidUsage("a send to self of " + std::to_string(selfSends[i].bytes) +
-                          " bytes meets a receive from self of " + std::to_string(selfRecvs[i].bytes) + " bytes");
-    }
+    CHORUS_CHECK(selfSends[i].bytes == selfRecvs[i].bytes);
     LaneArgs a = bytesArgs;
     a.input = selfSends[i].src;
     a.output = selfRecvs[i].dst;

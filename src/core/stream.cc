@@ -11,68 +11,94 @@ Stream::~Stream() {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  workCv_.notify_all();
   thread_.join();
 }
 
 uint64_t Stream::enqueue(std::function<Status()> item) {
   uint64_t seq;
+  bool wake;
   {
     std::lock_guard<std::mutex> g(mu_);
     queue_.push_back(std::move(item));
-    seq = ++enqueued_;
+    seq = enqueued_.load(std::memory_order_relaxed) + 1;
+    enqueued_.store(seq, std::memory_order_release);
+    wake = workerSleeping_ && !executing_;
+    if (wake) workerSleeping_ = false;
   }
-  cv_.notify_all();
+  if (wake) workCv_.notify_one();
   return seq;
+}
+
+void Stream::runFront(std::unique_lock<std::mutex>& lk) {
+  auto item = std::move(queue_.front());
+  queue_.pop_front();
+  lk.unlock();
+  Status s;
+  try {
+    s = item();
+  } catch (const std::exception& e) {
+    s = internalError(std::string("stream work item threw: ") + e.what());
+  }
+  item = nullptr;  // what the item captured goes before its completion is visible
+  lk.lock();
+  executing_ = false;
+  if (!s.isOk() && error_.isOk()) error_ = s;
+  const uint64_t done = completed_.load(std::memory_order_relaxed) + 1;
+  completed_.store(done, std::memory_order_release);
+  if (done >= wakeAt_) {
+    wakeAt_ = UINT64_MAX;
+    doneCv_.notify_all();
+  }
 }
 
 void Stream::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ with nothing left
-    auto item = std::move(queue_.front());
-    queue_.pop_front();
-    lk.unlock();
-    Status s;
-    try {
-      s = item();
-    } catch (const std::exception& e) {
-      s = internalError(std::string("stream work item threw: ") + e.what());
+    while ((queue_.empty() || executing_) && !stop_) {
+      workerSleeping_ = true;
+      workCv_.wait(lk);
+      workerSleeping_ = false;
     }
-    lk.lock();
-    if (!s.isOk() && error_.isOk()) error_ = s;
-    ++completed_;
-    cv_.notify_all();
+    if (queue_.empty()) return;  // stop_ with nothing left
+    if (executing_) continue;    // stopping, but a waiter is running an item: wait for it
+    executing_ = true;
+    runFront(lk);
+  }
+}
+
+void Stream::waitFor(uint64_t seq) {
+  if (completed_.load(std::memory_order_acquire) >= seq) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (completed_.load(std::memory_order_relaxed) < seq) {
+    if (!executing_ && !queue_.empty()) {
+      executing_ = true;
+      runFront(lk);
+      continue;
+    }
+    // The worker is running the stream: leave it the rest (taking turns would wake this thread
+    // at every item only to find the worker already on the next one).
+    if (seq < wakeAt_) wakeAt_ = seq;
+    doneCv_.wait(lk);
+  }
+  // Items enqueued after the mark stay with the worker.
+  if (workerSleeping_ && !queue_.empty() && !executing_) {
+    workerSleeping_ = false;
+    workCv_.notify_one();
   }
 }
 
 Status Stream::synchronize() {
-  std::unique_lock<std::mutex> lk(mu_);
-  const uint64_t target = enqueued_;
-  cv_.wait(lk, [&] { return completed_ >= target; });
+  waitFor(enqueued_.load(std::memory_order_acquire));
+  std::lock_guard<std::mutex> g(mu_);
   return error_;
 }
 
-bool Stream::idle() {
-  std::lock_guard<std::mutex> g(mu_);
-  return completed_ == enqueued_;
-}
+bool Stream::idle() { return completed_.load(std::memory_order_acquire) == enqueued_.load(std::memory_order_acquire); }
 
-bool Stream::reached(uint64_t seq) {
-  std::lock_guard<std::mutex> g(mu_);
-  return completed_ >= seq;
-}
+bool Stream::reached(uint64_t seq) { return completed_.load(std::memory_order_acquire) >= seq; }
 
-void Stream::waitFor(uint64_t seq) {
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return completed_ >= seq; });
-}
-
-uint64_t Stream::lastEnqueued() {
-  std::lock_guard<std::mutex> g(mu_);
-  return enqueued_;
-}
+uint64_t Stream::lastEnqueued() { return enqueued_.load(std::memory_order_acquire); }
 
 void LaunchLatch::done(const Status& s) {
   std::lock_guard<std::mutex> g(mu_);

@@ -2,14 +2,21 @@
 //
 // A Stream is an in-order queue of work items run by its own worker thread (like the host thread
 // behind a CUDA stream). A work item runs to completion before the next starts; a launch item
-// submits its tasks to their communicators' engines and waits for them, so the worker sleeps
-// while the engines work. Errors are sticky: the first one is kept and returned by
-// synchronize(), while later items still run (a broken communicator fails its own work fast).
+// runs its tasks on the thread that runs the item when their communicators are free (see
+// group.cc). Errors are sticky: the first one is kept and returned by synchronize(), while later
+// items still run (a broken communicator fails its own work fast).
+//
+// Hand-offs are what a small operation pays for, so a thread that waits for the stream runs the
+// stream's pending items itself rather than sleep while the worker does: an "enqueue, then
+// synchronize" pair then runs on one thread. Items still run one at a time and in order (whoever
+// claims the next item holds `executing_`). The worker is woken only when it sleeps, and waiters
+// only when one of them has reached its mark.
 //
 // An Event captures "the items enqueued on a stream so far"; it is complete when the stream has
 // finished that many items. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,14 +46,20 @@ class Stream {
 
  private:
   void loop();
+  // Runs the front item; called with mu_ held and executing_ claimed, returns with mu_ held.
+  void runFront(std::unique_lock<std::mutex>& lk);
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable workCv_;             // the worker waits here for items
+  std::condition_variable doneCv_;             // synchronize/waitFor wait here
   std::deque<std::function<Status()>> queue_;  // guarded by mu_
-  uint64_t enqueued_ = 0;                      // guarded by mu_
-  uint64_t completed_ = 0;                     // guarded by mu_
+  std::atomic<uint64_t> enqueued_{0};          // written under mu_
+  std::atomic<uint64_t> completed_{0};         // written under mu_; read without it to poll
+  uint64_t wakeAt_ = UINT64_MAX;               // guarded by mu_: smallest mark a sleeping waiter needs
+  bool executing_ = false;                     // guarded by mu_: an item is running
+  bool workerSleeping_ = false;                // guarded by mu_
   Status error_;                               // guarded by mu_
-  bool stop_ = false;
+  bool stop_ = false;                          // guarded by mu_
   std::thread thread_;
 };
 

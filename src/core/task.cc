@@ -20,17 +20,25 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
   }
   while (stage_ < stages_.size()) {
     bool stageDone = true;
-    for (auto& lane : stages_[stage_]) {
-      if (lane.done()) continue;
+    auto run = [&](auto& lane) -> Status {
+      if (lane.done()) return Status::ok();
       WaitInfo w;
       Status s = lane.progress(&w, moved);
       if (s.inProgress()) {
         if (!blocked) *wait = w;
         blocked = true;
         stageDone = false;
-      } else if (!s.isOk()) {
-        return s;
+        return Status::ok();
       }
+      return s;
+    };
+    for (auto& lane : stages_[stage_].lanes) {
+      Status s = run(lane);
+      if (!s.isOk()) return s;
+    }
+    for (auto& lane : stages_[stage_].direct) {
+      Status s = run(lane);
+      if (!s.isOk()) return s;
     }
     if (!stageDone) break;
     ++stage_;

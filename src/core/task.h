@@ -39,7 +39,8 @@ class Task {
   explicit Task(TaskOwner* owner) : owner_(owner) {}
 
   TaskOwner* owner() const { return owner_; }
-  void addStage(std::vector<Lane> lanes) { stages_.push_back(std::move(lanes)); }
+  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}}); }
+  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, {std::move(lane)}}); }
   // Lanes of one queue run one after another (they share a connection); queues run concurrently
   // with each other and with the stages.
   void addToQueue(size_t queue, Lane lane) {
@@ -65,7 +66,12 @@ class Task {
 
  private:
   TaskOwner* owner_;
-  std::vector<std::vector<Lane>> stages_;
+  // One collective: the lanes of its channels, or a direct lane.
+  struct Stage {
+    std::vector<Lane> lanes;
+    std::vector<DirectLane> direct;
+  };
+  std::vector<Stage> stages_;
   size_t stage_ = 0;
   struct Queue {
     std::vector<Lane> lanes;

@@ -1,0 +1,66 @@
+// Config::fromEnv: the algorithm settings (the others are exercised through the grid variants).
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <string>
+
+#include "src/core/config.h"
+
+using namespace chorus;
+
+namespace {
+
+// Sets one variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+}  // namespace
+
+TEST_CASE("CHORUS_ALGO is chosen per call unless forced", "[config]") {
+  unsetenv("CHORUS_ALGO");
+  unsetenv("CHORUS_DIRECT_MAX_BYTES");
+  auto c = Config::fromEnv();
+  REQUIRE(c.isOk());
+  CHECK(c.value().algo.empty());
+  CHECK(c.value().directMaxBytes == 64 * 1024);
+  {
+    ScopedEnv e("CHORUS_ALGO", "Direct");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(d.value().algo == "direct");
+  }
+  {
+    ScopedEnv e("CHORUS_ALGO", "RING");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(d.value().algo == "ring");
+  }
+  {
+    ScopedEnv e("CHORUS_ALGO", "tree");
+    auto d = Config::fromEnv();
+    REQUIRE_FALSE(d.isOk());
+    CHECK(d.status().code() == chorusInvalidArgument);
+    CHECK(d.status().message().find("CHORUS_ALGO=tree") != std::string::npos);
+    CHECK(d.status().message().find("ring, direct") != std::string::npos);
+  }
+}
+
+TEST_CASE("CHORUS_DIRECT_MAX_BYTES takes a byte count", "[config]") {
+  {
+    ScopedEnv e("CHORUS_DIRECT_MAX_BYTES", "0");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(d.value().directMaxBytes == 0);
+  }
+  {
+    ScopedEnv e("CHORUS_DIRECT_MAX_BYTES", "4k");
+    auto d = Config::fromEnv();
+    REQUIRE_FALSE(d.isOk());
+    CHECK(d.status().message().find("CHORUS_DIRECT_MAX_BYTES=4k") != std::string::npos);
+  }
+}
