@@ -97,6 +97,7 @@ struct InitRecord {
   char algo[16] = {0};
   char proto[16] = {0};
   uint64_t directMaxBytes = 0;
+  uint64_t peerSlotBytes = 0;
 };
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -156,6 +157,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   std::snprintf(me.algo, sizeof(me.algo), "%s", config_.algo.c_str());
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
   me.directMaxBytes = config_.directMaxBytes;
+  me.peerSlotBytes = config_.peerSlotBytes;
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
   all[rank_] = mine;
@@ -180,6 +182,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     if (std::strncmp(a.algo, b.algo, sizeof(a.algo)) != 0) return differ("CHORUS_ALGO", a.algo, b.algo);
     if (std::strncmp(a.proto, b.proto, sizeof(a.proto)) != 0) return differ("CHORUS_PROTO", a.proto, b.proto);
+    if (a.peerSlotBytes != b.peerSlotBytes) {
+      return differ("CHORUS_P2P_SLOT_BYTES", std::to_string(a.peerSlotBytes), std::to_string(b.peerSlotBytes));
+    }
     if (a.directMaxBytes != b.directMaxBytes) {
       return differ("CHORUS_DIRECT_MAX_BYTES", std::to_string(a.directMaxBytes), std::to_string(b.directMaxBytes));
     }
@@ -212,7 +217,20 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   directSend_.resize(nranks_);
   directRecv_.resize(nranks_);
   singleHost_ = true;
-  for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
+  int localRanks = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    const bool local = peers_[r].hostHash == peers_[rank_].hostHash;
+    singleHost_ = singleHost_ && local;
+    localRanks += local ? 1 : 0;
+  }
+  // More ranks on this host than cores to run them: a rank that busy-polls holds the core its peer
+  // needs, so waits go straight to yielding (as MPI libraries do when oversubscribed).
+  const int cores = usableCpuCount();
+  if (!config_.spinSet && localRanks > cores) {
+    config_.spinNs = 0;
+    log_.info(kSubsysInit, "{} ranks on this host share {} cores: waits yield at once (CHORUS_SPIN_NS overrides)",
+              localRanks, cores);
+  }
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);
   redOps_.clear();
@@ -284,6 +302,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
 }
 
 Status Communicator::asyncError() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();  // every call asks: keep it lock-free
   std::lock_guard<std::mutex> g(errMu_);
   return asyncError_;
 }
@@ -293,6 +312,7 @@ void Communicator::setAsyncError(const Status& s) {
     std::lock_guard<std::mutex> g(errMu_);
     if (!asyncError_.isOk()) return;
     asyncError_ = s;
+    failed_.store(true, std::memory_order_release);
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
 }
@@ -463,20 +483,19 @@ ReduceSpec Communicator::reduceSpec(chorusRedOp_t op, chorusDataType_t type) con
   return s;
 }
 
-void Communicator::taskStarted() {
-  std::lock_guard<std::mutex> g(workMu_);
-  ++outstanding_;
-}
+void Communicator::taskStarted() { outstanding_.fetch_add(1, std::memory_order_relaxed); }
 
 void Communicator::taskFinished() {
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last one: wake waitIdle (the lock orders this with its check-then-sleep).
   std::lock_guard<std::mutex> g(workMu_);
-  if (--outstanding_ == 0) workCv_.notify_all();
+  workCv_.notify_all();
 }
 
 Status Communicator::waitIdle() {
   std::unique_lock<std::mutex> lk(workMu_);
   // Tasks end by themselves: by completing, by the timeout, or at once after an abort.
-  workCv_.wait(lk, [&] { return outstanding_ == 0; });
+  workCv_.wait(lk, [&] { return outstanding_.load(std::memory_order_acquire) == 0; });
   return asyncError();
 }
 

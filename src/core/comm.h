@@ -188,11 +188,12 @@ class Communicator : public TaskOwner {
   std::atomic<bool> abort_{false};
   std::atomic<bool> exec_{false};  // the execution token (see TaskOwner)
   mutable std::mutex errMu_;
-  Status asyncError_;  // guarded by errMu_
+  Status asyncError_;                // guarded by errMu_
+  std::atomic<bool> failed_{false};  // set (under errMu_) with asyncError_
 
   std::mutex workMu_;
   std::condition_variable workCv_;
-  int outstanding_ = 0;  // guarded by workMu_
+  std::atomic<int> outstanding_{0};  // launched, unfinished tasks; workMu_ orders the wake at zero
 };
 
 }  // namespace chorus

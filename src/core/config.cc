@@ -96,6 +96,7 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
 
   CHORUS_TRY(readInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
+  c.spinSet = getEnv("CHORUS_SPIN_NS") != nullptr;
   x = c.yieldIters;
   CHORUS_TRY(readInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));
   c.yieldIters = static_cast<int>(x);
@@ -106,6 +107,10 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readInt("CHORUS_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
   if (x % 64 != 0) return invalidArgument("CHORUS_SLOT_BYTES must be a multiple of 64");
   c.slotBytes = static_cast<size_t>(x);
+  x = static_cast<int64_t>(c.peerSlotBytes);
+  CHORUS_TRY(readInt("CHORUS_P2P_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
+  if (x % 64 != 0) return invalidArgument("CHORUS_P2P_SLOT_BYTES must be a multiple of 64");
+  c.peerSlotBytes = static_cast<size_t>(x);
   x = c.slots;
   CHORUS_TRY(readInt("CHORUS_SLOTS", 2, 64, &x));
   c.slots = static_cast<int>(x);

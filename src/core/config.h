@@ -33,10 +33,12 @@ struct Config {
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
   int64_t spinNs = 20000;                          // CHORUS_SPIN_NS: busy-poll stage
+  bool spinSet = false;                            // CHORUS_SPIN_NS was given (else: 0 when oversubscribed)
   int yieldIters = 200;                            // CHORUS_YIELD_ITERS: sched_yield stage
   int64_t sleepMaxNs = 2000000;                    // CHORUS_SLEEP_MAX_US: futex stage's longest nap
   size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot
   int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
+  size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
   int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
   std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
   std::string algo;                                // CHORUS_ALGO: ring | direct; empty: chosen per call
@@ -44,6 +46,8 @@ struct Config {
   std::string proto;                               // CHORUS_PROTO (simple)
 
   static Result<Config> fromEnv();
+  // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.
+  size_t peerSlots() const { return peerSlotBytes < slotBytes ? peerSlotBytes : slotBytes; }
 };
 
 }  // namespace chorus

@@ -116,19 +116,18 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
     return false;
   }
   const IdlePolicy policy(static_cast<Communicator*>(tasks[0]->owner())->config());
-  std::vector<char> done(tasks.size(), 0);
   size_t left = tasks.size();
-  for (auto& t : tasks) t->lastProgressNs = nowNs();
   int64_t idleSince = 0;
   int yields = 0;
   // The clock is read only while nothing moves: a busy loop would otherwise spend a tenth of a
   // small operation's time in clock_gettime.
   int64_t now = nowNs();
+  for (auto& t : tasks) t->lastProgressNs = now;
   while (left > 0) {
     bool movedAny = false;
     WaitInfo first;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      if (done[i]) continue;
+      if (tasks[i]->finished) continue;
       WaitInfo w;
       bool moved = false;
       Status s = tasks[i]->advance(now, &w, &moved);
@@ -137,8 +136,8 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
         if (!first.word) first = w;
         continue;
       }
+      tasks[i]->finished = true;
       tasks[i]->finish(s);
-      done[i] = 1;
       --left;
       movedAny = true;
     }
@@ -207,21 +206,36 @@ Status planAndRun(std::vector<CommOps>& work) {
 }  // namespace
 
 Status launch(std::vector<OpInfo>& ops) {
-  // Per communicator, in issue order; almost always a single one.
+  // Per communicator, in issue order; almost always a single one, which takes `ops` whole.
   std::vector<CommOps> work;
-  for (const auto& op : ops) {
-    CommOps* w = nullptr;
-    for (auto& x : work) {
-      if (x.comm == op.comm) w = &x;
+  work.reserve(1);
+  bool oneComm = true;
+  for (const auto& op : ops) oneComm = oneComm && op.comm == ops.front().comm;
+  if (oneComm) {
+    for (const auto& op : ops) {
+      if (op.stream != ops.front().stream) {
+        return invalidUsage("operations of one communicator in one group must use one stream (rank " +
+                            std::to_string(op.comm->rank()) + " used two)");
+      }
     }
-    if (!w) {
-      work.push_back(CommOps{op.comm, op.stream, {}});
-      w = &work.back();
-    } else if (w->stream != op.stream) {
-      return invalidUsage("operations of one communicator in one group must use one stream (rank " +
-                          std::to_string(op.comm->rank()) + " used two)");
+    Communicator* c = ops.front().comm;
+    const chorusStream_t s = ops.front().stream;
+    work.push_back(CommOps{c, s, std::move(ops)});
+  } else {
+    for (const auto& op : ops) {
+      CommOps* w = nullptr;
+      for (auto& x : work) {
+        if (x.comm == op.comm) w = &x;
+      }
+      if (!w) {
+        work.push_back(CommOps{op.comm, op.stream, {}});
+        w = &work.back();
+      } else if (w->stream != op.stream) {
+        return invalidUsage("operations of one communicator in one group must use one stream (rank " +
+                            std::to_string(op.comm->rank()) + " used two)");
+      }
+      w->ops.push_back(op);
     }
-    w->ops.push_back(op);
   }
   // Connections are made here, for all communicators of the group together: one thread may
   // drive several ranks of a clique, and their connection phases must interleave.
@@ -239,6 +253,13 @@ Status launch(std::vector<OpInfo>& ops) {
     }
   }
   // Per stream, the work of every communicator on it; the NULL stream's runs last, here.
+  if (work.size() == 1) {
+    work.front().comm->taskStarted();
+    const chorusStream_t s = work.front().stream;
+    if (s == nullptr) return planAndRun(work);
+    s->impl->enqueue([w = std::move(work)]() mutable { return planAndRun(w); });
+    return Status::ok();
+  }
   std::vector<CommOps> nullWork;
   while (!work.empty()) {
     const chorusStream_t s = work.front().stream;

@@ -74,7 +74,10 @@ bool Communicator::useDirect(const OpInfo& op) const {
   if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
   if (config_.algo == "ring") return false;
   if (config_.algo == "direct") return true;
-  return singleHost_ && nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) <= config_.directMaxBytes;
+  // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
+  // threshold bounds what a rank sends: message x (n - 1).
+  return singleHost_ && nranks_ <= kDirectMaxRanks &&
+         op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= config_.directMaxBytes;
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
@@ -124,10 +127,18 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     Connection* conn;
   };
   std::vector<PendingRecv> pending;
-  auto ctxFor = [](Communicator* c) {
+  // Per-peer connections (point-to-point, direct) get smaller slots than rings: a communicator
+  // that talks to every peer holds n-1 of them each way.
+  std::vector<std::unique_ptr<Config>> peerConfigs;
+  auto ctxFor = [&peerConfigs](Communicator* c, int channel) {
     ConnectContext ctx;
     ctx.bootstrap = c->bootstrap_.get();
     ctx.config = &c->config_;
+    if (channel < 0) {
+      peerConfigs.push_back(std::make_unique<Config>(c->config_));
+      peerConfigs.back()->slotBytes = c->config_.peerSlots();
+      ctx.config = peerConfigs.back().get();
+    }
     ctx.log = &c->log_;
     ctx.proxy = c->proxy_.get();
     ctx.rank = c->rank_;
@@ -137,7 +148,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& [c, needs] : work) {
     for (const auto& n : needs) {
       if (n.send) continue;
-      ConnectContext ctx = ctxFor(c);
+      ConnectContext ctx = ctxFor(c, n.channel);
       Transport& t = transportFor(chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]));
       std::vector<char> handle;
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), &handle));
@@ -150,7 +161,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& [c, needs] : work) {
     for (const auto& n : needs) {
       if (!n.send) continue;
-      ConnectContext ctx = ctxFor(c);
+      ConnectContext ctx = ctxFor(c, n.channel);
       const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
                               c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
@@ -177,7 +188,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   // Phase 3: receivers finish (the socket transport takes the sender's connection).
   for (auto& p : pending) {
     Communicator* c = p.comm;
-    ConnectContext ctx = ctxFor(c);
+    ConnectContext ctx = ctxFor(c, p.need.channel);
     const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[p.need.peer]);
     CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, p.need.tag)));
     auto cursor = std::make_unique<RecvCursor>();
@@ -228,6 +239,7 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
 Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {
   std::lock_guard<std::mutex> planLock(planMu_);
   auto task = std::make_unique<Task>(this);
+  task->reserveStages(ops.size());
   const int nch = config_.nChannels;
   const size_t slotBytes = config_.slotBytes;
   std::vector<int> blockOf(nranks_);
@@ -250,7 +262,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.type = chorusUint8;
   bytesArgs.kernels = &kernels_;
   bytesArgs.commId = commId_;
-  bytesArgs.slotBytes = slotBytes;
+  bytesArgs.slotBytes = config_.peerSlots();
   bytesArgs.status = &channelStatus_[nch];
 
   for (const auto& op : ops) {
@@ -291,7 +303,8 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
     if (reduces) a.spec = reduceSpec(op.op, op.type);
     if (direct) {
-      if (directScratch_.size() < slotBytes) directScratch_.resize(slotBytes);
+      a.slotBytes = config_.peerSlots();
+      if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
       a.status = &channelStatus_[0];
       task->addStage(
           DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()));

@@ -103,12 +103,12 @@ uint64_t Stream::lastEnqueued() { return enqueued_.load(std::memory_order_acquir
 void LaunchLatch::done(const Status& s) {
   std::lock_guard<std::mutex> g(mu_);
   if (!s.isOk() && first_.isOk()) first_ = s;
-  if (--left_ == 0) cv_.notify_all();
+  if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) cv_.notify_all();
 }
 
 Status LaunchLatch::wait() {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return left_ == 0; });
+  cv_.wait(lk, [&] { return left_.load(std::memory_order_acquire) == 0; });
   return first_;
 }
 

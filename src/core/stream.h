@@ -69,7 +69,8 @@ struct EventMark {
   uint64_t seq = 0;
 };
 
-// Waits for the tasks of one launch; completions come from engine threads.
+// Waits for the tasks of one launch; completions come from the waiting thread itself (inline) or
+// from engine threads. Lock-free when everything finished inline.
 class LaunchLatch {
  public:
   explicit LaunchLatch(int count) : left_(count) {}
@@ -79,8 +80,8 @@ class LaunchLatch {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  int left_;
-  Status first_;
+  std::atomic<int> left_;
+  Status first_;  // guarded by mu_
 };
 
 }  // namespace chorus

@@ -36,8 +36,8 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       Status s = run(lane);
       if (!s.isOk()) return s;
     }
-    for (auto& lane : stages_[stage_].direct) {
-      Status s = run(lane);
+    if (auto& d = stages_[stage_].direct) {
+      Status s = run(*d);
       if (!s.isOk()) return s;
     }
     if (!stageDone) break;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ class Task {
 
   TaskOwner* owner() const { return owner_; }
   void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}}); }
-  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, {std::move(lane)}}); }
+  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane)}); }
+  void reserveStages(size_t n) { stages_.reserve(n); }
   // Lanes of one queue run one after another (they share a connection); queues run concurrently
   // with each other and with the stages.
   void addToQueue(size_t queue, Lane lane) {
@@ -63,13 +65,14 @@ class Task {
 
   int64_t lastProgressNs = 0;
   bool holdsExec = false;
+  bool finished = false;  // for whoever runs several tasks together
 
  private:
   TaskOwner* owner_;
   // One collective: the lanes of its channels, or a direct lane.
   struct Stage {
     std::vector<Lane> lanes;
-    std::vector<DirectLane> direct;
+    std::optional<DirectLane> direct;
   };
   std::vector<Stage> stages_;
   size_t stage_ = 0;
