@@ -32,8 +32,11 @@ struct alignas(64) SlotHeader {
   uint64_t seq;    // operation sequence number on this connection's communicator
   uint32_t step;   // step of the schedule, for diagnostics and mismatch checks
   uint32_t bytes;  // payload bytes that follow
-  uint64_t reserved[5];
+  // Up to 40 payload bytes may travel here instead (direct connections: see DirectLane), so a
+  // tiny message is one cache line.
+  unsigned char inlineData[40];
 };
+constexpr size_t kSlotInlineBytes = sizeof(SlotHeader::inlineData);
 static_assert(sizeof(SlotHeader) == 64, "slot header is one cache line");
 
 inline size_t fifoSlotStride(size_t slotBytes) { return sizeof(SlotHeader) + slotBytes; }
@@ -61,7 +64,11 @@ struct FifoView {
   bool hasSpace(uint32_t tail) const { return tail - ctrl->head.load(std::memory_order_acquire) < nslots; }
   void publish(uint32_t newTail) const;
   // Consumer side.
-  bool hasData(uint32_t head) const { return ctrl->tail.load(std::memory_order_acquire) != head; }
+  // A signed difference, not !=: a consumer that took a slot on seeing its header (see
+  // DirectLane) may run ahead of a tail store it has not seen yet.
+  bool hasData(uint32_t head) const {
+    return static_cast<int32_t>(ctrl->tail.load(std::memory_order_acquire) - head) > 0;
+  }
   void release(uint32_t newHead) const;
 
   bool closed() const { return ctrl->closed.load(std::memory_order_acquire) != 0; }

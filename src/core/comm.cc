@@ -217,20 +217,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   directSend_.resize(nranks_);
   directRecv_.resize(nranks_);
   singleHost_ = true;
-  int localRanks = 0;
-  for (int r = 0; r < nranks_; ++r) {
-    const bool local = peers_[r].hostHash == peers_[rank_].hostHash;
-    singleHost_ = singleHost_ && local;
-    localRanks += local ? 1 : 0;
-  }
-  // More ranks on this host than cores to run them: a rank that busy-polls holds the core its peer
-  // needs, so waits go straight to yielding (as MPI libraries do when oversubscribed).
-  const int cores = usableCpuCount();
-  if (!config_.spinSet && localRanks > cores) {
-    config_.spinNs = 0;
-    log_.info(kSubsysInit, "{} ranks on this host share {} cores: waits yield at once (CHORUS_SPIN_NS overrides)",
-              localRanks, cores);
-  }
+  for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);
   redOps_.clear();

@@ -120,6 +120,10 @@ class Communicator : public TaskOwner {
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
+  // The fast path of a lone small all-reduce: runs it as a DirectLane on the calling thread, with
+  // no task, queue or latch. *ran is false (and nothing happened) when the op does not qualify
+  // or another thread holds the execution token; the caller then takes the general path.
+  Status runDirectNow(const OpInfo& op, bool* ran);
   // What plan() would refuse, checked on the launching thread so the error reaches the call.
   Status checkOps(const std::vector<OpInfo>& ops) const;
   // Runs on the thread that will run the task (a stream's worker, or the caller); plans of one

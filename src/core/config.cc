@@ -96,7 +96,6 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
 
   CHORUS_TRY(readInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
-  c.spinSet = getEnv("CHORUS_SPIN_NS") != nullptr;
   x = c.yieldIters;
   CHORUS_TRY(readInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));
   c.yieldIters = static_cast<int>(x);

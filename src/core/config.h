@@ -32,8 +32,7 @@ struct Config {
   bool shmDisable = false;                         // CHORUS_SHM_DISABLE
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
-  int64_t spinNs = 20000;                          // CHORUS_SPIN_NS: busy-poll stage
-  bool spinSet = false;                            // CHORUS_SPIN_NS was given (else: 0 when oversubscribed)
+  int64_t spinNs = 0;                              // CHORUS_SPIN_NS: busy-poll stage before yielding
   int yieldIters = 200;                            // CHORUS_YIELD_ITERS: sched_yield stage
   int64_t sleepMaxNs = 2000000;                    // CHORUS_SLEEP_MAX_US: futex stage's longest nap
   size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot

@@ -254,8 +254,26 @@ Status launch(std::vector<OpInfo>& ops) {
   }
   // Per stream, the work of every communicator on it; the NULL stream's runs last, here.
   if (work.size() == 1) {
-    work.front().comm->taskStarted();
+    Communicator* c = work.front().comm;
+    c->taskStarted();
     const chorusStream_t s = work.front().stream;
+    if (work.front().ops.size() == 1) {
+      // A lone operation: the direct fast path when it qualifies, else the general one.
+      auto runOne = [c](const OpInfo& op) -> Status {
+        bool ran = false;
+        Status st = c->runDirectNow(op, &ran);
+        if (ran) {
+          c->taskFinished();
+          return st;
+        }
+        std::vector<CommOps> w;
+        w.push_back(CommOps{c, op.stream, {op}});
+        return planAndRun(w);
+      };
+      if (s == nullptr) return runOne(work.front().ops.front());
+      s->impl->enqueue([runOne, op = work.front().ops.front()] { return runOne(op); });
+      return Status::ok();
+    }
     if (s == nullptr) return planAndRun(work);
     s->impl->enqueue([w = std::move(work)]() mutable { return planAndRun(w); });
     return Status::ok();

@@ -90,7 +90,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
       }
       char* sslot = nullptr;
       if (tx) {
-        if (!send_->fifo.hasSpace(send_->tail)) {
+        if (!send_->hasSpace()) {
           if (send_->fifo.closed()) {
             return remoteError("rank " + std::to_string(send_->peer) + " closed its connection to this rank");
           }
@@ -211,18 +211,18 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
     // Send this piece to every peer, starting with the next rank so peers are not all hit at once.
     while (sent_ < nranks_ - 1) {
       SendCursor* sc = sends_[(rank_ + 1 + sent_) % nranks_].get();
-      if (!sc->fifo.hasSpace(sc->tail)) return blockedOn(sc, wait);
-      char* slot = sc->fifo.payload(sc->tail);
+      if (!sc->hasSpace()) return blockedOn(sc, wait);
+      SlotHeader* h = sc->fifo.header(sc->tail);
+      char* slot = bytes <= kSlotInlineBytes ? reinterpret_cast<char*>(h->inlineData) : sc->fifo.payload(sc->tail);
       if (a_.spec.hasPre) {
         k.pre(a_.spec, a_.type, slot, in, n);
       } else {
         std::memcpy(slot, in, bytes);
       }
-      SlotHeader* h = sc->fifo.header(sc->tail);
       h->commId = a_.commId;
-      h->seq = a_.seq;
       h->step = static_cast<uint32_t>(piece_);
       h->bytes = static_cast<uint32_t>(bytes);
+      __atomic_store_n(&h->seq, a_.seq, __ATOMIC_RELEASE);  // last: a consumer may act on it (RecvCursor)
       sc->fifo.publish(++sc->tail);
       ++sent_;
       *moved = true;
@@ -245,8 +245,12 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
         const int src = pair[i];
         if (src < 0 || src == rank_) continue;
         RecvCursor* rc = recvs_[src].get();
-        if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait);
         const SlotHeader* h = rc->fifo.header(rc->head);
+        // The header itself says the slot is ready (one cache line, and the data too when it is
+        // inline); otherwise the tail counter decides, which also surfaces a peer's mismatch.
+        const bool ready = rc->headerPublishes && __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == a_.seq &&
+                           h->step == static_cast<uint32_t>(piece_);
+        if (!ready && !rc->fifo.hasData(rc->head)) return blockedOn(rc, wait);
         if (h->commId != a_.commId || h->seq != a_.seq || h->bytes != bytes) {
           return invalidUsage("rank " + std::to_string(src) + " sent " + std::to_string(h->bytes) +
                               " bytes for operation #" + std::to_string(h->seq) + " but this rank expected " +
@@ -255,7 +259,7 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
                               ": the ranks called different collectives, counts, types or roots, or in a "
                               "different order");
         }
-        c[i] = rc->fifo.payload(rc->head);
+        c[i] = bytes <= kSlotInlineBytes ? reinterpret_cast<const char*>(h->inlineData) : rc->fifo.payload(rc->head);
       }
       if (folded_ == 0) {
         // Both of ranks 0 and 1: one may be this rank (then it is the pre-applied operand).

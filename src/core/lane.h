@@ -21,13 +21,26 @@ namespace chorus {
 struct SendCursor {
   FifoView fifo;
   uint32_t tail = 0;
+  uint32_t headSeen = 0;  // the consumer's head when last read: it only grows
   int peer = -1;
   bool viaProxy = false;  // slots leave through a proxy thread (socket): published is not yet sent
+
+  // Whether slot `tail` is free. Reads the consumer's counter (a cache line the consumer owns)
+  // only when what was seen last does not already leave room.
+  bool hasSpace() {
+    if (tail - headSeen < fifo.nslots) return true;
+    headSeen = fifo.ctrl->head.load(std::memory_order_acquire);
+    return tail - headSeen < fifo.nslots;
+  }
 };
 struct RecvCursor {
   FifoView fifo;
   uint32_t head = 0;
   int peer = -1;
+  // The producer writes each header's seq last, with release order, straight into this FIFO
+  // (in-process and shared memory; not a socket proxy's copy): a consumer may take a slot on
+  // seeing its header, without reading the tail counter.
+  bool headerPublishes = false;
 };
 
 // What a blocked lane waits for: *word to differ from `seen`.

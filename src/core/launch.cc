@@ -9,6 +9,8 @@
 #include <map>
 
 #include "src/core/comm.h"
+#include "src/core/engine.h"
+#include "src/core/os.h"
 
 namespace chorus {
 namespace {
@@ -170,6 +172,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       auto cursor = std::make_unique<SendCursor>();
       cursor->fifo = conn->fifo();
       cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
+      cursor->headSeen = conn->fifo().ctrl->head.load(std::memory_order_acquire);
       cursor->peer = n.peer;
       cursor->viaProxy = kind == TransportKind::kSocket;
       if (n.channel >= 0) {
@@ -195,6 +198,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     cursor->fifo = p.conn->fifo();
     cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
     cursor->peer = p.need.peer;
+    cursor->headerPublishes = kind != TransportKind::kSocket;
     if (p.need.channel >= 0) {
       c->ringRecv_[p.need.channel] = std::move(cursor);
     } else if (p.need.channel == kDirectChannel) {
@@ -234,6 +238,73 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
     }
   }
   return Status::ok();
+}
+
+Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
+  *ran = false;
+  if (!useDirect(op) || !directSend_[(rank_ + 1) % nranks_]) return Status::ok();
+  if (!tryAcquireExec()) return Status::ok();
+  *ran = true;
+  LaneArgs a;
+  a.input = static_cast<const char*>(op.sendbuff);
+  a.output = static_cast<char*>(op.recvbuff);
+  a.elemSize = typeSize(op.type);
+  a.type = op.type;
+  a.kernels = &kernels_;
+  a.commId = commId_;
+  a.spec = reduceSpec(op.op, op.type);
+  a.slotBytes = config_.peerSlots();
+  a.status = &channelStatus_[0];
+  {
+    std::lock_guard<std::mutex> planLock(planMu_);
+    a.seq = ++collSeq_;
+    if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
+  }
+  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo direct (inline)", collName(op.coll), a.seq,
+              op.count, typeName(op.type));
+  }
+  DirectLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data());
+  // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
+  const IdlePolicy policy(config_);
+  int64_t now = nowNs();
+  int64_t lastProgress = now;
+  int64_t idleSince = 0;
+  int yields = 0;
+  Status s;
+  while (true) {
+    if (failed_.load(std::memory_order_acquire)) {
+      Status broken = asyncError();
+      s = Status(broken.code(), "the communicator failed earlier: " + broken.message());
+      break;
+    }
+    if (aborted()) {
+      s = remoteError("the communicator was aborted");
+      break;
+    }
+    WaitInfo w;
+    bool moved = false;
+    s = lane.progress(&w, &moved);
+    if (!s.inProgress()) break;
+    if (moved) {
+      idleSince = 0;
+      yields = 0;
+      continue;
+    }
+    now = nowNs();
+    if (idleSince == 0) {
+      idleSince = now;
+      lastProgress = now;
+    }
+    if (now - lastProgress > config_.timeoutNs) {
+      s = systemError(describeStall(*this, w, now - lastProgress));
+      break;
+    }
+    policy.step(w, now - idleSince, &yields);
+  }
+  releaseExec();
+  if (!s.isOk()) setAsyncError(s);
+  return s;
 }
 
 Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {

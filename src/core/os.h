@@ -73,8 +73,6 @@ inline int64_t nowNs() {
 }
 
 std::string hostName();
-// CPUs this thread may run on (its affinity mask), at least 1.
-int usableCpuCount();
 // 64 random bits from the kernel's generator.
 uint64_t randomU64();
 

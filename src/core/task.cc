@@ -69,11 +69,15 @@ void Task::finish(const Status& s) {
 }
 
 std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {
-  return "rank " + std::to_string(owner_->rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
+  return chorus::describeStall(*owner_, w, waitedNs);
+}
+
+std::string describeStall(const TaskOwner& owner, const WaitInfo& w, int64_t waitedNs) {
+  return "rank " + std::to_string(owner.rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
          " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +
-         (w.forData ? "data from " : "free space at ") + owner_->describePeer(w.peer) + " in operation #" +
+         (w.forData ? "data from " : "free space at ") + owner.describePeer(w.peer) + " in operation #" +
          std::to_string(w.seq) + ", step " + std::to_string(w.step) + " (" + primName(w.prim) +
-         "); that rank is stuck, slow, or in a different call. Channels: " + owner_->describeChannels();
+         "); that rank is stuck, slow, or in a different call. Channels: " + owner.describeChannels();
 }
 
 }  // namespace chorus

@@ -35,6 +35,9 @@ class TaskOwner {
   virtual void releaseExec() = 0;
 };
 
+// The sentence for a wait that lasted past the communicator's timeout.
+std::string describeStall(const TaskOwner& owner, const WaitInfo& w, int64_t waitedNs);
+
 class Task {
  public:
   explicit Task(TaskOwner* owner) : owner_(owner) {}
