@@ -2,9 +2,10 @@
 //
 // Group state is per thread (chorusGroupStart/End nest). Outside a group every call is a group of
 // one. At the outermost chorusGroupEnd the recorded communicator inits run (concurrently), and the
-// recorded operations are connected, planned and launched: per stream, one work item that submits
-// the tasks of every communicator on that stream at once, so one thread can drive several ranks of
-// one clique; on the NULL stream the group completes before chorusGroupEnd returns.
+// recorded operations are checked and connected on the calling thread, then handed, per stream,
+// to one work item that plans and runs the tasks of every communicator on that stream at once, so
+// one thread can drive several ranks of one clique; on the NULL stream the group completes before
+// chorusGroupEnd returns. A lone small all-reduce takes a fast path with no task at all.
 #pragma once
 
 #include <memory>
