@@ -144,6 +144,8 @@ class Communicator : public TaskOwner {
   Communicator() = default;
   Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
   ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
+  // A collective's lane arguments but its sequence number and slot size.
+  LaneArgs collArgs(const OpInfo& op) const;
 
   Config config_;
   Logger log_;

@@ -162,10 +162,6 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
   return Status::ok();
 }
 
-}  // namespace chorus
-
-namespace chorus {
-
 DirectLane::DirectLane(const LaneArgs& args, int rank, int nranks, size_t count,
                        const std::unique_ptr<SendCursor>* sends, const std::unique_ptr<RecvCursor>* recvs,
                        char* scratch)

@@ -240,11 +240,7 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
   return Status::ok();
 }
 
-Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
-  *ran = false;
-  if (!useDirect(op) || !directSend_[(rank_ + 1) % nranks_]) return Status::ok();
-  if (!tryAcquireExec()) return Status::ok();
-  *ran = true;
+LaneArgs Communicator::collArgs(const OpInfo& op) const {
   LaneArgs a;
   a.input = static_cast<const char*>(op.sendbuff);
   a.output = static_cast<char*>(op.recvbuff);
@@ -252,7 +248,18 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   a.type = op.type;
   a.kernels = &kernels_;
   a.commId = commId_;
-  a.spec = reduceSpec(op.op, op.type);
+  const bool reduces =
+      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
+  if (reduces) a.spec = reduceSpec(op.op, op.type);
+  return a;
+}
+
+Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
+  *ran = false;
+  if (!useDirect(op) || !directSend_[(rank_ + 1) % nranks_]) return Status::ok();
+  if (!tryAcquireExec()) return Status::ok();
+  *ran = true;
+  LaneArgs a = collArgs(op);
   a.slotBytes = config_.peerSlots();
   a.status = &channelStatus_[0];
   {
@@ -361,18 +368,9 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
                 typeName(op.type), direct ? "direct" : "ring");
     }
-    LaneArgs a;
-    a.input = static_cast<const char*>(op.sendbuff);
-    a.output = static_cast<char*>(op.recvbuff);
-    a.elemSize = typeSize(op.type);
-    a.type = op.type;
-    a.kernels = &kernels_;
-    a.commId = commId_;
+    LaneArgs a = collArgs(op);
     a.seq = ++collSeq_;
     a.slotBytes = slotBytes;
-    const bool reduces =
-        op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-    if (reduces) a.spec = reduceSpec(op.op, op.type);
     if (direct) {
       a.slotBytes = config_.peerSlots();
       if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
