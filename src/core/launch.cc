@@ -274,9 +274,10 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   DirectLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data());
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   const IdlePolicy policy(config_);
-  int64_t now = nowNs();
-  int64_t lastProgress = now;
+  int64_t now = 0;
+  int64_t lastProgress = 0;
   int64_t idleSince = 0;
+  int idleTurns = 0;  // the clock is read on the first idle turn and every 16th after
   int yields = 0;
   Status s;
   while (true) {
@@ -295,10 +296,11 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     if (!s.inProgress()) break;
     if (moved) {
       idleSince = 0;
+      idleTurns = 0;
       yields = 0;
       continue;
     }
-    now = nowNs();
+    if (idleTurns++ % 16 == 0) now = nowNs();
     if (idleSince == 0) {
       idleSince = now;
       lastProgress = now;
