@@ -32,9 +32,12 @@ struct alignas(64) SlotHeader {
   uint64_t seq;    // operation sequence number on this connection's communicator
   uint32_t step;   // step of the schedule, for diagnostics and mismatch checks
   uint32_t bytes;  // payload bytes that follow
-  // Up to 40 payload bytes may travel here instead (direct connections: see DirectLane), so a
-  // tiny message is one cache line.
-  unsigned char inlineData[40];
+  // Written last, with release order, by producers that let the consumer act on the header alone
+  // (direct connections: see DirectLane): (seq << 32) | step, unique within a FIFO lap.
+  uint64_t ready;
+  // Up to 32 payload bytes may travel here instead (direct connections), so a tiny message is one
+  // cache line.
+  unsigned char inlineData[32];
 };
 constexpr size_t kSlotInlineBytes = sizeof(SlotHeader::inlineData);
 static_assert(sizeof(SlotHeader) == 64, "slot header is one cache line");

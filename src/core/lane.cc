@@ -216,9 +216,10 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
         std::memcpy(slot, in, bytes);
       }
       h->commId = a_.commId;
+      h->seq = a_.seq;
       h->step = static_cast<uint32_t>(piece_);
       h->bytes = static_cast<uint32_t>(bytes);
-      __atomic_store_n(&h->seq, a_.seq, __ATOMIC_RELEASE);  // last: a consumer may act on it (RecvCursor)
+      __atomic_store_n(&h->ready, readyTag(), __ATOMIC_RELEASE);  // last: a consumer may act on it
       sc->fifo.publish(++sc->tail);
       ++sent_;
       *moved = true;
@@ -244,8 +245,7 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
         const SlotHeader* h = rc->fifo.header(rc->head);
         // The header itself says the slot is ready (one cache line, and the data too when it is
         // inline); otherwise the tail counter decides, which also surfaces a peer's mismatch.
-        const bool ready = rc->headerPublishes && __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == a_.seq &&
-                           h->step == static_cast<uint32_t>(piece_);
+        const bool ready = rc->headerPublishes && __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == readyTag();
         if (!ready && !rc->fifo.hasData(rc->head)) return blockedOn(rc, wait);
         if (h->commId != a_.commId || h->seq != a_.seq || h->bytes != bytes) {
           return invalidUsage("rank " + std::to_string(src) + " sent " + std::to_string(h->bytes) +

@@ -37,8 +37,8 @@ struct RecvCursor {
   FifoView fifo;
   uint32_t head = 0;
   int peer = -1;
-  // The producer writes each header's seq last, with release order, straight into this FIFO
-  // (in-process and shared memory; not a socket proxy's copy): a consumer may take a slot on
+  // The producer writes each header's `ready` word last, with release order, straight into this
+  // FIFO (in-process and shared memory; not a socket proxy's copy): a consumer may take a slot on
   // seeing its header, without reading the tail counter.
   bool headerPublishes = false;
 };
@@ -121,6 +121,8 @@ class DirectLane {
  private:
   Status blockedOn(RecvCursor* rc, WaitInfo* wait) const;
   Status blockedOn(SendCursor* sc, WaitInfo* wait) const;
+  // SlotHeader::ready for the current piece.
+  uint64_t readyTag() const { return (a_.seq << 32) | static_cast<uint32_t>(piece_); }
 
   LaneArgs a_;
   ReduceSpec noPre_;  // the spec for contributions that arrive already pre-multiplied
