@@ -211,8 +211,6 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
 }
 
 Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
-  size_t sends = 0;
-  size_t recvs = 0;
   std::vector<P2pPart> parts;
   std::vector<size_t> sendBytes;
   std::vector<size_t> recvBytes;
@@ -221,17 +219,16 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
     parts.clear();
     expandP2p(op, rank_, nranks_, &parts);
     for (const auto& p : parts) {
-      if (p.peer != rank_) continue;
-      (p.send ? sendBytes : recvBytes).push_back(p.bytes);
-      ++(p.send ? sends : recvs);
+      if (p.peer == rank_) (p.send ? sendBytes : recvBytes).push_back(p.bytes);
     }
   }
   // A send to self meets the receive from self issued in the same order.
-  if (sends != recvs) {
-    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(sends) + " sends to itself but " +
-                        std::to_string(recvs) + " receives from itself in one group; they must pair up");
+  if (sendBytes.size() != recvBytes.size()) {
+    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(sendBytes.size()) +
+                        " sends to itself but " + std::to_string(recvBytes.size()) +
+                        " receives from itself in one group; they must pair up");
   }
-  for (size_t i = 0; i < sends; ++i) {
+  for (size_t i = 0; i < sendBytes.size(); ++i) {
     if (sendBytes[i] != recvBytes[i]) {
       return invalidUsage("a send to self of " + std::to_string(sendBytes[i]) + " bytes meets a receive from self of " +
                           std::to_string(recvBytes[i]) + " bytes");
