@@ -43,6 +43,7 @@ void Stream::runFront(std::unique_lock<std::mutex>& lk) {
   item = nullptr;  // what the item captured goes before its completion is visible
   lk.lock();
   executing_ = false;
+  if (stop_ && workerSleeping_) workCv_.notify_one();  // a stopping worker waits for this item
   if (!s.isOk() && error_.isOk()) error_ = s;
   const uint64_t done = completed_.load(std::memory_order_relaxed) + 1;
   completed_.store(done, std::memory_order_release);
@@ -55,13 +56,13 @@ void Stream::runFront(std::unique_lock<std::mutex>& lk) {
 void Stream::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    while ((queue_.empty() || executing_) && !stop_) {
+    // Sleep while a waiter runs an item, or while there is nothing to do and no stop.
+    while (executing_ || (queue_.empty() && !stop_)) {
       workerSleeping_ = true;
       workCv_.wait(lk);
       workerSleeping_ = false;
     }
-    if (queue_.empty()) return;  // stop_ with nothing left
-    if (executing_) continue;    // stopping, but a waiter is running an item: wait for it
+    if (queue_.empty()) return;  // stopping, with nothing left and nothing running
     executing_ = true;
     runFront(lk);
   }
