@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/numeric.h"
+#include "kernels/float_elem.h"
 
 #ifdef CHORUS_PERF_MPI
 #include <mpi.h>
@@ -58,51 +58,22 @@ const OpInfo kOps[] = {
 
 // Stores an exact small value (or a reference result) as the type's bits; integers wrap.
 void store(chorusDataType_t t, void* p, double v) {
-  const auto i = static_cast<int64_t>(v);
-  switch (t) {
+  const auto i = static_cast<uint64_t>(static_cast<int64_t>(v));
+  switch (t) {  // integers: the low bytes (little-endian)
     case chorusInt8:
-    case chorusUint8: {
-      auto x = static_cast<uint8_t>(static_cast<uint64_t>(i));
-      std::memcpy(p, &x, 1);
+    case chorusUint8:
+      std::memcpy(p, &i, 1);
       break;
-    }
     case chorusInt32:
-    case chorusUint32: {
-      auto x = static_cast<uint32_t>(static_cast<uint64_t>(i));
-      std::memcpy(p, &x, 4);
+    case chorusUint32:
+      std::memcpy(p, &i, 4);
       break;
-    }
     case chorusInt64:
     case chorusUint64:
       std::memcpy(p, &i, 8);
       break;
-    case chorusFloat16: {
-      auto x = fromFloat<Half>(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case chorusBfloat16: {
-      auto x = fromFloat<BFloat16>(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case chorusFloat8e4m3: {
-      auto x = fromFloat<Fp8E4M3>(static_cast<float>(v));
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case chorusFloat8e5m2: {
-      auto x = fromFloat<Fp8E5M2>(static_cast<float>(v));
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case chorusFloat32: {
-      auto x = static_cast<float>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
     default:
-      std::memcpy(p, &v, 8);
+      storeFloatElem(t, p, v);
       break;
   }
 }
@@ -110,29 +81,6 @@ void store(chorusDataType_t t, void* p, double v) {
 bool isFloat(chorusDataType_t t) {
   return t == chorusFloat16 || t == chorusFloat32 || t == chorusFloat64 || t == chorusBfloat16 ||
          t == chorusFloat8e4m3 || t == chorusFloat8e5m2;
-}
-
-double load(chorusDataType_t t, const void* p) {
-  switch (t) {
-    case chorusFloat16:
-      return toFloat(*static_cast<const Half*>(p));
-    case chorusBfloat16:
-      return toFloat(*static_cast<const BFloat16*>(p));
-    case chorusFloat8e4m3:
-      return toFloat(*static_cast<const Fp8E4M3*>(p));
-    case chorusFloat8e5m2:
-      return toFloat(*static_cast<const Fp8E5M2*>(p));
-    case chorusFloat32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    default: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-  }
 }
 
 // Relative error a float result may carry: the type's epsilon per rank (sums round at each step,
@@ -415,7 +363,8 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
               store(t.type, expectBytes.data(), want);
               if (std::memcmp(expectBytes.data(), got, t.size) == 0) continue;
               if (isFloat(t.type) && reduced &&
-                  std::fabs(load(t.type, got) - want) <= tolerance(t.type, n) * std::max(1.0, std::fabs(want)) * 4) {
+                  std::fabs(loadFloatElem(t.type, got) - want) <=
+                      tolerance(t.type, n) * std::max(1.0, std::fabs(want)) * 4) {
                 continue;
               }
               ++bad;

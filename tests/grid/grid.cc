@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/numeric.h"
+#include "kernels/float_elem.h"
 
 namespace chorus::test {
 
@@ -111,67 +111,10 @@ Value inputValue(const Case& c, int nranks, int rank, size_t i) {
 
 // Stores a value (exact in the type by construction) as the type's bits.
 void storeValue(chorusDataType_t t, void* p, const Value& v) {
-  switch (t) {
-    case chorusFloat16: {
-      uint16_t b = fromFloat<Half>(static_cast<float>(v.f)).bits;
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case chorusBfloat16: {
-      uint16_t b = fromFloat<BFloat16>(static_cast<float>(v.f)).bits;
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case chorusFloat8e4m3: {
-      uint8_t b = fromFloat<Fp8E4M3>(static_cast<float>(v.f)).bits;
-      std::memcpy(p, &b, 1);
-      return;
-    }
-    case chorusFloat8e5m2: {
-      uint8_t b = fromFloat<Fp8E5M2>(static_cast<float>(v.f)).bits;
-      std::memcpy(p, &b, 1);
-      return;
-    }
-    case chorusFloat32: {
-      float f = static_cast<float>(v.f);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case chorusFloat64:
-      std::memcpy(p, &v.f, 8);
-      return;
-    default:
-      std::memcpy(p, &v.u, tsize(t));  // little-endian: the low bytes
-      return;
-  }
-}
-
-double loadFloat(chorusDataType_t t, const void* p) {
-  switch (t) {
-    case chorusFloat16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return toFloat(Half{b});
-    }
-    case chorusBfloat16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return toFloat(BFloat16{b});
-    }
-    case chorusFloat8e4m3:
-      return toFloat(Fp8E4M3{*static_cast<const uint8_t*>(p)});
-    case chorusFloat8e5m2:
-      return toFloat(Fp8E5M2{*static_cast<const uint8_t*>(p)});
-    case chorusFloat32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    default: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
+  if (isFloat(t)) {
+    storeFloatElem(t, p, v.f);
+  } else {
+    std::memcpy(p, &v.u, tsize(t));  // little-endian: the low bytes
   }
 }
 
@@ -552,7 +495,7 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       const unsigned char* got = base + j * es;
       if (std::memcmp(got, e.bits.data(), es) == 0) continue;
       if (e.approximate) {
-        const double g = loadFloat(c.type, got);
+        const double g = loadFloatElem(c.type, got);
         // The 1/n scaling rounds once per input and once per addition.
         const double scale = static_cast<double>(sumRange(c.type, n)) + std::fabs(e.value);
         if (std::fabs(g - e.value) <= tolerance(c.type) * scale) continue;
