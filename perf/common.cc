@@ -198,19 +198,24 @@ void barrier(chorusComm_t comm) {
   check(chorusAllReduce(&x, &x, 1, chorusInt32, chorusSum, comm, nullptr), "barrier");
 }
 
-// Host memory for a buffer: plain, or from chorusMemAlloc (-R).
+// Host memory for a buffer: plain, or from chorusMemAlloc and registered with the communicator
+// (-R), so peers in other processes may read it in place.
 class Buffer {
  public:
-  Buffer(size_t bytes, bool registered) : registered_(registered) {
+  Buffer(size_t bytes, bool registered, chorusComm_t comm) : registered_(registered), comm_(comm) {
     if (registered) {
       check(chorusMemAlloc(&mem_, bytes + 128), "chorusMemAlloc");
+      check(chorusCommRegister(comm_, mem_, bytes + 128, &handle_), "chorusCommRegister");
     } else {
       plain_.resize(bytes + 128);
       mem_ = plain_.data();
     }
   }
   ~Buffer() {
-    if (registered_) chorusMemFree(mem_);
+    if (registered_) {
+      chorusCommDeregister(comm_, handle_);
+      chorusMemFree(mem_);
+    }
   }
   char* data(size_t misalign) {
     auto a = (reinterpret_cast<uintptr_t>(mem_) + 63) & ~uintptr_t(63);
@@ -219,6 +224,8 @@ class Buffer {
 
  private:
   bool registered_;
+  chorusComm_t comm_;
+  void* handle_ = nullptr;
   void* mem_ = nullptr;
   std::vector<char> plain_;
 };
@@ -270,8 +277,8 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
   chorusStream_t stream = nullptr;
   if (!o.nullStream) check(chorusStreamCreate(&stream), "chorusStreamCreate");
   const size_t maxElems = o.maxBytes;  // bytes bound elements of any type
-  Buffer sendMem(d.sendElems(maxElems, n) * 1 + 64, o.registered);
-  Buffer recvMem(std::max(d.recvElems(maxElems, n), d.sendElems(maxElems, n)) + 64, o.registered);
+  Buffer sendMem(d.sendElems(maxElems, n) * 1 + 64, o.registered, comm);
+  Buffer recvMem(std::max(d.recvElems(maxElems, n), d.sendElems(maxElems, n)) + 64, o.registered, comm);
   std::vector<char> expectBytes(8);
   std::vector<int> roots;
   if (d.rooted && o.root == -1) {
@@ -452,7 +459,7 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
   app.add_option("-y,--null_stream", o.nullStream, "use the NULL stream (synchronous) instead of a host stream");
   app.add_option("-C,--report_cputime", o.cpuTime, "report the thread's CPU time instead of wall time");
   app.add_option("-u,--unaligned", o.unaligned, "misalign every buffer by one byte");
-  app.add_option("-R,--registered", o.registered, "buffers from chorusMemAlloc");
+  app.add_option("-R,--registered", o.registered, "buffers from chorusMemAlloc, registered with chorusCommRegister");
   app.add_option("-T,--timeout", o.timeoutSec, "seconds before a stuck operation fails (sets CHORUS_TIMEOUT)");
   app.add_option("-J,--json", o.json, "also write every row to this JSON file");
   CLI11_PARSE(app, argc, argv);

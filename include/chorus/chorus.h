@@ -197,6 +197,12 @@ chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
 /** Allocates memory that Chorus can share with peers (memfd-backed on host). */
 chorusResult_t chorusMemAlloc(void** ptr, size_t size);
 chorusResult_t chorusMemFree(void* ptr);
+/** Registers [buff, buff + size) with comm. Where a collective's buffer lies in a registered range
+ *  of a chorusMemAlloc allocation, peers in other processes of the host may read it in place
+ *  instead of receiving a copy. Local (not collective); other memory is accepted and gains
+ *  nothing. Deregister before chorusMemFree, and before destroying comm. */
+chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t size, void** handle);
+chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Reduction operators                                                                             */

@@ -15,6 +15,7 @@
 #include "src/core/comm.h"
 #include "src/core/group.h"
 #include "src/core/init_env.h"
+#include "src/core/memshare.h"
 #include "src/core/os.h"
 #include "src/core/stream.h"
 
@@ -168,17 +169,6 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
                   root, static_cast<void*>(stream));
   }
   return submitOp(OpInfo{coll, sendbuff, recvbuff, count, type, op, root, c, stream});
-}
-
-// The process's chorusMemAlloc allocations, so chorusMemFree can unmap them. This is allocator
-// bookkeeping (as malloc keeps), not communicator state.
-struct MemRegistry {
-  std::mutex mu;
-  std::map<void*, Mapping> maps;
-};
-MemRegistry& memRegistry() {
-  static MemRegistry* r = new MemRegistry();
-  return *r;
 }
 
 Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, int rank, chorusConfig_t* config) {
@@ -446,13 +436,7 @@ chorusResult_t chorusMemAlloc(void** ptr, size_t size) {
     if (!ptr) return invalidArgument("ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return invalidArgument("size is 0");
-    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, makeMemfd("chorus-mem", size));
-    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), size));
-    void* p = m.data();
-    auto& reg = memRegistry();
-    std::lock_guard<std::mutex> g(reg.mu);
-    reg.maps.emplace(p, std::move(m));
-    *ptr = p;
+    CHORUS_ASSIGN_OR_RETURN(*ptr, sharedAlloc(size));
     return Status::ok();
   });
 }
@@ -460,12 +444,30 @@ chorusResult_t chorusMemAlloc(void** ptr, size_t size) {
 chorusResult_t chorusMemFree(void* ptr) {
   return guard("chorusMemFree", [&]() -> Status {
     if (!ptr) return Status::ok();
-    auto& reg = memRegistry();
-    std::lock_guard<std::mutex> g(reg.mu);
-    auto it = reg.maps.find(ptr);
-    if (it == reg.maps.end()) return invalidArgument("ptr was not returned by chorusMemAlloc (or was freed already)");
-    reg.maps.erase(it);
+    return sharedFree(ptr);
+  });
+}
+
+chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t size, void** handle) {
+  return guard("chorusCommRegister", [&]() -> Status {
+    if (!handle) return invalidArgument("handle (the output pointer) is NULL");
+    *handle = nullptr;
+    if (!buff) return invalidArgument("buff is NULL");
+    if (size == 0) return invalidArgument("size is 0");
+    if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff)) {
+      return invalidArgument("buff + size wraps around the address space");
+    }
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(*handle, c->registerBuffer(buff, size));
     return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle) {
+  return guard("chorusCommDeregister", [&]() -> Status {
+    if (!handle) return invalidArgument("handle is NULL");
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    return c->deregisterBuffer(handle);
   });
 }
 

@@ -455,6 +455,11 @@ void Bootstrap::exportFd(int peer, uint64_t token, UniqueFd fd) {
   exported_[token] = {peer, std::move(fd)};
 }
 
+void Bootstrap::withdrawFd(uint64_t token) {
+  std::lock_guard<std::mutex> g(mu_);
+  exported_.erase(token);
+}
+
 Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, uint64_t token) {
   const std::string what = "rank " + std::to_string(peer) + "'s shared-memory descriptor server";
   UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

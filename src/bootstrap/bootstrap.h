@@ -107,6 +107,8 @@ class Bootstrap {
   // `token` (claimable once); importFd fetches it from the exporter's server, whose name
   // (fdServerName() on the exporting rank) travels in the connection handle.
   void exportFd(int peer, uint64_t token, UniqueFd fd);
+  // Takes back an offer nobody claimed (no effect once claimed).
+  void withdrawFd(uint64_t token);
   Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token);
   const std::string& fdServerName() const { return fdServerName_; }
 

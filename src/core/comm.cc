@@ -117,14 +117,16 @@ Communicator::~Communicator() {
     };
     while (nowNs() < deadline && (std::any_of(ringSend_.begin(), ringSend_.end(), unsent) ||
                                   std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent) ||
-                                  std::any_of(directSend_.begin(), directSend_.end(), unsent))) {
+                                  std::any_of(directSend_.begin(), directSend_.end(), unsent) ||
+                                  std::any_of(gatherSend_.begin(), gatherSend_.end(), unsent))) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
   // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
-  // that are all done by now; the bootstrap serves descriptors for connections.
+  // that are all done by now; the bootstrap serves descriptors for connections and memory.
   proxy_.reset();
   connections_.clear();
+  memShare_.reset();
   bootstrap_.reset();
 }
 
@@ -216,6 +218,17 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   p2pRecv_.resize(nranks_);
   directSend_.resize(nranks_);
   directRecv_.resize(nranks_);
+  gatherSend_.resize(nranks_);
+  gatherRecv_.resize(nranks_);
+  {
+    std::vector<TransportKind> kinds(nranks_);
+    oneProcess_ = true;
+    for (int r = 0; r < nranks_; ++r) {
+      kinds[r] = chooseTransport(peers_[rank_], peers_[r]);
+      oneProcess_ = oneProcess_ && peers_[r].processNonce == peers_[rank_].processNonce;
+    }
+    memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(kinds));
+  }
   singleHost_ = true;
   for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
   p2pSendSeq_.assign(nranks_, 0);

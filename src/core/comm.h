@@ -19,6 +19,7 @@
 #include "src/core/engine.h"
 #include "src/core/lane.h"
 #include "src/core/log.h"
+#include "src/core/memshare.h"
 #include "src/core/task.h"
 #include "transports/socket/socket_proxy.h"
 #include "transports/transport.h"
@@ -105,6 +106,10 @@ class Communicator : public TaskOwner {
   Status destroyRedOp(chorusRedOp_t op);
   Status checkRedOp(chorusRedOp_t op, chorusDataType_t type) const;
 
+  // chorusCommRegister / chorusCommDeregister.
+  Result<void*> registerBuffer(const void* ptr, size_t bytes) { return memShare_->registerRange(ptr, bytes); }
+  Status deregisterBuffer(void* handle) { return memShare_->deregister(handle); }
+
   // Launch support (src/core/launch.cc): connections a set of ops still needs, and the task.
   struct ConnNeed {
     int peer;
@@ -114,9 +119,16 @@ class Communicator : public TaskOwner {
   };
   static constexpr int kP2pChannel = -1;
   static constexpr int kDirectChannel = -2;
+  static constexpr int kGatherChannel = -3;
   // Whether an op runs the direct all-reduce (DirectLane) rather than the ring: chosen from what
   // every rank knows alike (the op, the settings, where the ranks are), so all ranks agree.
   bool useDirect(const OpInfo& op) const;
+  // Whether an op runs the slice all-reduce (SliceLane): larger all-reduces on one host.
+  // kLocal: chosen by this rank alone (its buffers are registered), so neighbours check it.
+  enum class SliceChoice { kNo, kAgreed, kLocal };
+  SliceChoice useSlice(const OpInfo& op) const;
+  // Whether a rank may pick the slice schedule for this op by itself (kLocal), whatever it picks.
+  bool sliceCandidate(const OpInfo& op) const;
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
@@ -172,9 +184,13 @@ class Communicator : public TaskOwner {
   std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;     // per peer
   std::vector<std::unique_ptr<SendCursor>> directSend_;  // per peer, for direct all-reduce
   std::vector<std::unique_ptr<RecvCursor>> directRecv_;  // per peer
-  std::vector<char> directScratch_;                      // one slot, for in-place direct runs
-  bool singleHost_ = false;                              // every rank on this rank's host
-  std::mutex planMu_;                                    // plan() may run on several streams' workers
+  std::vector<std::unique_ptr<SendCursor>> gatherSend_;  // per peer, the slice all-reduce's results
+  std::vector<std::unique_ptr<RecvCursor>> gatherRecv_;  // (its inputs go over the direct ones)
+  std::unique_ptr<MemShare> memShare_;
+  std::vector<char> directScratch_;  // one slot, for in-place direct runs
+  bool singleHost_ = false;          // every rank on this rank's host
+  bool oneProcess_ = false;          // every rank a thread of this process
+  std::mutex planMu_;                // plan() may run on several streams' workers
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;

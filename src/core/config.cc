@@ -128,9 +128,10 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_ALGO")) {
     std::string lower(v);
     for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower != "ring" && lower != "direct") {
-      return invalidArgument(std::string("CHORUS_ALGO=") + v +
-                             " is not an algorithm this build has (ring, direct); unset it to let Chorus choose");
+    if (lower != "ring" && lower != "direct" && lower != "slice") {
+      return invalidArgument(
+          std::string("CHORUS_ALGO=") + v +
+          " is not an algorithm this build has (ring, direct, slice); unset it to let Chorus choose");
     }
     c.algo = lower;
   }

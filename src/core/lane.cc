@@ -36,6 +36,13 @@ Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, Recv
 
 Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
   if (h.commId == a_.commId && h.seq == a_.seq && h.bytes == bytes) return Status::ok();
+  if (h.commId == a_.commId && h.step == SliceLane::kHelloStep) {
+    return invalidUsage("rank " + std::to_string(recv_->peer) + " ran operation #" + std::to_string(h.seq) +
+                        " as the slice all-reduce because its buffers are registered (chorusCommRegister) while "
+                        "this rank ran operation #" +
+                        std::to_string(a_.seq) +
+                        " on the ring: between processes, register an operation's buffers on every rank or on none");
+  }
   return invalidUsage("rank " + std::to_string(recv_->peer) + " sent " + std::to_string(h.bytes) +
                       " bytes for operation #" + std::to_string(h.seq) + " but this rank expected " +
                       std::to_string(bytes) + " bytes for operation #" + std::to_string(a_.seq) +
@@ -285,6 +292,391 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
     if (a_.status) a_.status->running();
   }
   return Status::ok();
+}
+
+}  // namespace chorus
+
+namespace chorus {
+
+SliceLane::SliceLane(const LaneArgs& args, int rank, int nranks, size_t count,
+                     const std::unique_ptr<SendCursor>* scatterSends, const std::unique_ptr<RecvCursor>* scatterRecvs,
+                     const std::unique_ptr<SendCursor>* gatherSends, const std::unique_ptr<RecvCursor>* gatherRecvs,
+                     MemShare* share)
+    : a_(args),
+      rank_(rank),
+      nranks_(nranks),
+      count_(count),
+      scatterSends_(scatterSends),
+      scatterRecvs_(scatterRecvs),
+      gatherSends_(gatherSends),
+      gatherRecvs_(gatherRecvs),
+      share_(share),
+      peers_(nranks) {
+  noPre_ = a_.spec;
+  noPre_.hasPre = false;
+  slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
+}
+
+Block SliceLane::block(int r) const { return partition(count_, nranks_, r); }
+
+// Decided once, before anything is sent: whether each peer gets this rank's input slice and its
+// reduced slice as bytes or as a descriptor. Empty slices send nothing either way.
+void SliceLane::chooseModes() {
+  const size_t es = a_.elemSize;
+  const Block mine = block(rank_);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    Peer& P = peers_[p];
+    const Block b = block(p);
+    P.scatterOut = kData;
+    P.gatherOut = kData;
+    if (!share_ || a_.slotBytes < sizeof(MemDesc)) continue;
+    if (b.count > 0 && share_->describe(p, a_.input + b.offset * es, b.count * es, &P.scatterDesc)) {
+      P.scatterOut = kDesc;
+    }
+    if (mine.count > 0 && share_->describe(p, a_.output + mine.offset * es, mine.count * es, &P.gatherDesc)) {
+      P.gatherOut = kDesc;
+    }
+  }
+}
+
+Status SliceLane::checkHeader(const SlotHeader& h, int peer, uint32_t step, size_t bytes) const {
+  if (h.commId == a_.commId && h.seq == a_.seq && h.step == step && h.bytes == bytes) return Status::ok();
+  return invalidUsage("rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes (step " +
+                      std::to_string(h.step) + ") for operation #" + std::to_string(h.seq) +
+                      " but this rank expected " + std::to_string(bytes) + " bytes (step " + std::to_string(step) +
+                      ") for operation #" + std::to_string(a_.seq) +
+                      (h.commId != a_.commId ? " of another communicator" : "") +
+                      ": the ranks called different collectives, counts, types or roots, or in a different order");
+}
+
+Status SliceLane::blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const {
+  if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
+  *wait =
+      WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, reduced_, a_.seq};
+  return Status(chorusInProgress, "");
+}
+
+Status SliceLane::blockedOn(SendCursor* sc, WaitInfo* wait) const {
+  if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
+  auto* headWord = &sc->fifo.ctrl->head;
+  *wait = WaitInfo{headWord,
+                   headWord->load(std::memory_order_acquire),
+                   &sc->fifo.ctrl->producerWaiting,
+                   sc->peer,
+                   false,
+                   Prim::kSend,
+                   reduced_,
+                   a_.seq};
+  return Status(chorusInProgress, "");
+}
+
+Status SliceLane::sendDesc(SendCursor* sc, const MemDesc& d) {
+  SlotHeader* h = sc->fifo.header(sc->tail);
+  std::memcpy(sc->fifo.payload(sc->tail), &d, sizeof(d));
+  h->commId = a_.commId;
+  h->seq = a_.seq;
+  h->step = kDescStep;
+  h->bytes = static_cast<uint32_t>(sizeof(d));
+  sc->fifo.publish(++sc->tail);
+  return Status::ok();
+}
+
+Status SliceLane::learnMode(RecvCursor* rc, int peer, Mode* mode, const char** base) {
+  if (!rc->fifo.hasData(rc->head)) return Status(chorusInProgress, "");
+  const SlotHeader* h = rc->fifo.header(rc->head);
+  if (h->step != kDescStep) {
+    *mode = kData;
+    return Status::ok();
+  }
+  CHORUS_TRY(checkHeader(*h, peer, kDescStep, sizeof(MemDesc)));
+  MemDesc d;
+  std::memcpy(&d, rc->fifo.payload(rc->head), sizeof(d));
+  CHORUS_ASSIGN_OR_RETURN(
+      const char* p, share_ ? share_->resolve(peer, d) : Result<const char*>(internalError("no memory sharing here")));
+  *base = p;
+  *mode = kDesc;
+  peers_[peer].readFrom = true;
+  rc->fifo.release(++rc->head);
+  return Status::ok();
+}
+
+Status SliceLane::sendScatter(int p, WaitInfo* wait, bool* moved) {
+  Peer& P = peers_[p];
+  const size_t np = pieces(p);
+  if (P.scatterSent >= np) return Status::ok();
+  SendCursor* sc = scatterSends_[p].get();
+  if (P.scatterOut == kDesc) {
+    if (!sc->hasSpace()) return blockedOn(sc, wait);
+    CHORUS_TRY(sendDesc(sc, P.scatterDesc));
+    P.scatterSent = np;
+    P.exposedTo = true;
+    *moved = true;
+    return Status::ok();
+  }
+  const size_t es = a_.elemSize;
+  const Block b = block(p);
+  // One piece per call: the caller's loop interleaves sending, reducing and copying, so a piece
+  // is still in cache when it is forwarded.
+  const size_t stop = std::min(np, P.scatterSent + 1);
+  while (P.scatterSent < stop) {
+    if (!sc->hasSpace()) return blockedOn(sc, wait);
+    const size_t off = P.scatterSent * slotElems_;
+    const size_t n = std::min(slotElems_, b.count - off);
+    const char* in = a_.input + (b.offset + off) * es;
+    char* slot = sc->fifo.payload(sc->tail);
+    if (a_.spec.hasPre) {
+      a_.kernels->pre(a_.spec, a_.type, slot, in, n);
+    } else {
+      std::memcpy(slot, in, n * es);
+    }
+    SlotHeader* h = sc->fifo.header(sc->tail);
+    h->commId = a_.commId;
+    h->seq = a_.seq;
+    h->step = static_cast<uint32_t>(P.scatterSent);
+    h->bytes = static_cast<uint32_t>(n * es);
+    sc->fifo.publish(++sc->tail);
+    ++P.scatterSent;
+    *moved = true;
+  }
+  return P.scatterSent >= np ? Status::ok() : Status(chorusInProgress, "");
+}
+
+// Folds this rank's slice piece by piece: its own input first, then the peers' in rank order.
+// An operand read in place is raw (the pre-multiplier still to apply); one that came as bytes
+// was pre-multiplied by its sender.
+Status SliceLane::reduceSlice(WaitInfo* wait, bool* moved) {
+  const size_t es = a_.elemSize;
+  const HostKernels& k = *a_.kernels;
+  const Block b = block(rank_);
+  const size_t np = pieces(rank_);
+  const size_t stop = std::min(np, reduced_ + 1);
+  while (reduced_ < stop) {
+    const size_t off = reduced_ * slotElems_;
+    const size_t n = std::min(slotElems_, b.count - off);
+    const size_t bytes = n * es;
+    const char* own = a_.input + (b.offset + off) * es;
+    char* out = a_.output + (b.offset + off) * es;
+    while (folded_ < nranks_) {
+      const int idx = folded_ == 0 ? 1 : folded_;  // own input folds with the first peer's
+      const int q = idx - 1 < rank_ ? idx - 1 : idx;
+      Peer& Q = peers_[q];
+      RecvCursor* rc = scatterRecvs_[q].get();
+      if (Q.scatterIn == kUnknown) {
+        Status s = learnMode(rc, q, &Q.scatterIn, &Q.scatterBase);
+        if (s.inProgress()) return blockedOn(rc, wait, Prim::kRecvReduceCopy);
+        CHORUS_TRY(s);
+        *moved = true;
+      }
+      const bool raw = Q.scatterIn == kDesc;
+      const char* c = nullptr;
+      if (raw) {
+        c = Q.scatterBase + off * es;
+      } else {
+        if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecvReduceCopy);
+        CHORUS_TRY(checkHeader(*rc->fifo.header(rc->head), q, static_cast<uint32_t>(reduced_), bytes));
+        c = rc->fifo.payload(rc->head);
+      }
+      const bool last = idx == nranks_ - 1;
+      if (folded_ == 0) {
+        if (raw && a_.spec.hasPre) {
+          k.pre(a_.spec, a_.type, out, own, n);
+          k.reduce(a_.spec, a_.type, out, out, c, n, last);
+        } else {
+          k.reduce(a_.spec, a_.type, out, c, own, n, last);
+        }
+      } else {
+        k.reduce(raw ? a_.spec : noPre_, a_.type, out, out, c, n, last);
+      }
+      if (!raw) rc->fifo.release(++rc->head);
+      folded_ = idx + 1;
+      *moved = true;
+    }
+    ++reduced_;
+    folded_ = 0;
+    if (a_.status) a_.status->running();
+  }
+  return reduced_ >= np ? Status::ok() : Status(chorusInProgress, "");
+}
+
+Status SliceLane::sendGather(int p, WaitInfo* wait, bool* moved) {
+  Peer& P = peers_[p];
+  const size_t np = pieces(rank_);
+  if (P.gatherSent >= np) return Status::ok();
+  SendCursor* sc = gatherSends_[p].get();
+  if (P.gatherOut == kDesc) {
+    if (reduced_ < np) return Status(chorusInProgress, "");  // the reduction is what it waits for
+    if (!sc->hasSpace()) return blockedOn(sc, wait);
+    CHORUS_TRY(sendDesc(sc, P.gatherDesc));
+    P.gatherSent = np;
+    P.exposedTo = true;
+    *moved = true;
+    return Status::ok();
+  }
+  const size_t es = a_.elemSize;
+  const Block b = block(rank_);
+  while (P.gatherSent < reduced_) {
+    if (!sc->hasSpace()) return blockedOn(sc, wait);
+    const size_t off = P.gatherSent * slotElems_;
+    const size_t n = std::min(slotElems_, b.count - off);
+    std::memcpy(sc->fifo.payload(sc->tail), a_.output + (b.offset + off) * es, n * es);
+    SlotHeader* h = sc->fifo.header(sc->tail);
+    h->commId = a_.commId;
+    h->seq = a_.seq;
+    h->step = static_cast<uint32_t>(P.gatherSent);
+    h->bytes = static_cast<uint32_t>(n * es);
+    sc->fifo.publish(++sc->tail);
+    ++P.gatherSent;
+    *moved = true;
+  }
+  return P.gatherSent >= np ? Status::ok() : Status(chorusInProgress, "");
+}
+
+Status SliceLane::copyGather(int p, WaitInfo* wait, bool* moved) {
+  Peer& P = peers_[p];
+  const size_t np = pieces(p);
+  if (P.gatherCopied >= np) return Status::ok();
+  RecvCursor* rc = gatherRecvs_[p].get();
+  if (P.gatherIn == kUnknown) {
+    Status s = learnMode(rc, p, &P.gatherIn, &P.gatherBase);
+    if (s.inProgress()) return blockedOn(rc, wait, Prim::kRecv);
+    CHORUS_TRY(s);
+    *moved = true;
+  }
+  const size_t es = a_.elemSize;
+  const Block b = block(p);
+  // One piece per call when reading in place, so this rank's sends are not held up by a long copy.
+  const size_t stop = P.gatherCopied + 1;
+  while (P.gatherCopied < stop) {
+    const size_t off = P.gatherCopied * slotElems_;
+    const size_t n = std::min(slotElems_, b.count - off);
+    char* out = a_.output + (b.offset + off) * es;
+    if (P.gatherIn == kDesc) {
+      std::memcpy(out, P.gatherBase + off * es, n * es);
+    } else {
+      if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecv);
+      CHORUS_TRY(checkHeader(*rc->fifo.header(rc->head), p, static_cast<uint32_t>(P.gatherCopied), n * es));
+      std::memcpy(out, rc->fifo.payload(rc->head), n * es);
+      rc->fifo.release(++rc->head);
+    }
+    ++P.gatherCopied;
+    *moved = true;
+  }
+  return P.gatherCopied >= np ? Status::ok() : Status(chorusInProgress, "");
+}
+
+// The last exchange with a peer: a done for memory read in place, each way as needed.
+Status SliceLane::finishPeer(int p, WaitInfo* wait, bool* moved) {
+  Peer& P = peers_[p];
+  if (P.scatterSent < pieces(p) || P.gatherSent < pieces(rank_) || P.gatherCopied < pieces(p) ||
+      reduced_ < pieces(rank_)) {
+    return Status(chorusInProgress, "");
+  }
+  if (P.readFrom && !P.doneSent) {
+    SendCursor* sc = scatterSends_[p].get();
+    if (!sc->hasSpace()) return blockedOn(sc, wait);
+    SlotHeader* h = sc->fifo.header(sc->tail);
+    h->commId = a_.commId;
+    h->seq = a_.seq;
+    h->step = kDoneStep;
+    h->bytes = 0;
+    sc->fifo.publish(++sc->tail);
+    P.doneSent = true;
+    *moved = true;
+  }
+  if (P.exposedTo && !P.doneSeen) {
+    RecvCursor* rc = scatterRecvs_[p].get();
+    if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecv);
+    CHORUS_TRY(checkHeader(*rc->fifo.header(rc->head), p, kDoneStep, 0));
+    rc->fifo.release(++rc->head);
+    P.doneSeen = true;
+    *moved = true;
+  }
+  return Status::ok();
+}
+
+Status SliceLane::hello(WaitInfo* wait, bool* moved) {
+  if (!helloSend_) return Status::ok();
+  if (!helloSent_) {
+    if (!helloSend_->hasSpace()) return blockedOn(helloSend_, wait);
+    SlotHeader* h = helloSend_->fifo.header(helloSend_->tail);
+    h->commId = a_.commId;
+    h->seq = a_.seq;
+    h->step = kHelloStep;
+    h->bytes = 0;
+    helloSend_->fifo.publish(++helloSend_->tail);
+    helloSent_ = true;
+    *moved = true;
+  }
+  if (!helloSeen_) {
+    RecvCursor* rc = helloRecv_;
+    if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecv);
+    const SlotHeader* h = rc->fifo.header(rc->head);
+    if (h->step != kHelloStep || h->commId != a_.commId || h->seq != a_.seq) {
+      return invalidUsage("rank " + std::to_string(rc->peer) + " ran operation #" + std::to_string(h->seq) +
+                          " as a ring all-reduce (or another collective) while this rank ran operation #" +
+                          std::to_string(a_.seq) +
+                          " as the slice all-reduce because its buffers are registered (chorusCommRegister): "
+                          "between processes, register an operation's buffers on every rank or on none");
+    }
+    rc->fifo.release(++rc->head);
+    helloSeen_ = true;
+    *moved = true;
+  }
+  return Status::ok();
+}
+
+Status SliceLane::progress(WaitInfo* wait, bool* moved) {
+  if (finished_) return Status::ok();
+  if (!started_) {
+    chooseModes();
+    started_ = true;
+  }
+  // What a blocked lane reports, most telling first: data for the reduction, a peer's result,
+  // space to send, a peer's done. Waits on this rank's own progress carry no word.
+  WaitInfo waits[4];
+  while (true) {
+    bool pending = false;
+    bool m = false;
+    auto note = [&pending](Status s) -> Status {
+      if (!s.inProgress()) return s;
+      pending = true;
+      return Status::ok();
+    };
+    CHORUS_TRY(note(hello(&waits[1], &m)));
+    for (int i = 1; i < nranks_; ++i) {
+      const int p = (rank_ + i) % nranks_;
+      CHORUS_TRY(note(sendScatter(p, &waits[2], &m)));
+    }
+    CHORUS_TRY(note(reduceSlice(&waits[0], &m)));
+    for (int i = 1; i < nranks_; ++i) {
+      const int p = (rank_ + i) % nranks_;
+      CHORUS_TRY(note(sendGather(p, &waits[2], &m)));
+      CHORUS_TRY(note(copyGather(p, &waits[1], &m)));
+    }
+    for (int i = 1; i < nranks_; ++i) {
+      CHORUS_TRY(note(finishPeer((rank_ + i) % nranks_, &waits[3], &m)));
+    }
+    if (!pending) {
+      finished_ = true;
+      if (a_.status) a_.status->running();
+      return Status::ok();
+    }
+    if (m) {
+      *moved = true;
+      for (auto& w : waits) w = WaitInfo{};
+      continue;
+    }
+    for (auto& w : waits) {
+      if (w.word) {
+        *wait = w;
+        if (a_.status) a_.status->blocked(w);
+        return Status(chorusInProgress, "");
+      }
+    }
+    *wait = WaitInfo{};
+    return Status(chorusInProgress, "");
+  }
 }
 
 }  // namespace chorus

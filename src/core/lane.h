@@ -12,6 +12,7 @@
 
 #include "kernels/reduce_host.h"
 #include "src/algo/schedule.h"
+#include "src/core/memshare.h"
 #include "src/core/status.h"
 #include "transports/fifo.h"
 
@@ -138,6 +139,96 @@ class DirectLane {
   int sent_ = 0;    // peers this piece went to
   int folded_ = 0;  // ranks whose contribution to this piece is in the output
   bool stashed_ = false;
+};
+
+// The slice all-reduce of one rank (intra-host, large messages): each rank reduces one slice
+// (block) of the message from every rank's contribution and hands the result to every peer.
+// Per peer and direction there are two connections: "scatter" (this rank's input for the
+// peer's slice) and "gather" (this rank's reduced slice). On either, a rank sends the bytes in
+// slot-sized pieces, or, when the peer can read the buffer in place (threads of one process, or
+// memory registered from chorusMemAlloc; MemShare decides), one slot holding a MemDesc; the
+// receiver tells which from the first slot. A peer that read anything in place sends a final
+// "done" on its scatter connection, and the rank that exposed memory returns only after every
+// such peer's done. Each slice has one reducer, so every rank gets the same bits.
+class SliceLane {
+ public:
+  SliceLane(const LaneArgs& args, int rank, int nranks, size_t count, const std::unique_ptr<SendCursor>* scatterSends,
+            const std::unique_ptr<RecvCursor>* scatterRecvs, const std::unique_ptr<SendCursor>* gatherSends,
+            const std::unique_ptr<RecvCursor>* gatherRecvs, MemShare* share);
+  // When ranks chose this schedule each for itself (their buffers are registered), a hello goes
+  // to the next rank of the ring and one is expected from the previous: a rank that ran the ring
+  // instead meets it at once, and so does this rank, and both fail with a clear error.
+  void checkNeighbours(SendCursor* next, RecvCursor* prev) {
+    helloSend_ = next;
+    helloRecv_ = prev;
+  }
+
+  Status progress(WaitInfo* wait, bool* moved);
+  bool done() const { return finished_; }
+
+  // SlotHeader::step of a slot that is not a data piece.
+  static constexpr uint32_t kDescStep = 0x80000000u;
+  static constexpr uint32_t kDoneStep = 0x80000001u;
+  static constexpr uint32_t kHelloStep = 0x80000002u;
+
+ private:
+  enum Mode : uint8_t { kUnknown = 0, kDesc = 1, kData = 2 };
+  struct Peer {
+    Mode scatterOut = kUnknown;  // how this rank's input for the peer's slice goes to it
+    Mode gatherOut = kUnknown;
+    Mode scatterIn = kUnknown;  // how the peer's input for this rank's slice comes
+    Mode gatherIn = kUnknown;
+    size_t scatterSent = 0;  // pieces (a descriptor counts as all of them)
+    size_t gatherSent = 0;
+    size_t gatherCopied = 0;
+    const char* scatterBase = nullptr;  // the peer's input, readable here (kDesc)
+    const char* gatherBase = nullptr;   // the peer's output
+    bool exposedTo = false;             // a descriptor went to the peer: wait for its done
+    bool readFrom = false;              // a descriptor came from the peer: send it a done
+    bool doneSent = false;
+    bool doneSeen = false;
+    MemDesc scatterDesc;
+    MemDesc gatherDesc;
+  };
+
+  Block block(int r) const;
+  size_t pieces(int r) const { return (block(r).count + slotElems_ - 1) / slotElems_; }
+  Status checkHeader(const SlotHeader& h, int peer, uint32_t step, size_t bytes) const;
+  // Reads the first slot of a connection when its mode is unknown: a descriptor (consumed) or
+  // a data piece (left for the caller). inProgress when nothing has arrived.
+  Status learnMode(RecvCursor* rc, int peer, Mode* mode, const char** base);
+  Status sendDesc(SendCursor* sc, const MemDesc& d);
+  Status blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const;
+  Status blockedOn(SendCursor* sc, WaitInfo* wait) const;
+
+  Status sendScatter(int p, WaitInfo* wait, bool* moved);
+  Status reduceSlice(WaitInfo* wait, bool* moved);
+  Status sendGather(int p, WaitInfo* wait, bool* moved);
+  Status copyGather(int p, WaitInfo* wait, bool* moved);
+  Status finishPeer(int p, WaitInfo* wait, bool* moved);
+  Status hello(WaitInfo* wait, bool* moved);
+  void chooseModes();
+
+  LaneArgs a_;
+  ReduceSpec noPre_;
+  int rank_;
+  int nranks_;
+  size_t count_;
+  const std::unique_ptr<SendCursor>* scatterSends_;  // indexed by rank; this rank's entry is null
+  const std::unique_ptr<RecvCursor>* scatterRecvs_;
+  const std::unique_ptr<SendCursor>* gatherSends_;
+  const std::unique_ptr<RecvCursor>* gatherRecvs_;
+  MemShare* share_;
+  SendCursor* helloSend_ = nullptr;
+  RecvCursor* helloRecv_ = nullptr;
+  bool helloSent_ = false;
+  bool helloSeen_ = false;
+  size_t slotElems_;
+  std::vector<Peer> peers_;
+  size_t reduced_ = 0;  // pieces of this rank's slice in the output
+  int folded_ = 0;      // contributions to the current piece folded (fold order below)
+  bool started_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace chorus

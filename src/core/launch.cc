@@ -18,6 +18,7 @@ namespace {
 constexpr uint64_t kRingTagBase = 1ull << 40;
 constexpr uint64_t kP2pTag = 2ull << 40;
 constexpr uint64_t kDirectTag = 3ull << 40;
+constexpr uint64_t kGatherTag = 4ull << 40;
 // Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
 // steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
 constexpr int kDirectMaxRanks = 8;
@@ -74,7 +75,7 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
 
 bool Communicator::useDirect(const OpInfo& op) const {
   if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
-  if (config_.algo == "ring") return false;
+  if (config_.algo == "ring" || config_.algo == "slice") return false;
   if (config_.algo == "direct") return true;
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
   // threshold bounds what a rank sends: message x (n - 1).
@@ -82,15 +83,46 @@ bool Communicator::useDirect(const OpInfo& op) const {
          op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= config_.directMaxBytes;
 }
 
+Communicator::SliceChoice Communicator::useSlice(const OpInfo& op) const {
+  if (op.coll != CollType::kAllReduce || nranks_ < 2) return SliceChoice::kNo;
+  if (config_.algo == "slice") return SliceChoice::kAgreed;
+  if (!config_.algo.empty() || useDirect(op)) return SliceChoice::kNo;
+  if (!singleHost_ || nranks_ > kDirectMaxRanks) return SliceChoice::kNo;
+  // One reducer per slice, reading every rank's input in place where it can. Ranks that are
+  // threads of this process can read every buffer. Between processes only registered memory is
+  // readable, and without it the slice schedule moves as many bytes as the ring and was measured
+  // no faster (docs/PERFORMANCE.md): a rank takes it when its own buffers are registered, as
+  // NCCL expects registration on every rank, and its neighbours check that they agree.
+  if (oneProcess_) return SliceChoice::kAgreed;
+  const size_t bytes = op.count * typeSize(op.type);
+  if (memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes)) {
+    return SliceChoice::kLocal;
+  }
+  return SliceChoice::kNo;
+}
+
+bool Communicator::sliceCandidate(const OpInfo& op) const {
+  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo.empty() && !useDirect(op) && singleHost_ &&
+         nranks_ <= kDirectMaxRanks && !oneProcess_;
+}
+
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
   std::vector<ConnNeed> needs;
   bool ring = false;
   bool direct = false;
+  bool slice = false;
   bool p2p = false;
   for (const auto& op : ops) {
     const bool d = useDirect(op);
-    direct = direct || d;
-    ring = ring || (!d && usesRing(op.coll) && nranks_ > 1);
+    const SliceChoice sc = useSlice(op);
+    // Where a rank picks the slice schedule for itself (registered buffers), every rank connects
+    // for both it and the ring, so the connections never depend on one rank's choice; the slice
+    // run's hello then goes over the ring.
+    const bool either = sc == SliceChoice::kLocal || sliceCandidate(op);
+    const bool sl = sc != SliceChoice::kNo || either;
+    direct = direct || d || sl;
+    slice = slice || sl;
+    ring = ring || either || (!d && !sl && usesRing(op.coll) && nranks_ > 1);
     p2p = p2p || !usesRing(op.coll);
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops.
@@ -118,6 +150,8 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     if (p2p && recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, kP2pChannel});
     if (direct && p != rank_ && !directSend_[p]) needs.push_back({p, true, kDirectTag, kDirectChannel});
     if (direct && p != rank_ && !directRecv_[p]) needs.push_back({p, false, kDirectTag, kDirectChannel});
+    if (slice && p != rank_ && !gatherSend_[p]) needs.push_back({p, true, kGatherTag, kGatherChannel});
+    if (slice && p != rank_ && !gatherRecv_[p]) needs.push_back({p, false, kGatherTag, kGatherChannel});
   }
   return needs;
 }
@@ -181,6 +215,9 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       } else if (n.channel == kDirectChannel) {
         c->log_.info(kSubsysInit, "Direct : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
         c->directSend_[n.peer] = std::move(cursor);
+      } else if (n.channel == kGatherChannel) {
+        c->log_.info(kSubsysInit, "Slice gather : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
+        c->gatherSend_[n.peer] = std::move(cursor);
       } else {
         c->log_.info(kSubsysP2p, "P2P : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
         c->p2pSend_[n.peer] = std::move(cursor);
@@ -203,6 +240,8 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       c->ringRecv_[p.need.channel] = std::move(cursor);
     } else if (p.need.channel == kDirectChannel) {
       c->directRecv_[p.need.peer] = std::move(cursor);
+    } else if (p.need.channel == kGatherChannel) {
+      c->gatherRecv_[p.need.peer] = std::move(cursor);
     } else {
       c->p2pRecv_[p.need.peer] = std::move(cursor);
     }
@@ -363,9 +402,15 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       continue;
     }
     const bool direct = useDirect(op);
+    const SliceChoice sliceChoice = direct ? SliceChoice::kNo : useSlice(op);
+    const bool slice = sliceChoice != SliceChoice::kNo;
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
       log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
-                typeName(op.type), direct ? "direct" : "ring");
+                typeName(op.type),
+                direct                               ? "direct"
+                : sliceChoice == SliceChoice::kLocal ? "slice (buffers registered)"
+                : slice                              ? "slice"
+                                                     : "ring");
     }
     LaneArgs a = collArgs(op);
     a.seq = ++collSeq_;
@@ -376,6 +421,15 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       a.status = &channelStatus_[0];
       task->addStage(
           DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()));
+      continue;
+    }
+    if (slice) {
+      a.slotBytes = config_.peerSlots();
+      a.status = &channelStatus_[0];
+      SliceLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), gatherSend_.data(),
+                     gatherRecv_.data(), memShare_.get());
+      if (sliceChoice == SliceChoice::kLocal) lane.checkNeighbours(ringSend_[0].get(), ringRecv_[0].get());
+      task->addStage(std::move(lane));
       continue;
     }
     const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);

@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -61,6 +62,18 @@ Result<UniqueFd> makeMemfd(const char* name, size_t bytes) {
   }
   (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
   return fd;
+}
+
+Result<UniqueFd> dupFd(int fd) {
+  UniqueFd d(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!d.valid()) return errnoStatus("dup of a shared-memory descriptor", errno);
+  return d;
+}
+
+Result<size_t> fileSize(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errnoStatus("fstat of a shared-memory descriptor", errno);
+  return static_cast<size_t>(st.st_size);
 }
 
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutNs) {

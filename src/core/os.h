@@ -62,6 +62,11 @@ class Mapping {
 // A memfd of `bytes` bytes, sealed against shrinking; `name` shows in /proc/<pid>/fd.
 Result<UniqueFd> makeMemfd(const char* name, size_t bytes);
 
+// A second descriptor of the same open file.
+Result<UniqueFd> dupFd(int fd);
+// The size of the file behind `fd`.
+Result<size_t> fileSize(int fd);
+
 // Futex on a 32-bit word that may live in memory shared between processes.
 // Waits while *word == expected, at most `timeoutNs`; spurious returns are allowed.
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeoutNs);

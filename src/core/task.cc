@@ -40,6 +40,10 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       Status s = run(*d);
       if (!s.isOk()) return s;
     }
+    if (auto& sl = stages_[stage_].slice) {
+      Status s = run(*sl);
+      if (!s.isOk()) return s;
+    }
     if (!stageDone) break;
     ++stage_;
   }

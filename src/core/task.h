@@ -43,8 +43,9 @@ class Task {
   explicit Task(TaskOwner* owner) : owner_(owner) {}
 
   TaskOwner* owner() const { return owner_; }
-  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}}); }
-  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane)}); }
+  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}, {}}); }
+  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane), {}}); }
+  void addStage(SliceLane lane) { stages_.push_back(Stage{{}, {}, std::move(lane)}); }
   void reserveStages(size_t n) { stages_.reserve(n); }
   // Lanes of one queue run one after another (they share a connection); queues run concurrently
   // with each other and with the stages.
@@ -72,10 +73,11 @@ class Task {
 
  private:
   TaskOwner* owner_;
-  // One collective: the lanes of its channels, or a direct lane.
+  // One collective: the lanes of its channels, a direct lane, or a slice lane.
   struct Stage {
     std::vector<Lane> lanes;
     std::optional<DirectLane> direct;
+    std::optional<SliceLane> slice;
   };
   std::vector<Stage> stages_;
   size_t stage_ = 0;

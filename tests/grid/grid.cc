@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -235,14 +236,39 @@ double tolerance(chorusDataType_t t) {
   }
 }
 
-// A buffer with guard bytes on both sides and an optional misalignment.
+// A buffer with guard bytes on both sides and an optional misalignment. With `comm`, it comes
+// from chorusMemAlloc and is registered with comm, so peers in other processes read it in place.
 class GuardedBuffer {
  public:
   static constexpr size_t kGuard = 64;
   static constexpr unsigned char kFill = 0xA5;
-  GuardedBuffer(size_t bytes, size_t misalign) : bytes_(bytes), misalign_(misalign) {
-    mem_.assign(bytes + 2 * kGuard + misalign + 64, kFill);
+  GuardedBuffer(size_t bytes, size_t misalign, chorusComm_t comm = nullptr)
+      : bytes_(bytes), misalign_(misalign), comm_(comm) {
+    const size_t total = bytes + 2 * kGuard + misalign + 64;
+    if (comm_) {
+      if (chorusMemAlloc(&shared_, total) != chorusSuccess) {
+        error_ = std::string("chorusMemAlloc: ") + chorusGetLastError(comm_);
+        comm_ = nullptr;
+        mem_.assign(total, kFill);
+        return;
+      }
+      if (chorusCommRegister(comm_, shared_, total, &handle_) != chorusSuccess) {
+        error_ = std::string("chorusCommRegister: ") + chorusGetLastError(comm_);
+      }
+      std::memset(shared_, kFill, total);
+    } else {
+      mem_.assign(total, kFill);
+    }
   }
+  ~GuardedBuffer() {
+    if (comm_) {
+      if (handle_) chorusCommDeregister(comm_, handle_);
+      chorusMemFree(shared_);
+    }
+  }
+  const std::string& error() const { return error_; }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
   unsigned char* data() { return base() + kGuard; }
   size_t bytes() const { return bytes_; }
   // Offset of the first modified guard byte, or -1.
@@ -257,12 +283,16 @@ class GuardedBuffer {
 
  private:
   unsigned char* base() {
-    auto addr = reinterpret_cast<uintptr_t>(mem_.data());
+    auto addr = reinterpret_cast<uintptr_t>(comm_ ? shared_ : mem_.data());
     uintptr_t aligned = (addr + 63) & ~uintptr_t(63);
     return reinterpret_cast<unsigned char*>(aligned) + misalign_;
   }
   size_t bytes_;
   size_t misalign_;
+  chorusComm_t comm_;
+  void* shared_ = nullptr;
+  void* handle_ = nullptr;
+  std::string error_;
   std::vector<unsigned char> mem_;
 };
 
@@ -388,8 +418,20 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       break;
   }
   // In place, one buffer serves both; it has the larger size.
-  GuardedBuffer sendBuf(sendElems * es, c.misalign);
-  GuardedBuffer recvBuf(recvElems * es, c.misalign);
+  // CHORUS_GRID_REGISTER=1: every buffer registered (chorusMemAlloc + chorusCommRegister).
+  static const bool registerBuffers = [] {
+    const char* v = std::getenv("CHORUS_GRID_REGISTER");
+    return v && std::string(v) == "1";
+  }();
+  chorusComm_t regComm = registerBuffers ? comm : nullptr;
+  GuardedBuffer sendBuf(sendElems * es, c.misalign, regComm);
+  GuardedBuffer recvBuf(recvElems * es, c.misalign, regComm);
+  if (!sendBuf.error().empty() || !recvBuf.error().empty()) {
+    CaseResult r;
+    r.ok = false;
+    r.error = sendBuf.error() + recvBuf.error();
+    return r;
+  }
   unsigned char* sb = sendBuf.data();
   unsigned char* rb = recvBuf.data();
   if (c.inPlace) {
