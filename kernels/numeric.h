@@ -36,10 +36,19 @@ struct MiniFloat {
   static constexpr int kMaxExpField = kIeeeSpecials ? (1 << E) - 2 : (1 << E) - 1;
   static constexpr uint32_t kMaxMantAtTop = kIeeeSpecials ? (1u << M) - 1 : (1u << M) - 2;
 
-  CHORUS_HD static float maxFinite() {
-    return std::ldexp(1.0f + float(kMaxMantAtTop) / float(1u << M), kMaxExpField - kBias);
+  // 2^k for k in float's normal range, built from its bits (exact, and constant-folded).
+  CHORUS_HD static float pow2(int k) {
+    const uint32_t u = uint32_t(k + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
   }
 
+  CHORUS_HD static float maxFinite() {
+    return (1.0f + float(kMaxMantAtTop) / float(1u << M)) * pow2(kMaxExpField - kBias);
+  }
+
+  // Bit manipulation only: every value of the format is a float, so decoding is exact.
   CHORUS_HD static float decode(uint32_t bits) {
     const uint32_t sign = (bits >> (E + M)) & 1u;
     const uint32_t expField = (bits >> M) & ((1u << E) - 1);
@@ -50,43 +59,50 @@ struct MiniFloat {
     } else if (!kIeeeSpecials && expField == (1u << E) - 1 && mant == (1u << M) - 1) {
       v = NAN;
     } else if (expField == 0) {
-      v = std::ldexp(float(mant), 1 - kBias - M);
+      v = float(mant) * pow2(1 - kBias - M);  // subnormal: an exact small integer times 2^k
     } else {
-      v = std::ldexp(float(mant | (1u << M)), int(expField) - kBias - M);
+      const uint32_t u = ((expField + 127u - uint32_t(kBias)) << 23) | (mant << (23 - M));
+      memcpy(&v, &u, 4);
     }
     return sign ? -v : v;
   }
 
+  // Round to nearest, ties to even, on float's bits.
   CHORUS_HD static uint32_t encode(float x) {
-    const uint32_t signBit = std::signbit(x) ? (1u << (E + M)) : 0u;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t signBit = (u >> 31) ? (1u << (E + M)) : 0u;
     const uint32_t nanBits = kIeeeSpecials ? (((1u << E) - 1) << M) | (1u << (M - 1)) : (1u << (E + M)) - 1;
     const uint32_t infBits = ((1u << E) - 1) << M;
     const uint32_t maxBits = (uint32_t(kMaxExpField) << M) | kMaxMantAtTop;
-    if (std::isnan(x)) return signBit | nanBits;
-    double a = std::fabs(double(x));
-    if (std::isinf(x)) return signBit | (kSaturate || !kIeeeSpecials ? maxBits : infBits);
-    if (a == 0.0) return signBit;
-    int e;
-    (void)std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the leading bit has weight 2^(e-1)
-    int lead = e - 1;
-    if (lead < 1 - kBias) lead = 1 - kBias;  // subnormal range: fixed quantum
-    const double quantum = std::ldexp(1.0, lead - M);
-    const double q = std::nearbyint(a / quantum) * quantum;  // round half to even
-    const double maxV = double(maxFinite());
-    if (q > maxV) {
-      // Past the largest finite value: IEEE formats round to inf once beyond max + half an ulp.
-      if (kSaturate || !kIeeeSpecials) return signBit | maxBits;
-      return signBit | infBits;
+    const uint32_t overflowBits = (kSaturate || !kIeeeSpecials) ? maxBits : infBits;
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return signBit | nanBits;
+    if (u == 0x7f800000u) return signBit | overflowBits;
+    const int floatExp = int(u >> 23) - 127;
+    if (floatExp >= 1 - kBias) {
+      // A normal of the format (or past its largest): drop 23 - M mantissa bits, rounding half to
+      // even; a carry runs into the exponent, as it should.
+      constexpr int kShift = 23 - M;
+      const uint32_t r = (u + ((1u << (kShift - 1)) - 1) + ((u >> kShift) & 1u)) >> kShift;
+      const int expField = int(r >> M) - 127 + kBias;
+      const uint32_t mant = r & ((1u << M) - 1);
+      // Past the largest finite value after rounding (IEEE formats: from max + half an ulp).
+      if (expField > kMaxExpField || (expField == kMaxExpField && mant > kMaxMantAtTop)) {
+        return signBit | overflowBits;
+      }
+      return signBit | (uint32_t(expField) << M) | mant;
     }
-    if (q == 0.0) return signBit;
-    int qe;
-    (void)std::frexp(q, &qe);
-    const int qlead = qe - 1;
-    if (qlead < 1 - kBias) {
-      return signBit | uint32_t(q / std::ldexp(1.0, 1 - kBias - M));
-    }
-    const uint32_t mant = uint32_t(q / std::ldexp(1.0, qlead - M)) - (1u << M);
-    return signBit | (uint32_t(qlead + kBias) << M) | mant;
+    // Below the smallest normal: a multiple of 2^(1 - bias - M). The scaling is exact; the
+    // result is an integer up to 2^M (2^M itself is the smallest normal's encoding).
+    float a;
+    memcpy(&a, &u, 4);
+    const float scaled = a * pow2(M + kBias - 1);
+    const float fl = floorf(scaled);
+    const float diff = scaled - fl;
+    uint32_t q = uint32_t(fl);
+    if (diff > 0.5f || (diff == 0.5f && (q & 1u))) ++q;
+    return signBit | q;
   }
 };
 

@@ -116,8 +116,11 @@ struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
 template <typename T>
 struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
   CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? fromFloat<T>(toFloat(x) * float(s.scaleF)) : x; }
+  // A NaN result is the positive quiet NaN: which operand's NaN an addition returns depends on
+  // the order the compiler gave it, and every path (scalar, vector, F16C, device) must agree.
   CHORUS_HD static T op(const ReduceSpec& s, T a, T b) {
-    return fromFloat<T>(floatOp<float>(s.kind, toFloat(a), toFloat(b)));
+    const float r = floatOp<float>(s.kind, toFloat(a), toFloat(b));
+    return fromFloat<T>(r != r ? NAN : r);
   }
   CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
 };
@@ -135,6 +138,37 @@ CHORUS_HD void reducePre(const ReduceSpec& s, void* dst, const void* src, size_t
   for (size_t i = 0; i < n; ++i) storeElem<T>(dst, i, ElemOps<T>::pre(s, loadElem<T>(src, i)));
 }
 
+// The element loop with the operator and the pre-multiplication fixed at compile time, so it
+// carries no per-element branches on the spec and vectorises where the type allows.
+template <typename T, RedKind K, bool kPre>
+CHORUS_HD void reduceLoop(const ReduceSpec& spec, void* dst, const void* recv, const void* local, size_t n) {
+  ReduceSpec s = spec;
+  s.kind = K;
+  s.hasPre = kPre;
+  for (size_t i = 0; i < n; ++i) {
+    const T l = loadElem<T>(local, i);
+    storeElem<T>(dst, i, ElemOps<T>::op(s, loadElem<T>(recv, i), kPre ? ElemOps<T>::pre(s, l) : l));
+  }
+}
+
+template <typename T, bool kPre>
+CHORUS_HD void reduceLoopFor(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n) {
+  switch (s.kind) {
+    case RedKind::kSum:
+      reduceLoop<T, RedKind::kSum, kPre>(s, dst, recv, local, n);
+      break;
+    case RedKind::kProd:
+      reduceLoop<T, RedKind::kProd, kPre>(s, dst, recv, local, n);
+      break;
+    case RedKind::kMax:
+      reduceLoop<T, RedKind::kMax, kPre>(s, dst, recv, local, n);
+      break;
+    default:
+      reduceLoop<T, RedKind::kMin, kPre>(s, dst, recv, local, n);
+      break;
+  }
+}
+
 // dst = recv OP pre(local), then post when `last` (the final contribution).
 template <typename T>
 CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, const void* local, size_t n, bool last) {
@@ -143,22 +177,10 @@ CHORUS_HD void reduceStep(const ReduceSpec& s, void* dst, const void* recv, cons
       storeElem<T>(dst, i, reduceOne<T>(s, loadElem<T>(recv, i), loadElem<T>(local, i), true));
     return;
   }
-  if (!s.hasPre) {
-    // The common case, kept free of per-element branches on the spec so it vectorises.
-    switch (s.kind) {
-      case RedKind::kSum:
-        for (size_t i = 0; i < n; ++i) {
-          ReduceSpec k;
-          k.kind = RedKind::kSum;
-          storeElem<T>(dst, i, ElemOps<T>::op(k, loadElem<T>(recv, i), loadElem<T>(local, i)));
-        }
-        return;
-      default:
-        break;
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    storeElem<T>(dst, i, ElemOps<T>::op(s, loadElem<T>(recv, i), ElemOps<T>::pre(s, loadElem<T>(local, i))));
+  if (s.hasPre) {
+    reduceLoopFor<T, true>(s, dst, recv, local, n);
+  } else {
+    reduceLoopFor<T, false>(s, dst, recv, local, n);
   }
 }
 
