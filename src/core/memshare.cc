@@ -156,14 +156,18 @@ bool MemShare::describe(int peer, const void* ptr, size_t bytes, MemDesc* d) {
     if (!a || a->id != allocId) return false;
     d->allocBytes = a->bytes;
     d->offset = static_cast<uint64_t>(p - static_cast<const char*>(a->map.data()));
-    if (!ps.exported.count(allocId)) {
+    auto e = ps.exported.find(allocId);
+    if (e == ps.exported.end()) {
       Result<UniqueFd> fd = dupFd(a->fd.get());
       if (!fd.isOk()) return false;
       const uint64_t token = randomU64() | 1;
       bootstrap_->exportFd(peer, token, fd.take());
-      ps.exported[allocId] = Export{token};
-      d->token = token;
+      e = ps.exported.emplace(allocId, Export{token}).first;
     }
+    // Every descriptor carries the token: the peer may read a later descriptor of the same
+    // allocation first (the gather connection's before the scatter one's), and it imports on
+    // whichever it reads first, once.
+    d->token = e->second.token;
   }
   d->kind = MemDesc::kShared;
   d->allocId = allocId;
@@ -190,9 +194,6 @@ Result<const char*> MemShare::resolve(int peer, const MemDesc& d) {
   for (uint32_t i = 0; i < d.nretired; ++i) ps.mapped.erase(d.retired[i]);
   auto it = ps.mapped.find(d.allocId);
   if (it == ps.mapped.end()) {
-    if (d.token == 0) {
-      return internalError("rank " + std::to_string(peer) + " described an allocation this rank never imported");
-    }
     CHORUS_ASSIGN_OR_RETURN(
         UniqueFd fd, bootstrap_->importFd(peer, std::string(d.server, strnlen(d.server, sizeof(d.server))), d.token));
     CHORUS_ASSIGN_OR_RETURN(size_t size, fileSize(fd.get()));

@@ -42,7 +42,7 @@ struct MemDesc {
   uint64_t allocBytes = 0;
   uint64_t offset = 0;
   uint64_t bytes = 0;  // of the buffer described
-  uint64_t token = 0;  // nonzero: the allocation's descriptor waits at `server` under this token
+  uint64_t token = 0;  // the allocation's descriptor waits at `server` under this token until claimed
   char server[64] = {0};
   uint64_t retired[kMaxRetired] = {0};  // allocations the peer should unmap first
 };
