@@ -22,6 +22,10 @@ constexpr uint64_t kGatherTag = 4ull << 40;
 // Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
 // steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
 constexpr int kDirectMaxRanks = 8;
+// Below this the slice all-reduce's three exchanges (descriptors, results, done) cost more than
+// the ring's copies save: at 4 ranks the ring is faster at 64 KiB, even at 128 KiB, and slower
+// from 192 KiB (docs/PERFORMANCE.md).
+constexpr size_t kSliceMinBytes = 128 * 1024;
 
 bool usesRing(CollType c) {
   return c == CollType::kAllReduce || c == CollType::kBroadcast || c == CollType::kReduce ||
@@ -87,14 +91,14 @@ Communicator::SliceChoice Communicator::useSlice(const OpInfo& op) const {
   if (op.coll != CollType::kAllReduce || nranks_ < 2) return SliceChoice::kNo;
   if (config_.algo == "slice") return SliceChoice::kAgreed;
   if (!config_.algo.empty() || useDirect(op)) return SliceChoice::kNo;
-  if (!singleHost_ || nranks_ > kDirectMaxRanks) return SliceChoice::kNo;
+  const size_t bytes = op.count * typeSize(op.type);
+  if (!singleHost_ || nranks_ > kDirectMaxRanks || bytes < kSliceMinBytes) return SliceChoice::kNo;
   // One reducer per slice, reading every rank's input in place where it can. Ranks that are
   // threads of this process can read every buffer. Between processes only registered memory is
   // readable, and without it the slice schedule moves as many bytes as the ring and was measured
   // no faster (docs/PERFORMANCE.md): a rank takes it when its own buffers are registered, as
   // NCCL expects registration on every rank, and its neighbours check that they agree.
   if (oneProcess_) return SliceChoice::kAgreed;
-  const size_t bytes = op.count * typeSize(op.type);
   if (memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes)) {
     return SliceChoice::kLocal;
   }
@@ -103,7 +107,7 @@ Communicator::SliceChoice Communicator::useSlice(const OpInfo& op) const {
 
 bool Communicator::sliceCandidate(const OpInfo& op) const {
   return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo.empty() && !useDirect(op) && singleHost_ &&
-         nranks_ <= kDirectMaxRanks && !oneProcess_;
+         nranks_ <= kDirectMaxRanks && !oneProcess_ && op.count * typeSize(op.type) >= kSliceMinBytes;
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
