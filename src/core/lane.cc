@@ -29,6 +29,33 @@ std::string ChannelStatus::describe() const {
          (w == 1 ? "data from rank " : "space at rank ") + std::to_string(peer.load(std::memory_order_relaxed));
 }
 
+namespace {
+
+// The result of a lane that must wait: for data from `rc`'s peer, or for space at `sc`'s (an
+// error instead when the connection is closed). *wait says on what, for the waiting policy and
+// for hang reports.
+Status waitForData(RecvCursor* rc, WaitInfo* wait, Prim prim, size_t step, uint64_t seq) {
+  if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
+  *wait = WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, step, seq};
+  return Status(chorusInProgress, "");
+}
+
+Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t seq) {
+  if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
+  auto* headWord = &sc->fifo.ctrl->head;
+  *wait = WaitInfo{headWord,
+                   headWord->load(std::memory_order_acquire),
+                   &sc->fifo.ctrl->producerWaiting,
+                   sc->peer,
+                   false,
+                   Prim::kSend,
+                   step,
+                   seq};
+  return Status(chorusInProgress, "");
+}
+
+}  // namespace
+
 Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv)
     : a_(args), steps_(std::move(steps)), send_(send), recv_(recv) {
   slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
@@ -180,26 +207,15 @@ DirectLane::DirectLane(const LaneArgs& args, int rank, int nranks, size_t count,
 }
 
 Status DirectLane::blockedOn(RecvCursor* rc, WaitInfo* wait) const {
-  if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
-  *wait = WaitInfo{
-      &rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, Prim::kRecv, piece_, a_.seq};
-  if (a_.status) a_.status->blocked(*wait);
-  return Status(chorusInProgress, "");
+  Status s = waitForData(rc, wait, Prim::kRecv, piece_, a_.seq);
+  if (s.inProgress() && a_.status) a_.status->blocked(*wait);
+  return s;
 }
 
 Status DirectLane::blockedOn(SendCursor* sc, WaitInfo* wait) const {
-  if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
-  auto* headWord = &sc->fifo.ctrl->head;
-  *wait = WaitInfo{headWord,
-                   headWord->load(std::memory_order_acquire),
-                   &sc->fifo.ctrl->producerWaiting,
-                   sc->peer,
-                   false,
-                   Prim::kSend,
-                   piece_,
-                   a_.seq};
-  if (a_.status) a_.status->blocked(*wait);
-  return Status(chorusInProgress, "");
+  Status s = waitForSpace(sc, wait, piece_, a_.seq);
+  if (s.inProgress() && a_.status) a_.status->blocked(*wait);
+  return s;
 }
 
 Status DirectLane::progress(WaitInfo* wait, bool* moved) {
@@ -351,25 +367,10 @@ Status SliceLane::checkHeader(const SlotHeader& h, int peer, uint32_t step, size
 }
 
 Status SliceLane::blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const {
-  if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
-  *wait =
-      WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, reduced_, a_.seq};
-  return Status(chorusInProgress, "");
+  return waitForData(rc, wait, prim, reduced_, a_.seq);
 }
 
-Status SliceLane::blockedOn(SendCursor* sc, WaitInfo* wait) const {
-  if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
-  auto* headWord = &sc->fifo.ctrl->head;
-  *wait = WaitInfo{headWord,
-                   headWord->load(std::memory_order_acquire),
-                   &sc->fifo.ctrl->producerWaiting,
-                   sc->peer,
-                   false,
-                   Prim::kSend,
-                   reduced_,
-                   a_.seq};
-  return Status(chorusInProgress, "");
-}
+Status SliceLane::blockedOn(SendCursor* sc, WaitInfo* wait) const { return waitForSpace(sc, wait, reduced_, a_.seq); }
 
 Status SliceLane::sendDesc(SendCursor* sc, const MemDesc& d) {
   SlotHeader* h = sc->fifo.header(sc->tail);
