@@ -1,0 +1,61 @@
+// What a rank's machine looks like, as hwloc describes it: packages, NUMA nodes, cores, and the PCI
+// devices collectives care about (GPUs and NICs) with where they hang in the PCI tree. Detected from
+// the live machine or from an hwloc XML file (CHORUS_TOPO_FILE, or tests replaying real machines).
+// The ring and tree builders take these records as plain data: no hwloc past detect().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/core/status.h"
+
+namespace chorus::topo {
+
+// How two devices of one host reach each other, best first.
+enum class LinkClass {
+  kNvlink,          // a direct GPU link hwloc reports bandwidth for
+  kSameSwitch,      // below one PCI switch (a bridge that is not a host bridge)
+  kSameHostBridge,  // below one host bridge
+  kSameNuma,        // different host bridges of one NUMA node
+  kSamePackage,     // different NUMA nodes of one package
+  kCrossSocket,     // across packages
+};
+const char* linkClassName(LinkClass c);
+
+struct Device {
+  std::string busId;  // "0000:04:00.0"
+  uint16_t vendor = 0;
+  uint16_t device = 0;
+  uint16_t classId = 0;
+  int numa = -1;     // logical index of the NUMA node it is local to, -1 when unknown
+  int package = -1;  // logical index of that package, -1 when unknown
+  // PCI bridges above the device, nearest first, as "domain:bus" of their secondary bus; the last
+  // is below the host bridge. hostBridge: the host bridge's own index (its gp_index).
+  std::vector<std::string> switches;
+  int64_t hostBridge = -1;
+  std::vector<std::string> names;  // OS devices: cuda0, nvml0, eth0, ib0, mlx5_0, ...
+};
+
+struct Machine {
+  int packages = 0;
+  int numaNodes = 0;
+  int cores = 0;
+  int pus = 0;
+  std::vector<Device> gpus;  // class 0300/0302, vendor 0x10de, in PCI order
+  std::vector<Device> nics;  // Ethernet and RDMA devices (an ib0 and its mlx5_0 are one NIC)
+  // GPU x GPU NVLink bandwidth (hwloc's "NVLinkBandwidth" matrix, its unit), in `gpus` order;
+  // empty when hwloc reports none.
+  std::vector<std::vector<uint64_t>> nvlink;
+};
+
+// The live machine (xmlPath empty) or the machine an hwloc XML file describes.
+Result<Machine> detect(const std::string& xmlPath);
+
+LinkClass linkClass(const Machine& m, size_t gpuA, size_t gpuB);
+LinkClass linkClass(const Device& a, const Device& b);
+
+// Several lines a person can read: counts, then each GPU and NIC with its locality.
+std::string describe(const Machine& m);
+
+}  // namespace chorus::topo
