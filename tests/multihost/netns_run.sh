@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Runs one program as a job across several "hosts" made of network namespaces on this machine:
+# each host is a namespace with its own loopback and one veth into a bridge (in a namespace of its
+# own), so ranks of one host share memory and ranks of different hosts talk TCP between real
+# addresses (198.18.0.0/24, the benchmarking range). Removes every namespace it made on exit,
+# whatever happened. Needs root and `ip`; otherwise it says so and exits 77 (ctest: skipped).
+#
+#   netns_run.sh [--check-transports] [--timeout S] LAYOUT -- PROGRAM [ARGS...]
+#
+# LAYOUT lists ranks per host: "2,2" (2 hosts x 2 ranks), "1,1,1", "2,1". Ranks are numbered host
+# by host. Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
+# address) set, as chorusrun would; its output is prefixed "[host h rank r]". With
+# --check-transports every rank also logs its INIT lines, and the script checks that each pair
+# of ranks uses shm inside a host and sockets across hosts, exactly.
+set -uo pipefail
+
+check=0
+timeout=600
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check-transports) check=1; shift ;;
+    --timeout) timeout=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+layout=${1:-}
+shift || true
+[ "${1:-}" = "--" ] && shift
+if [ -z "$layout" ] || [ $# -eq 0 ]; then
+  echo "usage: netns_run.sh [--check-transports] [--timeout S] LAYOUT -- PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+
+skip() {
+  echo "SKIP: $*" >&2
+  exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+command -v ip > /dev/null || skip "the ip command (iproute2) is missing"
+
+IFS=, read -r -a perhost <<< "$layout"
+nhosts=${#perhost[@]}
+nranks=0
+for c in "${perhost[@]}"; do nranks=$((nranks + c)); done
+
+tag="ch$$"
+sw="${tag}sw"
+made=()
+logdir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2> /dev/null; done
+  for ns in "${made[@]}"; do ip netns del "$ns" 2> /dev/null; done
+  rm -rf "$logdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$sw" 2> /dev/null || skip "cannot create network namespaces here (ip netns add failed)"
+made+=("$sw")
+ip -n "$sw" link add br0 type bridge || skip "cannot create a bridge in a network namespace"
+ip -n "$sw" link set br0 up
+for h in $(seq 0 $((nhosts - 1))); do
+  ns="${tag}h$h"
+  ip netns add "$ns" || { echo "ip netns add $ns failed" >&2; exit 1; }
+  made+=("$ns")
+  ip link add "${tag}h${h}a" type veth peer name "${tag}h${h}b" || { echo "veth creation failed" >&2; exit 1; }
+  ip link set "${tag}h${h}a" netns "$ns"
+  ip link set "${tag}h${h}b" netns "$sw"
+  ip -n "$ns" link set "${tag}h${h}a" name eth0
+  ip -n "$ns" addr add "198.18.0.$((h + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$sw" link set "${tag}h${h}b" master br0
+  ip -n "$sw" link set "${tag}h${h}b" up
+done
+
+port=$((20000 + $$ % 20000))
+rank=0
+hostOf=()
+for h in $(seq 0 $((nhosts - 1))); do
+  for _ in $(seq 1 "${perhost[$h]}"); do
+    hostOf+=("$h")
+    extra=()
+    [ $check -eq 1 ] && extra=(CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT)
+    ip netns exec "${tag}h$h" env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID="198.18.0.1:$port" \
+      "${extra[@]}" timeout -k 5 "$timeout" "$@" > "$logdir/$rank.out" 2> "$logdir/$rank.err" &
+    pids+=($!)
+    rank=$((rank + 1))
+  done
+done
+
+status=0
+for r in $(seq 0 $((nranks - 1))); do
+  wait "${pids[$r]}"
+  rc=$?
+  sed "s/^/[host ${hostOf[$r]} rank $r] /" "$logdir/$r.out"
+  if [ $check -eq 1 ]; then
+    grep -v "CHORUS INFO" "$logdir/$r.err" | sed "s/^/[host ${hostOf[$r]} rank $r] /" >&2
+  else
+    sed "s/^/[host ${hostOf[$r]} rank $r] /" "$logdir/$r.err" >&2
+  fi
+  if [ $rc -ne 0 ]; then
+    echo "rank $r (host ${hostOf[$r]}) exited with code $rc" >&2
+    status=1
+  fi
+done
+
+if [ $check -eq 1 ]; then
+  # Every rank logs "peer rank P (host pid N) via KIND" for each peer at init.
+  for r in $(seq 0 $((nranks - 1))); do
+    for p in $(seq 0 $((nranks - 1))); do
+      [ "$p" -eq "$r" ] && continue
+      want=socket
+      [ "${hostOf[$p]}" = "${hostOf[$r]}" ] && want=shm
+      got=$(grep -o "peer rank $p ([^)]*) via [a-z]*" "$logdir/$r.err" | head -1 | awk '{print $NF}')
+      if [ "$got" != "$want" ]; then
+        echo "rank $r reaches rank $p via '${got:-nothing logged}', expected $want" >&2
+        status=1
+      fi
+    done
+  done
+  [ $status -eq 0 ] && echo "transports as expected: shm inside each host, sockets across ($layout)"
+fi
+exit $status
