@@ -167,7 +167,7 @@ std::string describe(const Machine& m) {
   auto where = [](const Device& d) {
     std::ostringstream w;
     w << (d.busId.empty() ? "(not PCI)" : d.busId) << " numa " << d.numa << " package " << d.package;
-    if (!d.switches.empty()) w << " switch " << d.switches.back();
+    if (!d.switches.empty()) w << " bridge " << d.switches.front();
     if (d.hostBridge >= 0) w << " host-bridge #" << d.hostBridge;
     for (const auto& n : d.names) w << " " << n;
     return w.str();
