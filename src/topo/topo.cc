@@ -184,4 +184,124 @@ std::string describe(const Machine& m) {
   return o.str();
 }
 
+int hopCost(LinkClass c) {
+  switch (c) {
+    case LinkClass::kNvlink:
+      return 0;
+    case LinkClass::kSameSwitch:
+      return 1;
+    case LinkClass::kSameHostBridge:
+      return 2;
+    case LinkClass::kSameNuma:
+      return 3;
+    case LinkClass::kSamePackage:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+namespace {
+
+int numaOf(const Machine& m, const RankPlace& r) { return r.gpu >= 0 ? m.gpus[r.gpu].numa : r.numa; }
+
+// One hop inside a host: GPU ranks by the link between their GPUs (a shared GPU costs nothing);
+// CPU ranks by whether they share a NUMA node.
+int pairCost(const Machine& m, const RankPlace& a, const RankPlace& b) {
+  if (a.gpu >= 0 && b.gpu >= 0) return a.gpu == b.gpu ? 0 : hopCost(linkClass(m, a.gpu, b.gpu));
+  const int na = numaOf(m, a);
+  const int nb = numaOf(m, b);
+  if (na < 0 || nb < 0) return hopCost(LinkClass::kSameNuma);
+  return na == nb ? 0 : hopCost(LinkClass::kCrossSocket);
+}
+
+// Entering or leaving the host at this rank: the cost to the nearest NIC (0 without NICs).
+int nicCost(const Machine& m, const RankPlace& r) {
+  int best = -1;
+  for (const Device& nic : m.nics) {
+    int c;
+    if (r.gpu >= 0) {
+      c = hopCost(linkClass(nic, m.gpus[r.gpu]));
+    } else {
+      const int n = numaOf(m, r);
+      c = (n < 0 || nic.numa < 0) ? hopCost(LinkClass::kSameNuma)
+          : n == nic.numa         ? 0
+                                  : hopCost(LinkClass::kCrossSocket);
+    }
+    if (best < 0 || c < best) best = c;
+  }
+  return best < 0 ? 0 : best;
+}
+
+// The order of one host's ranks: a cycle when it is the only host, otherwise a path whose ends
+// are the host's way in and out.
+std::vector<int> orderHost(const std::vector<int>& members, const std::vector<RankPlace>& ranks, const Machine& m,
+                           bool cycle) {
+  auto cost = [&](const std::vector<int>& o) {
+    int c = 0;
+    for (size_t i = 0; i + 1 < o.size(); ++i) c += pairCost(m, ranks[o[i]], ranks[o[i + 1]]);
+    if (cycle && o.size() > 2) c += pairCost(m, ranks[o.back()], ranks[o.front()]);
+    if (!cycle) c += nicCost(m, ranks[o.front()]) + nicCost(m, ranks[o.back()]);
+    return c;
+  };
+  std::vector<int> best = members;  // sorted by rank
+  if (members.size() <= 2) return best;
+  if (members.size() <= 8) {
+    // Every order (a cycle keeps its lowest rank first: rotations are the same ring); ties keep
+    // the lexicographically first, so every rank picks the same.
+    std::vector<int> o = members;
+    int bestCost = cost(o);
+    auto begin = cycle ? o.begin() + 1 : o.begin();
+    while (std::next_permutation(begin, o.end())) {
+      const int c = cost(o);
+      if (c < bestCost) {
+        bestCost = c;
+        best = o;
+      }
+    }
+    return best;
+  }
+  // Nearest neighbour from the lowest rank (a path starts at the rank nearest a NIC).
+  std::vector<int> left = members;
+  std::vector<int> o;
+  size_t start = 0;
+  if (!cycle) {
+    for (size_t i = 1; i < left.size(); ++i) {
+      if (nicCost(m, ranks[left[i]]) < nicCost(m, ranks[left[start]])) start = i;
+    }
+  }
+  o.push_back(left[start]);
+  left.erase(left.begin() + static_cast<std::ptrdiff_t>(start));
+  while (!left.empty()) {
+    size_t next = 0;
+    for (size_t i = 1; i < left.size(); ++i) {
+      if (pairCost(m, ranks[o.back()], ranks[left[i]]) < pairCost(m, ranks[o.back()], ranks[left[next]])) next = i;
+    }
+    o.push_back(left[next]);
+    left.erase(left.begin() + static_cast<std::ptrdiff_t>(next));
+  }
+  return o;
+}
+
+}  // namespace
+
+std::vector<int> buildRing(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts, int channel) {
+  // Hosts in the order of their lowest rank; each host's ranks in rank order to start with.
+  std::vector<int> hostOrder;
+  std::vector<std::vector<int>> members(hosts.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int h = ranks[r].host;
+    if (members[h].empty()) hostOrder.push_back(h);
+    members[h].push_back(static_cast<int>(r));
+  }
+  std::vector<int> ring;
+  const bool cycle = hostOrder.size() == 1;
+  for (int h : hostOrder) {
+    const std::vector<int> o = orderHost(members[h], ranks, hosts[h], cycle);
+    ring.insert(ring.end(), o.begin(), o.end());
+  }
+  if (channel % 2 == 1) std::reverse(ring.begin(), ring.end());
+  return ring;
+}
+
 }  // namespace chorus::topo

@@ -58,4 +58,23 @@ LinkClass linkClass(const Device& a, const Device& b);
 // Several lines a person can read: counts, then each GPU and NIC with its locality.
 std::string describe(const Machine& m);
 
+// Where one rank runs: which host (an index into the hosts' Machines), and the GPU it drives (an
+// index into that Machine's gpus, or -1 for a CPU rank, then placed by its NUMA node, -1 unknown).
+struct RankPlace {
+  int host = 0;
+  int gpu = -1;
+  int numa = -1;
+};
+
+// The cost of one ring hop inside a host, from the link class (lower is better).
+int hopCost(LinkClass c);
+
+// A ring over all ranks: the ranks of each host next to each other, hosts in the order of their
+// lowest rank, each host's ranks ordered so the hops inside it cost the least (every order is
+// tried up to 8 ranks a host, nearest-neighbour beyond), and, across hosts, entered and left
+// through the ranks nearest the host's NICs. A pure function of its inputs: every rank computes
+// the same ring. Channel c > 0 runs the same ring reversed on odd c, so two channels use each
+// link both ways.
+std::vector<int> buildRing(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts, int channel);
+
 }  // namespace chorus::topo
