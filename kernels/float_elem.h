@@ -33,29 +33,24 @@ inline double loadFloatElem(chorusDataType_t type, const void* p) {
   }
 }
 
+// Rounds `v` to T and stores its bits.
+template <typename T>
+inline void storeLowFloat(void* p, double v) {
+  const auto bits = fromFloat<T>(static_cast<float>(v)).bits;
+  std::memcpy(p, &bits, sizeof(bits));
+}
+
 // Rounds `v` to the floating type and stores its bits; float64 is the fallback.
 inline void storeFloatElem(chorusDataType_t type, void* p, double v) {
   switch (type) {
-    case chorusFloat16: {
-      const uint16_t b = fromFloat<Half>(static_cast<float>(v)).bits;
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case chorusBfloat16: {
-      const uint16_t b = fromFloat<BFloat16>(static_cast<float>(v)).bits;
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case chorusFloat8e4m3: {
-      const uint8_t b = fromFloat<Fp8E4M3>(static_cast<float>(v)).bits;
-      std::memcpy(p, &b, 1);
-      return;
-    }
-    case chorusFloat8e5m2: {
-      const uint8_t b = fromFloat<Fp8E5M2>(static_cast<float>(v)).bits;
-      std::memcpy(p, &b, 1);
-      return;
-    }
+    case chorusFloat16:
+      return storeLowFloat<Half>(p, v);
+    case chorusBfloat16:
+      return storeLowFloat<BFloat16>(p, v);
+    case chorusFloat8e4m3:
+      return storeLowFloat<Fp8E4M3>(p, v);
+    case chorusFloat8e5m2:
+      return storeLowFloat<Fp8E5M2>(p, v);
     case chorusFloat32: {
       const auto f = static_cast<float>(v);
       std::memcpy(p, &f, 4);

@@ -127,8 +127,11 @@ class Communicator : public TaskOwner {
   // kLocal: chosen by this rank alone (its buffers are registered), so neighbours check it.
   enum class SliceChoice { kNo, kAgreed, kLocal };
   SliceChoice useSlice(const OpInfo& op) const;
-  // Whether a rank may pick the slice schedule for this op by itself (kLocal), whatever it picks.
-  bool sliceCandidate(const OpInfo& op) const;
+  // CHORUS_ALGO=slice, for an all-reduce.
+  bool sliceForced(const OpInfo& op) const;
+  // An all-reduce the default choice may run as slice: one host, at most 8 ranks, past the
+  // direct schedule, at least 128 KiB. Every rank answers alike.
+  bool sliceEligible(const OpInfo& op) const;
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);

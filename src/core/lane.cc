@@ -54,6 +54,17 @@ Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t seq) {
   return Status(chorusInProgress, "");
 }
 
+// A slot that is not what this rank expected: the ranks' calls disagree. `step` < 0: not checked.
+Status mismatch(int peer, const SlotHeader& h, size_t bytes, int64_t step, const LaneArgs& a) {
+  const bool stepDiffers = step >= 0 && h.step != static_cast<uint64_t>(step);
+  return invalidUsage("rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes" +
+                      (stepDiffers ? " (step " + std::to_string(h.step) + ")" : "") + " for operation #" +
+                      std::to_string(h.seq) + " but this rank expected " + std::to_string(bytes) + " bytes" +
+                      (stepDiffers ? " (step " + std::to_string(step) + ")" : "") + " for operation #" +
+                      std::to_string(a.seq) + (h.commId != a.commId ? " of another communicator" : "") +
+                      ": the ranks called different collectives, counts, types or roots, or in a different order");
+}
+
 }  // namespace
 
 Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv)
@@ -70,11 +81,7 @@ Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
                         std::to_string(a_.seq) +
                         " on the ring: between processes, register an operation's buffers on every rank or on none");
   }
-  return invalidUsage("rank " + std::to_string(recv_->peer) + " sent " + std::to_string(h.bytes) +
-                      " bytes for operation #" + std::to_string(h.seq) + " but this rank expected " +
-                      std::to_string(bytes) + " bytes for operation #" + std::to_string(a_.seq) +
-                      (h.commId != a_.commId ? " of another communicator" : "") +
-                      ": the ranks called different collectives, counts, types or roots, or in a different order");
+  return mismatch(recv_->peer, h, bytes, -1, a_);
 }
 
 Status Lane::progress(WaitInfo* wait, bool* moved) {
@@ -271,12 +278,7 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
         const bool ready = rc->headerPublishes && __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) == readyTag();
         if (!ready && !rc->fifo.hasData(rc->head)) return blockedOn(rc, wait);
         if (h->commId != a_.commId || h->seq != a_.seq || h->bytes != bytes) {
-          return invalidUsage("rank " + std::to_string(src) + " sent " + std::to_string(h->bytes) +
-                              " bytes for operation #" + std::to_string(h->seq) + " but this rank expected " +
-                              std::to_string(bytes) + " bytes for operation #" + std::to_string(a_.seq) +
-                              (h->commId != a_.commId ? " of another communicator" : "") +
-                              ": the ranks called different collectives, counts, types or roots, or in a "
-                              "different order");
+          return mismatch(src, *h, bytes, -1, a_);
         }
         c[i] = bytes <= kSlotInlineBytes ? reinterpret_cast<const char*>(h->inlineData) : rc->fifo.payload(rc->head);
       }
@@ -358,12 +360,7 @@ void SliceLane::chooseModes() {
 
 Status SliceLane::checkHeader(const SlotHeader& h, int peer, uint32_t step, size_t bytes) const {
   if (h.commId == a_.commId && h.seq == a_.seq && h.step == step && h.bytes == bytes) return Status::ok();
-  return invalidUsage("rank " + std::to_string(peer) + " sent " + std::to_string(h.bytes) + " bytes (step " +
-                      std::to_string(h.step) + ") for operation #" + std::to_string(h.seq) +
-                      " but this rank expected " + std::to_string(bytes) + " bytes (step " + std::to_string(step) +
-                      ") for operation #" + std::to_string(a_.seq) +
-                      (h.commId != a_.commId ? " of another communicator" : "") +
-                      ": the ranks called different collectives, counts, types or roots, or in a different order");
+  return mismatch(peer, h, bytes, step, a_);
 }
 
 Status SliceLane::blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const {

@@ -87,27 +87,29 @@ bool Communicator::useDirect(const OpInfo& op) const {
          op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= config_.directMaxBytes;
 }
 
+bool Communicator::sliceForced(const OpInfo& op) const {
+  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo == "slice";
+}
+
+bool Communicator::sliceEligible(const OpInfo& op) const {
+  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo.empty() && !useDirect(op) && singleHost_ &&
+         nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) >= kSliceMinBytes;
+}
+
 Communicator::SliceChoice Communicator::useSlice(const OpInfo& op) const {
-  if (op.coll != CollType::kAllReduce || nranks_ < 2) return SliceChoice::kNo;
-  if (config_.algo == "slice") return SliceChoice::kAgreed;
-  if (!config_.algo.empty() || useDirect(op)) return SliceChoice::kNo;
-  const size_t bytes = op.count * typeSize(op.type);
-  if (!singleHost_ || nranks_ > kDirectMaxRanks || bytes < kSliceMinBytes) return SliceChoice::kNo;
+  if (sliceForced(op)) return SliceChoice::kAgreed;
+  if (!sliceEligible(op)) return SliceChoice::kNo;
   // One reducer per slice, reading every rank's input in place where it can. Ranks that are
   // threads of this process can read every buffer. Between processes only registered memory is
   // readable, and without it the slice schedule moves as many bytes as the ring and was measured
   // no faster (docs/PERFORMANCE.md): a rank takes it when its own buffers are registered, as
   // NCCL expects registration on every rank, and its neighbours check that they agree.
   if (oneProcess_) return SliceChoice::kAgreed;
+  const size_t bytes = op.count * typeSize(op.type);
   if (memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes)) {
     return SliceChoice::kLocal;
   }
   return SliceChoice::kNo;
-}
-
-bool Communicator::sliceCandidate(const OpInfo& op) const {
-  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo.empty() && !useDirect(op) && singleHost_ &&
-         nranks_ <= kDirectMaxRanks && !oneProcess_ && op.count * typeSize(op.type) >= kSliceMinBytes;
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
@@ -118,12 +120,12 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   bool p2p = false;
   for (const auto& op : ops) {
     const bool d = useDirect(op);
-    const SliceChoice sc = useSlice(op);
-    // Where a rank picks the slice schedule for itself (registered buffers), every rank connects
-    // for both it and the ring, so the connections never depend on one rank's choice; the slice
-    // run's hello then goes over the ring.
-    const bool either = sc == SliceChoice::kLocal || sliceCandidate(op);
-    const bool sl = sc != SliceChoice::kNo || either;
+    // Connections follow what every rank knows alike, never one rank's registrations: where a
+    // process may pick the slice schedule for itself, every rank connects for both it and the
+    // ring (the slice run's hello goes over the ring).
+    const bool eligible = sliceEligible(op);
+    const bool sl = sliceForced(op) || eligible;
+    const bool either = eligible && !oneProcess_;
     direct = direct || d || sl;
     slice = slice || sl;
     ring = ring || either || (!d && !sl && usesRing(op.coll) && nranks_ > 1);
