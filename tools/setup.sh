@@ -6,13 +6,14 @@
 #   bash tools/setup.sh test   install what is missing, build, run the default test tier
 #                              (CHORUS_TEST_TIER=extended runs everything)
 #   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
+#   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh (not needed either)
 #
 # Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
-  run|test|deps|build|plots) ;;
+  run|test|deps|build|plots|bench) ;;
   *) echo "usage: bash tools/setup.sh run|test" >&2; exit 2 ;;
 esac
 
@@ -20,6 +21,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
           openmpi-bin libopenmpi-dev iproute2 python3 clang-format)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
+[ "$mode" = bench ] && packages=(iperf3 libgloo-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 fi
-[ "$mode" = deps ] || [ "$mode" = plots ] && exit 0
+[ "$mode" = deps ] || [ "$mode" = plots ] || [ "$mode" = bench ] && exit 0
 
 build=${BUILD_DIR:-build}
 jobs=${CHORUS_JOBS:-$(nproc)}

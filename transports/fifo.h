@@ -54,6 +54,10 @@ struct FifoView {
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
   int notifyFd = -1;  // eventfd of a proxy thread that must hear about every post/free (socket)
+  // Socket send FIFOs only (the proxy is in the producer's process): per slot, where its payload
+  // is when the producer published it by reference instead of copying it into the slot, or null.
+  // Written before publish(), cleared by the proxy before release().
+  const char** refs = nullptr;
 
   // Lays a FIFO out in `mem` (fifoBytes(nslots, slotBytes) bytes, zeroed).
   static FifoView layout(void* mem, uint32_t nslots, uint32_t slotBytes);

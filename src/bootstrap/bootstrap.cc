@@ -294,7 +294,10 @@ Status Bootstrap::start(UniqueFd listener) {
   if (::bind(fdServer_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fdServer_.get(), 64) != 0) {
     return errnoStatus("listening on the shared-memory descriptor socket", errno);
   }
-  acceptThread_ = std::thread([this] { acceptLoop(); });
+  acceptThread_ = std::thread([this] {
+    setThreadName("chorus-boot");
+    acceptLoop();
+  });
   return Status::ok();
 }
 

@@ -10,7 +10,10 @@
 namespace chorus {
 
 Engine::Engine(const Config& config) : policy_(config) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    setThreadName("chorus-engine");
+    loop();
+  });
 }
 
 Engine::~Engine() {
@@ -43,7 +46,7 @@ void IdlePolicy::step(const WaitInfo& wait, int64_t idleNs, int* yields, std::at
 #endif
     return;
   }
-  if (*yields < yieldIters) {
+  if (*yields < yieldIters && !wait.network) {
     ++*yields;
     sched_yield();
     return;

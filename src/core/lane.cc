@@ -37,20 +37,17 @@ namespace {
 Status waitForData(RecvCursor* rc, WaitInfo* wait, Prim prim, size_t step, uint64_t seq) {
   if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
   *wait = WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, step, seq};
+  wait->network = rc->fifo.notifyFd >= 0;
   return Status(chorusInProgress, "");
 }
 
-Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t seq) {
+Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t seq, Prim prim = Prim::kSend) {
   if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
   auto* headWord = &sc->fifo.ctrl->head;
-  *wait = WaitInfo{headWord,
-                   headWord->load(std::memory_order_acquire),
-                   &sc->fifo.ctrl->producerWaiting,
-                   sc->peer,
-                   false,
-                   Prim::kSend,
-                   step,
-                   seq};
+  *wait = WaitInfo{
+      headWord, headWord->load(std::memory_order_acquire), &sc->fifo.ctrl->producerWaiting, sc->peer, false, prim, step,
+      seq};
+  wait->network = sc->fifo.notifyFd >= 0;
   return Status(chorusInProgress, "");
 }
 
@@ -111,19 +108,9 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
       const char* rslot = nullptr;
       if (rx) {
         if (!recv_->fifo.hasData(recv_->head)) {
-          if (recv_->fifo.closed()) {
-            return remoteError("rank " + std::to_string(recv_->peer) + " closed its connection to this rank");
-          }
-          *wait = WaitInfo{&recv_->fifo.ctrl->tail,
-                           recv_->head,
-                           &recv_->fifo.ctrl->consumerWaiting,
-                           recv_->peer,
-                           true,
-                           st.prim,
-                           stepIdx_,
-                           a_.seq};
-          if (a_.status) a_.status->blocked(*wait);
-          return Status(chorusInProgress, "");
+          Status w = waitForData(recv_, wait, st.prim, stepIdx_, a_.seq);
+          if (w.inProgress() && a_.status) a_.status->blocked(*wait);
+          return w;
         }
         const SlotHeader* h = recv_->fifo.header(recv_->head);
         CHORUS_TRY(recvCheck(*h, bytes));
@@ -132,28 +119,20 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
       char* sslot = nullptr;
       if (tx) {
         if (!send_->hasSpace()) {
-          if (send_->fifo.closed()) {
-            return remoteError("rank " + std::to_string(send_->peer) + " closed its connection to this rank");
-          }
-          auto* headWord = &send_->fifo.ctrl->head;
-          *wait = WaitInfo{headWord,
-                           headWord->load(std::memory_order_acquire),
-                           &send_->fifo.ctrl->producerWaiting,
-                           send_->peer,
-                           false,
-                           st.prim,
-                           stepIdx_,
-                           a_.seq};
-          if (a_.status) a_.status->blocked(*wait);
-          return Status(chorusInProgress, "");
+          Status w = waitForSpace(send_, wait, stepIdx_, a_.seq, st.prim);
+          if (w.inProgress() && a_.status) a_.status->blocked(*wait);
+          return w;
         }
         sslot = send_->fifo.payload(send_->tail);
       }
       const char* in = a_.input + (st.inOff + off) * es;
       char* out = a_.output + (st.outOff + off) * es;
       const HostKernels& k = *a_.kernels;
+      const char* ref = tx && send_->fifo.refs ? sendSource(st.prim, in, out) : nullptr;
+      if (ref) sslot = nullptr;  // the proxy sends from `ref`; every copy into the slot is skipped
       switch (st.prim) {
         case Prim::kSend:
+          if (ref) break;
           if (a_.spec.hasPre) {
             k.pre(a_.spec, a_.type, sslot, in, n);
           } else {
@@ -165,18 +144,18 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
           break;
         case Prim::kCopySend:
           if (out != in) std::memmove(out, in, bytes);
-          std::memcpy(sslot, in, bytes);
+          if (!ref) std::memcpy(sslot, in, bytes);
           break;
         case Prim::kRecvReduceSend:
           k.reduce(a_.spec, a_.type, sslot, rslot, in, n, false);
           break;
         case Prim::kRecvReduceCopySend:
           k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
-          std::memcpy(sslot, out, bytes);
+          if (!ref) std::memcpy(sslot, out, bytes);
           break;
         case Prim::kRecvCopySend:
           std::memcpy(out, rslot, bytes);
-          std::memcpy(sslot, rslot, bytes);
+          if (!ref) std::memcpy(sslot, rslot, bytes);
           break;
         case Prim::kRecvReduceCopy:
           k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
@@ -190,6 +169,10 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
         h->seq = a_.seq;
         h->step = static_cast<uint32_t>(stepIdx_);
         h->bytes = static_cast<uint32_t>(bytes);
+        if (send_->fifo.refs) {
+          send_->fifo.refs[send_->tail % send_->fifo.nslots] = ref;
+          refsOut_ = refsOut_ || ref;
+        }
         send_->fifo.publish(++send_->tail);
       }
       if (rx) recv_->fifo.release(++recv_->head);
@@ -200,7 +183,33 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
     ++stepIdx_;
     piece_ = 0;
   }
+  if (refsOut_) {
+    // The input and output are the caller's again once this operation completes: wait until the
+    // proxy has handed every slot to the kernel.
+    if (send_->fifo.ctrl->head.load(std::memory_order_acquire) != send_->tail) {
+      Status w = waitForSpace(send_, wait, steps_.size() - 1, a_.seq, steps_.back().prim);
+      if (w.inProgress() && a_.status) a_.status->blocked(*wait);
+      return w;
+    }
+    refsOut_ = false;
+    *moved = true;
+  }
   return Status::ok();
+}
+
+const char* Lane::sendSource(Prim p, const char* in, const char* out) const {
+  if (!a_.sendByRef) return nullptr;
+  switch (p) {
+    case Prim::kSend:
+      return a_.spec.hasPre ? nullptr : in;
+    case Prim::kCopySend:
+      return in;
+    case Prim::kRecvReduceCopySend:
+    case Prim::kRecvCopySend:
+      return out;  // written just before, and not again in this operation
+    default:
+      return nullptr;
+  }
 }
 
 DirectLane::DirectLane(const LaneArgs& args, int rank, int nranks, size_t count,

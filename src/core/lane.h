@@ -54,6 +54,9 @@ struct WaitInfo {
   Prim prim = Prim::kSend;
   size_t step = 0;
   uint64_t seq = 0;
+  // The other end is a socket proxy: data or space comes at network speed, so the waiter naps on
+  // the futex at once instead of yielding the core the proxies need.
+  bool network = false;
 };
 
 // What one channel of a communicator is doing, published for a watchdog and for hang reports.
@@ -83,6 +86,11 @@ struct LaneArgs {
   uint64_t seq = 0;
   size_t slotBytes = 0;
   ChannelStatus* status = nullptr;  // this lane's channel record, if any
+  // Collectives: a send FIFO whose proxy can read this process's memory (fifo.refs) gets data that
+  // already sits in the input or output by reference, not copied into the slot; the lane is then
+  // done only when the proxy has put all of it on the wire. Off for point-to-point, whose sends
+  // must not wait for the receiver.
+  bool sendByRef = false;
 };
 
 class Lane {
@@ -91,10 +99,12 @@ class Lane {
 
   // ok: finished. inProgress: blocked (see *wait). Anything else: failed.
   Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return stepIdx_ >= steps_.size(); }
+  bool done() const { return stepIdx_ >= steps_.size() && !refsOut_; }
 
  private:
   Status recvCheck(const SlotHeader& h, size_t bytes) const;
+  // Where the piece a send primitive would copy into the slot already is, or null.
+  const char* sendSource(Prim p, const char* in, const char* out) const;
 
   LaneArgs a_;
   std::vector<Step> steps_;
@@ -103,6 +113,7 @@ class Lane {
   size_t slotElems_;
   size_t stepIdx_ = 0;
   size_t piece_ = 0;
+  bool refsOut_ = false;  // slots published by reference may not all be on the wire yet
 };
 
 // The direct all-reduce of one rank (intra-host, small messages): per slot-sized piece, send this

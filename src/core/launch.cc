@@ -82,9 +82,11 @@ bool Communicator::useDirect(const OpInfo& op) const {
   if (config_.algo == "ring" || config_.algo == "slice") return false;
   if (config_.algo == "direct") return true;
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
-  // threshold bounds what a rank sends: message x (n - 1).
-  return singleHost_ && nranks_ <= kDirectMaxRanks &&
-         op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= config_.directMaxBytes;
+  // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
+  // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
+  // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
+  const size_t limit = singleHost_ ? config_.directMaxBytes : config_.directMaxBytes / 2;
+  return nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= limit;
 }
 
 bool Communicator::sliceForced(const OpInfo& op) const {
@@ -293,6 +295,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   const bool reduces =
       op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
   if (reduces) a.spec = reduceSpec(op.op, op.type);
+  a.sendByRef = true;
   return a;
 }
 

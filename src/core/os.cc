@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -107,5 +108,7 @@ uint64_t randomU64() {
   }
   return v;
 }
+
+void setThreadName(const char* name) { ::pthread_setname_np(::pthread_self(), name); }
 
 }  // namespace chorus

@@ -78,6 +78,9 @@ inline int64_t nowNs() {
 }
 
 std::string hostName();
+
+// Names the calling thread (at most 15 characters show) so top -H, gdb and perf tell them apart.
+void setThreadName(const char* name);
 // 64 random bits from the kernel's generator.
 uint64_t randomU64();
 

@@ -1,9 +1,14 @@
 #include "src/core/stream.h"
 
+#include "src/core/os.h"
+
 namespace chorus {
 
 Stream::Stream() {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    setThreadName("chorus-stream");
+    loop();
+  });
 }
 
 Stream::~Stream() {

@@ -9,7 +9,8 @@
 #
 # LAYOUT lists ranks per host: "2,2" (2 hosts x 2 ranks), "1,1,1", "2,1". Ranks are numbered host
 # by host. Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
-# address) set, as chorusrun would; its output is prefixed "[host h rank r]". With
+# address) set, as chorusrun would, plus NETNS_HOST (the host index), NETNS_ADDR (that host's
+# address) and NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is); its output is prefixed "[host h rank r]". With
 # --check-transports every rank also logs its INIT lines, and the script checks that each pair
 # of ranks uses shm inside a host and sockets across hosts, exactly.
 set -uo pipefail
@@ -84,6 +85,7 @@ for h in $(seq 0 $((nhosts - 1))); do
     extra=()
     [ $check -eq 1 ] && extra=(CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT)
     ip netns exec "${tag}h$h" env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID="198.18.0.1:$port" \
+      NETNS_HOST=$h NETNS_ADDR="198.18.0.$((h + 1))" NETNS_PORT=$port \
       "${extra[@]}" timeout -k 5 "$timeout" "$@" > "$logdir/$rank.out" 2> "$logdir/$rank.err" &
     pids+=($!)
     rank=$((rank + 1))

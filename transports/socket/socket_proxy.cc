@@ -3,10 +3,13 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "src/bootstrap/socket.h"
 
@@ -17,7 +20,10 @@ SocketProxy::SocketProxy(Logger log) : log_(log) {}
 Status SocketProxy::start() {
   wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_.valid()) return errnoStatus("eventfd for the socket proxy", errno);
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    setThreadName("chorus-sockets");
+    loop();
+  });
   return Status::ok();
 }
 
@@ -36,6 +42,7 @@ void SocketProxy::add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::st
   Entry e;
   e.fd = std::move(fd);
   e.fifo = fifo;
+  e.fifo.notifyFd = -1;  // the lane's end rings this thread; its own publish/release need not
   e.isSend = isSend;
   e.peer = peer;
   e.peerName = std::move(peerName);
@@ -56,38 +63,91 @@ void SocketProxy::fail(Entry& e, const std::string& why) {
             why);
 }
 
-bool SocketProxy::progress(Entry& e) {
+bool SocketProxy::progress(Entry& e) { return e.isSend ? progressSend(e) : progressRecv(e); }
+
+bool SocketProxy::progressSend(Entry& e) {
+  // One sendmsg() for every published slot (up to kMaxSlotsPerCall): each slot's header, then its
+  // payload, which is in the slot or where the lane published it by reference.
   bool moved = false;
-  const size_t stride = fifoSlotStride(e.fifo.slotBytes);
-  (void)stride;
   e.wantWrite = false;
-  if (e.isSend) {
-    while (e.fifo.hasData(e.next)) {
-      SlotHeader* h = e.fifo.header(e.next);
-      const size_t total = sizeof(SlotHeader) + h->bytes;
-      ssize_t r =
-          ::send(e.fd.get(), reinterpret_cast<char*>(h) + e.offset, total - e.offset, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-          e.wantWrite = true;
-          break;
+  while (e.fifo.hasData(e.next)) {
+    iovec iov[2 * kMaxSlotsPerCall];
+    size_t niov = 0;
+    size_t skip = e.offset;
+    for (uint32_t k = 0; k < kMaxSlotsPerCall && e.fifo.hasData(e.next + k); ++k) {
+      SlotHeader* h = e.fifo.header(e.next + k);
+      const char* ref = e.fifo.refs ? e.fifo.refs[(e.next + k) % e.fifo.nslots] : nullptr;
+      const char* payload = ref ? ref : reinterpret_cast<const char*>(h) + sizeof(SlotHeader);
+      const std::pair<const char*, size_t> parts[2] = {{reinterpret_cast<const char*>(h), sizeof(SlotHeader)},
+                                                       {payload, h->bytes}};
+      for (const auto& [p, len] : parts) {
+        if (skip >= len) {
+          skip -= len;
+          continue;
         }
-        fail(e, std::strerror(errno));
-        return true;
-      }
-      moved = moved || r > 0;
-      e.offset += static_cast<size_t>(r);
-      if (e.offset == total) {
-        e.offset = 0;
-        e.fifo.release(++e.next);
+        iov[niov++] = {const_cast<char*>(p) + skip, len - skip};
+        skip = 0;
       }
     }
-    return moved;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    const ssize_t r = ::sendmsg(e.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        e.wantWrite = true;
+        break;
+      }
+      fail(e, std::strerror(errno));
+      return true;
+    }
+    moved = moved || r > 0;
+    // Release every slot now wholly on its way.
+    size_t left = e.offset + static_cast<size_t>(r);
+    uint32_t freed = 0;
+    for (;;) {
+      const size_t total = sizeof(SlotHeader) + e.fifo.header(e.next + freed)->bytes;
+      if (left < total) break;
+      left -= total;
+      if (e.fifo.refs) e.fifo.refs[(e.next + freed) % e.fifo.nslots] = nullptr;
+      ++freed;
+      if (left == 0) break;
+    }
+    e.offset = left;
+    if (freed > 0) {
+      e.next += freed;
+      e.fifo.release(e.next);
+    }
+    if (static_cast<size_t>(r) == 0) break;
   }
+  return moved;
+}
+
+bool SocketProxy::headerArrived(Entry& e, const SlotHeader& h) {
+  if (h.bytes <= e.fifo.slotBytes) return true;
+  fail(e, "a slot header claims " + std::to_string(h.bytes) + " bytes, more than the slot's " +
+              std::to_string(e.fifo.slotBytes));
+  return false;
+}
+
+bool SocketProxy::progressRecv(Entry& e) {
+  // The size of a slot's payload is in its header, so one recvmsg() reads at most the rest of one
+  // slot plus the next slot's header (when that slot is free): one call per slot when data flows.
+  bool moved = false;
   while (e.fifo.hasSpace(e.next)) {
     SlotHeader* h = e.fifo.header(e.next);
-    size_t total = e.offset < sizeof(SlotHeader) ? sizeof(SlotHeader) : sizeof(SlotHeader) + h->bytes;
-    ssize_t r = ::recv(e.fd.get(), reinterpret_cast<char*>(h) + e.offset, total - e.offset, MSG_DONTWAIT);
+    iovec iov[2];
+    size_t niov = 0;
+    if (e.offset < sizeof(SlotHeader)) {
+      iov[niov++] = {reinterpret_cast<char*>(h) + e.offset, sizeof(SlotHeader) - e.offset};
+    } else {
+      iov[niov++] = {reinterpret_cast<char*>(h) + e.offset, sizeof(SlotHeader) + h->bytes - e.offset};
+      if (e.fifo.hasSpace(e.next + 1)) iov[niov++] = {e.fifo.header(e.next + 1), sizeof(SlotHeader)};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    const ssize_t r = ::recvmsg(e.fd.get(), &msg, MSG_DONTWAIT);
     if (r == 0) {
       fail(e, "the peer closed the connection");
       return true;
@@ -98,18 +158,27 @@ bool SocketProxy::progress(Entry& e) {
       return true;
     }
     moved = true;
-    e.offset += static_cast<size_t>(r);
-    if (e.offset == sizeof(SlotHeader)) {
-      if (h->bytes > e.fifo.slotBytes) {
-        fail(e, "a slot header claims " + std::to_string(h->bytes) + " bytes, more than the slot's " +
-                    std::to_string(e.fifo.slotBytes));
-        return true;
-      }
-      if (h->bytes != 0) continue;
+    size_t got = static_cast<size_t>(r);
+    const bool hadHeader = e.offset >= sizeof(SlotHeader);
+    if (!hadHeader) {
+      e.offset += got;
+      got = 0;
+      if (e.offset < sizeof(SlotHeader)) continue;
+      if (!headerArrived(e, *h)) return true;
+    } else {
+      const size_t rest = sizeof(SlotHeader) + h->bytes - e.offset;
+      const size_t take = std::min(got, rest);
+      e.offset += take;
+      got -= take;
     }
-    if (e.offset == sizeof(SlotHeader) + h->bytes) {
-      e.offset = 0;
+    // A slot is complete when its header and payload are in; a header read past it belongs to
+    // the next slot.
+    while (e.offset == sizeof(SlotHeader) + e.fifo.header(e.next)->bytes) {
       e.fifo.publish(++e.next);
+      e.offset = got;
+      got = 0;
+      if (e.offset < sizeof(SlotHeader)) break;
+      if (!headerArrived(e, *e.fifo.header(e.next))) return true;
     }
   }
   return moved;

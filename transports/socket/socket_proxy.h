@@ -47,8 +47,14 @@ class SocketProxy {
   };
 
   void loop();
+  static constexpr uint32_t kMaxSlotsPerCall = 8;
+
   // Moves what can move without blocking; returns true if anything moved.
   bool progress(Entry& e);
+  bool progressSend(Entry& e);
+  bool progressRecv(Entry& e);
+  // Checks a header just read; fails the connection if it claims more than a slot holds.
+  bool headerArrived(Entry& e, const SlotHeader& h);
   void fail(Entry& e, const std::string& why);
 
   Logger log_;

@@ -4,6 +4,7 @@
 // connection. The sender opens the TCP connection through the receiver's bootstrap listener, which
 // files it under (sender, tag) for the receiver to take in phase 3.
 #include <cstring>
+#include <vector>
 
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/config.h"
@@ -22,8 +23,15 @@ class SocketConnection : public Connection {
   }
   ~SocketConnection() override { fifo_.close(); }
 
+  // A send FIFO: the proxy, in this process, can send a slot's payload from where the lane says.
+  void enableRefs() {
+    refs_.assign(fifo_.nslots, nullptr);
+    fifo_.refs = refs_.data();
+  }
+
  private:
   Mapping mem_;
+  std::vector<const char*> refs_;
 };
 
 Result<std::unique_ptr<Connection>> makeLocalFifo(ConnectContext& ctx, int peer) {
@@ -49,6 +57,7 @@ class SocketTransport : public Transport {
   Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t tag,
                                                   const std::vector<char>&) override {
     CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, makeLocalFifo(ctx, peer));
+    static_cast<SocketConnection*>(conn.get())->enableRefs();
     CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.bootstrap->openConnection(peer, tag));
     ctx.proxy->add(std::move(fd), conn->fifo(), true, peer, ctx.bootstrap->address(peer).toString());
     return conn;

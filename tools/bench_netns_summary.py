@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Medians of tools/bench_netns.sh output: Chorus against Gloo per size, and Chorus's all-reduce
+bus bandwidth at the largest size against half of what iperf3 moved both ways in the same rounds."""
+import statistics
+import sys
+from collections import defaultdict
+
+
+def main(path):
+    iperf = {}
+    chorus = defaultdict(lambda: ([], []))
+    gloo = defaultdict(list)
+    for line in open(path):
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "iperf":
+            iperf[int(f[1])] = (float(f[2]), float(f[3]))
+        elif f[0] == "chorus":
+            b = int(f[2])
+            chorus[b][0].append(float(f[3]))
+            chorus[b][1].append(float(f[4]))
+        elif f[0] == "gloo":
+            gloo[int(f[2])].append(float(f[3]))
+    med = statistics.median
+    print(f"\n{len(iperf)} rounds; medians; times in us; 2 ranks, busbw = bytes / time")
+    print("| bytes | Chorus out-of-place | Chorus in-place | Gloo | Gloo / Chorus |")
+    print("|---:|---:|---:|---:|---:|")
+    for b in sorted(chorus):
+        o, i = med(chorus[b][0]), med(chorus[b][1])
+        g = med(gloo[b]) if b in gloo else None
+        ratio = f"{g / o:.2f}x" if g else "-"
+        print(f"| {b} | {o:.1f} | {i:.1f} | {g:.1f} | {ratio} |" if g else f"| {b} | {o:.1f} | {i:.1f} | - | - |")
+    if not iperf:
+        return
+    big = max(chorus)
+    print(f"\nAt {big} bytes, per round: iperf3 tx/rx Gbit/s, half the total in GB/s, Chorus out-of-place "
+          "busbw GB/s, ratio")
+    ratios = []
+    for r in sorted(iperf):
+        tx, rx = iperf[r]
+        half = (tx + rx) / 2 / 8
+        bw = big / 1e3 / chorus[big][0][r - 1]
+        ratios.append(bw / half)
+        print(f"round {r}: iperf3 {tx:.1f} / {rx:.1f} Gbit/s, half {half:.2f} GB/s, Chorus {bw:.2f} GB/s, "
+              f"{100 * bw / half:.0f}%")
+    print(f"median ratio {100 * med(ratios):.0f}%")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
