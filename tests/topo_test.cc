@@ -208,3 +208,164 @@ TEST_CASE("rings over uneven hosts and many ranks a host", "[topo]") {
   }
   CHECK(changes == 6);  // 3 NUMA changes inside each host
 }
+
+TEST_CASE("a machine description survives its text form", "[topo]") {
+  for (const char* file : {"power8gpudistances.xml", "32em64t-2n8c2t-pci-normalio.xml", "24em64t-2n6c2t-pci.xml",
+                           "96em64t-4n4d3ca2co-pci.xml"}) {
+    INFO(file);
+    const Machine m = load(file);
+    auto back = parseMachine(serialize(m));
+    REQUIRE(back.isOk());
+    const Machine& b = back.value();
+    CHECK(b.packages == m.packages);
+    CHECK(b.numaNodes == m.numaNodes);
+    CHECK(b.cores == m.cores);
+    CHECK(b.pus == m.pus);
+    CHECK(b.nvlink == m.nvlink);
+    REQUIRE(b.gpus.size() == m.gpus.size());
+    REQUIRE(b.nics.size() == m.nics.size());
+    for (size_t i = 0; i < m.gpus.size(); ++i) {
+      CHECK(b.gpus[i].busId == m.gpus[i].busId);
+      CHECK(b.gpus[i].switches == m.gpus[i].switches);
+      CHECK(b.gpus[i].hostBridge == m.gpus[i].hostBridge);
+      CHECK(b.gpus[i].names == m.gpus[i].names);
+    }
+    for (size_t i = 0; i < m.nics.size(); ++i) {
+      CHECK(b.nics[i].busId == m.nics[i].busId);
+      CHECK(b.nics[i].numa == m.nics[i].numa);
+      CHECK(b.nics[i].names == m.nics[i].names);
+    }
+    CHECK(serialize(b) == serialize(m));
+  }
+  CHECK_FALSE(parseMachine("").isOk());
+  CHECK_FALSE(parseMachine("machine 1 1 x 2\n").isOk());
+  CHECK_FALSE(parseMachine("machine 1 1 2 2\ndev q - 0 0 0 0 0 0 0 0\n").isOk());
+  CHECK_FALSE(parseMachine("machine 1 1 2 2\nnvlink 3 0 0 0\n").isOk());
+}
+
+TEST_CASE("ranks are placed on GPUs modulo their count, CPU ranks by affinity or spread", "[topo]") {
+  const Machine gpu = load("power8gpudistances.xml");
+  for (int l = 0; l < 8; ++l) CHECK(placeRank(gpu, l, 8, -1).gpu == l % 4);
+  CHECK(placeRank(gpu, 1, 8, -1).numa == gpu.gpus[1].numa);
+  const Machine cpu = load("96em64t-4n4d3ca2co-pci.xml");
+  CHECK(placeRank(cpu, 3, 8, 2).numa == 2);  // bound: where it is bound
+  std::vector<int> perNode(4, 0);
+  for (int l = 0; l < 8; ++l) {
+    const RankPlace p = placeRank(cpu, l, 8, -1);
+    CHECK(p.gpu == -1);
+    REQUIRE(p.numa >= 0);
+    REQUIRE(p.numa < 4);
+    ++perNode[p.numa];
+  }
+  CHECK(perNode == std::vector<int>{2, 2, 2, 2});  // unbound: spread evenly, in blocks
+  CHECK(placeRank(cpu, 0, 8, -1).numa == placeRank(cpu, 1, 8, -1).numa);
+  CHECK(boundNuma(cpu) == -1);  // from a file: no live affinity to judge
+}
+
+namespace {
+
+// Every node reaches the root, and parents are nodes.
+void checkTree(const std::vector<int>& parent, int root) {
+  const int n = static_cast<int>(parent.size());
+  REQUIRE(root >= 0);
+  REQUIRE(parent[root] == -1);
+  for (int r = 0; r < n; ++r) {
+    int x = r;
+    int hops = 0;
+    while (parent[x] >= 0 && hops <= n) {
+      REQUIRE(parent[x] < n);
+      x = parent[x];
+      ++hops;
+    }
+    CHECK(x == root);
+    CHECK(hops <= n);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("double binary trees: two valid trees, and each node is a leaf in at least one", "[topo]") {
+  for (int n = 1; n <= 70; ++n) {
+    INFO("nodes " << n);
+    const DoubleTree t = buildDoubleTree(n);
+    std::vector<int> children[2];
+    int depth[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      checkTree(t.parent[k], t.root[k]);
+      children[k].assign(n, 0);
+      for (int r = 0; r < n; ++r) {
+        if (t.parent[k][r] >= 0) ++children[k][t.parent[k][r]];
+        int d = 0;
+        for (int x = r; t.parent[k][x] >= 0; x = t.parent[k][x]) ++d;
+        depth[k] = std::max(depth[k], d);
+      }
+      for (int r = 0; r < n; ++r) CHECK(children[k][r] <= 2);
+      // A binary tree: its depth grows with log2(n), which is what makes it fast at many hosts.
+      int log2 = 0;
+      while ((1 << log2) < n) ++log2;
+      CHECK(depth[k] <= log2 + 1);
+    }
+    int innerInBoth = 0;
+    for (int r = 0; r < n; ++r) innerInBoth += (children[0][r] > 0 && children[1][r] > 0) ? 1 : 0;
+    CHECK(innerInBoth <= 1);
+  }
+}
+
+TEST_CASE("trees over ranks: one node per host, the host's ranks chained below it", "[topo]") {
+  std::vector<RankPlace> ranks;
+  for (int h = 0; h < 4; ++h) {
+    for (int l = 0; l < 3; ++l) ranks.push_back({h, -1, l % 2});
+  }
+  const Machine m = load("96em64t-4n4d3ca2co-pci.xml");
+  const auto ring = buildRing(ranks, {m, m, m, m}, 0);
+  const DoubleTree t = buildRankTrees(ranks, ring);
+  for (int k = 0; k < 2; ++k) {
+    checkTree(t.parent[k], t.root[k]);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const int p = t.parent[k][r];
+      if (p < 0) continue;
+      // Across hosts only between the hosts' first ranks (in ring order).
+      if (ranks[p].host != ranks[r].host) {
+        for (int x : {static_cast<int>(r), p}) {
+          size_t pos = 0;
+          while (ring[pos] != x) ++pos;
+          CHECK((pos == 0 || ranks[ring[pos - 1]].host != ranks[x].host));
+        }
+      }
+    }
+  }
+  CHECK(t.root[0] != t.root[1]);
+}
+
+TEST_CASE("channels: bottleneck, estimates and NICs spread over equal choices", "[topo]") {
+  const Machine p8 = load("power8gpudistances.xml");
+  std::vector<RankPlace> one = {{0, 0, -1}, {0, 1, -1}, {0, 2, -1}, {0, 3, -1}};
+  auto plans = buildChannels(one, {p8}, 2);
+  REQUIRE(plans.size() == 2);
+  // Two NVLink islands: the ring must cross between them, across the sockets.
+  CHECK(plans[0].bottleneck == "across sockets");
+  CHECK(plans[0].busBwGBs == linkBwGBs(LinkClass::kCrossSocket));
+  for (int nic : plans[0].nicOfRank) CHECK(nic == -1);  // one host: no NIC on the ring
+
+  const Machine eth = load("96em64t-4n4d3ca2co-pci.xml");
+  std::vector<RankPlace> two;
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 4; ++l) two.push_back(RankPlace{h, -1, l});
+  }
+  plans = buildChannels(two, {eth, eth}, 4);
+  std::set<int> nicsUsed;
+  for (const auto& p : plans) {
+    CHECK(p.bottleneck == "network");
+    CHECK(p.hopLatencyUs > 1);
+    int ends = 0;
+    for (size_t r = 0; r < two.size(); ++r) {
+      if (p.nicOfRank[r] < 0) continue;
+      ++ends;
+      // The NIC chosen is one nearest the rank that uses it.
+      CHECK(eth.nics[p.nicOfRank[r]].numa == two[r].numa);
+      if (two[r].host == 0) nicsUsed.insert(p.nicOfRank[r]);
+    }
+    CHECK(ends == 4);  // each host entered once and left once
+  }
+  CHECK(nicsUsed.size() > 1);  // channels spread over NICs that are equally near
+}

@@ -208,9 +208,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     CHORUS_TRY(proxy_->start());
   }
 
-  ring_.resize(nranks_);
-  for (int r = 0; r < nranks_; ++r) ring_[r] = r;
-  ringPos_ = rank_;
+  CHORUS_TRY(buildTopology());
   ringSend_.resize(config_.nChannels);
   ringRecv_.resize(config_.nChannels);
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);

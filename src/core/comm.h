@@ -21,6 +21,7 @@
 #include "src/core/log.h"
 #include "src/core/memshare.h"
 #include "src/core/task.h"
+#include "src/topo/topo.h"
 #include "transports/socket/socket_proxy.h"
 #include "transports/transport.h"
 
@@ -158,6 +159,11 @@ class Communicator : public TaskOwner {
  private:
   Communicator() = default;
   Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
+  // Detects this rank's machine, allgathers every rank's, and builds the rings (one per channel)
+  // and trees from them (comm_topo.cc).
+  Status buildTopology();
+  Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
+                      const std::vector<int>& localRank) const;
   ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
   // A collective's lane arguments but its sequence number and slot size.
   LaneArgs collArgs(const OpInfo& op) const;
@@ -177,8 +183,11 @@ class Communicator : public TaskOwner {
 
   // Connections and this rank's positions in them.
   std::vector<std::unique_ptr<Connection>> connections_;
-  std::vector<int> ring_;  // ring order of ranks; ringPos_ is this rank's index
-  int ringPos_ = 0;
+  // Per channel: the ring order of ranks (src/topo buildRing) and this rank's index in it.
+  std::vector<std::vector<int>> rings_;
+  std::vector<int> ringPos_;
+  std::vector<topo::ChannelPlan> channels_;
+  topo::DoubleTree trees_;
   std::vector<std::unique_ptr<SendCursor>> ringSend_;  // per channel, to the next rank
   std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
   // Per channel, then one record for point-to-point (the last); read by hang reports.

@@ -94,6 +94,8 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
   CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
   if (const char* v = getEnv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = getEnv("CHORUS_TOPO_FILE")) c.topoFile = v;
+  if (const char* v = getEnv("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
 
   CHORUS_TRY(readInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
   x = c.yieldIters;

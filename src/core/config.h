@@ -43,6 +43,8 @@ struct Config {
   std::string algo;                                // CHORUS_ALGO: ring | direct | slice; empty: chosen per call
   size_t directMaxBytes = 64 * 1024;               // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
   std::string proto;                               // CHORUS_PROTO (simple)
+  std::string topoFile;                            // CHORUS_TOPO_FILE: hwloc XML in place of the machine
+  std::string topoDumpFile;                        // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
 
   static Result<Config> fromEnv();
   // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.

@@ -146,9 +146,9 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
   }
   if (ring) {
-    const int next = ring_[(ringPos_ + 1) % nranks_];
-    const int prev = ring_[(ringPos_ - 1 + nranks_) % nranks_];
     for (int c = 0; c < config_.nChannels; ++c) {
+      const int next = rings_[c][(ringPos_[c] + 1) % nranks_];
+      const int prev = rings_[c][(ringPos_[c] - 1 + nranks_) % nranks_];
       if (!ringSend_[c]) needs.push_back({next, true, kRingTagBase | static_cast<uint64_t>(c), c});
       if (!ringRecv_[c]) needs.push_back({prev, false, kRingTagBase | static_cast<uint64_t>(c), c});
     }
@@ -367,8 +367,6 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   task->reserveStages(ops.size());
   const int nch = config_.nChannels;
   const size_t slotBytes = config_.slotBytes;
-  std::vector<int> blockOf(nranks_);
-  for (int p = 0; p < nranks_; ++p) blockOf[p] = ring_[p];
 
   // Point-to-point queues: one per (peer, direction), plus one for copies to self.
   std::map<std::pair<int, bool>, size_t> queueOf;
@@ -442,27 +440,31 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       continue;
     }
     const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
-    const int rootPos = op.root;  // ring_ is the identity order
     std::vector<Lane> lanes;
     for (int c = 0; c < nch; ++c) {
       const Block b = partition(op.count, nch, c);
       if (b.count == 0) continue;
+      // Position p of this channel's ring holds rank blockOf[p]; its block is its rank's.
+      const std::vector<int>& blockOf = rings_[c];
+      const int pos = ringPos_[c];
+      int rootPos = 0;
+      while (rootPos < nranks_ && blockOf[rootPos] != op.root) ++rootPos;
       std::vector<Step> steps;
       switch (op.coll) {
         case CollType::kAllReduce:
-          steps = ringAllReduce(nranks_, ringPos_, b.count, loop);
+          steps = ringAllReduce(nranks_, pos, b.count, loop);
           break;
         case CollType::kBroadcast:
-          steps = chainBroadcast(nranks_, ringPos_, rootPos, b.count, loop);
+          steps = chainBroadcast(nranks_, pos, rootPos, b.count, loop);
           break;
         case CollType::kReduce:
-          steps = chainReduce(nranks_, ringPos_, rootPos, b.count, loop);
+          steps = chainReduce(nranks_, pos, rootPos, b.count, loop);
           break;
         case CollType::kAllGather:
-          steps = ringAllGather(nranks_, ringPos_, blockOf, op.count, b.offset, b.count, loop);
+          steps = ringAllGather(nranks_, pos, blockOf, op.count, b.offset, b.count, loop);
           break;
         default:
-          steps = ringReduceScatter(nranks_, ringPos_, blockOf, op.count, b.offset, b.count, loop);
+          steps = ringReduceScatter(nranks_, pos, blockOf, op.count, b.offset, b.count, loop);
           break;
       }
       if (op.coll == CollType::kAllReduce || op.coll == CollType::kBroadcast || op.coll == CollType::kReduce) {

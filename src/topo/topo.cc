@@ -2,9 +2,13 @@
 
 #include <hwloc.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
 namespace chorus::topo {
@@ -128,6 +132,18 @@ Result<Machine> detect(const std::string& xmlPath) {
     if (o->name) d.names.push_back(o->name);
     m.nics.push_back(d);
   }
+  if (xmlPath.empty()) {
+    for (int i = 0; i < m.numaNodes; ++i) {
+      hwloc_obj_t node = hwloc_get_obj_by_type(raw, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+      std::vector<int> cpus;
+      if (node && node->cpuset) {
+        for (int c = hwloc_bitmap_first(node->cpuset); c >= 0; c = hwloc_bitmap_next(node->cpuset, c)) {
+          cpus.push_back(c);
+        }
+      }
+      m.numaCpus.push_back(std::move(cpus));
+    }
+  }
   unsigned nr = 1;
   hwloc_distances_s* dist = nullptr;
   if (hwloc_distances_get_by_name(raw, "NVLinkBandwidth", &nr, &dist, 0) == 0 && nr > 0 && dist) {
@@ -215,19 +231,20 @@ int pairCost(const Machine& m, const RankPlace& a, const RankPlace& b) {
   return na == nb ? 0 : hopCost(LinkClass::kCrossSocket);
 }
 
+// The cost of reaching one NIC from a rank: by PCI locality for a GPU rank, by NUMA node for a
+// CPU rank.
+int nicCostOf(const Machine& m, const Device& nic, const RankPlace& r) {
+  if (r.gpu >= 0) return hopCost(linkClass(nic, m.gpus[r.gpu]));
+  const int n = numaOf(m, r);
+  if (n < 0 || nic.numa < 0) return hopCost(LinkClass::kSameNuma);
+  return n == nic.numa ? 0 : hopCost(LinkClass::kCrossSocket);
+}
+
 // Entering or leaving the host at this rank: the cost to the nearest NIC (0 without NICs).
 int nicCost(const Machine& m, const RankPlace& r) {
   int best = -1;
   for (const Device& nic : m.nics) {
-    int c;
-    if (r.gpu >= 0) {
-      c = hopCost(linkClass(nic, m.gpus[r.gpu]));
-    } else {
-      const int n = numaOf(m, r);
-      c = (n < 0 || nic.numa < 0) ? hopCost(LinkClass::kSameNuma)
-          : n == nic.numa         ? 0
-                                  : hopCost(LinkClass::kCrossSocket);
-    }
+    const int c = nicCostOf(m, nic, r);
     if (best < 0 || c < best) best = c;
   }
   return best < 0 ? 0 : best;
@@ -302,6 +319,281 @@ std::vector<int> buildRing(const std::vector<RankPlace>& ranks, const std::vecto
   }
   if (channel % 2 == 1) std::reverse(ring.begin(), ring.end());
   return ring;
+}
+
+Result<Machine> detectCached(const std::string& xmlPath) {
+  static std::mutex mu;
+  static std::map<std::string, Machine> cache;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = cache.find(xmlPath);
+  if (it != cache.end()) return it->second;
+  CHORUS_ASSIGN_OR_RETURN(Machine m, detect(xmlPath));
+  cache[xmlPath] = m;
+  return m;
+}
+
+namespace {
+
+void putDevice(std::ostringstream& o, char kind, const Device& d) {
+  o << "dev " << kind << " " << (d.busId.empty() ? "-" : d.busId) << " " << d.vendor << " " << d.device << " "
+    << d.classId << " " << d.numa << " " << d.package << " " << d.hostBridge << " " << d.switches.size();
+  for (const auto& sw : d.switches) o << " " << sw;
+  o << " " << d.names.size();
+  for (const auto& n : d.names) o << " " << n;
+  o << "\n";
+}
+
+}  // namespace
+
+std::string serialize(const Machine& m) {
+  std::ostringstream o;
+  o << "machine " << m.packages << " " << m.numaNodes << " " << m.cores << " " << m.pus << "\n";
+  for (const auto& g : m.gpus) putDevice(o, 'g', g);
+  for (const auto& n : m.nics) putDevice(o, 'n', n);
+  if (!m.nvlink.empty()) {
+    o << "nvlink " << m.nvlink.size();
+    for (const auto& row : m.nvlink) {
+      for (uint64_t v : row) o << " " << v;
+    }
+    o << "\n";
+  }
+  return o.str();
+}
+
+Result<Machine> parseMachine(const std::string& text) {
+  auto bad = [](const std::string& why) { return invalidArgument("malformed machine description: " + why); };
+  std::istringstream in(text);
+  std::string line;
+  Machine m;
+  bool header = false;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string kind;
+    if (!(l >> kind)) continue;
+    if (kind == "machine") {
+      if (!(l >> m.packages >> m.numaNodes >> m.cores >> m.pus)) return bad("machine line: " + line);
+      header = true;
+    } else if (kind == "dev") {
+      char k = 0;
+      Device d;
+      size_t nsw = 0;
+      size_t nnames = 0;
+      if (!(l >> k >> d.busId >> d.vendor >> d.device >> d.classId >> d.numa >> d.package >> d.hostBridge >> nsw) ||
+          (k != 'g' && k != 'n') || nsw > 64) {
+        return bad("device line: " + line);
+      }
+      if (d.busId == "-") d.busId.clear();
+      d.switches.resize(nsw);
+      for (auto& sw : d.switches) {
+        if (!(l >> sw)) return bad("device line: " + line);
+      }
+      if (!(l >> nnames) || nnames > 64) return bad("device line: " + line);
+      d.names.resize(nnames);
+      for (auto& n : d.names) {
+        if (!(l >> n)) return bad("device line: " + line);
+      }
+      (k == 'g' ? m.gpus : m.nics).push_back(std::move(d));
+    } else if (kind == "nvlink") {
+      size_t n = 0;
+      if (!(l >> n) || n != m.gpus.size()) return bad("nvlink matrix size");
+      m.nvlink.assign(n, std::vector<uint64_t>(n, 0));
+      for (auto& row : m.nvlink) {
+        for (auto& v : row) {
+          if (!(l >> v)) return bad("nvlink matrix");
+        }
+      }
+    } else {
+      return bad("unknown line: " + line);
+    }
+  }
+  if (!header) return bad("no machine line");
+  return m;
+}
+
+int boundNuma(const Machine& m) {
+  if (m.numaCpus.empty()) return -1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  for (size_t n = 0; n < m.numaCpus.size(); ++n) {
+    int inside = 0;
+    for (int c : m.numaCpus[n]) inside += (c < CPU_SETSIZE && CPU_ISSET(c, &set)) ? 1 : 0;
+    if (inside > 0 && inside == CPU_COUNT(&set)) return static_cast<int>(n);
+  }
+  return -1;
+}
+
+RankPlace placeRank(const Machine& host, int localRank, int localSize, int boundNumaNode) {
+  RankPlace r;
+  if (!host.gpus.empty()) {
+    r.gpu = localRank % static_cast<int>(host.gpus.size());
+    r.numa = host.gpus[r.gpu].numa;
+  } else if (boundNumaNode >= 0) {
+    r.numa = boundNumaNode;
+  } else if (host.numaNodes > 0 && localSize > 0) {
+    r.numa = localRank * host.numaNodes / localSize;
+  }
+  return r;
+}
+
+int nearestNic(const Machine& m, const RankPlace& r) {
+  int best = -1;
+  int bestCost = 0;
+  for (size_t i = 0; i < m.nics.size(); ++i) {
+    const int c = nicCostOf(m, m.nics[i], r);
+    if (best < 0 || c < bestCost) {
+      best = static_cast<int>(i);
+      bestCost = c;
+    }
+  }
+  return best;
+}
+
+double linkBwGBs(LinkClass c) {
+  switch (c) {
+    case LinkClass::kNvlink:
+      return 20;
+    case LinkClass::kSameSwitch:
+      return 24;
+    case LinkClass::kSameHostBridge:
+      return 20;
+    case LinkClass::kSameNuma:
+      return 16;
+    case LinkClass::kSamePackage:
+      return 12;
+    default:
+      return 10;
+  }
+}
+
+namespace {
+
+constexpr double kNetworkBwGBs = 1.25;  // 10 Gb/s Ethernet: hwloc does not say how fast a NIC is
+constexpr double kNetworkLatencyUs = 20;
+constexpr double kLocalLatencyUs = 1;
+
+// The class of one hop inside a host (as pairCost judges it).
+LinkClass hopClass(const Machine& m, const RankPlace& a, const RankPlace& b) {
+  if (a.gpu >= 0 && b.gpu >= 0) return a.gpu == b.gpu ? LinkClass::kNvlink : linkClass(m, a.gpu, b.gpu);
+  const int na = numaOf(m, a);
+  const int nb = numaOf(m, b);
+  return na >= 0 && na == nb ? LinkClass::kSameNuma : LinkClass::kCrossSocket;
+}
+
+// Among the NICs nearest a rank, the one channel c uses, so channels spread over equal NICs.
+int nicForChannel(const Machine& m, const RankPlace& r, int channel) {
+  const int best = nearestNic(m, r);
+  if (best < 0) return -1;
+  const int cost = nicCostOf(m, m.nics[best], r);
+  std::vector<int> equal;
+  for (size_t i = 0; i < m.nics.size(); ++i) {
+    if (nicCostOf(m, m.nics[i], r) == cost) equal.push_back(static_cast<int>(i));
+  }
+  return equal[static_cast<size_t>(channel) % equal.size()];
+}
+
+}  // namespace
+
+std::vector<ChannelPlan> buildChannels(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts,
+                                       int nChannels) {
+  std::vector<ChannelPlan> plans;
+  const size_t n = ranks.size();
+  for (int c = 0; c < nChannels; ++c) {
+    ChannelPlan p;
+    p.ring = buildRing(ranks, hosts, c);
+    p.nicOfRank.assign(n, -1);
+    bool network = false;
+    LinkClass worst = LinkClass::kNvlink;
+    for (size_t i = 0; i < n && n > 1; ++i) {
+      const int a = p.ring[i];
+      const int b = p.ring[(i + 1) % n];
+      if (ranks[a].host != ranks[b].host) {
+        network = true;
+        p.nicOfRank[a] = nicForChannel(hosts[ranks[a].host], ranks[a], c);
+        p.nicOfRank[b] = nicForChannel(hosts[ranks[b].host], ranks[b], c);
+        continue;
+      }
+      const LinkClass k = hopClass(hosts[ranks[a].host], ranks[a], ranks[b]);
+      if (hopCost(k) > hopCost(worst)) worst = k;
+    }
+    if (network) {
+      p.bottleneck = "network";
+      p.busBwGBs = std::min(kNetworkBwGBs, linkBwGBs(worst));
+      p.hopLatencyUs = kNetworkLatencyUs;
+    } else {
+      p.bottleneck = linkClassName(worst);
+      p.busBwGBs = linkBwGBs(worst);
+      p.hopLatencyUs = kLocalLatencyUs;
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+namespace {
+
+// Parent of node r in the in-order binary tree over n nodes rooted at 0 (NCCL's btree): the
+// lowest set bit of r says its level.
+int btreeParent(int n, int r) {
+  if (r == 0) return -1;
+  int bit = 1;
+  while (bit < n && !(bit & r)) bit <<= 1;
+  int up = (r ^ bit) | (bit << 1);
+  if (up >= n) up = r ^ bit;
+  return up;
+}
+
+}  // namespace
+
+DoubleTree buildDoubleTree(int n) {
+  DoubleTree t;
+  t.parent[0].resize(static_cast<size_t>(n));
+  t.parent[1].resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    t.parent[0][r] = btreeParent(n, r);
+    if (n % 2 == 1) {
+      // Shifted by one: node r plays btree node r - 1.
+      const int p = btreeParent(n, (r - 1 + n) % n);
+      t.parent[1][r] = p < 0 ? -1 : (p + 1) % n;
+    } else {
+      // Mirrored: node r plays btree node n - 1 - r.
+      const int p = btreeParent(n, n - 1 - r);
+      t.parent[1][r] = p < 0 ? -1 : n - 1 - p;
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < n; ++r) {
+      if (t.parent[k][r] < 0) t.root[k] = r;
+    }
+  }
+  return t;
+}
+
+DoubleTree buildRankTrees(const std::vector<RankPlace>& ranks, const std::vector<int>& ring) {
+  // Hosts in the order of their lowest rank (as buildRing orders them); each host's ranks in ring
+  // order.
+  std::vector<int> hostOrder;
+  std::map<int, std::vector<int>> chain;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (chain.find(ranks[r].host) == chain.end()) {
+      hostOrder.push_back(ranks[r].host);
+      chain[ranks[r].host];
+    }
+  }
+  for (int r : ring) chain[ranks[r].host].push_back(r);
+  const DoubleTree nodes = buildDoubleTree(static_cast<int>(hostOrder.size()));
+  DoubleTree t;
+  for (int k = 0; k < 2; ++k) {
+    t.parent[k].assign(ranks.size(), -1);
+    for (size_t h = 0; h < hostOrder.size(); ++h) {
+      const std::vector<int>& c = chain[hostOrder[h]];
+      const int up = nodes.parent[k][h];
+      t.parent[k][c[0]] = up < 0 ? -1 : chain[hostOrder[up]][0];
+      for (size_t i = 1; i < c.size(); ++i) t.parent[k][c[i]] = c[i - 1];
+    }
+    t.root[k] = hostOrder.empty() ? -1 : chain[hostOrder[nodes.root[k]]][0];
+  }
+  return t;
 }
 
 }  // namespace chorus::topo

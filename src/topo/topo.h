@@ -47,10 +47,24 @@ struct Machine {
   // GPU x GPU NVLink bandwidth (hwloc's "NVLinkBandwidth" matrix, its unit), in `gpus` order;
   // empty when hwloc reports none.
   std::vector<std::vector<uint64_t>> nvlink;
+  // Operating-system CPU numbers of each NUMA node (logical order). Live detection only; not part
+  // of serialize(): only the rank on this machine needs it, to place itself.
+  std::vector<std::vector<int>> numaCpus;
 };
 
 // The live machine (xmlPath empty) or the machine an hwloc XML file describes.
 Result<Machine> detect(const std::string& xmlPath);
+// detect(), once per process and path (hwloc takes milliseconds to load a machine with its PCI
+// tree; every communicator of a process asks).
+Result<Machine> detectCached(const std::string& xmlPath);
+
+// A Machine as text and back, to travel between ranks (numaCpus stays behind).
+std::string serialize(const Machine& m);
+Result<Machine> parseMachine(const std::string& text);
+
+// The NUMA node (logical index) the calling thread's CPU affinity lies within, or -1 when it spans
+// several (unbound) or the machine was not detected live.
+int boundNuma(const Machine& m);
 
 LinkClass linkClass(const Machine& m, size_t gpuA, size_t gpuB);
 LinkClass linkClass(const Device& a, const Device& b);
@@ -76,5 +90,40 @@ int hopCost(LinkClass c);
 // the same ring. Channel c > 0 runs the same ring reversed on odd c, so two channels use each
 // link both ways.
 std::vector<int> buildRing(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts, int channel);
+
+// Where a rank runs, as every rank can compute it from the allgathered records: the ranks of each
+// host in rank order are its local ranks 0, 1, ...; a rank drives GPU (local rank mod GPUs) when
+// its host has GPUs; a CPU rank is placed on the NUMA node its affinity lies within (boundNuma),
+// and an unbound one is spread: local rank l of L goes to node l * nodes / L.
+RankPlace placeRank(const Machine& host, int localRank, int localSize, int boundNumaNode);
+
+// The NIC (index into the host's nics) nearest a rank, or -1 when the host has none.
+int nearestNic(const Machine& m, const RankPlace& r);
+
+// One ring (channel) with what the tuner needs from it: the slowest hop and what it costs.
+struct ChannelPlan {
+  std::vector<int> ring;
+  std::string bottleneck;      // "NVLink", "same PCI switch", ..., "network"
+  double busBwGBs = 0;         // estimated bandwidth of the slowest hop
+  double hopLatencyUs = 0;     // estimated latency of the slowest hop
+  std::vector<int> nicOfRank;  // per rank: the NIC its host stretch is entered or left by, or -1
+};
+// Bandwidth and latency estimates per link class and for the network (documented in
+// docs/topology.md; they rank choices, they are not measurements).
+double linkBwGBs(LinkClass c);
+std::vector<ChannelPlan> buildChannels(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts,
+                                       int nChannels);
+
+// NCCL's double binary tree over n nodes (in-order numbering; the second tree mirrors the first
+// when n is even and shifts it by one when n is odd, so no node is an inner node of both):
+// parent of each node in each tree, -1 for the roots.
+struct DoubleTree {
+  std::vector<int> parent[2];
+  int root[2] = {-1, -1};
+};
+DoubleTree buildDoubleTree(int n);
+// The trees across the hosts of a job, over ranks: each host is a node, represented by its first
+// rank of `ring`; the host's other ranks hang below it in ring order (a chain), as in NCCL.
+DoubleTree buildRankTrees(const std::vector<RankPlace>& ranks, const std::vector<int>& ring);
 
 }  // namespace chorus::topo

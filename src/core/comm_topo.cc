@@ -1,0 +1,191 @@
+// The communicator's topology: every rank describes its machine (hwloc, or CHORUS_TOPO_FILE) and
+// where it runs; the descriptions are allgathered, and every rank builds the same rings (one per
+// channel) and double binary trees from them with the pure functions of src/topo.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "src/bootstrap/bootstrap.h"
+#include "src/core/comm.h"
+
+namespace chorus {
+namespace {
+
+struct TopoRecord {
+  int32_t boundNuma = -1;
+  uint32_t machineBytes = 0;
+};
+
+std::string jsonString(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
+template <typename T>
+std::string jsonList(const std::vector<T>& v) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  o << "]";
+  return o.str();
+}
+
+// NCCL's tree line: "child/child/child->rank->parent" (-1 for none).
+std::string treeLine(const topo::DoubleTree& t, int k, int rank) {
+  std::vector<int> children;
+  for (size_t r = 0; r < t.parent[k].size(); ++r) {
+    if (t.parent[k][r] == rank) children.push_back(static_cast<int>(r));
+  }
+  while (children.size() < 3) children.push_back(-1);
+  return std::to_string(children[0]) + "/" + std::to_string(children[1]) + "/" + std::to_string(children[2]) + "->" +
+         std::to_string(rank) + "->" + std::to_string(t.parent[k][rank]);
+}
+
+}  // namespace
+
+Status Communicator::buildTopology() {
+  // This rank's machine. A CHORUS_TOPO_FILE that cannot be read is an error; a live machine hwloc
+  // cannot describe is not (the rings then follow rank order).
+  topo::Machine machine;
+  auto detected = topo::detectCached(config_.topoFile);
+  if (detected.isOk()) {
+    machine = std::move(detected).value();
+  } else if (!config_.topoFile.empty()) {
+    return detected.status();
+  } else {
+    log_.warn(kSubsysInit, "topology detection failed ({}); rings follow rank order", detected.status().message());
+  }
+  const std::string mine = topo::serialize(machine);
+  std::vector<TopoRecord> records(nranks_);
+  records[rank_].boundNuma = topo::boundNuma(machine);
+  records[rank_].machineBytes = static_cast<uint32_t>(mine.size());
+  const TopoRecord myRecord = records[rank_];
+  CHORUS_TRY(bootstrap_->allGather(records.data(), sizeof(TopoRecord)));
+  records[rank_] = myRecord;
+  size_t width = 1;
+  for (const auto& r : records) width = std::max<size_t>(width, r.machineBytes);
+  std::vector<char> blobs(width * static_cast<size_t>(nranks_), 0);
+  std::copy(mine.begin(), mine.end(), blobs.begin() + static_cast<std::ptrdiff_t>(width * rank_));
+  CHORUS_TRY(bootstrap_->allGather(blobs.data(), width));
+
+  // Hosts in the order of their lowest rank; a host is described by its lowest rank's record.
+  std::vector<int> hostOf(nranks_, -1);
+  std::vector<int> localRank(nranks_, 0);
+  std::vector<int> firstRank;
+  std::vector<int> localSize;
+  for (int r = 0; r < nranks_; ++r) {
+    for (size_t h = 0; h < firstRank.size(); ++h) {
+      if (peers_[firstRank[h]].hostHash == peers_[r].hostHash) hostOf[r] = static_cast<int>(h);
+    }
+    if (hostOf[r] < 0) {
+      hostOf[r] = static_cast<int>(firstRank.size());
+      firstRank.push_back(r);
+      localSize.push_back(0);
+    }
+    localRank[r] = localSize[hostOf[r]]++;
+  }
+  std::vector<topo::Machine> hosts;
+  for (int first : firstRank) {
+    const char* b = blobs.data() + width * static_cast<size_t>(first);
+    auto m = topo::parseMachine(std::string(b, records[first].machineBytes));
+    if (!m.isOk()) return internalError("rank " + std::to_string(first) + " sent " + m.status().message());
+    hosts.push_back(std::move(m).value());
+  }
+  std::vector<topo::RankPlace> places(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    const int h = hostOf[r];
+    places[r] = topo::placeRank(hosts[h], localRank[r], localSize[h], records[r].boundNuma);
+    places[r].host = h;
+  }
+
+  channels_ = topo::buildChannels(places, hosts, config_.nChannels);
+  rings_.clear();
+  ringPos_.clear();
+  for (const auto& ch : channels_) {
+    rings_.push_back(ch.ring);
+    ringPos_.push_back(static_cast<int>(std::find(ch.ring.begin(), ch.ring.end(), rank_) - ch.ring.begin()));
+  }
+  trees_ = topo::buildRankTrees(places, rings_[0]);
+
+  if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
+    const topo::RankPlace& me = places[rank_];
+    log_.info(kSubsysInit, "topology: host {} of {} ({}), local rank {} of {}, {}{}", hostOf[rank_], hosts.size(),
+              peers_[rank_].host, localRank[rank_], localSize[hostOf[rank_]],
+              me.gpu >= 0 ? "GPU " + std::to_string(me.gpu) + " " + hosts[me.host].gpus[me.gpu].busId : "CPU",
+              me.numa < 0                     ? ""
+              : me.gpu >= 0                   ? ", NUMA node " + std::to_string(me.numa) + " (the GPU's)"
+              : records[rank_].boundNuma >= 0 ? ", NUMA node " + std::to_string(me.numa) + " (bound)"
+                                              : ", NUMA node " + std::to_string(me.numa) + " (unbound: spread)");
+    for (size_t c = 0; c < channels_.size(); ++c) {
+      std::string line;
+      for (int r : channels_[c].ring) line += " " + std::to_string(r);
+      log_.info(kSubsysInit, "Channel {:02d}/{:02d} :{}  (slowest hop: {}, ~{} GB/s, ~{} us)", c, channels_.size(),
+                line, channels_[c].bottleneck, channels_[c].busBwGBs, channels_[c].hopLatencyUs);
+    }
+    log_.info(kSubsysInit, "Trees [0] {} [1] {}", treeLine(trees_, 0, rank_), treeLine(trees_, 1, rank_));
+  }
+  if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
+  return Status::ok();
+}
+
+Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
+                                  const std::vector<int>& localRank) const {
+  std::ostringstream o;
+  o << "{\n  \"nranks\": " << nranks_ << ",\n  \"hosts\": [\n";
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const topo::Machine& m = hosts[h];
+    std::vector<int> ranks;
+    for (int r = 0; r < nranks_; ++r) {
+      if (places[r].host == static_cast<int>(h)) ranks.push_back(r);
+    }
+    std::vector<std::string> gpus;
+    for (const auto& g : m.gpus) gpus.push_back(jsonString(g.busId));
+    std::vector<std::string> nics;
+    for (const auto& n : m.nics) nics.push_back(jsonString(n.names.empty() ? n.busId : n.names.front()));
+    o << "    {\"name\": " << jsonString(peers_[ranks.front()].host) << ", \"ranks\": " << jsonList(ranks)
+      << ", \"packages\": " << m.packages << ", \"numaNodes\": " << m.numaNodes << ", \"cores\": " << m.cores
+      << ", \"pus\": " << m.pus << ", \"gpus\": " << jsonList(gpus) << ", \"nics\": " << jsonList(nics) << "}"
+      << (h + 1 < hosts.size() ? "," : "") << "\n";
+  }
+  o << "  ],\n  \"ranks\": [\n";
+  for (int r = 0; r < nranks_; ++r) {
+    const topo::RankPlace& p = places[r];
+    const int nic = topo::nearestNic(hosts[p.host], p);
+    o << "    {\"rank\": " << r << ", \"host\": " << p.host << ", \"localRank\": " << localRank[r]
+      << ", \"gpu\": " << p.gpu << ", \"numa\": " << p.numa << ", \"nearestNic\": " << nic << "}"
+      << (r + 1 < nranks_ ? "," : "") << "\n";
+  }
+  o << "  ],\n  \"channels\": [\n";
+  for (size_t c = 0; c < channels_.size(); ++c) {
+    const auto& ch = channels_[c];
+    o << "    {\"ring\": " << jsonList(ch.ring) << ", \"bottleneck\": " << jsonString(ch.bottleneck)
+      << ", \"busBwGBs\": " << ch.busBwGBs << ", \"hopLatencyUs\": " << ch.hopLatencyUs
+      << ", \"nicOfRank\": " << jsonList(ch.nicOfRank) << "}" << (c + 1 < channels_.size() ? "," : "") << "\n";
+  }
+  o << "  ],\n  \"trees\": [\n";
+  for (int k = 0; k < 2; ++k) {
+    o << "    {\"root\": " << trees_.root[k] << ", \"parent\": " << jsonList(trees_.parent[k]) << "}"
+      << (k == 0 ? "," : "") << "\n";
+  }
+  o << "  ]\n}\n";
+  std::ofstream f(config_.topoDumpFile);
+  f << o.str();
+  if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + config_.topoDumpFile + ": check the path");
+  log_.info(kSubsysInit, "topology written to {}", config_.topoDumpFile);
+  return Status::ok();
+}
+
+}  // namespace chorus
