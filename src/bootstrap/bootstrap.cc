@@ -124,6 +124,7 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
   const int64_t deadline = nowNs() + timeoutNs;
   int nranks = -1;
   std::vector<SockAddr> table;
+  std::vector<std::string> from;  // per rank: the address its connection to the root came from
   std::vector<UniqueFd> conns;
   int joined = 0;
   Logger log(LogLevel::kWarn, kSubsysAll, -1);
@@ -167,6 +168,7 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
       }
       nranks = h.nranks;
       table.resize(nranks);
+      from.resize(nranks);
       conns.resize(nranks);
     }
     if (h.nranks != nranks) {
@@ -184,8 +186,32 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
       continue;
     }
     table[h.rank] = h.listen;
+    SockAddr peer;
+    socklen_t plen = sizeof(peer.storage);
+    if (::getpeername(c.get(), reinterpret_cast<sockaddr*>(&peer.storage), &plen) == 0) {
+      peer.len = plen;
+      peer.setPort(0);
+      from[h.rank] = peer.toString();
+    }
     conns[h.rank] = std::move(c);
     ++joined;
+  }
+  // A rank that listens on loopback can only be reached from its own host: fine when every rank
+  // is on one host, a sure failure when others listen on addresses other hosts reach or reached
+  // the root from different addresses (different hosts).
+  std::string lo;
+  bool spread = false;
+  for (int r = 0; r < nranks; ++r) {
+    spread = spread || !table[r].isLoopback() || from[r] != from[0];
+    if (table[r].isLoopback() && lo.size() < 60) lo += (lo.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!lo.empty() && spread) {
+    const std::string msg = "ranks " + lo +
+                            " listen on loopback, which ranks on other hosts cannot reach; set "
+                            "CHORUS_SOCKET_IFNAME to an interface every host can reach (not lo)";
+    log.warn(kSubsysBoot, "bootstrap root: {}", msg);
+    for (int r = 0; r < nranks; ++r) reply(conns[r].get(), chorusInvalidUsage, msg, nranks);
+    return;
   }
   for (int r = 0; r < nranks; ++r) {
     RootReply ok{};
@@ -202,11 +228,6 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
 
 void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
   std::thread([fd = std::move(listenFd), id, timeoutNs]() mutable { runRoot(std::move(fd), id, timeoutNs); }).detach();
-}
-
-Result<UniqueFd> Bootstrap::openListener(const std::string& ifnameSpec, SockAddr* bound) {
-  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
-  return listenOn(local, bound);
 }
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
@@ -231,7 +252,11 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
     startBootstrapRoot(fd.take(), id, timeoutNs);
   }
   SockAddr myAddr;
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd listener, openListener(ifnameSpec, &myAddr));
+  std::string ifname;
+  CHORUS_ASSIGN_OR_RETURN(SockAddr local, interfaceToward(id.root, ifnameSpec, &ifname));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd listener, listenOn(local, &myAddr));
+  log.info(kSubsysBoot, "rank {} listens on {} ({}{})", rank, myAddr.toString(), ifname.empty() ? "?" : ifname,
+           ifnameSpec.empty() ? ", the interface toward the root" : ", CHORUS_SOCKET_IFNAME");
 
   const std::string rootName = "the bootstrap root at " + id.root.toString();
   CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(id.root, deadline, rootName, abortFlag));

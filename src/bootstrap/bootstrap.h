@@ -80,8 +80,6 @@ class Bootstrap {
   static Result<std::unique_ptr<Bootstrap>> fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,
                                                       std::vector<SockAddr> peers, UniqueFd listener, int64_t timeoutNs,
                                                       const Logger& log, const std::atomic<bool>* abortFlag);
-  // A listener on this rank's interface, for a clique about to be made by fromTable.
-  static Result<UniqueFd> openListener(const std::string& ifnameSpec, SockAddr* bound);
 
   int rank() const { return rank_; }
   int nranks() const { return static_cast<int>(peers_.size()); }

@@ -31,6 +31,16 @@ std::string SockAddr::toString() const {
   return "<no address>";
 }
 
+bool SockAddr::isLoopback() const {
+  if (storage.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (storage.ss_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  }
+  return false;
+}
+
 uint16_t SockAddr::port() const {
   if (storage.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
   if (storage.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
@@ -116,6 +126,26 @@ bool ifnameMatches(const std::string& spec, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// Every interface with an address, for error messages: "eth0 10.0.0.2 (up), lo 127.0.0.1 (up)".
+std::string listInterfaces(ifaddrs* list) {
+  std::string out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    SockAddr a;
+    std::memcpy(&a.storage, i->ifa_addr,
+                i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    std::string addr = a.toString();
+    addr = addr.substr(0, addr.rfind(':'));  // no port
+    out += (out.empty() ? "" : ", ") + std::string(i->ifa_name) + " " + addr +
+           ((i->ifa_flags & IFF_UP) ? " (up)" : " (down)");
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
 Result<SockAddr> localInterfaceAddr(const std::string& ifnameSpec, std::string* ifname) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return errnoStatus("getifaddrs", errno);
@@ -140,19 +170,51 @@ Result<SockAddr> localInterfaceAddr(const std::string& ifnameSpec, std::string* 
       bestName = i->ifa_name;
     }
   }
+  const std::string found = listInterfaces(list);
   freeifaddrs(list);
   if (best.len == 0 && loopback.len != 0) {
     best = loopback;
     bestName = loName;
   }
   if (best.len == 0) {
-    return systemError("no network interface is up" +
+    return systemError("no IPv4 network interface is up" +
                        (ifnameSpec.empty() ? std::string() : " that matches CHORUS_SOCKET_IFNAME=" + ifnameSpec) +
-                       "; check `ip addr` or change CHORUS_SOCKET_IFNAME");
+                       "; interfaces found: " + found +
+                       ". Set CHORUS_SOCKET_IFNAME to one of them (a prefix, =exact, or ^excluded,...)");
   }
   if (ifname) *ifname = bestName;
   best.setPort(0);
   return best;
+}
+
+Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifnameSpec, std::string* ifname) {
+  if (!ifnameSpec.empty()) return localInterfaceAddr(ifnameSpec, ifname);
+  // connect() on a datagram socket sends nothing: it only asks the routing table for a source.
+  UniqueFd fd(::socket(dest.storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  SockAddr local;
+  socklen_t len = sizeof(local.storage);
+  if (!fd.valid() || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&dest.storage), dest.len) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local.storage), &len) != 0) {
+    return localInterfaceAddr(ifnameSpec, ifname);  // no route known: the first interface that is up
+  }
+  local.len = len;
+  local.setPort(0);
+  if (ifname) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) == 0) {
+      for (ifaddrs* i = list; i; i = i->ifa_next) {
+        if (i->ifa_addr && i->ifa_addr->sa_family == local.storage.ss_family) {
+          SockAddr a;
+          std::memcpy(&a.storage, i->ifa_addr, len);
+          a.len = len;
+          a.setPort(0);
+          if (a.toString() == local.toString()) *ifname = i->ifa_name;
+        }
+      }
+      freeifaddrs(list);
+    }
+  }
+  return local;
 }
 
 Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog) {

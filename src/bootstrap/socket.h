@@ -27,6 +27,7 @@ struct SockAddr {
   uint32_t len = 0;
 
   std::string toString() const;
+  bool isLoopback() const;  // 127.0.0.0/8 or ::1
   uint16_t port() const;
   void setPort(uint16_t port);
   // "host:port" or "[v6]:port"; host may be a name.
@@ -35,7 +36,14 @@ struct SockAddr {
 
 // The address this host should be reached at: CHORUS_SOCKET_IFNAME's interface (prefix match;
 // "=name" exact; "^a,b" excludes), else the first non-loopback interface that is up, else loopback.
+// When none fits, the error lists every interface found, with its address and state.
 Result<SockAddr> localInterfaceAddr(const std::string& ifnameSpec, std::string* ifname);
+
+// The address to be reached at by ranks that reach `dest` (the bootstrap root): with
+// CHORUS_SOCKET_IFNAME set, that interface's; otherwise the source address the routing table
+// picks toward `dest` (what a connection to it would use), so a host with several interfaces
+// listens on the one the job's network goes through. Loopback only when `dest` is loopback.
+Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifnameSpec, std::string* ifname);
 
 // Listens on `addr` (port 0: any); returns the bound address in *bound.
 Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 256);

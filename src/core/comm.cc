@@ -262,7 +262,10 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
   SplitRecord mine{color, key, SockAddr()};
   UniqueFd listener;
   if (color != CHORUS_SPLIT_NOCOLOR) {
-    CHORUS_ASSIGN_OR_RETURN(listener, Bootstrap::openListener(parent.config_.socketIfname, &mine.addr));
+    // On the parent's interface: the one its ranks already reach this rank at.
+    SockAddr local = parent.bootstrap_->address(parent.rank_);
+    local.setPort(0);
+    CHORUS_ASSIGN_OR_RETURN(listener, listenOn(local, &mine.addr));
   }
   std::vector<SplitRecord> all(parent.nranks_);
   all[parent.rank_] = mine;

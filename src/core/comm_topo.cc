@@ -126,6 +126,7 @@ Status Communicator::buildTopology() {
               peers_[rank_].host, localRank[rank_], localSize[hostOf[rank_]],
               me.gpu >= 0 ? "GPU " + std::to_string(me.gpu) + " " + hosts[me.host].gpus[me.gpu].busId : "CPU",
               me.numa < 0                     ? ""
+              : hosts[me.host].numaNodes == 1 ? ", NUMA node 0 (the only one)"
               : me.gpu >= 0                   ? ", NUMA node " + std::to_string(me.numa) + " (the GPU's)"
               : records[rank_].boundNuma >= 0 ? ", NUMA node " + std::to_string(me.numa) + " (bound)"
                                               : ", NUMA node " + std::to_string(me.numa) + " (unbound: spread)");
