@@ -110,7 +110,7 @@ uint64_t mix(uint64_t a, uint64_t b) {
 Communicator::~Communicator() {
   // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
-  if (proxy_ && !aborted()) {
+  if (!proxies_.empty() && !aborted()) {
     const int64_t deadline = nowNs() + config_.timeoutNs;
     auto unsent = [&](const std::unique_ptr<SendCursor>& c) {
       return c && c->viaProxy && !c->fifo.closed() && c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
@@ -124,7 +124,7 @@ Communicator::~Communicator() {
   }
   // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
   // that are all done by now; the bootstrap serves descriptors for connections and memory.
-  proxy_.reset();
+  proxies_.clear();
   connections_.clear();
   memShare_.reset();
   bootstrap_.reset();
@@ -204,8 +204,10 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     anySocket = anySocket || k == TransportKind::kSocket;
   }
   if (anySocket) {
-    proxy_ = std::make_unique<SocketProxy>(log_);
-    CHORUS_TRY(proxy_->start());
+    for (int t = 0; t < config_.socketThreads; ++t) {
+      proxies_.push_back(std::make_unique<SocketProxy>(log_));
+      CHORUS_TRY(proxies_.back()->start());
+    }
   }
 
   CHORUS_TRY(buildTopology());

@@ -178,7 +178,7 @@ class Communicator : public TaskOwner {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::shared_ptr<Engine> engine_;
-  std::unique_ptr<SocketProxy> proxy_;
+  std::vector<std::unique_ptr<SocketProxy>> proxies_;  // CHORUS_SOCKET_NTHREADS, when any peer is remote
   HostKernels kernels_{};
 
   // Connections and this rank's positions in them.

@@ -97,6 +97,9 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_TOPO_FILE")) c.topoFile = v;
   if (const char* v = getEnv("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
 
+  x = c.socketThreads;
+  CHORUS_TRY(readInt("CHORUS_SOCKET_NTHREADS", 1, 16, &x));
+  c.socketThreads = static_cast<int>(x);
   CHORUS_TRY(readInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
   x = c.yieldIters;
   CHORUS_TRY(readInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));

@@ -32,6 +32,7 @@ struct Config {
   bool shmDisable = false;                         // CHORUS_SHM_DISABLE
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
+  int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: socket proxy threads
   int64_t spinNs = 0;                              // CHORUS_SPIN_NS: busy-poll stage before yielding
   int yieldIters = 200;                            // CHORUS_YIELD_ITERS: sched_yield stage
   int64_t sleepMaxNs = 2000000;                    // CHORUS_SLEEP_MAX_US: futex stage's longest nap

@@ -174,7 +174,8 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   // Per-peer connections (point-to-point, direct) get smaller slots than rings: a communicator
   // that talks to every peer holds n-1 of them each way.
   std::vector<std::unique_ptr<Config>> peerConfigs;
-  auto ctxFor = [&peerConfigs](Communicator* c, int channel) {
+  auto ctxFor = [&peerConfigs](Communicator* c, const ConnNeed& need) {
+    const int channel = need.channel;
     ConnectContext ctx;
     ctx.bootstrap = c->bootstrap_.get();
     ctx.config = &c->config_;
@@ -184,7 +185,12 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       ctx.config = peerConfigs.back().get();
     }
     ctx.log = &c->log_;
-    ctx.proxy = c->proxy_.get();
+    // Connections spread over the proxy threads (CHORUS_SOCKET_NTHREADS), each direction of a
+    // pair on its own; all three phases of one connection pick the same thread.
+    if (!c->proxies_.empty()) {
+      const size_t slot = static_cast<size_t>(need.peer) * 2 + (need.send ? 1 : 0) + static_cast<size_t>(channel + 8);
+      ctx.proxy = c->proxies_[slot % c->proxies_.size()].get();
+    }
     ctx.rank = c->rank_;
     return ctx;
   };
@@ -192,7 +198,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& [c, needs] : work) {
     for (const auto& n : needs) {
       if (n.send) continue;
-      ConnectContext ctx = ctxFor(c, n.channel);
+      ConnectContext ctx = ctxFor(c, n);
       Transport& t = transportFor(chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]));
       std::vector<char> handle;
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), &handle));
@@ -205,7 +211,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& [c, needs] : work) {
     for (const auto& n : needs) {
       if (!n.send) continue;
-      ConnectContext ctx = ctxFor(c, n.channel);
+      ConnectContext ctx = ctxFor(c, n);
       const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
                               c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
@@ -236,7 +242,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   // Phase 3: receivers finish (the socket transport takes the sender's connection).
   for (auto& p : pending) {
     Communicator* c = p.comm;
-    ConnectContext ctx = ctxFor(c, p.need.channel);
+    ConnectContext ctx = ctxFor(c, p.need);
     const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[p.need.peer]);
     CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, p.need.tag)));
     auto cursor = std::make_unique<RecvCursor>();
