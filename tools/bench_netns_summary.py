@@ -34,17 +34,18 @@ def main(path):
     if not iperf:
         return
     big = max(chorus)
-    print(f"\nAt {big} bytes, per round: iperf3 tx/rx Gbit/s, half the total in GB/s, Chorus out-of-place "
-          "busbw GB/s, ratio")
-    ratios = []
+    print(f"\nAt {big} bytes, per round: iperf3 tx/rx Gbit/s, half the total in GB/s, Chorus busbw GB/s "
+          "out of place and in place, and each as a share of that half")
+    ratios = ([], [])
     for r in sorted(iperf):
         tx, rx = iperf[r]
         half = (tx + rx) / 2 / 8
-        bw = big / 1e3 / chorus[big][0][r - 1]
-        ratios.append(bw / half)
-        print(f"round {r}: iperf3 {tx:.1f} / {rx:.1f} Gbit/s, half {half:.2f} GB/s, Chorus {bw:.2f} GB/s, "
-              f"{100 * bw / half:.0f}%")
-    print(f"median ratio {100 * med(ratios):.0f}%")
+        bw = [big / 1e3 / chorus[big][k][r - 1] for k in (0, 1)]
+        for k in (0, 1):
+            ratios[k].append(bw[k] / half)
+        print(f"round {r}: iperf3 {tx:.1f} / {rx:.1f} Gbit/s, half {half:.2f} GB/s, Chorus {bw[0]:.2f} / {bw[1]:.2f} GB/s, "
+              f"{100 * bw[0] / half:.0f}% / {100 * bw[1] / half:.0f}%")
+    print(f"median share: out of place {100 * med(ratios[0]):.0f}%, in place {100 * med(ratios[1]):.0f}%")
 
 
 if __name__ == "__main__":

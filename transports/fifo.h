@@ -58,6 +58,13 @@ struct FifoView {
   // is when the producer published it by reference instead of copying it into the slot, or null.
   // Written before publish(), cleared by the proxy before release().
   const char** refs = nullptr;
+  // Socket receive FIFOs only: per slot, where the consumer wants the payload (posted before the
+  // proxy starts on that slot's payload, with the byte count it expects in destBytes), or 0, or
+  // kDestInSlot once the proxy has taken the slot for itself. The consumer resets the entry to 0
+  // before it frees the slot. See Lane::postAhead.
+  std::atomic<uintptr_t>* dests = nullptr;
+  uint32_t* destBytes = nullptr;
+  static constexpr uintptr_t kDestInSlot = 1;
 
   // Lays a FIFO out in `mem` (fifoBytes(nslots, slotBytes) bytes, zeroed).
   static FifoView layout(void* mem, uint32_t nslots, uint32_t slotBytes);

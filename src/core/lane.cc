@@ -81,8 +81,40 @@ Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
   return mismatch(recv_->peer, h, bytes, -1, a_);
 }
 
+void Lane::postAhead(uint32_t limit) {
+  const size_t es = a_.elemSize;
+  while (static_cast<int32_t>(limit - postSlot_) > 0 && postStep_ < steps_.size()) {
+    const Step& st = steps_[postStep_];
+    const size_t npieces = primReceives(st.prim) ? (st.count + slotElems_ - 1) / slotElems_ : 0;
+    if (postPiece_ >= npieces) {
+      ++postStep_;
+      postPiece_ = 0;
+      continue;
+    }
+    if (st.prim == Prim::kRecv || st.prim == Prim::kRecvCopySend) {
+      const size_t off = postPiece_ * slotElems_;
+      const uint32_t idx = postSlot_ % recv_->fifo.nslots;
+      recv_->fifo.destBytes[idx] = static_cast<uint32_t>(std::min(slotElems_, st.count - off) * es);
+      uintptr_t expected = 0;
+      recv_->fifo.dests[idx].compare_exchange_strong(expected,
+                                                     reinterpret_cast<uintptr_t>(a_.output + (st.outOff + off) * es),
+                                                     std::memory_order_release, std::memory_order_relaxed);
+    }
+    ++postPiece_;
+    ++postSlot_;
+  }
+}
+
 Status Lane::progress(WaitInfo* wait, bool* moved) {
   const size_t es = a_.elemSize;
+  const bool posts = a_.sendByRef && recv_ && recv_->fifo.dests;
+  if (posts) {
+    if (!posting_) {
+      posting_ = true;
+      postSlot_ = recv_->head;
+    }
+    postAhead(recv_->head + recv_->fifo.nslots);
+  }
   while (stepIdx_ < steps_.size()) {
     const Step& st = steps_[stepIdx_];
     if (st.prim == Prim::kLocal) {
@@ -115,6 +147,12 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
         const SlotHeader* h = recv_->fifo.header(recv_->head);
         CHORUS_TRY(recvCheck(*h, bytes));
         rslot = recv_->fifo.payload(recv_->head);
+        // Already in the output when the proxy took the destination this lane posted.
+        char* dst = a_.output + (st.outOff + off) * es;
+        if (posts && recv_->fifo.dests[recv_->head % recv_->fifo.nslots].load(std::memory_order_acquire) ==
+                         reinterpret_cast<uintptr_t>(dst)) {
+          rslot = dst;
+        }
       }
       char* sslot = nullptr;
       if (tx) {
@@ -140,7 +178,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
           }
           break;
         case Prim::kRecv:
-          std::memcpy(out, rslot, bytes);
+          if (rslot != out) std::memcpy(out, rslot, bytes);
           break;
         case Prim::kCopySend:
           if (out != in) std::memmove(out, in, bytes);
@@ -154,7 +192,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
           if (!ref) std::memcpy(sslot, out, bytes);
           break;
         case Prim::kRecvCopySend:
-          std::memcpy(out, rslot, bytes);
+          if (rslot != out) std::memcpy(out, rslot, bytes);
           if (!ref) std::memcpy(sslot, rslot, bytes);
           break;
         case Prim::kRecvReduceCopy:
@@ -175,7 +213,15 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
         }
         send_->fifo.publish(++send_->tail);
       }
-      if (rx) recv_->fifo.release(++recv_->head);
+      if (rx && posts) {
+        // Forget this slot's destination and post the one for the same slot a lap ahead before
+        // the proxy may start on it.
+        recv_->fifo.dests[recv_->head % recv_->fifo.nslots].store(0, std::memory_order_relaxed);
+        postAhead(recv_->head + recv_->fifo.nslots + 1);
+        recv_->fifo.release(++recv_->head);
+      } else if (rx) {
+        recv_->consume();
+      }
       ++piece_;
       *moved = true;
       if (a_.status) a_.status->running();
@@ -306,7 +352,7 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
       for (int i = 0; i < 2; ++i) {
         if (c[i]) {
           RecvCursor* rc = recvs_[pair[i]].get();
-          rc->fifo.release(++rc->head);
+          rc->consume();
         }
       }
       folded_ = r + 1;
@@ -404,7 +450,7 @@ Status SliceLane::learnMode(RecvCursor* rc, int peer, Mode* mode, const char** b
   *base = p;
   *mode = kDesc;
   peers_[peer].readFrom = true;
-  rc->fifo.release(++rc->head);
+  rc->consume();
   return Status::ok();
 }
 
@@ -495,7 +541,7 @@ Status SliceLane::reduceSlice(WaitInfo* wait, bool* moved) {
       } else {
         k.reduce(raw ? a_.spec : noPre_, a_.type, out, out, c, n, last);
       }
-      if (!raw) rc->fifo.release(++rc->head);
+      if (!raw) rc->consume();
       folded_ = idx + 1;
       *moved = true;
     }
@@ -564,7 +610,7 @@ Status SliceLane::copyGather(int p, WaitInfo* wait, bool* moved) {
       if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecv);
       CHORUS_TRY(checkHeader(*rc->fifo.header(rc->head), p, static_cast<uint32_t>(P.gatherCopied), n * es));
       std::memcpy(out, rc->fifo.payload(rc->head), n * es);
-      rc->fifo.release(++rc->head);
+      rc->consume();
     }
     ++P.gatherCopied;
     *moved = true;
@@ -595,7 +641,7 @@ Status SliceLane::finishPeer(int p, WaitInfo* wait, bool* moved) {
     RecvCursor* rc = scatterRecvs_[p].get();
     if (!rc->fifo.hasData(rc->head)) return blockedOn(rc, wait, Prim::kRecv);
     CHORUS_TRY(checkHeader(*rc->fifo.header(rc->head), p, kDoneStep, 0));
-    rc->fifo.release(++rc->head);
+    rc->consume();
     P.doneSeen = true;
     *moved = true;
   }
@@ -626,7 +672,7 @@ Status SliceLane::hello(WaitInfo* wait, bool* moved) {
                           " as the slice all-reduce because its buffers are registered (chorusCommRegister): "
                           "between processes, register an operation's buffers on every rank or on none");
     }
-    rc->fifo.release(++rc->head);
+    rc->consume();
     helloSeen_ = true;
     *moved = true;
   }

@@ -42,6 +42,12 @@ struct RecvCursor {
   // FIFO (in-process and shared memory; not a socket proxy's copy): a consumer may take a slot on
   // seeing its header, without reading the tail counter.
   bool headerPublishes = false;
+
+  // Frees the slot at head (and forgets any destination posted for it).
+  void consume() {
+    if (fifo.dests) fifo.dests[head % fifo.nslots].store(0, std::memory_order_relaxed);
+    fifo.release(++head);
+  }
 };
 
 // What a blocked lane waits for: *word to differ from `seen`.
@@ -105,6 +111,11 @@ class Lane {
   Status recvCheck(const SlotHeader& h, size_t bytes) const;
   // Where the piece a send primitive would copy into the slot already is, or null.
   const char* sendSource(Prim p, const char* in, const char* out) const;
+  // Receive side of sendByRef (socket FIFOs with dests): tells the proxy, for every slot below
+  // `limit` not yet told, the output a receive-and-copy piece of this schedule goes to, so the
+  // payload lands there instead of in the slot. Posting for a slot happens before the slot is
+  // freed for the proxy (see the release in progress()); a slot the proxy took first is copied.
+  void postAhead(uint32_t limit);
 
   LaneArgs a_;
   std::vector<Step> steps_;
@@ -114,6 +125,10 @@ class Lane {
   size_t stepIdx_ = 0;
   size_t piece_ = 0;
   bool refsOut_ = false;  // slots published by reference may not all be on the wire yet
+  bool posting_ = false;  // postAhead's cursor below is set
+  size_t postStep_ = 0;   // the next receive piece to post for: step, piece, and its slot
+  size_t postPiece_ = 0;
+  uint32_t postSlot_ = 0;
 };
 
 // The direct all-reduce of one rank (intra-host, small messages): per slot-sized piece, send this

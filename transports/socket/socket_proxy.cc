@@ -123,11 +123,29 @@ bool SocketProxy::progressSend(Entry& e) {
   return moved;
 }
 
-bool SocketProxy::headerArrived(Entry& e, const SlotHeader& h) {
-  if (h.bytes <= e.fifo.slotBytes) return true;
-  fail(e, "a slot header claims " + std::to_string(h.bytes) + " bytes, more than the slot's " +
-              std::to_string(e.fifo.slotBytes));
-  return false;
+bool SocketProxy::headerArrived(Entry& e, SlotHeader& h) {
+  if (h.bytes > e.fifo.slotBytes) {
+    fail(e, "a slot header claims " + std::to_string(h.bytes) + " bytes, more than the slot's " +
+                std::to_string(e.fifo.slotBytes));
+    return false;
+  }
+  // Where the payload goes: the destination the consumer posted for this slot when it expects
+  // exactly this many bytes, else the slot (which the consumer then copies from).
+  e.payload = reinterpret_cast<char*>(&h) + sizeof(SlotHeader);
+  if (e.fifo.dests && h.bytes > 0) {
+    const uint32_t idx = e.next % e.fifo.nslots;
+    uintptr_t posted = 0;
+    if (!e.fifo.dests[idx].compare_exchange_strong(posted, FifoView::kDestInSlot, std::memory_order_acq_rel,
+                                                   std::memory_order_acquire) &&
+        posted != FifoView::kDestInSlot) {
+      if (e.fifo.destBytes[idx] == h.bytes) {
+        e.payload = reinterpret_cast<char*>(posted);
+      } else {
+        e.fifo.dests[idx].store(FifoView::kDestInSlot, std::memory_order_relaxed);
+      }
+    }
+  }
+  return true;
 }
 
 bool SocketProxy::progressRecv(Entry& e) {
@@ -141,7 +159,7 @@ bool SocketProxy::progressRecv(Entry& e) {
     if (e.offset < sizeof(SlotHeader)) {
       iov[niov++] = {reinterpret_cast<char*>(h) + e.offset, sizeof(SlotHeader) - e.offset};
     } else {
-      iov[niov++] = {reinterpret_cast<char*>(h) + e.offset, sizeof(SlotHeader) + h->bytes - e.offset};
+      iov[niov++] = {e.payload + (e.offset - sizeof(SlotHeader)), sizeof(SlotHeader) + h->bytes - e.offset};
       if (e.fifo.hasSpace(e.next + 1)) iov[niov++] = {e.fifo.header(e.next + 1), sizeof(SlotHeader)};
     }
     msghdr msg{};

@@ -40,8 +40,9 @@ class SocketProxy {
     bool isSend = false;
     int peer = -1;
     std::string peerName;
-    uint32_t next = 0;  // send: next slot to transmit; recv: next slot to fill
-    size_t offset = 0;  // bytes of that slot moved so far
+    uint32_t next = 0;        // send: next slot to transmit; recv: next slot to fill
+    size_t offset = 0;        // bytes of that slot moved so far
+    char* payload = nullptr;  // recv: where the current slot's payload goes (the slot or a posted buffer)
     bool wantWrite = false;
     bool failed = false;
   };
@@ -54,7 +55,8 @@ class SocketProxy {
   bool progressSend(Entry& e);
   bool progressRecv(Entry& e);
   // Checks a header just read; fails the connection if it claims more than a slot holds.
-  bool headerArrived(Entry& e, const SlotHeader& h);
+  // and picks where its payload goes (e.payload).
+  bool headerArrived(Entry& e, SlotHeader& h);
   void fail(Entry& e, const std::string& why);
 
   Logger log_;

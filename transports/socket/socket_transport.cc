@@ -3,7 +3,9 @@
 // Both sides keep their FIFO in local memory; the communicator's SocketProxy moves slots over the
 // connection. The sender opens the TCP connection through the receiver's bootstrap listener, which
 // files it under (sender, tag) for the receiver to take in phase 3.
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "src/bootstrap/bootstrap.h"
@@ -28,10 +30,20 @@ class SocketConnection : public Connection {
     refs_.assign(fifo_.nslots, nullptr);
     fifo_.refs = refs_.data();
   }
+  // A receive FIFO: the proxy can receive a slot's payload where the lane says.
+  void enableDests() {
+    dests_ = std::make_unique<std::atomic<uintptr_t>[]>(fifo_.nslots);
+    destBytes_.assign(fifo_.nslots, 0);
+    for (uint32_t i = 0; i < fifo_.nslots; ++i) dests_[i].store(0);
+    fifo_.dests = dests_.get();
+    fifo_.destBytes = destBytes_.data();
+  }
 
  private:
   Mapping mem_;
   std::vector<const char*> refs_;
+  std::unique_ptr<std::atomic<uintptr_t>[]> dests_;
+  std::vector<uint32_t> destBytes_;
 };
 
 Result<std::unique_ptr<Connection>> makeLocalFifo(ConnectContext& ctx, int peer) {
@@ -51,7 +63,9 @@ class SocketTransport : public Transport {
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
                                                 std::vector<char>* handle) override {
     handle->clear();
-    return makeLocalFifo(ctx, peer);
+    CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, makeLocalFifo(ctx, peer));
+    static_cast<SocketConnection*>(conn.get())->enableDests();
+    return conn;
   }
 
   Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t tag,
