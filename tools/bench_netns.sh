@@ -8,6 +8,7 @@
 #   iperf  round  tx-Gbit/s  rx-Gbit/s
 #   chorus round  bytes  out-of-place-us  in-place-us
 #   gloo   round  bytes  us
+#   steal  round  percent of the CPU time the hypervisor took for others during the round
 # and then the medians (tools/bench_netns_summary.py). Needs root; run after building.
 #
 #   bash tools/bench_netns.sh [ROUNDS]       extra environment (CHORUS_*) reaches every Chorus rank
@@ -45,10 +46,15 @@ if [ -f "$peer" ] && [ -f /usr/include/gloo/allreduce.h ]; then
 else
   echo "# no Gloo peer ($peer and libgloo-dev): Chorus and iperf3 only"
 fi
+steal() { awk '/^cpu / {print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 for round in $(seq 1 "$rounds"); do
   mkdir -p "$out/store.$round"
+  read -r s0 t0 < <(steal)
   bash tests/multihost/netns_run.sh --timeout 600 1,1 -- bash "$root/tools/bench_netns.sh" --rank "$round" "$out" \
     > "$out/run.$round" 2>&1 || { cat "$out/run.$round"; exit 1; }
+  read -r s1 t1 < <(steal)
+  # Time the hypervisor gave to others during the round (a shared machine's noise).
+  echo "steal $round $(awk -v a=$((s1 - s0)) -v b=$((t1 - t0)) 'BEGIN {printf "%.1f", b ? 100 * a / b : 0}')"
   awk -v r="$round" '/SUM.*\[TX-C\].*receiver/ {tx=$(NF-2)} /SUM.*\[RX-C\].*receiver/ {rx=$(NF-2)}
     END {print "iperf", r, tx, rx}' "$out/iperf.$round"
   grep -E "^ +[0-9]" "$out/chorus.$round.0" | awk -v r="$round" '{print "chorus", r, $1, $6, $10}'

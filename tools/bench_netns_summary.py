@@ -8,6 +8,7 @@ from collections import defaultdict
 
 def main(path):
     iperf = {}
+    steal = {}
     chorus = defaultdict(lambda: ([], []))
     gloo = defaultdict(list)
     for line in open(path):
@@ -20,6 +21,8 @@ def main(path):
             b = int(f[2])
             chorus[b][0].append(float(f[3]))
             chorus[b][1].append(float(f[4]))
+        elif f[0] == "steal":
+            steal[int(f[1])] = float(f[2])
         elif f[0] == "gloo":
             gloo[int(f[2])].append(float(f[3]))
     med = statistics.median
@@ -44,8 +47,12 @@ def main(path):
         for k in (0, 1):
             ratios[k].append(bw[k] / half)
         print(f"round {r}: iperf3 {tx:.1f} / {rx:.1f} Gbit/s, half {half:.2f} GB/s, Chorus {bw[0]:.2f} / {bw[1]:.2f} GB/s, "
-              f"{100 * bw[0] / half:.0f}% / {100 * bw[1] / half:.0f}%")
-    print(f"median share: out of place {100 * med(ratios[0]):.0f}%, in place {100 * med(ratios[1]):.0f}%")
+              f"{100 * bw[0] / half:.0f}% / {100 * bw[1] / half:.0f}%, steal {steal.get(r, 0):.1f}%")
+    print(f"median of the rounds' shares: out of place {100 * med(ratios[0]):.0f}%, in place {100 * med(ratios[1]):.0f}%")
+    halves = [(tx + rx) / 2 / 8 for tx, rx in iperf.values()]
+    bws = [big / 1e3 / med(chorus[big][k]) for k in (0, 1)]
+    print(f"medians: iperf3 half {med(halves):.2f} GB/s; Chorus {bws[0]:.2f} GB/s out of place "
+          f"({100 * bws[0] / med(halves):.0f}%), {bws[1]:.2f} GB/s in place ({100 * bws[1] / med(halves):.0f}%)")
 
 
 if __name__ == "__main__":
