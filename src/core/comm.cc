@@ -318,6 +318,18 @@ void Communicator::setAsyncError(const Status& s) {
     failed_.store(true, std::memory_order_release);
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  stopSocketTraffic();
+}
+
+void Communicator::stopSocketTraffic() {
+  // Socket proxies may send from and receive into the caller's buffers (by reference): once an
+  // operation has failed or been aborted, close their FIFOs and wait until the proxies are past
+  // any call in flight, so the caller may free its buffers when the failed call returns.
+  if (proxies_.empty()) return;
+  for (auto& c : connections_) {
+    if (c->kind() == TransportKind::kSocket) c->fifo().close();
+  }
+  for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
 }
 
 std::string Communicator::describePeer(int peer) const {
@@ -506,6 +518,7 @@ void Communicator::abort() {
   abort_.store(true, std::memory_order_release);
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
   for (auto& c : connections_) c->fifo().close();
+  stopSocketTraffic();
 }
 
 }  // namespace chorus

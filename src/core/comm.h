@@ -162,6 +162,8 @@ class Communicator : public TaskOwner {
   // Detects this rank's machine, allgathers every rank's, and builds the rings (one per channel)
   // and trees from them (comm_topo.cc).
   Status buildTopology();
+  // Closes the socket connections and waits for the proxies to let go of them (comm.cc).
+  void stopSocketTraffic();
   Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
                       const std::vector<int>& localRank) const;
   ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;

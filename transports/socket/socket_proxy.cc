@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -52,6 +53,18 @@ void SocketProxy::add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::st
   }
   uint64_t one = 1;
   (void)!::write(wake_.get(), &one, sizeof(one));
+}
+
+void SocketProxy::quiesce(int64_t timeoutNs) {
+  if (!thread_.joinable()) return;
+  // Two passes begun after now: the one running at the call (if any) has ended.
+  const uint64_t target = passes_.load(std::memory_order_acquire) + 2;
+  const int64_t deadline = nowNs() + timeoutNs;
+  uint64_t one = 1;
+  while (passes_.load(std::memory_order_acquire) < target && nowNs() < deadline) {
+    (void)!::write(wake_.get(), &one, sizeof(one));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 void SocketProxy::fail(Entry& e, const std::string& why) {
@@ -206,6 +219,7 @@ void SocketProxy::loop() {
   std::vector<Entry> entries;
   std::vector<pollfd> fds;
   while (!stop_.load(std::memory_order_acquire)) {
+    passes_.fetch_add(1, std::memory_order_acq_rel);
     {
       std::lock_guard<std::mutex> g(mu_);
       for (auto& e : incoming_) entries.push_back(std::move(e));

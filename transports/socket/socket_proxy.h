@@ -32,6 +32,10 @@ class SocketProxy {
   int notifyFd() const { return wake_.get(); }
   // Takes over a connected socket that carries `fifo` to (isSend) or from `peer`.
   void add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::string peerName);
+  // Returns once the thread has begun a new pass after this call (or `timeoutNs` passed): a
+  // system call it had in flight on a FIFO closed before the call is over, and it will not touch
+  // that FIFO's slots, nor the user memory they referred to, again.
+  void quiesce(int64_t timeoutNs);
 
  private:
   struct Entry {
@@ -62,6 +66,7 @@ class SocketProxy {
   Logger log_;
   UniqueFd wake_;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> passes_{0};  // loop iterations begun
   std::thread thread_;
   std::mutex mu_;
   std::vector<Entry> incoming_;  // guarded by mu_
