@@ -369,3 +369,37 @@ TEST_CASE("channels: bottleneck, estimates and NICs spread over equal choices", 
   }
   CHECK(nicsUsed.size() > 1);  // channels spread over NICs that are equally near
 }
+
+TEST_CASE("GPUs in the CUDA driver's order, as it makes them visible", "[topo]") {
+  Machine m = load("power8gpudistances.xml");
+  Machine same = m;
+  orderGpusAsCuda(same, {});
+  CHECK(serialize(same) == serialize(m));  // no driver: hwloc's order stands
+  // CUDA_VISIBLE_DEVICES=3,2 with a driver that prints 8-digit domains in upper case.
+  Machine two = m;
+  orderGpusAsCuda(two, {"0000000B:01:00.0", "0000000a:01:00.0"});
+  REQUIRE(two.gpus.size() == 2);
+  CHECK(two.gpus[0].busId == "000b:01:00.0");
+  CHECK(two.gpus[1].busId == "000a:01:00.0");
+  CHECK(linkClass(two, 0, 1) == LinkClass::kNvlink);  // the matrix followed the reordering
+  Machine split = m;
+  orderGpusAsCuda(split, {"0002:01:00.0", "000b:01:00.0", "0000:99:00.0"});
+  REQUIRE(split.gpus.size() == 3);
+  CHECK(linkClass(split, 0, 1) == LinkClass::kCrossSocket);
+  CHECK(split.gpus[2].busId == "0000:99:00.0");  // hwloc did not see it: kept, without locality
+  CHECK(split.gpus[2].numa == -1);
+  CHECK(placeRank(split, 5, 6, -1).gpu == 2);  // local rank mod the visible GPUs
+}
+
+TEST_CASE("caches are described and travel with the machine", "[topo]") {
+  const Machine m = load("96em64t-4n4d3ca2co-pci.xml");
+  REQUIRE_FALSE(m.caches.empty());
+  CHECK(m.caches.size() == m.cacheBytes.size());
+  CHECK(m.caches[0] > 0);
+  CHECK(m.cacheBytes[0] > 0);
+  const auto back = parseMachine(serialize(m));
+  REQUIRE(back.isOk());
+  CHECK(back.value().caches == m.caches);
+  CHECK(back.value().cacheBytes == m.cacheBytes);
+  CHECK_FALSE(parseMachine("machine 1 1 1 1\ncache 2 1 1024\n").isOk());  // levels in order
+}

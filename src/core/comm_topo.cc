@@ -158,8 +158,9 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
     for (const auto& n : m.nics) nics.push_back(jsonString(n.names.empty() ? n.busId : n.names.front()));
     o << "    {\"name\": " << jsonString(peers_[ranks.front()].host) << ", \"ranks\": " << jsonList(ranks)
       << ", \"packages\": " << m.packages << ", \"numaNodes\": " << m.numaNodes << ", \"cores\": " << m.cores
-      << ", \"pus\": " << m.pus << ", \"gpus\": " << jsonList(gpus) << ", \"nics\": " << jsonList(nics) << "}"
-      << (h + 1 < hosts.size() ? "," : "") << "\n";
+      << ", \"pus\": " << m.pus << ", \"caches\": " << jsonList(m.caches)
+      << ", \"cacheBytes\": " << jsonList(m.cacheBytes) << ", \"gpus\": " << jsonList(gpus)
+      << ", \"nics\": " << jsonList(nics) << "}" << (h + 1 < hosts.size() ? "," : "") << "\n";
   }
   o << "  ],\n  \"ranks\": [\n";
   for (int r = 0; r < nranks_; ++r) {

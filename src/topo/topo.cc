@@ -2,6 +2,7 @@
 
 #include <hwloc.h>
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -116,6 +117,12 @@ Result<Machine> detect(const std::string& xmlPath) {
   m.numaNodes = hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_NUMANODE);
   m.cores = hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_CORE);
   m.pus = hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_PU);
+  for (hwloc_obj_type_t t : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L4CACHE}) {
+    const int n = hwloc_get_nbobjs_by_type(raw, t);
+    if (n <= 0) break;
+    m.caches.push_back(n);
+    m.cacheBytes.push_back(hwloc_get_obj_by_type(raw, t, 0)->attr->cache.size);
+  }
   for (hwloc_obj_t o = hwloc_get_next_pcidev(raw, nullptr); o; o = hwloc_get_next_pcidev(raw, o)) {
     bool network = (o->attr->pcidev.class_id >> 8) == 0x02 || o->attr->pcidev.class_id == 0x0c06;  // net / IB
     for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) network = network || isNetworkOsdev(c);
@@ -158,6 +165,7 @@ Result<Machine> detect(const std::string& xmlPath) {
     }
     hwloc_distances_release(raw, dist);
   }
+  if (xmlPath.empty()) orderGpusAsCuda(m, cudaVisibleBusIds());
   return m;
 }
 
@@ -180,6 +188,13 @@ std::string describe(const Machine& m) {
   std::ostringstream o;
   o << m.packages << " package(s), " << m.numaNodes << " NUMA node(s), " << m.cores << " cores, " << m.pus
     << " hardware threads, " << m.gpus.size() << " NVIDIA GPU(s), " << m.nics.size() << " NIC(s)\n";
+  if (!m.caches.empty()) {
+    o << "caches:";
+    for (size_t l = 0; l < m.caches.size(); ++l) {
+      o << (l ? "," : "") << " " << m.caches[l] << " x L" << l + 1 << " " << m.cacheBytes[l] / 1024 << " KiB";
+    }
+    o << "\n";
+  }
   auto where = [](const Device& d) {
     std::ostringstream w;
     w << (d.busId.empty() ? "(not PCI)" : d.busId) << " numa " << d.numa << " package " << d.package;
@@ -348,6 +363,8 @@ void putDevice(std::ostringstream& o, char kind, const Device& d) {
 std::string serialize(const Machine& m) {
   std::ostringstream o;
   o << "machine " << m.packages << " " << m.numaNodes << " " << m.cores << " " << m.pus << "\n";
+  for (size_t l = 0; l < m.caches.size(); ++l)
+    o << "cache " << l + 1 << " " << m.caches[l] << " " << m.cacheBytes[l] << "\n";
   for (const auto& g : m.gpus) putDevice(o, 'g', g);
   for (const auto& n : m.nics) putDevice(o, 'n', n);
   if (!m.nvlink.empty()) {
@@ -373,6 +390,13 @@ Result<Machine> parseMachine(const std::string& text) {
     if (kind == "machine") {
       if (!(l >> m.packages >> m.numaNodes >> m.cores >> m.pus)) return bad("machine line: " + line);
       header = true;
+    } else if (kind == "cache") {
+      size_t level = 0;
+      int count = 0;
+      uint64_t bytes = 0;
+      if (!(l >> level >> count >> bytes) || level != m.caches.size() + 1) return bad("cache line: " + line);
+      m.caches.push_back(count);
+      m.cacheBytes.push_back(bytes);
     } else if (kind == "dev") {
       char k = 0;
       Device d;
@@ -594,6 +618,84 @@ DoubleTree buildRankTrees(const std::vector<RankPlace>& ranks, const std::vector
     t.root[k] = hostOrder.empty() ? -1 : chain[hostOrder[nodes.root[k]]][0];
   }
   return t;
+}
+
+namespace {
+
+// "0000:04:00.0", "00000000:04:00.0" or "0000:04:00" in either case -> "0000:04:00.0"; empty if
+// it is not a bus id.
+std::string normalBusId(const std::string& id) {
+  unsigned domain = 0;
+  unsigned bus = 0;
+  unsigned dev = 0;
+  unsigned func = 0;
+  if (std::sscanf(id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &func) < 3) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", domain, bus, dev, func);
+  return buf;
+}
+
+}  // namespace
+
+void orderGpusAsCuda(Machine& m, const std::vector<std::string>& cudaBusIds) {
+  if (cudaBusIds.empty()) return;
+  std::vector<Device> gpus;
+  std::vector<int> from;  // index in the old m.gpus, or -1
+  for (const auto& raw : cudaBusIds) {
+    const std::string id = normalBusId(raw);
+    int found = -1;
+    for (size_t i = 0; i < m.gpus.size(); ++i) {
+      if (normalBusId(m.gpus[i].busId) == id) found = static_cast<int>(i);
+    }
+    if (found >= 0) {
+      gpus.push_back(m.gpus[found]);
+    } else {
+      Device d;  // visible to CUDA, unknown to hwloc: no locality
+      d.busId = id.empty() ? raw : id;
+      d.vendor = 0x10de;
+      gpus.push_back(d);
+    }
+    from.push_back(found);
+  }
+  if (!m.nvlink.empty()) {
+    std::vector<std::vector<uint64_t>> nv(gpus.size(), std::vector<uint64_t>(gpus.size(), 0));
+    for (size_t a = 0; a < gpus.size(); ++a) {
+      for (size_t b = 0; b < gpus.size(); ++b) {
+        if (from[a] >= 0 && from[b] >= 0) nv[a][b] = m.nvlink[from[a]][from[b]];
+      }
+    }
+    m.nvlink = std::move(nv);
+  }
+  m.gpus = std::move(gpus);
+}
+
+std::vector<std::string> cudaVisibleBusIds() {
+  // The driver API through dlopen, as the CUDA runtime itself reaches it: no link-time
+  // dependency, and CUDA_VISIBLE_DEVICES is honoured by the driver.
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return out;
+    using InitFn = int (*)(unsigned);
+    using CountFn = int (*)(int*);
+    using GetFn = int (*)(int*, int);
+    using BusIdFn = int (*)(char*, int, int);
+    auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+    auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+    auto get = reinterpret_cast<GetFn>(dlsym(lib, "cuDeviceGet"));
+    auto busId = reinterpret_cast<BusIdFn>(dlsym(lib, "cuDeviceGetPCIBusId"));
+    int n = 0;
+    if (init && count && get && busId && init(0) == 0 && count(&n) == 0) {
+      for (int i = 0; i < n; ++i) {
+        int dev = 0;
+        char buf[64] = {0};
+        if (get(&dev, i) == 0 && busId(buf, sizeof(buf), dev) == 0) out.emplace_back(buf);
+      }
+    }
+    // The library stays loaded: the driver does not expect to be unloaded after cuInit.
+    return out;
+  }();
+  return ids;
 }
 
 }  // namespace chorus::topo

@@ -42,7 +42,12 @@ struct Machine {
   int numaNodes = 0;
   int cores = 0;
   int pus = 0;
-  std::vector<Device> gpus;  // class 0300/0302, vendor 0x10de, in PCI order
+  // Data or unified caches by level (index 0: L1), the size of one and how many there are.
+  std::vector<uint64_t> cacheBytes;
+  std::vector<int> caches;
+  // class 0300/0302, vendor 0x10de: in PCI order, or, on a live machine where the CUDA driver
+  // answers, the devices it makes visible in its order (CUDA_VISIBLE_DEVICES applies).
+  std::vector<Device> gpus;
   std::vector<Device> nics;  // Ethernet and RDMA devices (an ib0 and its mlx5_0 are one NIC)
   // GPU x GPU NVLink bandwidth (hwloc's "NVLinkBandwidth" matrix, its unit), in `gpus` order;
   // empty when hwloc reports none.
@@ -54,6 +59,15 @@ struct Machine {
 
 // The live machine (xmlPath empty) or the machine an hwloc XML file describes.
 Result<Machine> detect(const std::string& xmlPath);
+// Puts m.gpus in the order of `cudaBusIds` (the CUDA driver's visible devices, by PCI bus id in
+// any case and domain width) and drops GPUs it does not list; GPUs it lists that hwloc did not
+// find are added with what the bus id says. Empty `cudaBusIds`: m is left as it is. The NVLink
+// matrix follows the new order.
+void orderGpusAsCuda(Machine& m, const std::vector<std::string>& cudaBusIds);
+// The PCI bus ids of the devices the CUDA driver makes visible, in its order; empty without a
+// driver (libcuda.so.1 is opened at run time, so the library never needs it).
+std::vector<std::string> cudaVisibleBusIds();
+
 // detect(), once per process and path (hwloc takes milliseconds to load a machine with its PCI
 // tree; every communicator of a process asks).
 Result<Machine> detectCached(const std::string& xmlPath);
