@@ -41,12 +41,18 @@ TEST_CASE("CHORUS_ALGO is chosen per call unless forced", "[config]") {
     CHECK(d.value().algo == "ring");
   }
   {
-    ScopedEnv e("CHORUS_ALGO", "tree");
+    ScopedEnv e("CHORUS_ALGO", "Tree");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(d.value().algo == "tree");
+  }
+  {
+    ScopedEnv e("CHORUS_ALGO", "collnet");
     auto d = Config::fromEnv();
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == chorusInvalidArgument);
-    CHECK(d.status().message().find("CHORUS_ALGO=tree") != std::string::npos);
-    CHECK(d.status().message().find("ring, direct") != std::string::npos);
+    CHECK(d.status().message().find("CHORUS_ALGO=collnet") != std::string::npos);
+    CHECK(d.status().message().find("ring, direct, slice, tree") != std::string::npos);
   }
 }
 

@@ -60,5 +60,5 @@ if [ "${CHORUS_TEST_TIER:-default}" = extended ]; then
     -DCHORUS_ENABLE_CUDA=OFF > /dev/null
   cmake --build "$tsan" -j "$jobs" --target api_test grid_test
   (cd "$tsan" && TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure \
-    -R '^(api_test|grid_threads_(streams|shm|socket|nchannels2|direct|slice))$')
+    -R '^(api_test|grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree))$')
 fi

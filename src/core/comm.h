@@ -124,6 +124,10 @@ class Communicator : public TaskOwner {
   // Whether an op runs the direct all-reduce (DirectLane) rather than the ring: chosen from what
   // every rank knows alike (the op, the settings, where the ranks are), so all ranks agree.
   bool useDirect(const OpInfo& op) const;
+  // The double-binary-tree all-reduce (CHORUS_ALGO=tree), its neighbours and children.
+  bool useTree(const OpInfo& op) const;
+  bool treeNeighbour(int tree, int peer) const;
+  std::vector<int> treeChildren(int tree) const;
   // Whether an op runs the slice all-reduce (SliceLane): larger all-reduces on one host.
   // kLocal: chosen by this rank alone (its buffers are registered), so neighbours check it.
   enum class SliceChoice { kNo, kAgreed, kLocal };

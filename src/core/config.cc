@@ -133,10 +133,10 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_ALGO")) {
     std::string lower(v);
     for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower != "ring" && lower != "direct" && lower != "slice") {
+    if (lower != "ring" && lower != "direct" && lower != "slice" && lower != "tree") {
       return invalidArgument(
           std::string("CHORUS_ALGO=") + v +
-          " is not an algorithm this build has (ring, direct, slice); unset it to let Chorus choose");
+          " is not an algorithm this build has (ring, direct, slice, tree); unset it to let Chorus choose");
     }
     c.algo = lower;
   }

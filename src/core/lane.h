@@ -167,6 +167,43 @@ class DirectLane {
   bool stashed_ = false;
 };
 
+// One tree of the double-binary-tree all-reduce (src/topo buildRankTrees), over the elements
+// [offset, offset + count): per slot-sized piece, up the tree (this rank's input with its pre-op,
+// then each child's partial result in the order given, sent to the parent; the root applies the
+// post-op into its output), then, once every piece has gone up, down it (the root's result to
+// every rank, forwarded to the children). Every rank ends with the root's bits. The connections
+// are one per ordered pair of tree neighbours and direction, used by nothing else while the lane
+// runs: the two trees of one all-reduce use different sets (direct and gather) and run at once.
+class TreeLane {
+ public:
+  TreeLane(const LaneArgs& args, size_t offset, size_t count, int parent, std::vector<int> children,
+           const std::unique_ptr<SendCursor>* sends, const std::unique_ptr<RecvCursor>* recvs);
+
+  Status progress(WaitInfo* wait, bool* moved);
+  bool done() const { return down_ && piece_ >= npieces_; }
+
+ private:
+  Status up(WaitInfo* wait, bool* moved);
+  Status down(WaitInfo* wait, bool* moved);
+  Status take(int peer, size_t bytes, const char** data, WaitInfo* wait);
+  SlotHeader* stamp(SendCursor* sc, size_t bytes) const;
+
+  LaneArgs a_;
+  ReduceSpec noPre_;
+  size_t offset_;
+  size_t count_;
+  int parent_;
+  std::vector<int> children_;
+  const std::unique_ptr<SendCursor>* sends_;  // indexed by rank
+  const std::unique_ptr<RecvCursor>* recvs_;
+  size_t slotElems_;
+  size_t npieces_;
+  bool down_ = false;   // the up phase is over
+  size_t piece_ = 0;    // piece of the current phase
+  size_t folded_ = 0;   // up: children folded into this piece; down: children sent to
+  bool taken_ = false;  // down: this piece has come from the parent (or this rank is the root)
+};
+
 // The slice all-reduce of one rank (intra-host, large messages): each rank reduces one slice
 // (block) of the message from every rank's contribution and hands the result to every peer.
 // Per peer and direction there are two connections: "scatter" (this rank's input for the

@@ -79,7 +79,7 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
 
 bool Communicator::useDirect(const OpInfo& op) const {
   if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
-  if (config_.algo == "ring" || config_.algo == "slice") return false;
+  if (config_.algo == "ring" || config_.algo == "slice" || config_.algo == "tree") return false;
   if (config_.algo == "direct") return true;
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
   // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
@@ -87,6 +87,23 @@ bool Communicator::useDirect(const OpInfo& op) const {
   // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
   const size_t limit = singleHost_ ? config_.directMaxBytes : config_.directMaxBytes / 2;
   return nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= limit;
+}
+
+bool Communicator::useTree(const OpInfo& op) const {
+  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo == "tree";
+}
+
+bool Communicator::treeNeighbour(int tree, int peer) const {
+  const std::vector<int>& parent = trees_.parent[tree];
+  return peer != rank_ && (parent[rank_] == peer || parent[peer] == rank_);
+}
+
+std::vector<int> Communicator::treeChildren(int tree) const {
+  std::vector<int> children;
+  for (int r = 0; r < nranks_; ++r) {
+    if (trees_.parent[tree][r] == rank_) children.push_back(r);
+  }
+  return children;
 }
 
 bool Communicator::sliceForced(const OpInfo& op) const {
@@ -120,8 +137,10 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   bool direct = false;
   bool slice = false;
   bool p2p = false;
+  bool tree = false;
   for (const auto& op : ops) {
     const bool d = useDirect(op);
+    tree = tree || useTree(op);
     // Connections follow what every rank knows alike, never one rank's registrations: where a
     // process may pick the slice schedule for itself, every rank connects for both it and the
     // ring (the slice run's hello goes over the ring).
@@ -156,10 +175,14 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   for (int p = 0; p < nranks_; ++p) {
     if (p2p && sendTo[p] && !p2pSend_[p]) needs.push_back({p, true, kP2pTag, kP2pChannel});
     if (p2p && recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, kP2pChannel});
-    if (direct && p != rank_ && !directSend_[p]) needs.push_back({p, true, kDirectTag, kDirectChannel});
-    if (direct && p != rank_ && !directRecv_[p]) needs.push_back({p, false, kDirectTag, kDirectChannel});
-    if (slice && p != rank_ && !gatherSend_[p]) needs.push_back({p, true, kGatherTag, kGatherChannel});
-    if (slice && p != rank_ && !gatherRecv_[p]) needs.push_back({p, false, kGatherTag, kGatherChannel});
+    // The trees use the direct connections (tree 0) and the gather ones (tree 1) to their
+    // neighbours only.
+    const bool wantDirect = p != rank_ && (direct || (tree && treeNeighbour(0, p)));
+    const bool wantGather = p != rank_ && (slice || (tree && treeNeighbour(1, p)));
+    if (wantDirect && !directSend_[p]) needs.push_back({p, true, kDirectTag, kDirectChannel});
+    if (wantDirect && !directRecv_[p]) needs.push_back({p, false, kDirectTag, kDirectChannel});
+    if (wantGather && !gatherSend_[p]) needs.push_back({p, true, kGatherTag, kGatherChannel});
+    if (wantGather && !gatherRecv_[p]) needs.push_back({p, false, kGatherTag, kGatherChannel});
   }
   return needs;
 }
@@ -415,12 +438,14 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       continue;
     }
     const bool direct = useDirect(op);
-    const SliceChoice sliceChoice = direct ? SliceChoice::kNo : useSlice(op);
+    const bool tree = useTree(op);
+    const SliceChoice sliceChoice = direct || tree ? SliceChoice::kNo : useSlice(op);
     const bool slice = sliceChoice != SliceChoice::kNo;
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
       log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
                 typeName(op.type),
                 direct                               ? "direct"
+                : tree                               ? "tree"
                 : sliceChoice == SliceChoice::kLocal ? "slice (buffers registered)"
                 : slice                              ? "slice"
                                                      : "ring");
@@ -434,6 +459,20 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       a.status = &channelStatus_[0];
       task->addStage(
           DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()));
+      continue;
+    }
+    if (tree) {
+      // Half the elements down each tree, at once, over disjoint connections.
+      a.slotBytes = config_.peerSlots();
+      a.status = &channelStatus_[0];
+      std::vector<TreeLane> lanes;
+      for (int t = 0; t < 2; ++t) {
+        const Block b = partition(op.count, 2, t);
+        lanes.emplace_back(a, b.offset, b.count, trees_.parent[t][rank_], treeChildren(t),
+                           t == 0 ? directSend_.data() : gatherSend_.data(),
+                           t == 0 ? directRecv_.data() : gatherRecv_.data());
+      }
+      task->addStage(std::move(lanes));
       continue;
     }
     if (slice) {

@@ -44,6 +44,10 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       Status s = run(*sl);
       if (!s.isOk()) return s;
     }
+    for (auto& lane : stages_[stage_].trees) {
+      Status s = run(lane);
+      if (!s.isOk()) return s;
+    }
     if (!stageDone) break;
     ++stage_;
   }

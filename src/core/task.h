@@ -43,9 +43,10 @@ class Task {
   explicit Task(TaskOwner* owner) : owner_(owner) {}
 
   TaskOwner* owner() const { return owner_; }
-  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}, {}}); }
-  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane), {}}); }
-  void addStage(SliceLane lane) { stages_.push_back(Stage{{}, {}, std::move(lane)}); }
+  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}, {}, {}}); }
+  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane), {}, {}}); }
+  void addStage(SliceLane lane) { stages_.push_back(Stage{{}, {}, std::move(lane), {}}); }
+  void addStage(std::vector<TreeLane> lanes) { stages_.push_back(Stage{{}, {}, {}, std::move(lanes)}); }
   void reserveStages(size_t n) { stages_.reserve(n); }
   // Lanes of one queue run one after another (they share a connection); queues run concurrently
   // with each other and with the stages.
@@ -73,11 +74,12 @@ class Task {
 
  private:
   TaskOwner* owner_;
-  // One collective: the lanes of its channels, a direct lane, or a slice lane.
+  // One collective: the lanes of its channels, a direct lane, a slice lane, or its two trees.
   struct Stage {
     std::vector<Lane> lanes;
     std::optional<DirectLane> direct;
     std::optional<SliceLane> slice;
+    std::vector<TreeLane> trees;
   };
   std::vector<Stage> stages_;
   size_t stage_ = 0;
