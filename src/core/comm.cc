@@ -326,8 +326,11 @@ void Communicator::stopSocketTraffic() {
   // operation has failed or been aborted, close their FIFOs and wait until the proxies are past
   // any call in flight, so the caller may free its buffers when the failed call returns.
   if (proxies_.empty()) return;
-  for (auto& c : connections_) {
-    if (c->kind() == TransportKind::kSocket) c->fifo().close();
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : connections_) {
+      if (c->kind() == TransportKind::kSocket) c->fifo().close();
+    }
   }
   for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
 }
@@ -517,7 +520,10 @@ Status Communicator::waitIdle() {
 void Communicator::abort() {
   abort_.store(true, std::memory_order_release);
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
-  for (auto& c : connections_) c->fifo().close();
+  {
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : connections_) c->fifo().close();
+  }
   stopSocketTraffic();
 }
 

@@ -188,7 +188,8 @@ class Communicator : public TaskOwner {
   HostKernels kernels_{};
 
   // Connections and this rank's positions in them.
-  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // appended under connMu_
+  std::mutex connMu_;  // connections_ against abort() and a failure closing them from another thread
   // Per channel: the ring order of ranks (src/topo buildRing) and this rank's index in it.
   std::vector<std::vector<int>> rings_;
   std::vector<int> ringPos_;

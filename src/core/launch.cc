@@ -227,7 +227,10 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), &handle));
       CHORUS_TRY(c->bootstrap_->send(n.peer, makeTag(TagSpace::kConnect, n.tag), handle.data(), handle.size()));
       pending.push_back({c, n, conn.get()});
-      c->connections_.push_back(std::move(conn));
+      {
+        std::lock_guard<std::mutex> g(c->connMu_);
+        c->connections_.push_back(std::move(conn));
+      }
     }
   }
   // Phase 2: every sender attaches to the FIFO it was told about.
@@ -259,7 +262,10 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
         c->log_.info(kSubsysP2p, "P2P : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
         c->p2pSend_[n.peer] = std::move(cursor);
       }
-      c->connections_.push_back(std::move(conn));
+      {
+        std::lock_guard<std::mutex> g(c->connMu_);
+        c->connections_.push_back(std::move(conn));
+      }
     }
   }
   // Phase 3: receivers finish (the socket transport takes the sender's connection).
