@@ -98,6 +98,7 @@ struct InitRecord {
   char proto[16] = {0};
   uint64_t directMaxBytes = 0;
   uint64_t peerSlotBytes = 0;
+  topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
 };
 
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -160,6 +161,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
   me.directMaxBytes = config_.directMaxBytes;
   me.peerSlotBytes = config_.peerSlotBytes;
+  topo::Machine machine;
+  CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
   all[rank_] = mine;
@@ -210,7 +213,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
   }
 
-  CHORUS_TRY(buildTopology());
+  std::vector<topo::TopoRecord> topoRecords(nranks_);
+  for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
+  CHORUS_TRY(buildTopology(machine, topoRecords));
   ringSend_.resize(config_.nChannels);
   ringRecv_.resize(config_.nChannels);
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);

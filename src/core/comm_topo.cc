@@ -12,10 +12,8 @@
 namespace chorus {
 namespace {
 
-struct TopoRecord {
-  int32_t boundNuma = -1;
-  uint32_t machineBytes = 0;
-};
+// A machine with hundreds of GPUs and NICs describes itself in tens of KiB.
+constexpr uint32_t kMaxMachineBytes = 1u << 20;
 
 std::string jsonString(const std::string& s) {
   std::string o = "\"";
@@ -56,27 +54,33 @@ std::string treeLine(const topo::DoubleTree& t, int k, int rank) {
 
 }  // namespace
 
-Status Communicator::buildTopology() {
-  // This rank's machine. A CHORUS_TOPO_FILE that cannot be read is an error; a live machine hwloc
-  // cannot describe is not (the rings then follow rank order).
-  topo::Machine machine;
+Status Communicator::detectMachine(topo::Machine* machine, topo::TopoRecord* record) {
+  // A CHORUS_TOPO_FILE that cannot be read is an error; a live machine hwloc cannot describe is
+  // not (the rings then follow rank order).
   auto detected = topo::detectCached(config_.topoFile);
   if (detected.isOk()) {
-    machine = std::move(detected).value();
+    *machine = std::move(detected).value();
   } else if (!config_.topoFile.empty()) {
     return detected.status();
   } else {
     log_.warn(kSubsysInit, "topology detection failed ({}); rings follow rank order", detected.status().message());
   }
+  record->boundNuma = topo::boundNuma(*machine);
+  record->machineBytes = static_cast<uint32_t>(topo::serialize(*machine).size());
+  return Status::ok();
+}
+
+Status Communicator::buildTopology(const topo::Machine& machine, const std::vector<topo::TopoRecord>& records) {
   const std::string mine = topo::serialize(machine);
-  std::vector<TopoRecord> records(nranks_);
-  records[rank_].boundNuma = topo::boundNuma(machine);
-  records[rank_].machineBytes = static_cast<uint32_t>(mine.size());
-  const TopoRecord myRecord = records[rank_];
-  CHORUS_TRY(bootstrap_->allGather(records.data(), sizeof(TopoRecord)));
-  records[rank_] = myRecord;
   size_t width = 1;
-  for (const auto& r : records) width = std::max<size_t>(width, r.machineBytes);
+  for (int r = 0; r < nranks_; ++r) {
+    if (records[r].machineBytes > kMaxMachineBytes) {
+      return invalidUsage("rank " + std::to_string(r) + " describes its machine in " +
+                          std::to_string(records[r].machineBytes) + " bytes, more than the " +
+                          std::to_string(kMaxMachineBytes) + " any machine needs: are all ranks the same Chorus?");
+    }
+    width = std::max<size_t>(width, records[r].machineBytes);
+  }
   std::vector<char> blobs(width * static_cast<size_t>(nranks_), 0);
   std::copy(mine.begin(), mine.end(), blobs.begin() + static_cast<std::ptrdiff_t>(width * rank_));
   CHORUS_TRY(bootstrap_->allGather(blobs.data(), width));

@@ -86,6 +86,13 @@ LinkClass linkClass(const Device& a, const Device& b);
 // Several lines a person can read: counts, then each GPU and NIC with its locality.
 std::string describe(const Machine& m);
 
+// What a rank tells the others at init about itself: the NUMA node its CPU affinity lies within
+// (-1: unbound) and the length of its machine's description (serialize()), which follows.
+struct TopoRecord {
+  int32_t boundNuma = -1;
+  uint32_t machineBytes = 0;
+};
+
 // Where one rank runs: which host (an index into the hosts' Machines), and the GPU it drives (an
 // index into that Machine's gpus, or -1 for a CPU rank, then placed by its NUMA node, -1 unknown).
 struct RankPlace {
