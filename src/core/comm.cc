@@ -161,7 +161,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
   me.directMaxBytes = config_.directMaxBytes;
   me.peerSlotBytes = config_.peerSlotBytes;
-  topo::Machine machine;
+  std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));

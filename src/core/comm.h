@@ -163,11 +163,11 @@ class Communicator : public TaskOwner {
  private:
   Communicator() = default;
   Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
-  // This rank's machine (hwloc or CHORUS_TOPO_FILE) and the record that goes with it in the init
-  // allgather; then, with every rank's record, allgathers the machines' descriptions and builds
+  // This rank's machine (hwloc or CHORUS_TOPO_FILE) as text, and the record that goes with it in
+  // the init allgather; then, with every rank's record, allgathers the descriptions and builds
   // the rings (one per channel) and trees (comm_topo.cc).
-  Status detectMachine(topo::Machine* machine, topo::TopoRecord* record);
-  Status buildTopology(const topo::Machine& machine, const std::vector<topo::TopoRecord>& records);
+  Status detectMachine(std::string* description, topo::TopoRecord* record);
+  Status buildTopology(const std::string& mine, const std::vector<topo::TopoRecord>& records);
   // Closes the socket connections and waits for the proxies to let go of them (comm.cc).
   void stopSocketTraffic();
   Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,

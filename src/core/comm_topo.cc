@@ -54,24 +54,25 @@ std::string treeLine(const topo::DoubleTree& t, int k, int rank) {
 
 }  // namespace
 
-Status Communicator::detectMachine(topo::Machine* machine, topo::TopoRecord* record) {
+Status Communicator::detectMachine(std::string* description, topo::TopoRecord* record) {
   // A CHORUS_TOPO_FILE that cannot be read is an error; a live machine hwloc cannot describe is
   // not (the rings then follow rank order).
+  topo::Machine machine;
   auto detected = topo::detectCached(config_.topoFile);
   if (detected.isOk()) {
-    *machine = std::move(detected).value();
+    machine = std::move(detected).value();
   } else if (!config_.topoFile.empty()) {
     return detected.status();
   } else {
     log_.warn(kSubsysInit, "topology detection failed ({}); rings follow rank order", detected.status().message());
   }
-  record->boundNuma = topo::boundNuma(*machine);
-  record->machineBytes = static_cast<uint32_t>(topo::serialize(*machine).size());
+  *description = topo::serialize(machine);
+  record->boundNuma = topo::boundNuma(machine);
+  record->machineBytes = static_cast<uint32_t>(description->size());
   return Status::ok();
 }
 
-Status Communicator::buildTopology(const topo::Machine& machine, const std::vector<topo::TopoRecord>& records) {
-  const std::string mine = topo::serialize(machine);
+Status Communicator::buildTopology(const std::string& mine, const std::vector<topo::TopoRecord>& records) {
   size_t width = 1;
   for (int r = 0; r < nranks_; ++r) {
     if (records[r].machineBytes > kMaxMachineBytes) {

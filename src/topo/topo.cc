@@ -82,24 +82,22 @@ int gpuIndexOf(const Machine& m, hwloc_obj_t o) {
   return -1;
 }
 
+// Per link class, in enum order: its name, the cost of a ring hop over it (lower is better), and
+// an estimate of its bandwidth in GB/s for the tuner.
+struct LinkInfo {
+  const char* name;
+  int cost;
+  double bwGBs;
+};
+constexpr LinkInfo kLinks[] = {
+    {"NVLink", 0, 20},         {"same PCI switch", 1, 24}, {"same host bridge", 2, 20},
+    {"same NUMA node", 3, 16}, {"same package", 4, 12},    {"across sockets", 8, 10},
+};
+const LinkInfo& linkInfo(LinkClass c) { return kLinks[static_cast<int>(c)]; }
+
 }  // namespace
 
-const char* linkClassName(LinkClass c) {
-  switch (c) {
-    case LinkClass::kNvlink:
-      return "NVLink";
-    case LinkClass::kSameSwitch:
-      return "same PCI switch";
-    case LinkClass::kSameHostBridge:
-      return "same host bridge";
-    case LinkClass::kSameNuma:
-      return "same NUMA node";
-    case LinkClass::kSamePackage:
-      return "same package";
-    default:
-      return "across sockets";
-  }
-}
+const char* linkClassName(LinkClass c) { return linkInfo(c).name; }
 
 Result<Machine> detect(const std::string& xmlPath) {
   hwloc_topology_t raw = nullptr;
@@ -215,22 +213,7 @@ std::string describe(const Machine& m) {
   return o.str();
 }
 
-int hopCost(LinkClass c) {
-  switch (c) {
-    case LinkClass::kNvlink:
-      return 0;
-    case LinkClass::kSameSwitch:
-      return 1;
-    case LinkClass::kSameHostBridge:
-      return 2;
-    case LinkClass::kSameNuma:
-      return 3;
-    case LinkClass::kSamePackage:
-      return 4;
-    default:
-      return 8;
-  }
-}
+int hopCost(LinkClass c) { return linkInfo(c).cost; }
 
 namespace {
 
@@ -473,22 +456,7 @@ int nearestNic(const Machine& m, const RankPlace& r) {
   return best;
 }
 
-double linkBwGBs(LinkClass c) {
-  switch (c) {
-    case LinkClass::kNvlink:
-      return 20;
-    case LinkClass::kSameSwitch:
-      return 24;
-    case LinkClass::kSameHostBridge:
-      return 20;
-    case LinkClass::kSameNuma:
-      return 16;
-    case LinkClass::kSamePackage:
-      return 12;
-    default:
-      return 10;
-  }
-}
+double linkBwGBs(LinkClass c) { return linkInfo(c).bwGBs; }
 
 namespace {
 
