@@ -403,3 +403,60 @@ TEST_CASE("caches are described and travel with the machine", "[topo]") {
   CHECK(back.value().cacheBytes == m.cacheBytes);
   CHECK_FALSE(parseMachine("machine 1 1 1 1\ncache 2 1 1024\n").isOk());  // levels in order
 }
+
+TEST_CASE("the tuner: the tree for latency-bound sizes at several hosts, the ring otherwise", "[topo]") {
+  const Machine eth = load("96em64t-4n4d3ca2co-pci.xml");
+  // Ranks per host -> the model, from the same builders the runtime uses.
+  auto model = [&](std::vector<int> perHost, double* netLatency) {
+    std::vector<RankPlace> ranks;
+    for (size_t h = 0; h < perHost.size(); ++h) {
+      for (int l = 0; l < perHost[h]; ++l) ranks.push_back(placeRank(eth, l, perHost[h], -1));
+      for (size_t r = ranks.size() - perHost[h]; r < ranks.size(); ++r) ranks[r].host = static_cast<int>(h);
+    }
+    const auto plans = buildChannels(ranks, std::vector<Machine>(perHost.size(), eth), 1);
+    *netLatency = plans[0].hopLatencyUs;
+    return allReduceModel(ranks, plans[0], buildRankTrees(ranks, plans[0].ring));
+  };
+  double lat = 0;
+
+  // One host: the tree is a chain as long as the ring, so it never wins.
+  AllReduceModel m = model({8}, &lat);
+  CHECK(treeMaxBytes(m) == 0);
+  for (double b : {8.0, 4096.0, 1e6}) CHECK(treeAllReduceUs(m, b) >= ringAllReduceUs(m, b));
+  // Two hosts, one rank each: both cross one hop up and one down.
+  m = model({1, 1}, &lat);
+  CHECK(m.ringLatencyUs == Approx(2 * lat));
+  CHECK(m.treeLatencyUs == Approx(2 * lat));
+  CHECK(treeMaxBytes(m) == 0);
+
+  // Three hosts: NCCL's tree over three nodes is a chain (the root has one child), as deep as
+  // the ring's four steps, so still no tree.
+  m = model({1, 1, 1}, &lat);
+  CHECK(m.ringLatencyUs == Approx(4 * lat));
+  CHECK(m.treeLatencyUs == Approx(4 * lat));
+  CHECK(treeMaxBytes(m) == 0);
+
+  // Four hosts: the ring takes 6 network steps, the tree 2 up and 2 down; per byte the ring sends
+  // 3/2 of the message and the tree 2, so they cross at 2 x latency / (1/2 / bandwidth).
+  m = model({1, 1, 1, 1}, &lat);
+  CHECK(m.ringLatencyUs == Approx(6 * lat));
+  CHECK(m.treeLatencyUs == Approx(4 * lat));
+  const size_t cross = treeMaxBytes(m);
+  CHECK(static_cast<double>(cross) == Approx(4 * lat * m.bwGBs * 1e3).epsilon(1e-6));
+  CHECK(treeAllReduceUs(m, cross * 0.9) < ringAllReduceUs(m, cross * 0.9));
+  CHECK(treeAllReduceUs(m, cross * 1.1) > ringAllReduceUs(m, cross * 1.1));
+
+  // Sixteen hosts: the ring's 30 network steps against a tree of depth at most log2(16) + 1, so the
+  // tree reaches further than at four hosts.
+  m = model(std::vector<int>(16, 1), &lat);
+  CHECK(m.ringLatencyUs == Approx(30 * lat));
+  CHECK(m.treeLatencyUs <= 2 * 5 * lat);
+  CHECK(treeMaxBytes(m) > cross);
+
+  // Two hosts of eight ranks: a step of the ring crosses the network two laps in sixteen, while
+  // the tree crosses it once each way; the chains inside the hosts cost little.
+  m = model({8, 8}, &lat);
+  CHECK(m.ringLatencyUs > m.treeLatencyUs);
+  CHECK(m.treeLatencyUs < 2 * (lat + 7 * lat / 10));
+  CHECK(treeMaxBytes(m) > 0);
+}

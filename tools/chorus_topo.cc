@@ -99,6 +99,10 @@ void printLayout(const Machine& m, const std::vector<int>& perHost, int nChannel
     for (int p : t.parent[k]) std::printf(" %d", p);
     std::printf("\n");
   }
+  if (plans.empty() || ranks.size() < 2) return;
+  const AllReduceModel model = allReduceModel(ranks, plans[0], t);
+  std::printf("Tuner (all-reduce, estimates): ring latency %.0f us, tree latency %.0f us, %g GB/s; tree up to %zu B\n",
+              model.ringLatencyUs, model.treeLatencyUs, model.bwGBs, treeMaxBytes(model));
 }
 
 }  // namespace

@@ -124,6 +124,7 @@ class Communicator : public TaskOwner {
   // Whether an op runs the direct all-reduce (DirectLane) rather than the ring: chosen from what
   // every rank knows alike (the op, the settings, where the ranks are), so all ranks agree.
   bool useDirect(const OpInfo& op) const;
+  size_t directMaxFor() const;  // the largest all-reduce (bytes) that takes the direct schedule unforced
   // The double-binary-tree all-reduce (CHORUS_ALGO=tree), its neighbours and children.
   bool useTree(const OpInfo& op) const;
   bool treeNeighbour(int tree, int peer) const;
@@ -197,6 +198,8 @@ class Communicator : public TaskOwner {
   std::vector<int> ringPos_;
   std::vector<topo::ChannelPlan> channels_;
   topo::DoubleTree trees_;
+  topo::AllReduceModel allReduceModel_;                // the tuner's estimates
+  size_t treeMaxBytes_ = 0;                            // all-reduce takes the tree from past direct up to this
   std::vector<std::unique_ptr<SendCursor>> ringSend_;  // per channel, to the next rank
   std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
   // Per channel, then one record for point-to-point (the last); read by hang reports.

@@ -124,6 +124,8 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
     ringPos_.push_back(static_cast<int>(std::find(ch.ring.begin(), ch.ring.end(), rank_) - ch.ring.begin()));
   }
   trees_ = topo::buildRankTrees(places, rings_[0]);
+  allReduceModel_ = topo::allReduceModel(places, channels_[0], trees_);
+  treeMaxBytes_ = topo::treeMaxBytes(allReduceModel_);
 
   if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
     const topo::RankPlace& me = places[rank_];
@@ -142,6 +144,11 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 line, channels_[c].bottleneck, channels_[c].busBwGBs, channels_[c].hopLatencyUs);
     }
     log_.info(kSubsysInit, "Trees [0] {} [1] {}", treeLine(trees_, 0, rank_), treeLine(trees_, 1, rank_));
+    const topo::AllReduceModel& m = allReduceModel_;
+    log_.info(kSubsysInit,
+              "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} us, "
+              "tree {:.0f} us; {} GB/s)",
+              directMaxFor(), treeMaxBytes_, m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
   }
   if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
   return Status::ok();
@@ -187,7 +194,10 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
     o << "    {\"root\": " << trees_.root[k] << ", \"parent\": " << jsonList(trees_.parent[k]) << "}"
       << (k == 0 ? "," : "") << "\n";
   }
-  o << "  ]\n}\n";
+  const topo::AllReduceModel& m = allReduceModel_;
+  o << "  ],\n  \"tuner\": {\"allReduceDirectMaxBytes\": " << directMaxFor()
+    << ", \"allReduceTreeMaxBytes\": " << treeMaxBytes_ << ", \"ringLatencyUs\": " << m.ringLatencyUs
+    << ", \"treeLatencyUs\": " << m.treeLatencyUs << ", \"bwGBs\": " << m.bwGBs << "}\n}\n";
   std::ofstream f(config_.topoDumpFile);
   f << o.str();
   if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + config_.topoDumpFile + ": check the path");

@@ -41,7 +41,7 @@ struct Config {
   size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
   int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
   std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
-  std::string algo;                                // CHORUS_ALGO: ring | direct | slice; empty: chosen per call
+  std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
   size_t directMaxBytes = 64 * 1024;               // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
   std::string proto;                               // CHORUS_PROTO (simple)
   std::string topoFile;                            // CHORUS_TOPO_FILE: hwloc XML in place of the machine

@@ -81,16 +81,24 @@ bool Communicator::useDirect(const OpInfo& op) const {
   if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
   if (config_.algo == "ring" || config_.algo == "slice" || config_.algo == "tree") return false;
   if (config_.algo == "direct") return true;
+  return op.count * typeSize(op.type) <= directMaxFor();
+}
+
+size_t Communicator::directMaxFor() const {
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
   // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
   // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
   // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
+  if (nranks_ < 2 || nranks_ > kDirectMaxRanks) return 0;
   const size_t limit = singleHost_ ? config_.directMaxBytes : config_.directMaxBytes / 2;
-  return nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) * static_cast<size_t>(nranks_ - 1) <= limit;
+  return limit / static_cast<size_t>(nranks_ - 1);
 }
 
 bool Communicator::useTree(const OpInfo& op) const {
-  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo == "tree";
+  if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
+  if (config_.algo == "tree") return true;
+  // Unforced, the tuner's crossing (src/topo, allReduceModel) decides past the direct sizes.
+  return config_.algo.empty() && !useDirect(op) && op.count * typeSize(op.type) <= treeMaxBytes_;
 }
 
 bool Communicator::treeNeighbour(int tree, int peer) const {

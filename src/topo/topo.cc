@@ -590,6 +590,54 @@ DoubleTree buildRankTrees(const std::vector<RankPlace>& ranks, const std::vector
 
 namespace {
 
+double hopLatencyUs(const std::vector<RankPlace>& ranks, int a, int b) {
+  return ranks[a].host == ranks[b].host ? kLocalLatencyUs : kNetworkLatencyUs;
+}
+
+}  // namespace
+
+AllReduceModel allReduceModel(const std::vector<RankPlace>& ranks, const ChannelPlan& ring, const DoubleTree& trees) {
+  AllReduceModel m;
+  const int n = static_cast<int>(ranks.size());
+  m.nranks = n;
+  m.bwGBs = ring.busBwGBs;
+  if (n < 2) return m;
+  double lap = 0;
+  for (int i = 0; i < n; ++i) lap += hopLatencyUs(ranks, ring.ring[i], ring.ring[(i + 1) % n]);
+  m.ringLatencyUs = 2.0 * (n - 1) / n * lap;
+  double deepest = 0;
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < n; ++r) {
+      double path = 0;
+      for (int x = r, hops = 0; trees.parent[k][x] >= 0 && hops < n; x = trees.parent[k][x], ++hops) {
+        path += hopLatencyUs(ranks, x, trees.parent[k][x]);
+      }
+      deepest = std::max(deepest, path);
+    }
+  }
+  m.treeLatencyUs = 2 * deepest;
+  return m;
+}
+
+double ringAllReduceUs(const AllReduceModel& m, double bytes) {
+  if (m.nranks < 2) return 0;
+  return m.ringLatencyUs + 2.0 * (m.nranks - 1) / m.nranks * bytes / (m.bwGBs * 1e3);
+}
+
+double treeAllReduceUs(const AllReduceModel& m, double bytes) {
+  if (m.nranks < 2) return 0;
+  return m.treeLatencyUs + 2.0 * bytes / (m.bwGBs * 1e3);
+}
+
+size_t treeMaxBytes(const AllReduceModel& m) {
+  // ring - tree = (ringLatency - treeLatency) - bytes * 2 / (n * bw): positive below the crossing.
+  const double gain = m.ringLatencyUs - m.treeLatencyUs;
+  if (m.nranks < 3 || gain <= 0 || m.bwGBs <= 0) return 0;
+  return static_cast<size_t>(gain * m.nranks * m.bwGBs * 1e3 / 2);
+}
+
+namespace {
+
 // "0000:04:00.0", "00000000:04:00.0" or "0000:04:00" in either case -> "0000:04:00.0"; empty if
 // it is not a bus id.
 std::string normalBusId(const std::string& id) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ranks 0..3 on two fake hosts, interleaved (0 and 2 on one, 1 and 3 on the other): every rank
 # must log the ring "0 2 1 3" (each host's ranks together, entered once), rank 0 must dump the
-# same in CHORUS_TOPO_DUMP_FILE with trees over both hosts, and the all-reduce must be right.
+# same in CHORUS_TOPO_DUMP_FILE with trees over both hosts, the tuner must send each size to the
+# schedule its estimates choose (direct, then tree, then ring), and the all-reduce must be right.
 #   ring_check.sh CHORUSRUN PERF_BINARY
 set -uo pipefail
 chorusrun=$1
@@ -9,13 +10,23 @@ perf=$2
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT CHORUS_TOPO_DUMP_FILE="$dir/topo.json" \
-  "$chorusrun" -n 4 -- bash "$here/fake_hosts.sh" 2 -- "$perf" -b 8 -e 1M -f 32 -n 2 -w 1 -c 1 \
+CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,COLL CHORUS_TOPO_DUMP_FILE="$dir/topo.json" \
+  "$chorusrun" -n 4 -- bash "$here/fake_hosts.sh" 2 -- "$perf" -b 8 -e 2M -f 64 -n 2 -w 1 -c 1 \
   > "$dir/out" 2> "$dir/err" || { cat "$dir/out" "$dir/err"; echo "FAIL: the run failed"; exit 1; }
 status=0
 n=$(grep -c "Channel 00/01 : 0 2 1 3 " "$dir/err")
 [ "$n" -eq 4 ] || { echo "FAIL: $n of 4 ranks logged the ring 0 2 1 3"; grep "Channel 00" "$dir/err"; status=1; }
 grep -q "Out of bounds values : 0 OK" "$dir/out" || { echo "FAIL: wrong results"; cat "$dir/out"; status=1; }
+# Sizes 8, 512, 32768 and 2097152 B: across hosts 2 x 2 ranks send at most 64 KiB / 2 / 3 = 10922 B
+# direct (CHORUS_DIRECT_MAX_BYTES, halved across hosts), and
+# the tree's estimate beats the ring's up to 52500 B (docs/topology.md, "The tuner").
+grep -q "Tuner: all-reduce direct up to 10922 B, tree up to 52500 B" "$dir/err" ||
+  { echo "FAIL: no tuner line with the expected limits"; grep Tuner "$dir/err"; status=1; }
+for want in "count 2 datatype float32 algo direct" "count 128 datatype float32 algo direct" \
+            "count 8192 datatype float32 algo tree" "count 524288 datatype float32 algo ring"; do
+  n=$(grep -c "AllReduce opCount [0-9]* $want" "$dir/err")
+  [ "$n" -ge 4 ] || { echo "FAIL: $n lines of '$want' (want one per rank at least)"; status=1; }
+done
 python3 - "$dir/topo.json" <<'PY' || status=1
 import json, sys
 t = json.load(open(sys.argv[1]))
@@ -29,7 +40,9 @@ for tree in t["trees"]:
     assert sorted(parent).count(-1) == 1, tree
     # within a host the second rank hangs below the first; across hosts only first ranks link
     assert parent[2] == 0 and parent[3] == 1, tree
+tuner = t["tuner"]
+assert tuner["allReduceDirectMaxBytes"] == 10922 and tuner["allReduceTreeMaxBytes"] == 52500, tuner
 print("topology dump as expected")
 PY
-[ $status -eq 0 ] && echo "ring 0 2 1 3 on every rank, results correct"
+[ $status -eq 0 ] && echo "ring 0 2 1 3 on every rank, sizes tuned as estimated, results correct"
 exit $status
