@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 
 #include "src/core/config.h"
@@ -32,16 +33,29 @@ std::string hostIdentity() {
 }
 
 // Random per process, fixed for its lifetime: tells threads of one process from processes that
-// happen to share a pid in different pid namespaces.
-const uint64_t kProcessNonce = randomU64();
+// happen to share a pid in different pid namespaces. Made again in a child after fork(), which
+// would otherwise inherit its parent's.
+uint64_t currentProcessNonce() {
+  static std::mutex mu;
+  static uint64_t nonce = 0;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> g(mu);
+  if (owner != ::getpid()) {
+    owner = ::getpid();
+    nonce = randomU64();
+  }
+  return nonce;
+}
 
 }  // namespace
 
 PeerInfo PeerInfo::local(const Config& config) {
   PeerInfo p;
   p.hostHash = hash64(hostIdentity());
-  p.processNonce = kProcessNonce;
+  p.processNonce = currentProcessNonce();
   p.pid = static_cast<int32_t>(::getpid());
+  p.pidSpace = pidSpaceId();
+  p.startTicks = processStartTicks(p.pid);
   p.flags = (config.shmDisable ? kShmDisabled : 0) | (config.p2pDisable ? kP2pDisabled : 0);
   std::snprintf(p.host, sizeof(p.host), "%s", hostName().c_str());
   return p;

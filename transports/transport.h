@@ -31,7 +31,9 @@ struct PeerInfo {
   uint64_t hostHash = 0;      // hostname + boot id + network namespace, or CHORUS_HOSTID
   uint64_t processNonce = 0;  // random per process: equal means threads of one process
   int32_t pid = 0;
-  uint32_t flags = 0;  // kPeerShmDisabled | kPeerP2pDisabled
+  uint32_t flags = 0;       // kPeerShmDisabled | kPeerP2pDisabled
+  uint64_t pidSpace = 0;    // boot and pid namespace: equal means this pid can be watched
+  uint64_t startTicks = 0;  // the process's start time, which tells it from a later one of that pid
   char host[64] = {0};
 
   static constexpr uint32_t kShmDisabled = 1;

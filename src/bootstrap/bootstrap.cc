@@ -16,6 +16,7 @@ namespace {
 constexpr uint32_t kMsgMagic = 0x43484d53;    // "CHMS"
 constexpr uint32_t kHelloMagic = 0x4348484c;  // "CHHL"
 constexpr size_t kMaxMessageBytes = 256u << 20;
+constexpr size_t kMaxNoticeBytes = 4096;
 constexpr int64_t kStrangerNs = 10ll * 1000000000;  // a connection that stalls this long is dropped
 constexpr uint64_t kDefaultSecret[2] = {0x63686f7275732d31ull, 0x64656661756c7421ull};
 
@@ -47,7 +48,7 @@ bool constantTimeEqual(const uint64_t a[2], const uint64_t b[2]) { return ((a[0]
 
 struct Bootstrap::Header {
   uint32_t magic;
-  uint32_t kind;  // 1: message, 2: data connection
+  uint32_t kind;  // 1: message, 2: data connection, 3: failure notice
   uint64_t secret[2];
   uint64_t cliqueId;
   int32_t src;
@@ -392,7 +393,7 @@ void Bootstrap::acceptLoop() {
         p.got += static_cast<size_t>(r);
         if (before < sizeof(Header) && p.got >= sizeof(Header)) {
           const Header& h = p.header;
-          if (h.magic != kMsgMagic || !constantTimeEqual(h.secret, secret_) || (h.kind != 1 && h.kind != 2)) {
+          if (h.magic != kMsgMagic || !constantTimeEqual(h.secret, secret_) || (h.kind < 1 || h.kind > 3)) {
             log_.warn(kSubsysBoot, "bootstrap dropped a connection without the clique's secret or with garbage");
             drop = true;
             break;
@@ -402,7 +403,7 @@ void Bootstrap::acceptLoop() {
             drop = true;
             break;
           }
-          if (h.len > kMaxMessageBytes || (h.kind == 2 && h.len != 0)) {
+          if (h.len > kMaxMessageBytes || (h.kind == 2 && h.len != 0) || (h.kind == 3 && h.len > kMaxNoticeBytes)) {
             log_.warn(kSubsysBoot, "bootstrap dropped a message claiming {} bytes", h.len);
             drop = true;
             break;
@@ -530,6 +531,11 @@ Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, ui
 }
 
 void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd) {
+  if (kind == 3) {
+    std::lock_guard<std::mutex> g(noticeMu_);
+    if (onNotice_) onNotice_(src, std::string(payload.begin(), payload.end()));
+    return;
+  }
   {
     std::lock_guard<std::mutex> g(mu_);
     if (kind == 2) {
@@ -541,11 +547,12 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   cv_.notify_all();
 }
 
-Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
+Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep,
+                               int64_t deadlineNs, bool abortable) {
   if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
-  const int64_t deadline = nowNs() + timeoutNs_;
+  const int64_t deadline = deadlineNs ? deadlineNs : nowNs() + timeoutNs_;
   const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abortable ? abort_ : nullptr, abortable));
   Header h{};
   h.magic = kMsgMagic;
   h.kind = kind;
@@ -555,10 +562,64 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   h.src = rank_;
   h.tag = tag;
   h.len = bytes;
-  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abort_));
-  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abort_));
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abortable ? abort_ : nullptr));
+  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abortable ? abort_ : nullptr));
   if (keep) *keep = std::move(c);
   return Status::ok();
+}
+
+void Bootstrap::setNoticeHandler(std::function<void(int, const std::string&)> handler) {
+  std::lock_guard<std::mutex> g(noticeMu_);
+  onNotice_ = std::move(handler);
+}
+
+int Bootstrap::noticeAll(const std::string& text, int skip, int64_t deadlineNs) {
+  // Every rank at once from this thread (non-blocking connects, one poll): a rank that cannot be
+  // reached must not delay the others, and no thread is made on this path. Not cancelled by an
+  // abort: the notices are what spare the others their timeout. A notice is small enough for the
+  // socket's buffer, so it is written whole the moment the connection is up.
+  const std::string body = text.substr(0, kMaxNoticeBytes);
+  Header h{};
+  h.magic = kMsgMagic;
+  h.kind = 3;
+  h.secret[0] = secret_[0];
+  h.secret[1] = secret_[1];
+  h.cliqueId = cliqueId_;
+  h.src = rank_;
+  h.len = body.size();
+  std::string wire(reinterpret_cast<const char*>(&h), sizeof(h));
+  wire += body;
+  std::vector<UniqueFd> fds;
+  for (int p = 0; p < nranks(); ++p) {
+    if (p == rank_ || p == skip) continue;
+    UniqueFd fd(::socket(peers_[p].storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) continue;
+    const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peers_[p].storage), peers_[p].len);
+    if (rc == 0 || errno == EINPROGRESS) fds.push_back(std::move(fd));
+  }
+  int told = 0;
+  while (!fds.empty() && nowNs() < deadlineNs) {
+    std::vector<pollfd> p;
+    for (auto& fd : fds) p.push_back({fd.get(), POLLOUT, 0});
+    const int64_t leftMs = std::max<int64_t>(1, (deadlineNs - nowNs()) / 1000000);
+    if (::poll(p.data(), p.size(), static_cast<int>(std::min<int64_t>(leftMs, 100))) <= 0) continue;
+    std::vector<UniqueFd> still;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!p[i].revents) {
+        still.push_back(std::move(fds[i]));
+        continue;
+      }
+      int err = 0;
+      socklen_t l = sizeof(err);
+      ::getsockopt(fds[i].get(), SOL_SOCKET, SO_ERROR, &err, &l);
+      if (err == 0 && ::send(fds[i].get(), wire.data(), wire.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+                          static_cast<ssize_t>(wire.size())) {
+        ++told;
+      }
+    }
+    fds = std::move(still);
+  }
+  return told;
 }
 
 Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,14 @@ class Bootstrap {
   Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token);
   const std::string& fdServerName() const { return fdServerName_; }
 
+  // Failure notices: a rank whose communicator failed tells every other rank why, so ranks that
+  // wait on someone else than the failed one hear of it at once instead of at their timeout. The
+  // handler runs on the accept thread; setting it to null waits for a call in progress.
+  void setNoticeHandler(std::function<void(int src, const std::string& text)> handler);
+  // Sends `text` to every rank but this one and `skip`, all at once, giving up on a rank at
+  // `deadlineNs` (best effort: a rank that is gone cannot be told). Returns how many were told.
+  int noticeAll(const std::string& text, int skip, int64_t deadlineNs);
+
  private:
   struct Header;
   struct Pending;
@@ -118,7 +127,8 @@ class Bootstrap {
   void acceptLoop();
   void serveFd(int client);
   void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
-  Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
+  Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep,
+                      int64_t deadlineNs = 0, bool abortable = true);
 
   int rank_ = -1;
   uint64_t cliqueId_ = 0;
@@ -141,6 +151,8 @@ class Bootstrap {
   std::condition_variable cv_;
   std::map<std::tuple<int, uint64_t>, std::deque<std::vector<char>>> messages_;
   std::map<std::tuple<int, uint64_t>, std::deque<UniqueFd>> connections_;
+  std::mutex noticeMu_;  // held while the handler runs
+  std::function<void(int, const std::string&)> onNotice_;
 };
 
 }  // namespace chorus

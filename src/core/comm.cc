@@ -101,6 +101,10 @@ struct InitRecord {
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
 };
 
+// How long the failure notices may take, and how often a stalled wait polls the peers' pidfds.
+constexpr int64_t kNoticeNs = int64_t(2) * 1000000000;
+constexpr int64_t kPeerCheckEveryNs = int64_t(50) * 1000000;
+
 uint64_t mix(uint64_t a, uint64_t b) {
   a ^= b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2);
   return a * 0xff51afd7ed558ccdull;
@@ -123,6 +127,7 @@ Communicator::~Communicator() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
   // that are all done by now; the bootstrap serves descriptors for connections and memory.
   proxies_.clear();
@@ -196,6 +201,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
+  watchPeers();
 
   const CpuIsa isa = config_.cpuIsa ? *config_.cpuIsa : bestCpuIsa();
   kernels_ = *hostKernelsFor(isa);
@@ -315,7 +321,7 @@ Status Communicator::asyncError() const {
   return asyncError_;
 }
 
-void Communicator::setAsyncError(const Status& s) {
+void Communicator::fail(const Status& s, bool tellPeers) {
   {
     std::lock_guard<std::mutex> g(errMu_);
     if (!asyncError_.isOk()) return;
@@ -323,7 +329,52 @@ void Communicator::setAsyncError(const Status& s) {
     failed_.store(true, std::memory_order_release);
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  {
+    // A peer waiting on this rank over shared memory sees its connection close at once.
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : connections_) c->fifo().close();
+  }
   stopSocketTraffic();
+  if (!tellPeers || !bootstrap_ || nranks_ < 2 || aborted()) return;
+  // On the failing thread itself: one poll over every rank's connection, over at once where the
+  // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
+  const int told = bootstrap_->noticeAll(describePeer(rank_) + " failed: " + s.message(), -1, nowNs() + kNoticeNs);
+  log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
+}
+
+void Communicator::watchPeers() {
+  // Only processes this process can see by pid (same boot and pid namespace), and only when the
+  // pid still names the process that joined (its start time matches).
+  peerPidfd_.clear();
+  peerPidfd_.resize(nranks_);
+  const PeerInfo& me = peers_[rank_];
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[r];
+    if (r == rank_ || p.processNonce == me.processNonce || p.pidSpace != me.pidSpace || p.startTicks == 0) continue;
+    UniqueFd fd = openPidfd(p.pid);
+    if (fd.valid() && processStartTicks(p.pid) == p.startTicks) peerPidfd_[r] = std::move(fd);
+  }
+  bootstrap_->setNoticeHandler([this](int src, const std::string& text) {
+    fail(remoteError(text + " (reported by rank " + std::to_string(src) + ")"), false);
+  });
+}
+
+Status Communicator::checkPeers(int64_t now, bool force) {
+  if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
+  lastPeerCheckNs_.store(now, std::memory_order_relaxed);
+  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
+    if (peerPidfd_[r].valid() && pidfdExited(peerPidfd_[r].get())) {
+      // A rank that failed on its own tells the others before its process ends, but the notice
+      // may still sit unread on this rank's listener: give it a moment to say more than this.
+      for (int i = 0; i < 20 && !failed_.load(std::memory_order_acquire); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      Status told = asyncError();
+      if (!told.isOk()) return told;
+      return remoteError(describePeer(r) + " is gone: its process exited or was killed");
+    }
+  }
+  return Status::ok();
 }
 
 void Communicator::stopSocketTraffic() {

@@ -92,7 +92,8 @@ class Communicator : public TaskOwner {
   // TaskOwner.
   bool aborted() const override { return abort_.load(std::memory_order_acquire); }
   Status asyncError() const override;
-  void setAsyncError(const Status& s) override;
+  void setAsyncError(const Status& s) override { fail(s, true); }
+  Status checkPeers(int64_t now, bool force = false) override;
   int64_t timeoutNs() const override { return config_.timeoutNs; }
   std::string describePeer(int peer) const override;
   std::string describeChannels() const override;
@@ -213,8 +214,17 @@ class Communicator : public TaskOwner {
   std::unique_ptr<MemShare> memShare_;
   std::vector<char> directScratch_;  // one slot, for in-place direct runs
   bool singleHost_ = false;          // every rank on this rank's host
-  bool oneProcess_ = false;          // every rank a thread of this process
-  std::mutex planMu_;                // plan() may run on several streams' workers
+  // Failure handling: pidfds of the peers that are other processes of this machine (invalid
+  // elsewhere), and when they were last polled.
+  std::vector<UniqueFd> peerPidfd_;
+  std::atomic<int64_t> lastPeerCheckNs_{0};
+  // Marks the communicator failed (once; later errors are dropped), closes every connection so
+  // peers on this host see it, stops socket traffic, and, when `tellPeers`, sends a failure
+  // notice to every other rank (Bootstrap::noticeAll).
+  void fail(const Status& s, bool tellPeers);
+  void watchPeers();
+  bool oneProcess_ = false;  // every rank a thread of this process
+  std::mutex planMu_;        // plan() may run on several streams' workers
   uint64_t collSeq_ = 0;
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;

@@ -35,18 +35,24 @@ namespace {
 // error instead when the connection is closed). *wait says on what, for the waiting policy and
 // for hang reports.
 Status waitForData(RecvCursor* rc, WaitInfo* wait, Prim prim, size_t step, uint64_t seq) {
-  if (rc->fifo.closed()) return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
   *wait = WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, step, seq};
+  if (rc->fifo.closed()) {
+    wait->closed = true;
+    return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
+  }
   wait->network = rc->fifo.notifyFd >= 0;
   return Status(chorusInProgress, "");
 }
 
 Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t seq, Prim prim = Prim::kSend) {
-  if (sc->fifo.closed()) return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
   auto* headWord = &sc->fifo.ctrl->head;
   *wait = WaitInfo{
       headWord, headWord->load(std::memory_order_acquire), &sc->fifo.ctrl->producerWaiting, sc->peer, false, prim, step,
       seq};
+  if (sc->fifo.closed()) {
+    wait->closed = true;
+    return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
+  }
   wait->network = sc->fifo.notifyFd >= 0;
   return Status(chorusInProgress, "");
 }

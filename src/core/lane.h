@@ -63,6 +63,8 @@ struct WaitInfo {
   // The other end is a socket proxy: data or space comes at network speed, so the waiter naps on
   // the futex at once instead of yielding the core the proxies need.
   bool network = false;
+  // Set with an error instead: the connection to `peer` was closed (it failed, exited or aborted).
+  bool closed = false;
 };
 
 // What one channel of a communicator is doing, published for a watchdog and for hang reports.

@@ -381,7 +381,10 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     WaitInfo w;
     bool moved = false;
     s = lane.progress(&w, &moved);
-    if (!s.inProgress()) break;
+    if (!s.inProgress()) {
+      if (!s.isOk()) s = explainFailure(*this, s, w);
+      break;
+    }
     if (moved) {
       idleSince = 0;
       idleTurns = 0;
@@ -393,9 +396,13 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
       idleSince = now;
       lastProgress = now;
     }
-    if (now - lastProgress > config_.timeoutNs) {
-      s = systemError(describeStall(*this, w, now - lastProgress));
-      break;
+    if (now - lastProgress > kPeerCheckAfterNs) {
+      s = checkPeers(now);
+      if (!s.isOk()) break;
+      if (now - lastProgress > config_.timeoutNs) {
+        s = systemError(describeStall(*this, w, now - lastProgress));
+        break;
+      }
     }
     policy.step(w, now - idleSince, &yields);
   }

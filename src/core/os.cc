@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -13,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 namespace chorus {
 
@@ -92,6 +95,50 @@ std::string hostName() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
   return buf;
+}
+
+UniqueFd openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    (void)::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+    return UniqueFd(static_cast<int>(fd));
+  }
+#else
+  (void)pid;
+#endif
+  return UniqueFd();
+}
+
+bool pidfdExited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+uint64_t processStartTicks(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+uint64_t pidSpaceId() {
+  std::string id;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::getline(boot, id);
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) == 0) id += "|" + std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 uint64_t randomU64() {

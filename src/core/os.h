@@ -79,6 +79,16 @@ inline int64_t nowNs() {
 
 std::string hostName();
 
+// Watching another process of this machine for its end: a pidfd (Linux 5.3+), invalid where the
+// kernel has none or the process is not there; it polls readable once the process has exited.
+UniqueFd openPidfd(int pid);
+bool pidfdExited(int pidfd);
+// The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), 0 if
+// unknown: with the pid, it names one process even after the pid is reused.
+uint64_t processStartTicks(int pid);
+// This process's pid namespace and boot, hashed: processes with equal values see each other's pids.
+uint64_t pidSpaceId();
+
 // Names the calling thread (at most 15 characters show) so top -H, gdb and perf tell them apart.
 void setThreadName(const char* name);
 // 64 random bits from the kernel's generator.

@@ -1,5 +1,10 @@
 #include "src/core/task.h"
 
+#include <chrono>
+#include <thread>
+
+#include "src/core/os.h"
+
 namespace chorus {
 
 Status Task::progress(WaitInfo* wait, bool* moved) {
@@ -14,7 +19,10 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
         blocked = true;
         break;
       }
-      if (!s.isOk()) return s;
+      if (!s.isOk()) {
+        *wait = w;
+        return s;
+      }
       ++q.next;
     }
   }
@@ -30,6 +38,7 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
         stageDone = false;
         return Status::ok();
       }
+      if (!s.isOk()) *wait = w;
       return s;
     };
     for (auto& lane : stages_[stage_].lanes) {
@@ -61,10 +70,30 @@ Status Task::advance(int64_t now, WaitInfo* wait, bool* moved) {
   if (owner_->aborted()) return remoteError("the communicator was aborted");
   Status s = progress(wait, moved);
   if (*moved) lastProgressNs = now;
-  if (s.inProgress() && now - lastProgressNs > owner_->timeoutNs()) {
-    return systemError(describeStall(*wait, now - lastProgressNs));
+  if (!s.isOk() && !s.inProgress()) return explainFailure(*owner_, s, *wait);
+  if (s.inProgress() && now - lastProgressNs > kPeerCheckAfterNs) {
+    Status gone = owner_->checkPeers(now);
+    if (!gone.isOk()) return gone;
+    if (now - lastProgressNs > owner_->timeoutNs()) return systemError(describeStall(*wait, now - lastProgressNs));
   }
   return s;
+}
+
+Status explainFailure(TaskOwner& owner, const Status& s, const WaitInfo& w) {
+  if (!w.closed) return s;
+  // A closed connection is the echo of a failure somewhere else. Better answers: a peer process
+  // of this host that is gone, or the failure notice of the rank that closed (sent right after
+  // it closed its connections; waited for briefly).
+  const int64_t start = nowNs();
+  for (int64_t t = start; t - start < kNoticeWaitNs; t = nowNs()) {
+    Status told = owner.asyncError();
+    if (!told.isOk()) return told;
+    Status gone = owner.checkPeers(t, true);
+    if (!gone.isOk()) return gone;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return remoteError(owner.describePeer(w.peer) + " closed its connection to this rank in operation #" +
+                     std::to_string(w.seq) + ": it failed, exited or aborted");
 }
 
 void Task::finish(const Status& s) {

@@ -33,7 +33,19 @@ class TaskOwner {
   // running a launch inline) holds this token from the task's first step to its end.
   virtual bool tryAcquireExec() = 0;
   virtual void releaseExec() = 0;
+  // An error if a peer this rank can watch (a process on this host) is gone; cheap, rate-limited.
+  // `force`: poll now, whenever the last poll was.
+  virtual Status checkPeers(int64_t now, bool force = false) = 0;
 };
+
+// A wait that makes no progress this long starts checking whether the peers are still alive.
+constexpr int64_t kPeerCheckAfterNs = 20 * 1000000;
+// How long a rank that saw a connection close waits for the notice that says why.
+constexpr int64_t kNoticeWaitNs = 500 * 1000000;
+
+// The error a failed lane returns, made specific: a closed connection names the peer's host and
+// process, or gives way to the failure notice that explains it.
+Status explainFailure(TaskOwner& owner, const Status& s, const WaitInfo& w);
 
 // The sentence for a wait that lasted past the communicator's timeout.
 std::string describeStall(const TaskOwner& owner, const WaitInfo& w, int64_t waitedNs);

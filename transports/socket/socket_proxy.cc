@@ -233,7 +233,13 @@ void SocketProxy::loop() {
     fds.clear();
     fds.push_back({wake_.get(), POLLIN, 0});
     for (auto& e : entries) {
-      if (e.failed || e.fifo.closed()) continue;
+      if (e.failed || e.fifo.closed()) {
+        // Closed on this side after a failure or an abort: shut the socket down so the peer hears
+        // of it at once (end of stream) instead of at its timeout.
+        if (!e.shut && e.fifo.closed()) ::shutdown(e.fd.get(), SHUT_RDWR);
+        e.shut = true;
+        continue;
+      }
       short ev = 0;
       if (e.isSend && e.wantWrite) ev |= POLLOUT;
       if (!e.isSend && e.fifo.hasSpace(e.next)) ev |= POLLIN;

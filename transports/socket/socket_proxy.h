@@ -49,6 +49,7 @@ class SocketProxy {
     char* payload = nullptr;  // recv: where the current slot's payload goes (the slot or a posted buffer)
     bool wantWrite = false;
     bool failed = false;
+    bool shut = false;  // the socket was shut down after its FIFO closed
   };
 
   void loop();

@@ -1,0 +1,259 @@
+// One rank is killed (SIGKILL) at a seeded random moment inside each collective; every survivor
+// must get an error that names the killed rank and its host, promptly (long before the timeout),
+// abort must return promptly, and the survivor's process must be left as it was before init:
+// descriptors, threads, memory mappings, and nothing of Chorus in /dev/shm.
+//
+//   fault_kill TRANSPORT NRANKS [SEED]    TRANSPORT: shm | socket
+//
+// This program forks the ranks itself (a launcher would take the job down with the first death)
+// and is none of them. Each rank writes one line to a shared pipe; this program checks them and
+// prints, per collective, what every rank saw and how long it took (docs/RELIABILITY.md).
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace {
+
+constexpr size_t kCount = size_t(1) << 20;  // floats per rank and call: 4 MiB
+constexpr double kPromptS = 5;              // every survivor's error within this of the death
+constexpr double kAbortS = 3;               // and its abort within this
+const char* kColls[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
+                        "alltoall",  "gather",    "scatter", "sendrecv"};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int countDir(const char* path, const char* prefix = "") {
+  int n = 0;
+  if (DIR* d = opendir(path)) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.' && std::strncmp(e->d_name, prefix, std::strlen(prefix)) == 0) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+// What a process holds that a communicator could leak.
+struct Holdings {
+  int fds = 0, threads = 0, maps = 0, chorusMaps = 0, shm = 0;
+  std::string text() const {
+    return "fds " + std::to_string(fds) + ", threads " + std::to_string(threads) + ", mappings " +
+           std::to_string(maps) + " (of shared memory " + std::to_string(chorusMaps) + "), /dev/shm chorus entries " +
+           std::to_string(shm);
+  }
+  bool operator==(const Holdings& o) const {
+    return fds == o.fds && threads == o.threads && maps == o.maps && chorusMaps == o.chorusMaps && shm == o.shm;
+  }
+};
+
+Holdings holdings() {
+  Holdings h;
+  h.fds = countDir("/proc/self/fd");
+  h.threads = countDir("/proc/self/task");
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    ++h.maps;
+    if (line.find("memfd:") != std::string::npos || line.find("/dev/shm") != std::string::npos) ++h.chorusMaps;
+  }
+  h.shm = countDir("/dev/shm", "chorus");
+  return h;
+}
+
+// Holdings once no thread but this one is left (a thread that was told to end may take a moment
+// to leave /proc), or after 2 s, whatever is there then.
+Holdings settled() {
+  for (int i = 0; i < 200 && countDir("/proc/self/task") > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return holdings();
+}
+
+chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int n, float* send, float* recv) {
+  const size_t per = kCount / static_cast<size_t>(n);
+  if (coll == "allreduce") return chorusAllReduce(send, recv, kCount, chorusFloat32, chorusSum, comm, nullptr);
+  if (coll == "broadcast") return chorusBroadcast(send, recv, kCount, chorusFloat32, 0, comm, nullptr);
+  if (coll == "reduce") return chorusReduce(send, recv, kCount, chorusFloat32, chorusSum, n - 1, comm, nullptr);
+  if (coll == "allgather") return chorusAllGather(send, recv, per, chorusFloat32, comm, nullptr);
+  if (coll == "reducescatter") return chorusReduceScatter(send, recv, per, chorusFloat32, chorusSum, comm, nullptr);
+  if (coll == "alltoall") return chorusAlltoAll(send, recv, per, chorusFloat32, comm, nullptr);
+  if (coll == "gather") return chorusGather(send, recv, per, chorusFloat32, 0, comm, nullptr);
+  if (coll == "scatter") return chorusScatter(send, recv, per, chorusFloat32, 0, comm, nullptr);
+  // sendrecv: a ring of point-to-point pairs in one group.
+  chorusGroupStart();
+  chorusSend(send, kCount, chorusFloat32, (rank + 1) % n, comm, nullptr);
+  chorusRecv(recv, kCount, chorusFloat32, (rank - 1 + n) % n, comm, nullptr);
+  return chorusGroupEnd();
+}
+
+// One rank's life; writes "rank R ..." to `out`.
+[[noreturn]] void rankMain(const std::string& coll, chorusUniqueId warm, chorusUniqueId id, int rank, int n, int victim,
+                           int delayMs, int out) {
+  auto say = [&](const std::string& s) {
+    const std::string line = s + "\n";
+    (void)!write(out, line.data(), line.size());  // one write per line: pipe writes this small are atomic
+  };
+  std::vector<float> send(kCount, 1.0f), recv(kCount, 0.0f);
+  // A first communicator, used and destroyed, so what a process keeps once and reuses (libraries
+  // hwloc loads, the C library's thread stacks and malloc arenas) is there before the count.
+  chorusComm_t comm;
+  if (chorusCommInitRank(&comm, n, warm, rank) != chorusSuccess ||
+      runOnce(coll, comm, rank, n, send.data(), recv.data()) != chorusSuccess ||
+      chorusCommDestroy(comm) != chorusSuccess) {
+    say("rank " + std::to_string(rank) + " warm-up-failed " + chorusGetLastError(nullptr));
+    _exit(1);
+  }
+  const Holdings before = settled();
+  if (chorusCommInitRank(&comm, n, id, rank) != chorusSuccess) {
+    say("rank " + std::to_string(rank) + " init-failed " + chorusGetLastError(nullptr));
+    _exit(1);
+  }
+  if (rank == victim) {
+    std::thread([&, delayMs] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+      char line[96];
+      std::snprintf(line, sizeof(line), "rank %d killed %.6f\n", rank, now());
+      (void)!write(out, line, std::strlen(line));
+      raise(SIGKILL);
+    }).detach();
+  }
+  const double start = now();
+  chorusResult_t r = chorusSuccess;
+  int calls = 0;
+  while (r == chorusSuccess && now() - start < 30) {
+    r = runOnce(coll, comm, rank, n, send.data(), recv.data());
+    ++calls;
+  }
+  const double failedAt = now();
+  const std::string message = r == chorusSuccess ? "" : chorusGetLastError(comm);
+  const double a0 = now();
+  const chorusResult_t ar = chorusCommAbort(comm);
+  const double abortS = now() - a0;
+  const Holdings after = settled();
+  if (std::getenv("FAULT_KILL_MAPS") && !(before == after)) {
+    std::ifstream f("/proc/self/maps");
+    std::string l;
+    while (std::getline(f, l)) std::fprintf(stderr, "rank %d map %s\n", rank, l.c_str());
+  }
+  std::ostringstream o;
+  o.precision(6);
+  o << std::fixed << "rank " << rank << " failed " << failedAt << " code " << static_cast<int>(r) << " calls " << calls
+    << " abort " << abortS << " abortcode " << static_cast<int>(ar) << " leak " << (before == after ? "none" : "YES")
+    << " [" << before.text() << " -> " << after.text() << "] msg " << message;
+  say(o.str());
+  _exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: fault_kill shm|socket NRANKS [SEED]\n");
+    return 2;
+  }
+  const std::string transport = argv[1];
+  const int n = std::atoi(argv[2]);
+  const unsigned seed = argc > 3 ? static_cast<unsigned>(std::strtoul(argv[3], nullptr, 10))
+                                 : static_cast<unsigned>(std::random_device{}());
+  if ((transport != "shm" && transport != "socket") || n < 2) {
+    std::fprintf(stderr, "fault_kill: TRANSPORT is shm or socket, NRANKS at least 2\n");
+    return 2;
+  }
+  if (transport == "socket") setenv("CHORUS_SHM_DISABLE", "1", 1);
+  unsetenv("CHORUS_COMM_ID");
+  setenv("CHORUS_TIMEOUT", "30", 1);  // a death must be noticed long before this
+  std::printf("fault_kill %s, %d ranks, seed %u (rerun: fault_kill %s %d %u)\n", transport.c_str(), n, seed,
+              transport.c_str(), n, seed);
+  std::mt19937 rng(seed);
+  int failures = 0;
+  for (const char* coll : kColls) {
+    const int victim = static_cast<int>(rng() % static_cast<unsigned>(n));
+    const int delayMs = 20 + static_cast<int>(rng() % 300);
+    // The roots run in this process, which is no rank and outlives them all.
+    chorusUniqueId warm, id;
+    if (chorusGetUniqueId(&warm) != chorusSuccess || chorusGetUniqueId(&id) != chorusSuccess) return 1;
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r) {
+      const pid_t p = fork();
+      if (p == 0) {
+        close(fds[0]);
+        rankMain(coll, warm, id, r, n, victim, delayMs, fds[1]);
+      }
+      pids.push_back(p);
+    }
+    close(fds[1]);
+    std::string all;
+    char buf[4096];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof(buf))) > 0) all.append(buf, static_cast<size_t>(got));
+    close(fds[0]);
+    for (pid_t p : pids) waitpid(p, nullptr, 0);
+
+    std::printf("\n%s: rank %d killed %d ms into its calls\n", coll, victim, delayMs);
+    double killedAt = 0;
+    std::map<int, std::string> lines;
+    std::istringstream in(all);
+    std::string line;
+    while (std::getline(in, line)) {
+      int r = -1;
+      double t = 0;
+      if (std::sscanf(line.c_str(), "rank %d killed %lf", &r, &t) == 2)
+        killedAt = t;
+      else if (std::sscanf(line.c_str(), "rank %d", &r) == 1)
+        lines[r] = line;
+    }
+    auto bad = [&](const std::string& why) {
+      std::printf("  FAIL: %s\n", why.c_str());
+      ++failures;
+    };
+    if (killedAt == 0) bad("the victim never reached its kill");
+    const std::string who = "rank " + std::to_string(victim) + " (host ";
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) continue;
+      auto it = lines.find(r);
+      if (it == lines.end()) {
+        bad("rank " + std::to_string(r) + " reported nothing");
+        continue;
+      }
+      if (it->second.find(" failed ") == std::string::npos) {
+        bad(it->second);
+        continue;
+      }
+      double failedAt = 0, abortS = 0;
+      int code = 0, calls = 0, abortCode = 0;
+      char leak[8] = {0};
+      std::sscanf(it->second.c_str(), "rank %*d failed %lf code %d calls %d abort %lf abortcode %d leak %7s", &failedAt,
+                  &code, &calls, &abortS, &abortCode, leak);
+      const size_t m = it->second.find(" msg ");
+      const std::string msg = m == std::string::npos ? "" : it->second.substr(m + 5);
+      const double after = failedAt - killedAt;
+      std::printf("  rank %d: code %d after %.3f s (%d calls), abort %.3f s, leaks %s: %s\n", r, code, after, calls,
+                  abortS, leak, msg.c_str());
+      if (code != chorusRemoteError && code != chorusSystemError) bad("a remote or system error was expected");
+      if (msg.find(who) == std::string::npos) bad("the message does not name " + who + "...)");
+      if (after > kPromptS) bad("the error took longer than " + std::to_string(kPromptS) + " s");
+      if (abortS > kAbortS || abortCode != chorusSuccess) bad("abort was slow or failed");
+      if (std::string(leak) != "none") bad("the process holds more than before init: " + it->second);
+    }
+  }
+  std::printf("\n%s\n",
+              failures ? "FAILED" : "every survivor failed promptly, named the dead rank, aborted, leaked nothing");
+  return failures ? 1 : 0;
+}
