@@ -86,6 +86,7 @@ Status explainFailure(TaskOwner& owner, const Status& s, const WaitInfo& w) {
   // it closed its connections; waited for briefly).
   const int64_t start = nowNs();
   for (int64_t t = start; t - start < kNoticeWaitNs; t = nowNs()) {
+    if (owner.aborted()) return remoteError("the communicator was aborted");
     Status told = owner.asyncError();
     if (!told.isOk()) return told;
     Status gone = owner.checkPeers(t, true);
