@@ -547,12 +547,11 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   cv_.notify_all();
 }
 
-Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep,
-                               int64_t deadlineNs, bool abortable) {
+Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
   if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
-  const int64_t deadline = deadlineNs ? deadlineNs : nowNs() + timeoutNs_;
+  const int64_t deadline = nowNs() + timeoutNs_;
   const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abortable ? abort_ : nullptr, abortable));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
   Header h{};
   h.magic = kMsgMagic;
   h.kind = kind;
@@ -562,8 +561,8 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   h.src = rank_;
   h.tag = tag;
   h.len = bytes;
-  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abortable ? abort_ : nullptr));
-  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abortable ? abort_ : nullptr));
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abort_));
+  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abort_));
   if (keep) *keep = std::move(c);
   return Status::ok();
 }
@@ -573,7 +572,7 @@ void Bootstrap::setNoticeHandler(std::function<void(int, const std::string&)> ha
   onNotice_ = std::move(handler);
 }
 
-int Bootstrap::noticeAll(const std::string& text, int skip, int64_t deadlineNs) {
+int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
   // Every rank at once from this thread (non-blocking connects, one poll): a rank that cannot be
   // reached must not delay the others, and no thread is made on this path. Not cancelled by an
   // abort: the notices are what spare the others their timeout. A notice is small enough for the
@@ -591,7 +590,7 @@ int Bootstrap::noticeAll(const std::string& text, int skip, int64_t deadlineNs) 
   wire += body;
   std::vector<UniqueFd> fds;
   for (int p = 0; p < nranks(); ++p) {
-    if (p == rank_ || p == skip) continue;
+    if (p == rank_) continue;
     UniqueFd fd(::socket(peers_[p].storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) continue;
     const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peers_[p].storage), peers_[p].len);

@@ -115,9 +115,9 @@ class Bootstrap {
   // wait on someone else than the failed one hear of it at once instead of at their timeout. The
   // handler runs on the accept thread; setting it to null waits for a call in progress.
   void setNoticeHandler(std::function<void(int src, const std::string& text)> handler);
-  // Sends `text` to every rank but this one and `skip`, all at once, giving up on a rank at
-  // `deadlineNs` (best effort: a rank that is gone cannot be told). Returns how many were told.
-  int noticeAll(const std::string& text, int skip, int64_t deadlineNs);
+  // Sends `text` to every other rank, all at once, giving up on a rank at `deadlineNs` (best
+  // effort: a rank that is gone cannot be told). Returns how many were told.
+  int noticeAll(const std::string& text, int64_t deadlineNs);
 
  private:
   struct Header;
@@ -127,8 +127,7 @@ class Bootstrap {
   void acceptLoop();
   void serveFd(int client);
   void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
-  Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep,
-                      int64_t deadlineNs = 0, bool abortable = true);
+  Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
 
   int rank_ = -1;
   uint64_t cliqueId_ = 0;

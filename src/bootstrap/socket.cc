@@ -245,7 +245,7 @@ void setNoDelay(int fd) {
 }
 
 Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
-                           const std::atomic<bool>* abortFlag, bool retryRefused) {
+                           const std::atomic<bool>* abortFlag) {
   int64_t backoffUs = 1000;
   int lastErr = 0;
   while (true) {
@@ -282,8 +282,8 @@ Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::
       return fd;
     }
     lastErr = errno;
-    bool retry = (lastErr == ECONNREFUSED && retryRefused) || lastErr == ETIMEDOUT || lastErr == ECONNRESET ||
-                 lastErr == EAGAIN || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH;
+    bool retry = lastErr == ECONNREFUSED || lastErr == ETIMEDOUT || lastErr == ECONNRESET || lastErr == EAGAIN ||
+                 lastErr == ENETUNREACH || lastErr == EHOSTUNREACH;
     if (!retry || nowNs() >= deadlineNs) break;
     if (abortFlag && abortFlag->load(std::memory_order_acquire)) {
       return Status(chorusRemoteError, "connecting to " + what + " was aborted");

@@ -48,10 +48,9 @@ Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifname
 // Listens on `addr` (port 0: any); returns the bound address in *bound.
 Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 256);
 
-// Connects, retrying refused connections until the deadline (unless `retryRefused` is false: a
-// refusal then means nobody listens any more); `what` names the peer in errors.
+// Connects, retrying refused connections until the deadline; `what` names the peer in errors.
 Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
-                           const std::atomic<bool>* abortFlag = nullptr, bool retryRefused = true);
+                           const std::atomic<bool>* abortFlag = nullptr);
 
 // Transfers exactly n bytes or fails at the deadline, on EOF, or when *abortFlag becomes true.
 Status sendAll(int fd, const void* data, size_t n, int64_t deadlineNs, const std::string& what,

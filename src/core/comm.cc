@@ -338,7 +338,7 @@ void Communicator::fail(const Status& s, bool tellPeers) {
   if (!tellPeers || !bootstrap_ || nranks_ < 2 || aborted()) return;
   // On the failing thread itself: one poll over every rank's connection, over at once where the
   // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
-  const int told = bootstrap_->noticeAll(describePeer(rank_) + " failed: " + s.message(), -1, nowNs() + kNoticeNs);
+  const int told = bootstrap_->noticeAll(describePeer(rank_) + " failed: " + s.message(), nowNs() + kNoticeNs);
   log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
 }
 
