@@ -9,13 +9,21 @@
 
 namespace chorus {
 
+// The bits of a T at `p`, which need not be aligned (the grid misaligns buffers on purpose).
+template <typename T>
+inline T loadBits(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 // `type` must be a floating type; float64 is the fallback.
 inline double loadFloatElem(chorusDataType_t type, const void* p) {
   switch (type) {
     case chorusFloat16:
-      return toFloat(Half{*static_cast<const uint16_t*>(p)});
+      return toFloat(Half{loadBits<uint16_t>(p)});
     case chorusBfloat16:
-      return toFloat(BFloat16{*static_cast<const uint16_t*>(p)});
+      return toFloat(BFloat16{loadBits<uint16_t>(p)});
     case chorusFloat8e4m3:
       return toFloat(Fp8E4M3{*static_cast<const uint8_t*>(p)});
     case chorusFloat8e5m2:

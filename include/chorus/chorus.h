@@ -37,6 +37,15 @@ typedef struct chorusStream* chorusStream_t;
 /** Opaque event recorded on a stream; marks completion of the work enqueued before it. */
 typedef struct chorusEvent* chorusEvent_t;
 
+/* In C++ the enums below have int as their fixed underlying type, so any int a caller passes is a
+ * value of the type and the library can check it without undefined behaviour; in C an enum
+ * already holds any int. The size is that of int either way. */
+#ifdef __cplusplus
+#define CHORUS_ENUM_INT : int
+#else
+#define CHORUS_ENUM_INT
+#endif
+
 #define CHORUS_UNIQUE_ID_BYTES 128
 /** Identifies a clique of ranks: the bootstrap root's address and a random secret. */
 typedef struct {
@@ -44,7 +53,7 @@ typedef struct {
 } chorusUniqueId;
 
 /** Result codes, numerically equal to ncclResult_t. */
-typedef enum {
+typedef enum CHORUS_ENUM_INT {
   chorusSuccess = 0,
   chorusUnhandledCudaError = 1,
   chorusSystemError = 2,
@@ -123,7 +132,7 @@ typedef enum {
 } chorusRedOp_t;
 
 /** Element types, numerically equal to ncclDataType_t. */
-typedef enum {
+typedef enum CHORUS_ENUM_INT {
   chorusInt8 = 0,
   chorusChar = 0,
   chorusUint8 = 1,
@@ -145,7 +154,7 @@ typedef enum {
 } chorusDataType_t;
 
 /** Where the scalar of a pre-multiplied sum lives. */
-typedef enum { chorusScalarDevice = 0, chorusScalarHostImmediate = 1 } chorusScalarResidence_t;
+typedef enum CHORUS_ENUM_INT { chorusScalarDevice = 0, chorusScalarHostImmediate = 1 } chorusScalarResidence_t;
 
 /** Host callback run in stream order by chorusLaunchHostFunc. */
 typedef void (*chorusHostFn_t)(void* userData);

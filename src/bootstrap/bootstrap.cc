@@ -13,10 +13,7 @@
 namespace chorus {
 namespace {
 
-constexpr uint32_t kMsgMagic = 0x43484d53;    // "CHMS"
-constexpr uint32_t kHelloMagic = 0x4348484c;  // "CHHL"
-constexpr size_t kMaxMessageBytes = 256u << 20;
-constexpr size_t kMaxNoticeBytes = 4096;
+constexpr uint32_t kHelloMagic = 0x4348484c;        // "CHHL"
 constexpr int64_t kStrangerNs = 10ll * 1000000000;  // a connection that stalls this long is dropped
 constexpr uint64_t kDefaultSecret[2] = {0x63686f7275732d31ull, 0x64656661756c7421ull};
 
@@ -46,24 +43,42 @@ bool constantTimeEqual(const uint64_t a[2], const uint64_t b[2]) { return ((a[0]
 
 }  // namespace
 
-struct Bootstrap::Header {
-  uint32_t magic;
-  uint32_t kind;  // 1: message, 2: data connection, 3: failure notice
-  uint64_t secret[2];
-  uint64_t cliqueId;
-  int32_t src;
-  int32_t pad;
-  uint64_t tag;
-  uint64_t len;
-};
-
 struct Bootstrap::Pending {
   UniqueFd fd;
-  Header header{};
-  size_t got = 0;  // bytes of header + payload read
-  std::vector<char> payload;
+  BootstrapReader reader;
   int64_t since = 0;
 };
+
+std::pair<char*, size_t> BootstrapReader::next() {
+  if (got_ < sizeof(header_)) return {reinterpret_cast<char*>(&header_) + got_, sizeof(header_) - got_};
+  const size_t off = got_ - sizeof(header_);
+  return {payload_.data() + off, payload_.size() - off};
+}
+
+BootstrapReader::State BootstrapReader::advance(size_t n) {
+  const size_t before = got_;
+  got_ += n;
+  if (got_ < sizeof(header_)) return State::kMore;
+  if (before < sizeof(header_)) {
+    const BootstrapHeader& h = header_;
+    if (h.magic != BootstrapHeader::kMagic || !constantTimeEqual(h.secret, secret_) ||
+        h.kind < BootstrapHeader::kMessage || h.kind > BootstrapHeader::kNotice) {
+      why_ = "a connection without the clique's secret or with garbage";
+      return State::kDrop;
+    }
+    if (h.cliqueId != cliqueId_ || h.src < 0 || h.src >= nranks_) {
+      why_ = "a message for another clique or from an unknown rank " + std::to_string(h.src);
+      return State::kDrop;
+    }
+    if (h.len > BootstrapHeader::kMaxMessageBytes || (h.kind == BootstrapHeader::kConnection && h.len != 0) ||
+        (h.kind == BootstrapHeader::kNotice && h.len > BootstrapHeader::kMaxNoticeBytes)) {
+      why_ = "a message claiming " + std::to_string(h.len) + " bytes";
+      return State::kDrop;
+    }
+    payload_.resize(h.len);
+  }
+  return got_ == sizeof(header_) + payload_.size() ? State::kDone : State::kMore;
+}
 
 chorusUniqueId BootstrapId::toUniqueId() const {
   chorusUniqueId u;
@@ -84,6 +99,11 @@ Result<BootstrapId> BootstrapId::fromUniqueId(const chorusUniqueId& u) {
     return invalidUsage("the chorusUniqueId was made by Chorus version " + std::to_string(id.version) +
                         " but this library is " + std::to_string(CHORUS_VERSION_CODE) +
                         "; run the same Chorus build on every rank");
+  }
+  if (!id.root.valid()) {
+    return invalidArgument("the chorusUniqueId holds no valid root address (family " +
+                           std::to_string(id.root.storage.ss_family) + ", length " + std::to_string(id.root.len) +
+                           "); pass every rank the same id, copied byte for byte from the rank that created it");
   }
   return id;
 }
@@ -186,6 +206,10 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
             0);
       continue;
     }
+    if (!h.listen.valid()) {
+      reply(c.get(), chorusInvalidArgument, "rank " + std::to_string(h.rank) + " sent no valid listening address", 0);
+      continue;
+    }
     table[h.rank] = h.listen;
     SockAddr peer;
     socklen_t plen = sizeof(peer.storage);
@@ -281,6 +305,10 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   }
   std::vector<SockAddr> peers(nranks);
   CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, abortFlag));
+  for (int r = 0; r < nranks; ++r) {
+    if (!peers[r].valid())
+      return systemError(rootName + " sent an address table with no valid address for rank " + std::to_string(r));
+  }
   return fromTable(id.cliqueId, id.secret, rank, std::move(peers), std::move(listener), timeoutNs, log, abortFlag);
 }
 
@@ -356,10 +384,7 @@ void Bootstrap::acceptLoop() {
       while (true) {
         int c = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0) break;
-        Pending p;
-        p.fd = UniqueFd(c);
-        p.since = nowNs();
-        pending.push_back(std::move(p));
+        pending.push_back(Pending{UniqueFd(c), BootstrapReader(secret_, cliqueId_, nranks()), nowNs()});
       }
     }
     const int64_t now = nowNs();
@@ -367,48 +392,25 @@ void Bootstrap::acceptLoop() {
       Pending& p = pending[i];
       bool drop = false;
       bool done = false;
-      while (true) {
-        char* dst;
-        size_t want;
-        if (p.got < sizeof(Header)) {
-          dst = reinterpret_cast<char*>(&p.header) + p.got;
-          want = sizeof(Header) - p.got;
-        } else {
-          size_t off = p.got - sizeof(Header);
-          if (off == p.payload.size()) {
-            done = true;
-            break;
-          }
-          dst = p.payload.data() + off;
-          want = p.payload.size() - off;
-        }
+      while (!drop && !done) {
+        auto [dst, want] = p.reader.next();
         ssize_t r = ::recv(p.fd.get(), dst, want, MSG_DONTWAIT);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          if (p.got > 0) log_.warn(kSubsysBoot, "bootstrap dropped a connection that closed mid-message");
+          if (p.reader.got() > 0) log_.warn(kSubsysBoot, "bootstrap dropped a connection that closed mid-message");
           drop = true;
           break;
         }
         if (r < 0) break;
-        size_t before = p.got;
-        p.got += static_cast<size_t>(r);
-        if (before < sizeof(Header) && p.got >= sizeof(Header)) {
-          const Header& h = p.header;
-          if (h.magic != kMsgMagic || !constantTimeEqual(h.secret, secret_) || (h.kind < 1 || h.kind > 3)) {
-            log_.warn(kSubsysBoot, "bootstrap dropped a connection without the clique's secret or with garbage");
+        switch (p.reader.advance(static_cast<size_t>(r))) {
+          case BootstrapReader::State::kMore:
+            break;
+          case BootstrapReader::State::kDone:
+            done = true;
+            break;
+          case BootstrapReader::State::kDrop:
+            log_.warn(kSubsysBoot, "bootstrap dropped {}", p.reader.why());
             drop = true;
             break;
-          }
-          if (h.cliqueId != cliqueId_ || h.src < 0 || h.src >= nranks()) {
-            log_.warn(kSubsysBoot, "bootstrap dropped a message for another clique or from an unknown rank {}", h.src);
-            drop = true;
-            break;
-          }
-          if (h.len > kMaxMessageBytes || (h.kind == 2 && h.len != 0) || (h.kind == 3 && h.len > kMaxNoticeBytes)) {
-            log_.warn(kSubsysBoot, "bootstrap dropped a message claiming {} bytes", h.len);
-            drop = true;
-            break;
-          }
-          p.payload.resize(h.len);
         }
       }
       if (!drop && !done && now - p.since > kStrangerNs) {
@@ -416,12 +418,12 @@ void Bootstrap::acceptLoop() {
         drop = true;
       }
       if (done) {
-        Header h = p.header;
-        if (h.kind == 2) {
+        const BootstrapHeader h = p.reader.header();
+        if (h.kind == BootstrapHeader::kConnection) {
           setNonBlocking(p.fd.get(), false);
           deliver(h.cliqueId, h.src, h.tag, h.kind, {}, std::move(p.fd));
         } else {
-          deliver(h.cliqueId, h.src, h.tag, h.kind, std::move(p.payload), UniqueFd());
+          deliver(h.cliqueId, h.src, h.tag, h.kind, std::move(p.reader.payload()), UniqueFd());
         }
       }
       if (drop || done) {
@@ -531,14 +533,14 @@ Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, ui
 }
 
 void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd) {
-  if (kind == 3) {
+  if (kind == BootstrapHeader::kNotice) {
     std::lock_guard<std::mutex> g(noticeMu_);
     if (onNotice_) onNotice_(src, std::string(payload.begin(), payload.end()));
     return;
   }
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (kind == 2) {
+    if (kind == BootstrapHeader::kConnection) {
       connections_[{src, tag}].push_back(std::move(fd));
     } else {
       messages_[{src, tag}].push_back(std::move(payload));
@@ -552,8 +554,8 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   const int64_t deadline = nowNs() + timeoutNs_;
   const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
   CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
-  Header h{};
-  h.magic = kMsgMagic;
+  BootstrapHeader h{};
+  h.magic = BootstrapHeader::kMagic;
   h.kind = kind;
   h.secret[0] = secret_[0];
   h.secret[1] = secret_[1];
@@ -577,10 +579,10 @@ int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
   // reached must not delay the others, and no thread is made on this path. Not cancelled by an
   // abort: the notices are what spare the others their timeout. A notice is small enough for the
   // socket's buffer, so it is written whole the moment the connection is up.
-  const std::string body = text.substr(0, kMaxNoticeBytes);
-  Header h{};
-  h.magic = kMsgMagic;
-  h.kind = 3;
+  const std::string body = text.substr(0, BootstrapHeader::kMaxNoticeBytes);
+  BootstrapHeader h{};
+  h.magic = BootstrapHeader::kMagic;
+  h.kind = BootstrapHeader::kNotice;
   h.secret[0] = secret_[0];
   h.secret[1] = secret_[1];
   h.cliqueId = cliqueId_;
@@ -622,7 +624,7 @@ int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
 }
 
 Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
-  return writeMessage(peer, tag, 1, data, bytes, nullptr);
+  return writeMessage(peer, tag, BootstrapHeader::kMessage, data, bytes, nullptr);
 }
 
 Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
@@ -681,7 +683,7 @@ Status Bootstrap::barrier() {
 
 Result<UniqueFd> Bootstrap::openConnection(int peer, uint64_t tag) {
   UniqueFd c;
-  CHORUS_TRY(writeMessage(peer, tag, 2, nullptr, 0, &c));
+  CHORUS_TRY(writeMessage(peer, tag, BootstrapHeader::kConnection, nullptr, 0, &c));
   return c;
 }
 

@@ -60,6 +60,53 @@ Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeo
 // timeout passes. The thread owns everything it uses.
 void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs);
 
+// The header in front of every bootstrap message on the wire.
+struct BootstrapHeader {
+  static constexpr uint32_t kMagic = 0x43484d53;  // "CHMS"
+  static constexpr uint32_t kMessage = 1, kConnection = 2, kNotice = 3;
+  static constexpr size_t kMaxMessageBytes = 256u << 20;
+  static constexpr size_t kMaxNoticeBytes = 4096;
+  uint32_t magic;
+  uint32_t kind;
+  uint64_t secret[2];
+  uint64_t cliqueId;
+  int32_t src;
+  int32_t pad;
+  uint64_t tag;
+  uint64_t len;
+};
+
+// Reads one message off a connection from anyone, in whatever pieces the bytes arrive: the
+// caller receives into next() and reports how many bytes came with advance(). The header is
+// checked as soon as it is complete (magic, secret, clique, sender, kind, length), so a stranger
+// is dropped before any payload is allocated for it.
+class BootstrapReader {
+ public:
+  enum class State { kMore, kDone, kDrop };
+  BootstrapReader(const uint64_t secret[2], uint64_t cliqueId, int nranks)
+      : secret_{secret[0], secret[1]}, cliqueId_(cliqueId), nranks_(nranks) {}
+
+  // Where the next bytes go and how many fit (never 0 before kDone).
+  std::pair<char*, size_t> next();
+  // `n` bytes (at most next().second) were written at next().first.
+  State advance(size_t n);
+
+  size_t got() const { return got_; }
+  const BootstrapHeader& header() const { return header_; }
+  std::vector<char>& payload() { return payload_; }
+  // Why the message was dropped (for the log).
+  const std::string& why() const { return why_; }
+
+ private:
+  uint64_t secret_[2];
+  uint64_t cliqueId_;
+  int nranks_;
+  BootstrapHeader header_{};
+  size_t got_ = 0;
+  std::vector<char> payload_;
+  std::string why_;
+};
+
 // Tags of bootstrap messages: the high byte says who uses them.
 enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4 };
 inline uint64_t makeTag(TagSpace space, uint64_t value) {
@@ -120,7 +167,6 @@ class Bootstrap {
   int noticeAll(const std::string& text, int64_t deadlineNs);
 
  private:
-  struct Header;
   struct Pending;
   Bootstrap() = default;
   Status start(UniqueFd listener);

@@ -31,6 +31,11 @@ std::string SockAddr::toString() const {
   return "<no address>";
 }
 
+bool SockAddr::valid() const {
+  return (storage.ss_family == AF_INET && len == sizeof(sockaddr_in)) ||
+         (storage.ss_family == AF_INET6 && len == sizeof(sockaddr_in6));
+}
+
 bool SockAddr::isLoopback() const {
   if (storage.ss_family == AF_INET) {
     return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;

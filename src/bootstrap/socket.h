@@ -27,6 +27,9 @@ struct SockAddr {
   uint32_t len = 0;
 
   std::string toString() const;
+  // An IPv4 or IPv6 address whose length matches its family: what a SockAddr that came off the
+  // wire or out of a unique id must be before anyone connects to it.
+  bool valid() const;
   bool isLoopback() const;  // 127.0.0.0/8 or ::1
   uint16_t port() const;
   void setPort(uint16_t port);

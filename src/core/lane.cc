@@ -102,8 +102,7 @@ void Lane::postAhead(uint32_t limit) {
       const uint32_t idx = postSlot_ % recv_->fifo.nslots;
       recv_->fifo.destBytes[idx] = static_cast<uint32_t>(std::min(slotElems_, st.count - off) * es);
       uintptr_t expected = 0;
-      recv_->fifo.dests[idx].compare_exchange_strong(expected,
-                                                     reinterpret_cast<uintptr_t>(a_.output + (st.outOff + off) * es),
+      recv_->fifo.dests[idx].compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(a_.out(st.outOff + off)),
                                                      std::memory_order_release, std::memory_order_relaxed);
     }
     ++postPiece_;
@@ -124,8 +123,8 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
   while (stepIdx_ < steps_.size()) {
     const Step& st = steps_[stepIdx_];
     if (st.prim == Prim::kLocal) {
-      const char* in = a_.input + st.inOff * es;
-      char* out = a_.output + st.outOff * es;
+      const char* in = a_.in(st.inOff);
+      char* out = a_.out(st.outOff);
       // A single rank: its own contribution is the result (an integer avg divides by 1).
       if (a_.spec.hasPre) {
         a_.kernels->pre(a_.spec, a_.type, out, in, st.count);
@@ -154,7 +153,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
         CHORUS_TRY(recvCheck(*h, bytes));
         rslot = recv_->fifo.payload(recv_->head);
         // Already in the output when the proxy took the destination this lane posted.
-        char* dst = a_.output + (st.outOff + off) * es;
+        char* dst = a_.out(st.outOff + off);
         if (posts && recv_->fifo.dests[recv_->head % recv_->fifo.nslots].load(std::memory_order_acquire) ==
                          reinterpret_cast<uintptr_t>(dst)) {
           rslot = dst;
@@ -169,8 +168,8 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
         }
         sslot = send_->fifo.payload(send_->tail);
       }
-      const char* in = a_.input + (st.inOff + off) * es;
-      char* out = a_.output + (st.outOff + off) * es;
+      const char* in = a_.in(st.inOff + off);
+      char* out = a_.out(st.outOff + off);
       const HostKernels& k = *a_.kernels;
       const char* ref = tx && send_->fifo.refs ? sendSource(st.prim, in, out) : nullptr;
       if (ref) sslot = nullptr;  // the proxy sends from `ref`; every copy into the slot is skipped
@@ -293,8 +292,8 @@ Status DirectLane::progress(WaitInfo* wait, bool* moved) {
     const size_t off = piece_ * slotElems_;
     const size_t n = std::min(slotElems_, count_ - off);
     const size_t bytes = n * es;
-    const char* in = a_.input + off * es;
-    char* out = a_.output + off * es;
+    const char* in = a_.in(off);
+    char* out = a_.out(off);
     // Send this piece to every peer, starting with the next rank so peers are not all hit at once.
     while (sent_ < nranks_ - 1) {
       SendCursor* sc = sends_[(rank_ + 1 + sent_) % nranks_].get();
@@ -410,10 +409,10 @@ void SliceLane::chooseModes() {
     P.scatterOut = kData;
     P.gatherOut = kData;
     if (!share_ || a_.slotBytes < sizeof(MemDesc)) continue;
-    if (b.count > 0 && share_->describe(p, a_.input + b.offset * es, b.count * es, &P.scatterDesc)) {
+    if (b.count > 0 && share_->describe(p, a_.in(b.offset), b.count * es, &P.scatterDesc)) {
       P.scatterOut = kDesc;
     }
-    if (mine.count > 0 && share_->describe(p, a_.output + mine.offset * es, mine.count * es, &P.gatherDesc)) {
+    if (mine.count > 0 && share_->describe(p, a_.out(mine.offset), mine.count * es, &P.gatherDesc)) {
       P.gatherOut = kDesc;
     }
   }
@@ -482,7 +481,7 @@ Status SliceLane::sendScatter(int p, WaitInfo* wait, bool* moved) {
     if (!sc->hasSpace()) return blockedOn(sc, wait);
     const size_t off = P.scatterSent * slotElems_;
     const size_t n = std::min(slotElems_, b.count - off);
-    const char* in = a_.input + (b.offset + off) * es;
+    const char* in = a_.in(b.offset + off);
     char* slot = sc->fifo.payload(sc->tail);
     if (a_.spec.hasPre) {
       a_.kernels->pre(a_.spec, a_.type, slot, in, n);
@@ -514,8 +513,8 @@ Status SliceLane::reduceSlice(WaitInfo* wait, bool* moved) {
     const size_t off = reduced_ * slotElems_;
     const size_t n = std::min(slotElems_, b.count - off);
     const size_t bytes = n * es;
-    const char* own = a_.input + (b.offset + off) * es;
-    char* out = a_.output + (b.offset + off) * es;
+    const char* own = a_.in(b.offset + off);
+    char* out = a_.out(b.offset + off);
     while (folded_ < nranks_) {
       const int idx = folded_ == 0 ? 1 : folded_;  // own input folds with the first peer's
       const int q = idx - 1 < rank_ ? idx - 1 : idx;
@@ -578,7 +577,7 @@ Status SliceLane::sendGather(int p, WaitInfo* wait, bool* moved) {
     if (!sc->hasSpace()) return blockedOn(sc, wait);
     const size_t off = P.gatherSent * slotElems_;
     const size_t n = std::min(slotElems_, b.count - off);
-    std::memcpy(sc->fifo.payload(sc->tail), a_.output + (b.offset + off) * es, n * es);
+    std::memcpy(sc->fifo.payload(sc->tail), a_.out(b.offset + off), n * es);
     SlotHeader* h = sc->fifo.header(sc->tail);
     h->commId = a_.commId;
     h->seq = a_.seq;
@@ -609,7 +608,7 @@ Status SliceLane::copyGather(int p, WaitInfo* wait, bool* moved) {
   while (P.gatherCopied < stop) {
     const size_t off = P.gatherCopied * slotElems_;
     const size_t n = std::min(slotElems_, b.count - off);
-    char* out = a_.output + (b.offset + off) * es;
+    char* out = a_.out(b.offset + off);
     if (P.gatherIn == kDesc) {
       std::memcpy(out, P.gatherBase + off * es, n * es);
     } else {
@@ -785,8 +784,8 @@ Status TreeLane::up(WaitInfo* wait, bool* moved) {
     const size_t off = offset_ + piece_ * slotElems_;
     const size_t n = std::min(slotElems_, offset_ + count_ - off);
     const size_t bytes = n * es;
-    const char* in = a_.input + off * es;
-    char* out = a_.output + off * es;
+    const char* in = a_.in(off);
+    char* out = a_.out(off);
     // The partial result goes to the parent's slot, or, at the root, to the output.
     SendCursor* sc = parent_ >= 0 ? sends_[parent_].get() : nullptr;
     if (sc && !sc->hasSpace()) {
@@ -837,7 +836,7 @@ Status TreeLane::down(WaitInfo* wait, bool* moved) {
     const size_t off = offset_ + piece_ * slotElems_;
     const size_t n = std::min(slotElems_, offset_ + count_ - off);
     const size_t bytes = n * es;
-    char* out = a_.output + off * es;
+    char* out = a_.out(off);
     if (!taken_ && parent_ >= 0) {
       const char* c = nullptr;
       Status s = take(parent_, bytes, &c, wait);

@@ -99,6 +99,11 @@ struct LaneArgs {
   // done only when the proxy has put all of it on the wire. Off for point-to-point, whose sends
   // must not wait for the receiver.
   bool sendByRef = false;
+
+  // Element `i` of the input or output. A rank with no buffer on one side (a broadcast's
+  // non-root input, a gather's non-root output) gets nullptr back, never an offset null pointer.
+  const char* in(size_t i) const { return input ? input + i * elemSize : nullptr; }
+  char* out(size_t i) const { return output ? output + i * elemSize : nullptr; }
 };
 
 class Lane {

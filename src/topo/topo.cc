@@ -371,7 +371,11 @@ Result<Machine> parseMachine(const std::string& text) {
     std::string kind;
     if (!(l >> kind)) continue;
     if (kind == "machine") {
-      if (!(l >> m.packages >> m.numaNodes >> m.cores >> m.pus)) return bad("machine line: " + line);
+      constexpr int kMaxCount = 1 << 20;
+      if (!(l >> m.packages >> m.numaNodes >> m.cores >> m.pus) || m.packages < 0 || m.numaNodes < 0 || m.cores < 0 ||
+          m.pus < 0 || m.packages > kMaxCount || m.numaNodes > kMaxCount || m.cores > kMaxCount || m.pus > kMaxCount) {
+        return bad("machine line: " + line);
+      }
       header = true;
     } else if (kind == "cache") {
       size_t level = 0;
@@ -414,6 +418,18 @@ Result<Machine> parseMachine(const std::string& text) {
     }
   }
   if (!header) return bad("no machine line");
+  // Every index a device carries must point into what the machine line declares, and the NVLink
+  // matrix must cover every GPU (it may come before GPUs declared later).
+  for (const auto* list : {&m.gpus, &m.nics}) {
+    for (const Device& d : *list) {
+      if (d.numa < -1 || d.numa >= std::max(m.numaNodes, 1) || d.package < -1 || d.package >= std::max(m.packages, 1)) {
+        return bad("device " + d.busId + " lies in NUMA node " + std::to_string(d.numa) + " / package " +
+                   std::to_string(d.package) + ", outside the machine's " + std::to_string(m.numaNodes) + " / " +
+                   std::to_string(m.packages));
+      }
+    }
+  }
+  if (!m.nvlink.empty() && m.nvlink.size() != m.gpus.size()) return bad("nvlink matrix size");
   return m;
 }
 
