@@ -1,9 +1,17 @@
 // The C API beyond the grid: misuse returns the right code with a message, groups driven by one
 // thread, streams, events and callbacks, split, non-blocking init, point-to-point in any order.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -321,6 +329,141 @@ TEST_CASE("a timeout names the peer that did not answer", "[api][timeout]") {
   CHECK(chorusAllReduce(&x[0], &x[0], 1, chorusFloat32, chorusSum, c[0], nullptr) == chorusSystemError);
   CHECK(chorusCommAbort(c[0]) == chorusSuccess);
   CHECK(chorusCommDestroy(c[1]) == chorusSuccess);
+}
+
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Sends this thread's process's stderr to a file while alive (the log's sink writes to fd 2).
+class StderrToFile {
+ public:
+  explicit StderrToFile(const std::string& path) : path_(path) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~StderrToFile() {
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+  }
+
+ private:
+  std::string path_;
+  int saved_;
+};
+
+}  // namespace
+
+TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request, signal and failure",
+          "[api][timeout][flight]") {
+  char dir[] = "/tmp/chorus-flight-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string prefix = std::string(dir) + "/fr";
+  setenv("CHORUS_TIMEOUT", "3", 1);
+  setenv("CHORUS_WARN_AFTER_MS", "300", 1);
+  setenv("CHORUS_FLIGHT_DUMP", prefix.c_str(), 1);
+  setenv("CHORUS_FLIGHT_TRACE", "1", 1);
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> c(2);
+  auto rc = onRanks(2, [&](int r) {
+    chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+    config.commName = "hang";
+    return chorusCommInitRankConfig(&c[r], 2, id, r, &config);
+  });
+  for (const char* v : {"CHORUS_TIMEOUT", "CHORUS_WARN_AFTER_MS", "CHORUS_FLIGHT_DUMP", "CHORUS_FLIGHT_TRACE"}) {
+    unsetenv(v);
+  }
+  REQUIRE(rc[0] == chorusSuccess);
+  REQUIRE(rc[1] == chorusSuccess);
+
+  // Three operations both ranks run (collectives share one sequence), then an all-reduce only rank 0 calls, on a
+  // stream.
+  std::vector<std::vector<float>> x(2, std::vector<float>(1000, 1.0f));
+  rc = onRanks(2, [&](int r) {
+    chorusResult_t a = chorusAllReduce(x[r].data(), x[r].data(), 1000, chorusFloat32, chorusSum, c[r], nullptr);
+    chorusResult_t b = chorusBroadcast(x[r].data(), x[r].data(), 10, chorusFloat32, 1, c[r], nullptr);
+    chorusResult_t g = chorusAllGather(x[r].data(), x[r].data() + 100, 5, chorusFloat32, c[r], nullptr);
+    return a != chorusSuccess ? a : b != chorusSuccess ? b : g;
+  });
+  REQUIRE(rc[0] == chorusSuccess);
+  REQUIRE(rc[1] == chorusSuccess);
+  chorusStream_t s;
+  REQUIRE(chorusStreamCreate(&s) == chorusSuccess);
+  const std::string logPath = std::string(dir) + "/stderr";
+  const std::string asked = std::string(dir) + "/asked.txt";
+  chorusResult_t hung;
+  {
+    StderrToFile redirect(logPath);
+    REQUIRE(chorusAllReduce(x[0].data(), x[0].data(), 1000, chorusFloat32, chorusMax, c[0], s) == chorusSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    // On request, from another thread while the operation hangs.
+    CHECK(chorusCommDumpState(c[0], asked.c_str()) == chorusSuccess);
+    // On a signal (CHORUS_FLIGHT_SIGNAL, SIGUSR1 by default).
+    ::raise(SIGUSR1);
+    for (int i = 0; i < 100 && readFile(prefix + ".hang.0.txt").find("== signal") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    hung = chorusStreamSynchronize(s);
+  }
+  CHECK(hung == chorusSystemError);
+  const std::string log = readFile(logPath);
+  INFO(log);
+  // The warning, before the timeout: the collective, its sequence number, the step, the peer.
+  CHECK(log.find("AllReduce #4 (count 1000 float32, algo") != std::string::npos);
+  CHECK(log.find("has made no progress for 0.") != std::string::npos);
+  CHECK(log.find("data from rank 1 (host") != std::string::npos);
+  CHECK(log.find("channel 0: operation #4 step") != std::string::npos);
+
+  const std::string dump = readFile(asked);
+  INFO(dump);
+  CHECK(dump.find("Chorus communicator") != std::string::npos);
+  CHECK(dump.find("(hang) rank 0 of 2") != std::string::npos);
+  CHECK(dump.find("#1 AllReduce seq 1 count 1000 type 7 op 0 algo") != std::string::npos);
+  CHECK(dump.find("#2 Broadcast seq 2 count 10 type 7 root 1 algo") != std::string::npos);
+  CHECK(dump.find("#3 AllGather seq 3 count 5 type 7 algo") != std::string::npos);
+  CHECK(dump.find("#4 AllReduce seq 4 count 1000 type 7 op 2 algo") != std::string::npos);
+  // Only the last one runs; the three before it are done.
+  const size_t running = dump.find("running for");
+  CHECK(running != std::string::npos);
+  CHECK(running > dump.find("#4 AllReduce"));
+  CHECK(dump.find("running for", running + 1) == std::string::npos);
+
+  const std::string auto_ = readFile(prefix + ".hang.0.txt");
+  INFO(auto_);
+  CHECK(auto_.find("== signal") != std::string::npos);
+  CHECK(auto_.find("== failure: rank 0 waited") != std::string::npos);
+  CHECK(auto_.find("failed in") != std::string::npos);
+  CHECK(auto_.find("failed in") > auto_.find("#4 AllReduce"));
+
+  // The Chrome trace: a JSON array with one complete ("X") event per operation.
+  const nlohmann::json trace = nlohmann::json::parse(readFile(prefix + ".hang.0.json"));
+  REQUIRE(trace.is_array());
+  int spans = 0;
+  for (const auto& e : trace) {
+    if (e["ph"] == "X") {
+      ++spans;
+      CHECK(e["dur"].get<double>() >= 0);
+    }
+  }
+  CHECK(spans == 4);
+  CHECK(trace.back()["args"]["state"] == "failed");
+
+  CHECK(chorusStreamDestroy(s) == chorusSuccess);
+  CHECK(chorusCommAbort(c[0]) == chorusSuccess);
+  CHECK(chorusCommDestroy(c[1]) == chorusSuccess);
+  // Destroy writes the final trace of rank 1 too.
+  CHECK(nlohmann::json::parse(readFile(prefix + ".hang.1.json")).size() == 5);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("calls on a communicator still initialising are refused, not dropped", "[api][init]") {

@@ -198,6 +198,11 @@ const char* chorusGetLastError(chorusComm_t comm);
 /** chorusSuccess, chorusInProgress while a non-blocking call runs, or the error that stopped the
  *  communicator (a dead peer, a timeout, ...). */
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
+/** Writes what the communicator is doing and its last operations (the flight recorder:
+ *  CHORUS_FLIGHT_ENTRIES of them, with sequence numbers, sizes, algorithm, state and timings) to
+ *  the file `path` (appended), or to stderr when path is NULL. Safe to call from any thread, also
+ *  while another thread is blocked in a call on the communicator. A Chorus extension. */
+chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 /** Host-only builds have no CUDA device: *device is -1. */
 chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device);

@@ -3,7 +3,9 @@
 // chorusInternalError: nothing escapes extern "C".
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -399,6 +401,25 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
     Status e = comm->impl->asyncError();
     *asyncError = e.code();
     if (!e.isOk()) tLastError = e.message();
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path) {
+  return guard("chorusCommDumpState", [&]() -> Status {
+    // A failed communicator can still be dumped: that is when a dump is wanted most.
+    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    const std::string text = c->dumpState();
+    if (!path) {
+      std::fputs(text.c_str(), stderr);
+      std::fflush(stderr);
+      return Status::ok();
+    }
+    FILE* f = std::fopen(path, "a");
+    if (!f)
+      return systemError(std::string("cannot open ") + path + " to append the state dump: " + std::strerror(errno));
+    const bool ok = std::fputs(text.c_str(), f) >= 0;
+    if (std::fclose(f) != 0 || !ok) return systemError(std::string("cannot write the state dump to ") + path);
     return Status::ok();
   });
 }

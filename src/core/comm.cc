@@ -128,6 +128,7 @@ Communicator::~Communicator() {
     }
   }
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
+  stopFlight();
   // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
   // that are all done by now; the bootstrap serves descriptors for connections and memory.
   proxies_.clear();
@@ -244,6 +245,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);
+  startFlight();
   redOps_.clear();
 
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
@@ -329,6 +331,10 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     failed_.store(true, std::memory_order_release);
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  if (flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
+    log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(flight_->snapshot(), 8));
+  }
+  (void)writeDump("failure: " + s.message());
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
     std::lock_guard<std::mutex> g(connMu_);
@@ -574,7 +580,7 @@ Status Communicator::waitIdle() {
 }
 
 void Communicator::abort() {
-  abort_.store(true, std::memory_order_release);
+  if (!abort_.exchange(true, std::memory_order_acq_rel)) (void)writeDump("chorusCommAbort");
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
   {
     std::lock_guard<std::mutex> g(connMu_);

@@ -17,6 +17,7 @@
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/config.h"
 #include "src/core/engine.h"
+#include "src/core/flight.h"
 #include "src/core/lane.h"
 #include "src/core/log.h"
 #include "src/core/memshare.h"
@@ -97,6 +98,18 @@ class Communicator : public TaskOwner {
   int64_t timeoutNs() const override { return config_.timeoutNs; }
   std::string describePeer(int peer) const override;
   std::string describeChannels() const override;
+  void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
+    if (flight_) flight_->mark(first, last, state, result, nowNs());
+  }
+  void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override;
+  // Records an operation in the flight recorder; returns its id (0: recorder off).
+  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo);
+  // What this communicator is and was doing: identity, state, channels, the flight recorder.
+  std::string dumpState() const;
+  // With CHORUS_FLIGHT_DUMP: writes dumpState() (and, with CHORUS_FLIGHT_TRACE, the Chrome trace)
+  // to <prefix>.<comm>.<rank>.txt/.json, saying `why`. Returns what it could not write.
+  Status writeDump(const std::string& why) const;
+  Status writeTrace(const std::string& path) const;
   bool tryAcquireExec() override {
     bool expected = false;
     return exec_.compare_exchange_strong(expected, true, std::memory_order_acquire);
@@ -217,6 +230,10 @@ class Communicator : public TaskOwner {
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;
+  std::unique_ptr<FlightRecorder> flight_;
+  std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
+  void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set
+  void stopFlight();             // the trace (CHORUS_FLIGHT_TRACE); leaves the signal dump
   std::atomic<int64_t> lastPeerCheckNs_{0};
   // Marks the communicator failed (once; later errors are dropped), closes every connection so
   // peers on this host see it, stops socket traffic, and, when `tellPeers`, sends a failure

@@ -96,6 +96,17 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
   if (const char* v = getEnv("CHORUS_TOPO_FILE")) c.topoFile = v;
   if (const char* v = getEnv("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
+  if (const char* v = getEnv("CHORUS_FLIGHT_DUMP")) c.flightDump = v;
+  CHORUS_TRY(readBool("CHORUS_FLIGHT_TRACE", &c.flightTrace));
+  x = static_cast<int64_t>(c.flightEntries);
+  CHORUS_TRY(readInt("CHORUS_FLIGHT_ENTRIES", 0, 1 << 20, &x));
+  c.flightEntries = static_cast<size_t>(x);
+  x = c.flightSignal;
+  CHORUS_TRY(readInt("CHORUS_FLIGHT_SIGNAL", 1, 64, &x));
+  c.flightSignal = static_cast<int>(x);
+  x = c.warnAfterNs / 1000000;
+  CHORUS_TRY(readInt("CHORUS_WARN_AFTER_MS", 0, int64_t(1) << 40, &x));
+  c.warnAfterNs = x * 1000000;
 
   x = c.socketThreads;
   CHORUS_TRY(readInt("CHORUS_SOCKET_NTHREADS", 1, 16, &x));

@@ -46,9 +46,19 @@ struct Config {
   std::string proto;                               // CHORUS_PROTO (simple)
   std::string topoFile;                            // CHORUS_TOPO_FILE: hwloc XML in place of the machine
   std::string topoDumpFile;                        // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
+  size_t flightEntries = 1024;                     // CHORUS_FLIGHT_ENTRIES: operations the flight recorder keeps
+  std::string flightDump;                          // CHORUS_FLIGHT_DUMP: path prefix of state dumps
+  bool flightTrace = false;                        // CHORUS_FLIGHT_TRACE: Chrome trace beside each dump
+  int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
+  int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
 
   static Result<Config> fromEnv();
   // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.
+  // How long an operation may make no progress before its rank logs what it waits for.
+  int64_t stallWarnNs() const {
+    if (warnAfterNs > 0) return warnAfterNs;
+    return timeoutNs / 2 < int64_t(60) * 1000000000 ? timeoutNs / 2 : int64_t(60) * 1000000000;
+  }
   size_t peerSlots() const { return peerSlotBytes < slotBytes ? peerSlotBytes : slotBytes; }
 };
 

@@ -360,6 +360,9 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
               op.count, typeName(op.type));
   }
   DirectLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data());
+  const uint64_t flight = recordFlight(op, a.seq, "direct (inline)");
+  flightMark(flight, flight, FlightEntry::State::kRunning, 0);
+  int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   const IdlePolicy policy(config_);
   int64_t now = 0;
@@ -399,6 +402,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     if (now - lastProgress > kPeerCheckAfterNs) {
       s = checkPeers(now);
       if (!s.isOk()) break;
+      noteStall(w, now - lastProgress, &nextWarn);
       if (now - lastProgress > config_.timeoutNs) {
         s = systemError(describeStall(*this, w, now - lastProgress));
         break;
@@ -407,6 +411,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     policy.step(w, now - idleSince, &yields);
   }
   releaseExec();
+  flightMark(flight, flight, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed, s.code());
   if (!s.isOk()) setAsyncError(s);
   return s;
 }
@@ -438,10 +443,19 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.slotBytes = config_.peerSlots();
   bytesArgs.status = &channelStatus_[nch];
 
+  uint64_t flightFirst = 0;
+  uint64_t flightLast = 0;
+  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo) {
+    const uint64_t id = recordFlight(op, seq, algo);
+    if (!flightFirst) flightFirst = id;
+    flightLast = id;
+    return id;
+  };
   for (const auto& op : ops) {
     if (!usesRing(op.coll)) {
       std::vector<P2pPart> parts;
       expandP2p(op, rank_, nranks_, &parts);
+      uint64_t firstSeq = 0;
       for (const auto& p : parts) {
         if (p.peer == rank_) {
           (p.send ? selfSends : selfRecvs).push_back(p);
@@ -451,11 +465,13 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         a.input = p.src;
         a.output = p.dst;
         a.seq = p.send ? ++p2pSendSeq_[p.peer] : ++p2pRecvSeq_[p.peer];
+        if (!firstSeq) firstSeq = a.seq;
         std::vector<Step> steps;
         if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
         task->addToQueue(queueFor(p.peer, p.send), Lane(a, std::move(steps), p.send ? p2pSend_[p.peer].get() : nullptr,
                                                         p.send ? nullptr : p2pRecv_[p.peer].get()));
       }
+      record(op, firstSeq, "p2p");
       continue;
     }
     const bool direct = useDirect(op);
@@ -474,12 +490,14 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     LaneArgs a = collArgs(op);
     a.seq = ++collSeq_;
     a.slotBytes = slotBytes;
+    const uint64_t flight = record(op, a.seq, direct ? "direct" : tree ? "tree" : slice ? "slice" : "ring");
     if (direct) {
       a.slotBytes = config_.peerSlots();
       if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
       a.status = &channelStatus_[0];
       task->addStage(
-          DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()));
+          DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()),
+          flight);
       continue;
     }
     if (tree) {
@@ -493,7 +511,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
                            t == 0 ? directSend_.data() : gatherSend_.data(),
                            t == 0 ? directRecv_.data() : gatherRecv_.data());
       }
-      task->addStage(std::move(lanes));
+      task->addStage(std::move(lanes), flight);
       continue;
     }
     if (slice) {
@@ -502,7 +520,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       SliceLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), gatherSend_.data(),
                      gatherRecv_.data(), memShare_.get());
       if (sliceChoice == SliceChoice::kLocal) lane.checkNeighbours(ringSend_[0].get(), ringRecv_[0].get());
-      task->addStage(std::move(lane));
+      task->addStage(std::move(lane), flight);
       continue;
     }
     const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
@@ -543,7 +561,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? ringSend_[c].get() : nullptr,
                          nranks_ > 1 ? ringRecv_[c].get() : nullptr);
     }
-    task->addStage(std::move(lanes));
+    task->addStage(std::move(lanes), flight);
   }
 
   // checkOps() made sure sends and receives to self pair up.
@@ -557,6 +575,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     if (selfSends[i].bytes) steps.push_back(Step{Prim::kLocal, 0, 0, selfSends[i].bytes});
     task->addToQueue(queueFor(rank_, true), Lane(a, std::move(steps), nullptr, nullptr));
   }
+  task->setFlight(flightFirst, flightLast);
   return task;
 }
 

@@ -58,6 +58,8 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       if (!s.isOk()) return s;
     }
     if (!stageDone) break;
+    if (stages_[stage_].flight)
+      owner_->flightMark(stages_[stage_].flight, stages_[stage_].flight, FlightEntry::State::kDone, 0);
     ++stage_;
   }
   if (blocked || stage_ < stages_.size()) return Status(chorusInProgress, "");
@@ -68,12 +70,17 @@ Status Task::advance(int64_t now, WaitInfo* wait, bool* moved) {
   Status broken = owner_->asyncError();
   if (!broken.isOk()) return Status(broken.code(), "the communicator failed earlier: " + broken.message());
   if (owner_->aborted()) return remoteError("the communicator was aborted");
+  if (!flightStarted_) {
+    flightStarted_ = true;
+    owner_->flightMark(flightFirst_, flightLast_, FlightEntry::State::kRunning, 0);
+  }
   Status s = progress(wait, moved);
   if (*moved) lastProgressNs = now;
   if (!s.isOk() && !s.inProgress()) return explainFailure(*owner_, s, *wait);
   if (s.inProgress() && now - lastProgressNs > kPeerCheckAfterNs) {
     Status gone = owner_->checkPeers(now);
     if (!gone.isOk()) return gone;
+    owner_->noteStall(*wait, now - lastProgressNs, &nextWarnNs_);
     if (now - lastProgressNs > owner_->timeoutNs()) return systemError(describeStall(*wait, now - lastProgressNs));
   }
   return s;
@@ -98,6 +105,8 @@ Status explainFailure(TaskOwner& owner, const Status& s, const WaitInfo& w) {
 }
 
 void Task::finish(const Status& s) {
+  owner_->flightMark(flightFirst_, flightLast_, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed,
+                     s.code());
   if (!s.isOk()) owner_->setAsyncError(s);
   if (holdsExec) {
     holdsExec = false;

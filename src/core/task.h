@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/flight.h"
 #include "src/core/lane.h"
 #include "src/core/status.h"
 
@@ -36,6 +37,11 @@ class TaskOwner {
   // An error if a peer this rank can watch (a process on this host) is gone; cheap, rate-limited.
   // `force`: poll now, whenever the last poll was.
   virtual Status checkPeers(int64_t now, bool force = false) = 0;
+  // The flight recorder: entries [first, last] changed state.
+  virtual void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) {}
+  // A wait of `waitedNs` without progress: past the warning threshold, the owner logs what it
+  // waits for. *nextWarnNs is the caller's (0 at first): when to warn again.
+  virtual void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) {}
 };
 
 // A wait that makes no progress this long starts checking whether the peers are still alive.
@@ -55,10 +61,20 @@ class Task {
   explicit Task(TaskOwner* owner) : owner_(owner) {}
 
   TaskOwner* owner() const { return owner_; }
-  void addStage(std::vector<Lane> lanes) { stages_.push_back(Stage{std::move(lanes), {}, {}, {}}); }
-  void addStage(DirectLane lane) { stages_.push_back(Stage{{}, std::move(lane), {}, {}}); }
-  void addStage(SliceLane lane) { stages_.push_back(Stage{{}, {}, std::move(lane), {}}); }
-  void addStage(std::vector<TreeLane> lanes) { stages_.push_back(Stage{{}, {}, {}, std::move(lanes)}); }
+  // `flight`: the stage's flight-recorder entry (0: none).
+  void addStage(std::vector<Lane> lanes, uint64_t flight) {
+    stages_.push_back(Stage{std::move(lanes), {}, {}, {}, flight});
+  }
+  void addStage(DirectLane lane, uint64_t flight) { stages_.push_back(Stage{{}, std::move(lane), {}, {}, flight}); }
+  void addStage(SliceLane lane, uint64_t flight) { stages_.push_back(Stage{{}, {}, std::move(lane), {}, flight}); }
+  void addStage(std::vector<TreeLane> lanes, uint64_t flight) {
+    stages_.push_back(Stage{{}, {}, {}, std::move(lanes), flight});
+  }
+  // The flight-recorder entries of all the task's operations.
+  void setFlight(uint64_t first, uint64_t last) {
+    flightFirst_ = first;
+    flightLast_ = last;
+  }
   void reserveStages(size_t n) { stages_.reserve(n); }
   // Lanes of one queue run one after another (they share a connection); queues run concurrently
   // with each other and with the stages.
@@ -92,7 +108,12 @@ class Task {
     std::optional<DirectLane> direct;
     std::optional<SliceLane> slice;
     std::vector<TreeLane> trees;
+    uint64_t flight = 0;
   };
+  uint64_t flightFirst_ = 0;
+  uint64_t flightLast_ = 0;
+  bool flightStarted_ = false;
+  int64_t nextWarnNs_ = 0;
   std::vector<Stage> stages_;
   size_t stage_ = 0;
   struct Queue {
