@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -464,6 +465,124 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   // Destroy writes the final trace of rank 1 too.
   CHECK(nlohmann::json::parse(readFile(prefix + ".hang.1.json")).size() == 5);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Three ranks as threads under CHORUS_CHECK=1; rank 2 calls `odd` where ranks 0 and 1 call an
+// all-reduce of 100 floats. Returns each rank's result and message.
+template <typename Odd>
+std::vector<std::pair<chorusResult_t, std::string>> checkedMismatch(Odd odd) {
+  setenv("CHORUS_CHECK", "1", 1);
+  setenv("CHORUS_TIMEOUT", "20", 1);
+  World w(3);
+  unsetenv("CHORUS_CHECK");
+  unsetenv("CHORUS_TIMEOUT");
+  REQUIRE(w.ok());
+  std::vector<std::pair<chorusResult_t, std::string>> out(3);
+  std::vector<std::vector<float>> buf(3, std::vector<float>(400, 1.0f));
+  onRanks(3, [&](int r) {
+    // One agreed collective first: the check passes it.
+    chorusResult_t rc = chorusAllReduce(buf[r].data(), buf[r].data(), 4, chorusFloat32, chorusSum, w[r], nullptr);
+    if (rc == chorusSuccess) {
+      // Guard: everything past the first 100 elements must stay as it is.
+      rc = r == 2 ? odd(buf[r].data(), w[r])
+                  : chorusAllReduce(buf[r].data(), buf[r].data(), 100, chorusFloat32, chorusSum, w[r], nullptr);
+    }
+    out[r] = {rc, chorusGetLastError(w[r])};
+    return rc;
+  });
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = 100; i < 400; ++i) REQUIRE(buf[r][i] == 1.0f);
+  }
+  for (int r = 0; r < 3; ++r) chorusCommAbort(w.release(r));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("CHORUS_CHECK: every rank learns which rank called a different collective, and how", "[api][check]") {
+  struct Case {
+    const char* name;
+    std::function<chorusResult_t(float*, chorusComm_t)> odd;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"another collective",
+       [](float* b, chorusComm_t c) { return chorusBroadcast(b, b, 100, chorusFloat32, 0, c, nullptr); },
+       "rank 2 called Broadcast (count 100, float32, root 0)"},
+      {"another count",
+       [](float* b, chorusComm_t c) { return chorusAllReduce(b, b, 99, chorusFloat32, chorusSum, c, nullptr); },
+       "rank 2 called AllReduce (count 99, float32, op sum)"},
+      {"another operator",
+       [](float* b, chorusComm_t c) { return chorusAllReduce(b, b, 100, chorusFloat32, chorusMax, c, nullptr); },
+       "rank 2 called AllReduce (count 100, float32, op max)"},
+      {"another type",
+       [](float* b, chorusComm_t c) { return chorusAllReduce(b, b, 100, chorusInt32, chorusSum, c, nullptr); },
+       "rank 2 called AllReduce (count 100, int32, op sum)"},
+      {"a collective issued twice, in a group",
+       [](float* b, chorusComm_t c) {
+         chorusGroupStart();
+         chorusReduce(b, b, 100, chorusFloat32, chorusSum, 1, c, nullptr);
+         chorusAllReduce(b, b, 100, chorusFloat32, chorusSum, c, nullptr);
+         return chorusGroupEnd();
+       },
+       "rank 2 called Reduce (count 100, float32, op sum, root 1)"},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      auto out = checkedMismatch(c.odd);
+      for (int r = 0; r < 3; ++r) {
+        INFO("rank " << r << ": " << out[r].second);
+        CHECK(out[r].first == chorusInvalidUsage);
+        CHECK(out[r].second.find("CHORUS_CHECK: collective #2") != std::string::npos);
+        CHECK(out[r].second.find("rank 0 called AllReduce (count 100, float32, op sum)") != std::string::npos);
+        CHECK(out[r].second.find(c.says) != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("CHORUS_CHECK passes agreeing collectives, also with one thread driving every rank in a group",
+          "[api][check][group]") {
+  setenv("CHORUS_CHECK", "1", 1);
+  World w(3);
+  unsetenv("CHORUS_CHECK");
+  REQUIRE(w.ok());
+  std::vector<std::vector<int32_t>> buf(3);
+  for (int r = 0; r < 3; ++r) buf[r] = {r + 1, 10 * (r + 1)};
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(chorusAllReduce(buf[r].data(), buf[r].data(), 2, chorusInt32, chorusSum, w[r], nullptr) == chorusSuccess);
+    REQUIRE(chorusBroadcast(buf[r].data(), buf[r].data(), 1, chorusInt32, 2, w[r], nullptr) == chorusSuccess);
+  }
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(buf[r][0] == 6);
+    CHECK(buf[r][1] == 60);
+  }
+}
+
+TEST_CASE("without CHORUS_CHECK a mismatched count is an error that writes nothing past a buffer",
+          "[api][check][misuse]") {
+  // Counts that take the direct schedule (4 KiB) and the ring (256 KiB) on the longer side.
+  for (size_t big : {size_t(1000), size_t(65536)}) {
+    setenv("CHORUS_TIMEOUT", "5", 1);
+    World w(2);
+    unsetenv("CHORUS_TIMEOUT");
+    REQUIRE(w.ok());
+    std::vector<std::vector<float>> buf(2, std::vector<float>(big + 1000, 3.0f));
+    auto rc = onRanks(2, [&](int r) {
+      const size_t n = r == 0 ? big : 10;
+      return chorusAllReduce(buf[r].data(), buf[r].data(), n, chorusFloat32, chorusSum, w[r], nullptr);
+    });
+    INFO("count " << big << " against 10");
+    CHECK(rc[0] != chorusSuccess);
+    CHECK(rc[1] != chorusSuccess);
+    for (size_t i = 10; i < buf[1].size(); ++i) REQUIRE(buf[1][i] == 3.0f);
+    for (size_t i = big; i < buf[0].size(); ++i) REQUIRE(buf[0][i] == 3.0f);
+    for (int r = 0; r < 2; ++r) chorusCommAbort(w.release(r));
+  }
 }
 
 TEST_CASE("calls on a communicator still initialising are refused, not dropped", "[api][init]") {

@@ -21,6 +21,13 @@ class World {
   World& operator=(const World&) = delete;
   bool ok() const { return rc_ == chorusSuccess; }
   chorusComm_t comm(int r) const { return comms_[r]; }
+  chorusComm_t operator[](int r) const { return comms_[r]; }
+  // Gives up rank r's communicator (for chorusCommAbort); the World no longer destroys it.
+  chorusComm_t release(int r) {
+    chorusComm_t c = comms_[r];
+    comms_[r] = nullptr;
+    return c;
+  }
   const std::vector<chorusComm_t>& comms() const { return comms_; }
   int size() const { return static_cast<int>(comms_.size()); }
 

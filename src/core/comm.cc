@@ -98,6 +98,7 @@ struct InitRecord {
   char proto[16] = {0};
   uint64_t directMaxBytes = 0;
   uint64_t peerSlotBytes = 0;
+  uint32_t check = 0;
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
 };
 
@@ -167,11 +168,17 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
   me.directMaxBytes = config_.directMaxBytes;
   me.peerSlotBytes = config_.peerSlotBytes;
+  me.check = config_.check ? 1 : 0;
   std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
   all[rank_] = mine;
+  for (InitRecord& r : all) {  // text from other processes: terminated here, whatever was sent
+    r.algo[sizeof(r.algo) - 1] = 0;
+    r.proto[sizeof(r.proto) - 1] = 0;
+    r.peer.host[sizeof(r.peer.host) - 1] = 0;
+  }
 
   // Settings that change the plan must agree, or the ranks would cut data differently.
   for (int r = 0; r < nranks_; ++r) {
@@ -199,6 +206,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     if (a.directMaxBytes != b.directMaxBytes) {
       return differ("CHORUS_DIRECT_MAX_BYTES", std::to_string(a.directMaxBytes), std::to_string(b.directMaxBytes));
     }
+    if (a.check != b.check) return differ("CHORUS_CHECK", std::to_string(a.check), std::to_string(b.check));
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;

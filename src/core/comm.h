@@ -161,6 +161,10 @@ class Communicator : public TaskOwner {
   Status runDirectNow(const OpInfo& op, bool* ran);
   // What plan() would refuse, checked on the launching thread so the error reaches the call.
   Status checkOps(const std::vector<OpInfo>& ops) const;
+  // CHORUS_CHECK=1: every collective among `ops` (not sends and receives) is compared with the
+  // other ranks' (one bootstrap allgather each, in issue order); a difference is an error on
+  // every rank that names the ranks and their calls. Blocks until every rank has issued it.
+  Status checkAgreement(const std::vector<OpInfo>& ops);
   // Runs on the thread that will run the task (a stream's worker, or the caller); plans of one
   // communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
@@ -246,6 +250,7 @@ class Communicator : public TaskOwner {
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;
   uint64_t splitSeq_ = 0;
+  uint64_t checkSeq_ = 0;  // collectives compared under CHORUS_CHECK
 
   struct PreMulOp {
     bool live = false;

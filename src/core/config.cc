@@ -98,6 +98,7 @@ Result<Config> Config::fromEnv() {
   if (const char* v = getEnv("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
   if (const char* v = getEnv("CHORUS_FLIGHT_DUMP")) c.flightDump = v;
   CHORUS_TRY(readBool("CHORUS_FLIGHT_TRACE", &c.flightTrace));
+  CHORUS_TRY(readBool("CHORUS_CHECK", &c.check));
   x = static_cast<int64_t>(c.flightEntries);
   CHORUS_TRY(readInt("CHORUS_FLIGHT_ENTRIES", 0, 1 << 20, &x));
   c.flightEntries = static_cast<size_t>(x);

@@ -51,6 +51,7 @@ struct Config {
   bool flightTrace = false;                        // CHORUS_FLIGHT_TRACE: Chrome trace beside each dump
   int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
+  bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
 
   static Result<Config> fromEnv();
   // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.

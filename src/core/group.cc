@@ -205,6 +205,32 @@ Status planAndRun(std::vector<CommOps>& work) {
   return latch.wait();
 }
 
+// CHORUS_CHECK: the communicators of a launch compare their collectives with their peers, each on
+// a thread of its own when there are several (one thread may drive several ranks of a clique).
+// A difference fails the communicator: its ranks no longer agree on what comes next.
+Status checkAgreement(std::vector<CommOps>& work) {
+  bool any = false;
+  for (auto& w : work) any = any || w.comm->config().check;
+  if (!any) return Status::ok();
+  std::vector<Status> result(work.size());
+  if (work.size() == 1) {
+    result[0] = work[0].comm->checkAgreement(work[0].ops);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < work.size(); ++i) {
+      threads.emplace_back([&, i] { result[i] = work[i].comm->checkAgreement(work[i].ops); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (!result[i].isOk()) work[i].comm->setAsyncError(result[i]);
+  }
+  for (const Status& s : result) {
+    if (!s.isOk()) return s;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status launch(std::vector<OpInfo>& ops) {
@@ -247,6 +273,7 @@ Status launch(std::vector<OpInfo>& ops) {
     auto n = w.comm->connectionsNeeded(w.ops);
     if (!n.empty()) needs.emplace_back(w.comm, std::move(n));
   }
+  CHORUS_TRY(checkAgreement(work));
   if (!needs.empty()) {
     Status s = Communicator::connect(needs);
     if (!s.isOk()) {

@@ -327,6 +327,78 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
   return Status::ok();
 }
 
+namespace {
+
+// One collective as CHORUS_CHECK compares it across ranks.
+struct CheckRecord {
+  uint64_t index;  // which collective of the communicator (counted by the check)
+  uint64_t count;
+  int32_t coll;
+  int32_t type;
+  int32_t op;    // -1: no reduction; chorusNumOps: any custom operator (handles are per rank)
+  int32_t root;  // -1: no root
+};
+
+CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
+  CheckRecord r{};
+  r.index = index;
+  r.count = op.count;
+  r.coll = static_cast<int32_t>(op.coll);
+  r.type = op.type;
+  const bool reduces =
+      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
+  r.op = !reduces ? -1 : op.op < chorusNumOps ? static_cast<int32_t>(op.op) : static_cast<int32_t>(chorusNumOps);
+  const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
+                      op.coll == CollType::kScatter;
+  r.root = rooted ? op.root : -1;
+  return r;
+}
+
+bool sameCall(const CheckRecord& a, const CheckRecord& b) {
+  return a.index == b.index && a.count == b.count && a.coll == b.coll && a.type == b.type && a.op == b.op &&
+         a.root == b.root;
+}
+
+std::string describeCall(const CheckRecord& r) {
+  static const char* const kOps[] = {"sum", "prod", "max", "min", "avg", "a custom operator"};
+  std::string s = std::string(collName(static_cast<CollType>(r.coll))) + " (count " + std::to_string(r.count) + ", " +
+                  typeName(static_cast<chorusDataType_t>(r.type));
+  if (r.op >= 0) s += std::string(", op ") + kOps[r.op];
+  if (r.root >= 0) s += ", root " + std::to_string(r.root);
+  return s + ")";
+}
+
+}  // namespace
+
+Status Communicator::checkAgreement(const std::vector<OpInfo>& ops) {
+  for (const OpInfo& op : ops) {
+    if (op.coll == CollType::kSend || op.coll == CollType::kRecv) continue;
+    std::vector<CheckRecord> all(nranks_);
+    all[rank_] = checkRecordOf(op, ++checkSeq_);
+    CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(CheckRecord)));
+    // Every rank sees the same table and reaches the same verdict: who differs from rank 0.
+    std::vector<int> differ;
+    for (int r = 1; r < nranks_; ++r) {
+      if (!sameCall(all[r], all[0])) differ.push_back(r);
+    }
+    if (differ.empty()) continue;
+    std::string others;
+    for (size_t i = 0; i < differ.size() && i < 8; ++i) {
+      const int r = differ[i];
+      others +=
+          (i ? "; rank " : "rank ") + std::to_string(r) + " called " +
+          (all[r].index != all[0].index ? "its collective #" + std::to_string(all[r].index) + ", " : std::string()) +
+          describeCall(all[r]);
+    }
+    if (differ.size() > 8) others += "; and " + std::to_string(differ.size() - 8) + " more ranks";
+    return invalidUsage("CHORUS_CHECK: collective #" + std::to_string(all[0].index) +
+                        " of this communicator differs between ranks: rank 0 called " + describeCall(all[0]) + " but " +
+                        others + ". Every rank must issue the same collectives, in the same order, " +
+                        "with the same count, type, operator and root");
+  }
+  return Status::ok();
+}
+
 LaneArgs Communicator::collArgs(const OpInfo& op) const {
   LaneArgs a;
   a.input = static_cast<const char*>(op.sendbuff);
