@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -583,6 +584,103 @@ TEST_CASE("without CHORUS_CHECK a mismatched count is an error that writes nothi
     for (size_t i = big; i < buf[0].size(); ++i) REQUIRE(buf[0][i] == 3.0f);
     for (int r = 0; r < 2; ++r) chorusCommAbort(w.release(r));
   }
+}
+
+TEST_CASE("chorusCommShrink: bad arguments are refused with a message", "[api][shrink][misuse]") {
+  World w(3);
+  REQUIRE(w.ok());
+  chorusComm_t out = reinterpret_cast<chorusComm_t>(0x1);
+  int one[1] = {2};
+  int self[1] = {0};
+  int range[1] = {3};
+  int twice[2] = {1, 1};
+  int all[3] = {0, 1, 2};
+  CHECK(chorusCommShrink(w[0], one, 1, nullptr, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(chorusCommShrink(nullptr, one, 1, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(out == nullptr);
+  CHECK(chorusCommShrink(w[0], one, -1, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("negative") != std::string::npos);
+  CHECK(chorusCommShrink(w[0], nullptr, 1, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(chorusCommShrink(w[0], range, 1, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("outside [0, 3)") != std::string::npos);
+  CHECK(chorusCommShrink(w[0], twice, 2, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("twice") != std::string::npos);
+  CHECK(chorusCommShrink(w[0], self, 1, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("its own excludeRanksList") != std::string::npos);
+  CHECK(chorusCommShrink(w[0], all, 3, &out, nullptr, CHORUS_SHRINK_DEFAULT) == chorusInvalidArgument);
+  CHECK(chorusCommShrink(w[0], one, 1, &out, nullptr, 7) == chorusInvalidArgument);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("CHORUS_SHRINK_ABORT") != std::string::npos);
+  CHECK(out == nullptr);
+  // None of this touched the communicators.
+  std::vector<int> v(3, 1);
+  auto rc = onRanks(3, [&](int r) { return chorusAllReduce(&v[r], &v[r], 1, chorusInt32, chorusSum, w[r], nullptr); });
+  for (int r = 0; r < 3; ++r) CHECK((rc[r] == chorusSuccess && v[r] == 3));
+}
+
+TEST_CASE("chorusCommShrink: the survivors go on without the excluded rank", "[api][shrink]") {
+  World w(4);
+  REQUIRE(w.ok());
+  for (int flags : {CHORUS_SHRINK_DEFAULT, CHORUS_SHRINK_ABORT}) {
+    INFO("flags " << flags);
+    std::vector<chorusComm_t> small(4, nullptr);
+    int exclude[1] = {1};  // rank 1 takes no part (as if it had died)
+    auto rc = onRanks(4, [&](int r) {
+      if (r == 1) return chorusSuccess;
+      return chorusCommShrink(w[r], exclude, 1, &small[r], nullptr, flags);
+    });
+    std::vector<int64_t> v(4);
+    rc = onRanks(4, [&](int r) {
+      if (r == 1) return chorusSuccess;
+      int me = -1, n = 0;
+      chorusCommUserRank(small[r], &me);
+      chorusCommCount(small[r], &n);
+      if (n != 3 || me != (r == 0 ? 0 : r - 1)) return chorusInternalError;
+      v[r] = 10 + r;
+      return chorusAllReduce(&v[r], &v[r], 1, chorusInt64, chorusSum, small[r], nullptr);
+    });
+    for (int r : {0, 2, 3}) {
+      CHECK(rc[r] == chorusSuccess);
+      CHECK(v[r] == 10 + 12 + 13);
+      CHECK(chorusCommDestroy(small[r]) == chorusSuccess);
+    }
+    if (flags == CHORUS_SHRINK_ABORT) {
+      // The parent's operations were stopped: it is failed now, and says why.
+      chorusResult_t async;
+      CHECK(chorusCommGetAsyncError(w[0], &async) == chorusSuccess);
+      CHECK(async == chorusRemoteError);
+      CHECK(std::string(chorusGetLastError(w[0])).find("CHORUS_SHRINK_ABORT") != std::string::npos);
+    }
+  }
+  for (int r = 0; r < 4; ++r) chorusCommAbort(w.release(r));
+}
+
+TEST_CASE("chorusCommShrink: survivors whose exclude lists differ all fail, naming the lists", "[api][shrink]") {
+  setenv("CHORUS_TIMEOUT", "20", 1);
+  World w(4);
+  unsetenv("CHORUS_TIMEOUT");
+  REQUIRE(w.ok());
+  std::vector<chorusComm_t> small(4, nullptr);
+  std::vector<std::string> msg(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rc = onRanks(4, [&](int r) {
+    if (r == 3) return chorusSuccess;  // rank 3 takes no part
+    int three[1] = {3};
+    chorusResult_t x = r == 2 ? chorusCommShrink(w[r], nullptr, 0, &small[r], nullptr, CHORUS_SHRINK_DEFAULT)
+                              : chorusCommShrink(w[r], three, 1, &small[r], nullptr, CHORUS_SHRINK_DEFAULT);
+    msg[r] = chorusGetLastError(nullptr);
+    return x;
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << msg[r]);
+    CHECK(rc[r] == chorusInvalidUsage);
+    CHECK(small[r] == nullptr);
+    CHECK(msg[r].find("excludeRanksList") != std::string::npos);
+    CHECK(msg[r].find("[3]") != std::string::npos);
+    CHECK(msg[r].find("[]") != std::string::npos);
+  }
+  CHECK(took < 5);  // at once, not at the timeout
+  for (int r = 0; r < 4; ++r) chorusCommAbort(w.release(r));
 }
 
 TEST_CASE("calls on a communicator still initialising are refused, not dropped", "[api][init]") {

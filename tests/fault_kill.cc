@@ -1,7 +1,9 @@
 // One rank is killed (SIGKILL) at a seeded random moment inside each collective; every survivor
 // must get an error that names the killed rank and its host, promptly (long before the timeout),
 // abort must return promptly, and the survivor's process must be left as it was before init:
-// descriptors, threads, memory mappings, and nothing of Chorus in /dev/shm.
+// descriptors, threads, memory mappings, and nothing of Chorus in /dev/shm. Before the abort, the
+// survivors carry on: chorusCommShrink without the dead rank (no root, no help from it), then an
+// all-reduce and a broadcast on the new communicator, checked element by element.
 //
 //   fault_kill TRANSPORT NRANKS [SEED]    TRANSPORT: shm | socket
 //
@@ -101,6 +103,46 @@ chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int
   return chorusGroupEnd();
 }
 
+// The survivors' next step: a communicator without the victim, and two collectives on it, checked.
+// Returns "shrunk" or "shrink-failed:<why>" (one word).
+std::string carryOn(chorusComm_t parent, int rank, int n, int victim) {
+  int exclude[1] = {victim};
+  chorusComm_t small = nullptr;
+  auto failed = [&](const std::string& why) {
+    std::string w = why;
+    for (char& ch : w) ch = ch == ' ' ? '_' : ch;
+    if (small) chorusCommDestroy(small);
+    return "shrink-failed:" + w;
+  };
+  if (chorusCommShrink(parent, exclude, 1, &small, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess) {
+    return failed(chorusGetLastError(nullptr));
+  }
+  int me = -1, size = 0;
+  chorusCommUserRank(small, &me);
+  chorusCommCount(small, &size);
+  if (size != n - 1 || me != (rank < victim ? rank : rank - 1)) {
+    return failed("rank " + std::to_string(me) + " of " + std::to_string(size));
+  }
+  std::vector<float> v(4096, static_cast<float>(me + 1));
+  if (chorusAllReduce(v.data(), v.data(), v.size(), chorusFloat32, chorusSum, small, nullptr) != chorusSuccess) {
+    return failed(chorusGetLastError(small));
+  }
+  const float sum = static_cast<float>(size * (size + 1) / 2);
+  for (float x : v) {
+    if (x != sum) return failed("all-reduce gave " + std::to_string(x) + ", not " + std::to_string(sum));
+  }
+  std::vector<int32_t> b(1000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = me == size - 1 ? static_cast<int32_t>(i * 7) : -1;
+  if (chorusBroadcast(b.data(), b.data(), b.size(), chorusInt32, size - 1, small, nullptr) != chorusSuccess) {
+    return failed(chorusGetLastError(small));
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b[i] != static_cast<int32_t>(i * 7)) return failed("broadcast element " + std::to_string(i) + " wrong");
+  }
+  if (chorusCommDestroy(small) != chorusSuccess) return "shrink-failed:destroy";
+  return "shrunk";
+}
+
 // One rank's life; writes "rank R ..." to `out`.
 [[noreturn]] void rankMain(const std::string& coll, chorusUniqueId warm, chorusUniqueId id, int rank, int n, int victim,
                            int delayMs, int out) {
@@ -109,12 +151,16 @@ chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int
     (void)!write(out, line.data(), line.size());  // one write per line: pipe writes this small are atomic
   };
   std::vector<float> send(kCount, 1.0f), recv(kCount, 0.0f);
-  // A first communicator, used and destroyed, so what a process keeps once and reuses (libraries
-  // hwloc loads, the C library's thread stacks and malloc arenas) is there before the count.
+  // A first communicator, used, shrunk (by no rank) and destroyed, so what a process keeps once
+  // and reuses (libraries hwloc loads, the C library's thread stacks and malloc arenas, as many
+  // as threads ever ran at once) is there before the count.
   chorusComm_t comm;
+  chorusComm_t same = nullptr;
   if (chorusCommInitRank(&comm, n, warm, rank) != chorusSuccess ||
       runOnce(coll, comm, rank, n, send.data(), recv.data()) != chorusSuccess ||
-      chorusCommDestroy(comm) != chorusSuccess) {
+      chorusCommShrink(comm, nullptr, 0, &same, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess ||
+      runOnce(coll, same, rank, n, send.data(), recv.data()) != chorusSuccess ||
+      chorusCommDestroy(same) != chorusSuccess || chorusCommDestroy(comm) != chorusSuccess) {
     say("rank " + std::to_string(rank) + " warm-up-failed " + chorusGetLastError(nullptr));
     _exit(1);
   }
@@ -141,6 +187,9 @@ chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int
   }
   const double failedAt = now();
   const std::string message = r == chorusSuccess ? "" : chorusGetLastError(comm);
+  const double s0 = now();
+  const std::string shrunk = carryOn(comm, rank, n, victim);
+  const double shrinkS = now() - s0;
   const double a0 = now();
   const chorusResult_t ar = chorusCommAbort(comm);
   const double abortS = now() - a0;
@@ -153,8 +202,9 @@ chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int
   std::ostringstream o;
   o.precision(6);
   o << std::fixed << "rank " << rank << " failed " << failedAt << " code " << static_cast<int>(r) << " calls " << calls
-    << " abort " << abortS << " abortcode " << static_cast<int>(ar) << " leak " << (before == after ? "none" : "YES")
-    << " [" << before.text() << " -> " << after.text() << "] msg " << message;
+    << " abort " << abortS << " abortcode " << static_cast<int>(ar) << " shrink " << shrinkS << " " << shrunk
+    << " leak " << (before == after ? "none" : "YES") << " [" << before.text() << " -> " << after.text() << "] msg "
+    << message;
   say(o.str());
   _exit(0);
 }
@@ -236,16 +286,19 @@ int main(int argc, char** argv) {
         bad(it->second);
         continue;
       }
-      double failedAt = 0, abortS = 0;
+      double failedAt = 0, abortS = 0, shrinkS = 0;
       int code = 0, calls = 0, abortCode = 0;
       char leak[8] = {0};
-      std::sscanf(it->second.c_str(), "rank %*d failed %lf code %d calls %d abort %lf abortcode %d leak %7s", &failedAt,
-                  &code, &calls, &abortS, &abortCode, leak);
+      char shrunk[512] = {0};
+      std::sscanf(it->second.c_str(),
+                  "rank %*d failed %lf code %d calls %d abort %lf abortcode %d shrink %lf %511s leak %7s", &failedAt,
+                  &code, &calls, &abortS, &abortCode, &shrinkS, shrunk, leak);
       const size_t m = it->second.find(" msg ");
       const std::string msg = m == std::string::npos ? "" : it->second.substr(m + 5);
       const double after = failedAt - killedAt;
-      std::printf("  rank %d: code %d after %.3f s (%d calls), abort %.3f s, leaks %s: %s\n", r, code, after, calls,
-                  abortS, leak, msg.c_str());
+      std::printf("  rank %d: code %d after %.3f s (%d calls), %s in %.3f s, abort %.3f s, leaks %s: %s\n", r, code,
+                  after, calls, shrunk, shrinkS, abortS, leak, msg.c_str());
+      if (std::string(shrunk) != "shrunk") bad(std::string("the survivors could not carry on: ") + shrunk);
       if (code != chorusRemoteError && code != chorusSystemError) bad("a remote or system error was expected");
       if (msg.find(who) == std::string::npos) bad("the message does not name " + who + "...)");
       if (after > kPromptS) bad("the error took longer than " + std::to_string(kPromptS) + " s");
@@ -254,6 +307,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n%s\n",
-              failures ? "FAILED" : "every survivor failed promptly, named the dead rank, aborted, leaked nothing");
+              failures ? "FAILED"
+                       : "every survivor failed promptly, named the dead rank, shrank and carried on, aborted, leaked "
+                         "nothing");
   return failures ? 1 : 0;
 }

@@ -190,6 +190,16 @@ chorusResult_t chorusCommAbort(chorusComm_t comm);
 /** Splits comm into communicators of the ranks with equal color, ordered by key then old rank.
  *  color CHORUS_SPLIT_NOCOLOR yields *newcomm == NULL. Collective over comm. */
 chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm, chorusConfig_t* config);
+/** chorusCommShrink flags, equal to NCCL's. */
+#define CHORUS_SHRINK_DEFAULT 0x00 /* the parent has no operation in flight (they are waited for) */
+#define CHORUS_SHRINK_ABORT 0x01   /* first stop the parent's operations in flight (they fail) */
+/** A communicator of the parent's ranks but the excludeRanksCount ranks in excludeRanksList,
+ *  renumbered in rank order (NCCL 2.28's ncclCommShrink). Called by every surviving rank with
+ *  the same list, also after the parent failed because an excluded rank died: no root and no
+ *  excluded rank is needed. A survivor whose list differs, or a survivor that cannot be reached,
+ *  makes the call fail with a message naming the rank. Excluded ranks must not call it. */
+chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int excludeRanksCount, chorusComm_t* newcomm,
+                                chorusConfig_t* config, int shrinkFlags);
 
 /** A sentence for a result code. */
 const char* chorusGetErrorString(chorusResult_t result);

@@ -383,6 +383,44 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
   });
 }
 
+chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int excludeRanksCount, chorusComm_t* newcomm,
+                                chorusConfig_t* config, int shrinkFlags) {
+  return guard("chorusCommShrink", [&]() -> Status {
+    if (!newcomm) return invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    // The parent may have failed (a peer died): that is what shrinking is for.
+    CHORUS_ASSIGN_OR_RETURN(Communicator * parent, liveComm(comm));
+    if (parent->state() == Communicator::State::kFinalized) {
+      return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
+    }
+    if (excludeRanksCount < 0) {
+      return invalidArgument("excludeRanksCount is " + std::to_string(excludeRanksCount) + "; it cannot be negative");
+    }
+    if (excludeRanksCount > 0 && !excludeRanksList) {
+      return invalidArgument("excludeRanksList is NULL but excludeRanksCount is " + std::to_string(excludeRanksCount));
+    }
+    if (excludeRanksCount >= parent->nranks()) {
+      return invalidArgument("excludeRanksCount " + std::to_string(excludeRanksCount) + " leaves none of the " +
+                             std::to_string(parent->nranks()) + " ranks");
+    }
+    if (shrinkFlags != CHORUS_SHRINK_DEFAULT && shrinkFlags != CHORUS_SHRINK_ABORT) {
+      return invalidArgument("shrinkFlags is " + std::to_string(shrinkFlags) +
+                             "; pass CHORUS_SHRINK_DEFAULT or CHORUS_SHRINK_ABORT");
+    }
+    CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
+    if (!config) options.blocking = parent->blocking();
+    std::vector<int> exclude(excludeRanksList, excludeRanksList + excludeRanksCount);
+    auto r = Communicator::shrink(*parent, exclude, shrinkFlags == CHORUS_SHRINK_ABORT, options);
+    if (!r.isOk()) return r.status();
+    auto* h = new chorusComm();
+    h->impl = r.take();
+    h->initStatus = Status::ok();
+    h->initDone.store(true, std::memory_order_release);
+    *newcomm = h;
+    return Status::ok();
+  });
+}
+
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
   return guard("chorusCommGetAsyncError", [&]() -> Status {
     if (!asyncError) return invalidArgument("asyncError is NULL");

@@ -460,6 +460,7 @@ void Bootstrap::serveFd(int client) {
       exported_.erase(it);
     }
   }
+  cv_.notify_all();  // awaitClaim
   char status = fd.valid() ? 1 : 0;
   iovec iov{&status, 1};
   msghdr msg{};
@@ -484,6 +485,23 @@ void Bootstrap::serveFd(int client) {
 void Bootstrap::exportFd(int peer, uint64_t token, UniqueFd fd) {
   std::lock_guard<std::mutex> g(mu_);
   exported_[token] = {peer, std::move(fd)};
+}
+
+Status Bootstrap::awaitClaim(int peer, uint64_t token) {
+  const int64_t deadline = nowNs() + timeoutNs_;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (exported_.count(token)) {
+    if (abort_ && abort_->load(std::memory_order_acquire)) {
+      return Status(chorusRemoteError, "waiting for rank " + std::to_string(peer) + " to map its FIFO was aborted");
+    }
+    if (nowNs() >= deadline) {
+      return Status(chorusSystemError, "rank " + std::to_string(peer) + " did not map the shared-memory FIFO offered " +
+                                           "to it within the timeout (" + std::to_string(timeoutNs_ / 1000000000) +
+                                           " s)");
+    }
+    cv_.wait_for(lk, std::chrono::milliseconds(10));
+  }
+  return Status::ok();
 }
 
 void Bootstrap::withdrawFd(uint64_t token) {
@@ -575,36 +593,53 @@ void Bootstrap::setNoticeHandler(std::function<void(int, const std::string&)> ha
 }
 
 int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
+  // Not cancelled by an abort: the notices are what spare the others their timeout.
+  std::vector<int> ranks;
+  for (int p = 0; p < nranks(); ++p) {
+    if (p != rank_) ranks.push_back(p);
+  }
+  const auto told =
+      writeAllAtOnce(ranks, BootstrapHeader::kNotice, 0, text.substr(0, BootstrapHeader::kMaxNoticeBytes), deadlineNs);
+  return static_cast<int>(std::count(told.begin(), told.end(), true));
+}
+
+std::vector<bool> Bootstrap::sendAllAtOnce(const std::vector<int>& ranks, uint64_t tag, const std::string& body,
+                                           int64_t deadlineNs) {
+  return writeAllAtOnce(ranks, BootstrapHeader::kMessage, tag, body, deadlineNs);
+}
+
+std::vector<bool> Bootstrap::writeAllAtOnce(const std::vector<int>& ranks, uint32_t kind, uint64_t tag,
+                                            const std::string& body, int64_t deadlineNs) {
   // Every rank at once from this thread (non-blocking connects, one poll): a rank that cannot be
-  // reached must not delay the others, and no thread is made on this path. Not cancelled by an
-  // abort: the notices are what spare the others their timeout. A notice is small enough for the
-  // socket's buffer, so it is written whole the moment the connection is up.
-  const std::string body = text.substr(0, BootstrapHeader::kMaxNoticeBytes);
+  // reached must not delay the others, and no thread is made on this path. The message is small
+  // enough for the socket's buffer, so it is written whole the moment the connection is up.
   BootstrapHeader h{};
   h.magic = BootstrapHeader::kMagic;
-  h.kind = BootstrapHeader::kNotice;
+  h.kind = kind;
   h.secret[0] = secret_[0];
   h.secret[1] = secret_[1];
   h.cliqueId = cliqueId_;
   h.src = rank_;
+  h.tag = tag;
   h.len = body.size();
   std::string wire(reinterpret_cast<const char*>(&h), sizeof(h));
   wire += body;
-  std::vector<UniqueFd> fds;
-  for (int p = 0; p < nranks(); ++p) {
-    if (p == rank_) continue;
+  std::vector<bool> told(ranks.size(), false);
+  std::vector<std::pair<size_t, UniqueFd>> fds;  // (index into ranks, connecting socket)
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int p = ranks[i];
+    if (p < 0 || p >= nranks() || p == rank_) continue;
     UniqueFd fd(::socket(peers_[p].storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) continue;
     const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peers_[p].storage), peers_[p].len);
-    if (rc == 0 || errno == EINPROGRESS) fds.push_back(std::move(fd));
+    if (rc == 0 || errno == EINPROGRESS) fds.emplace_back(i, std::move(fd));
   }
-  int told = 0;
   while (!fds.empty() && nowNs() < deadlineNs) {
     std::vector<pollfd> p;
-    for (auto& fd : fds) p.push_back({fd.get(), POLLOUT, 0});
+    for (auto& f : fds) p.push_back({f.second.get(), POLLOUT, 0});
     const int64_t leftMs = std::max<int64_t>(1, (deadlineNs - nowNs()) / 1000000);
     if (::poll(p.data(), p.size(), static_cast<int>(std::min<int64_t>(leftMs, 100))) <= 0) continue;
-    std::vector<UniqueFd> still;
+    std::vector<std::pair<size_t, UniqueFd>> still;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!p[i].revents) {
         still.push_back(std::move(fds[i]));
@@ -612,11 +647,9 @@ int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
       }
       int err = 0;
       socklen_t l = sizeof(err);
-      ::getsockopt(fds[i].get(), SOL_SOCKET, SO_ERROR, &err, &l);
-      if (err == 0 && ::send(fds[i].get(), wire.data(), wire.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
-                          static_cast<ssize_t>(wire.size())) {
-        ++told;
-      }
+      ::getsockopt(fds[i].second.get(), SOL_SOCKET, SO_ERROR, &err, &l);
+      told[fds[i].first] = err == 0 && ::send(fds[i].second.get(), wire.data(), wire.size(),
+                                              MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(wire.size());
     }
     fds = std::move(still);
   }

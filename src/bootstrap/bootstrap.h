@@ -108,7 +108,7 @@ class BootstrapReader {
 };
 
 // Tags of bootstrap messages: the high byte says who uses them.
-enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4 };
+enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4, kShrink = 5 };
 inline uint64_t makeTag(TagSpace space, uint64_t value) {
   return (uint64_t(space) << 56) | (value & ((1ull << 56) - 1));
 }
@@ -155,6 +155,8 @@ class Bootstrap {
   void exportFd(int peer, uint64_t token, UniqueFd fd);
   // Takes back an offer nobody claimed (no effect once claimed).
   void withdrawFd(uint64_t token);
+  // Waits until `peer` has claimed the offer of `token` (within the timeout, unless aborted).
+  Status awaitClaim(int peer, uint64_t token);
   Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token);
   const std::string& fdServerName() const { return fdServerName_; }
 
@@ -165,6 +167,11 @@ class Bootstrap {
   // Sends `text` to every other rank, all at once, giving up on a rank at `deadlineNs` (best
   // effort: a rank that is gone cannot be told). Returns how many were told.
   int noticeAll(const std::string& text, int64_t deadlineNs);
+  // Sends one small message (it must fit a socket buffer) to each rank of `ranks` at once, as
+  // noticeAll does: no rank that cannot be reached delays the others, and nothing is retried.
+  // Returns, per entry of `ranks`, whether it was handed to that rank's socket by `deadlineNs`.
+  std::vector<bool> sendAllAtOnce(const std::vector<int>& ranks, uint64_t tag, const std::string& body,
+                                  int64_t deadlineNs);
 
  private:
   struct Pending;
@@ -174,6 +181,8 @@ class Bootstrap {
   void serveFd(int client);
   void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
   Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
+  std::vector<bool> writeAllAtOnce(const std::vector<int>& ranks, uint32_t kind, uint64_t tag, const std::string& body,
+                                   int64_t deadlineNs);
 
   int rank_ = -1;
   uint64_t cliqueId_ = 0;

@@ -325,6 +325,133 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
   return c;
 }
 
+namespace {
+
+// What each survivor of a shrink tells every other rank of the parent: the call it makes (its
+// exclude list, by hash and count, with the first entries for messages) and where its new
+// communicator listens.
+struct ShrinkRecord {
+  static constexpr uint64_t kMagic = 0x4348534852494e4bull;  // "CHSHRINK"
+  static constexpr int kShown = 16;
+  uint64_t magic;
+  uint64_t seq;
+  uint64_t listHash;
+  int32_t count;
+  int32_t shown[kShown];
+  SockAddr addr;
+};
+
+std::string listText(const int32_t* r, int count, int shown) {
+  std::string s = "[";
+  for (int i = 0; i < std::min(count, shown); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+  if (count > shown) s += ", ... (" + std::to_string(count) + " ranks)";
+  return s + "]";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent, const std::vector<int>& exclude,
+                                                           bool abortParent, const CommOptions& options) {
+  const int n = parent.nranks_;
+  std::vector<int> list = exclude;
+  std::sort(list.begin(), list.end());
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i] < 0 || list[i] >= n) {
+      return invalidArgument("excludeRanksList holds rank " + std::to_string(list[i]) + ", outside [0, " +
+                             std::to_string(n) + ")");
+    }
+    if (i > 0 && list[i] == list[i - 1]) {
+      return invalidArgument("excludeRanksList names rank " + std::to_string(list[i]) + " twice");
+    }
+  }
+  if (std::binary_search(list.begin(), list.end(), parent.rank_)) {
+    return invalidArgument("rank " + std::to_string(parent.rank_) +
+                           " is in its own excludeRanksList: an excluded rank must not call chorusCommShrink");
+  }
+  // The parent's operations: stopped (they fail at once) or waited for.
+  if (abortParent) {
+    parent.fail(remoteError("chorusCommShrink with CHORUS_SHRINK_ABORT stopped this communicator's operations"), false);
+  }
+  (void)parent.waitIdle();
+
+  ShrinkRecord mine{};
+  mine.magic = ShrinkRecord::kMagic;
+  mine.seq = ++parent.shrinkSeq_;
+  mine.count = static_cast<int32_t>(list.size());
+  mine.listHash = 1469598103934665603ull;
+  for (size_t i = 0; i < list.size(); ++i) {
+    mine.listHash = (mine.listHash ^ static_cast<uint64_t>(list[i])) * 1099511628211ull;
+    if (i < static_cast<size_t>(ShrinkRecord::kShown)) mine.shown[i] = list[i];
+  }
+  SockAddr local = parent.bootstrap_->address(parent.rank_);
+  local.setPort(0);
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd listener, listenOn(local, &mine.addr));
+
+  // To every other rank of the parent at once, the excluded ones too (best effort): a rank left
+  // out by mistake then hears of it at once instead of at its timeout. Survivors must be reached.
+  const uint64_t tag = makeTag(TagSpace::kShrink, mine.seq);
+  std::vector<int> others;
+  std::vector<int> survivors;
+  for (int r = 0; r < n; ++r) {
+    if (r == parent.rank_) continue;
+    others.push_back(r);
+    if (!std::binary_search(list.begin(), list.end(), r)) survivors.push_back(r);
+  }
+  const int64_t reachBy = nowNs() + std::min<int64_t>(parent.config_.timeoutNs, int64_t(10) * 1000000000);
+  const auto told = parent.bootstrap_->sendAllAtOnce(
+      others, tag, std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)), reachBy);
+  for (size_t i = 0; i < others.size(); ++i) {
+    if (!told[i] && !std::binary_search(list.begin(), list.end(), others[i])) {
+      return systemError("chorusCommShrink could not reach " + parent.describePeer(others[i]) +
+                         ", which is not in excludeRanksList: if it failed, exclude it");
+    }
+  }
+  std::vector<SockAddr> addrs;
+  int newRank = -1;
+  for (int r = 0; r < n; ++r) {
+    if (std::binary_search(list.begin(), list.end(), r)) continue;
+    if (r == parent.rank_) {
+      newRank = static_cast<int>(addrs.size());
+      addrs.push_back(mine.addr);
+      continue;
+    }
+    CHORUS_ASSIGN_OR_RETURN(std::vector<char> m, parent.bootstrap_->recv(r, tag));
+    ShrinkRecord theirs{};
+    if (m.size() != sizeof(theirs))
+      return systemError("chorusCommShrink got a malformed record from rank " + std::to_string(r));
+    std::memcpy(&theirs, m.data(), sizeof(theirs));
+    if (theirs.magic != ShrinkRecord::kMagic || theirs.seq != mine.seq || !theirs.addr.valid() || theirs.count < 0 ||
+        theirs.count > n) {
+      return systemError("chorusCommShrink got a malformed record from rank " + std::to_string(r));
+    }
+    if (theirs.count != mine.count || theirs.listHash != mine.listHash) {
+      return invalidUsage("chorusCommShrink: rank " + std::to_string(r) + " passed excludeRanksList " +
+                          listText(theirs.shown, theirs.count, ShrinkRecord::kShown) + " but rank " +
+                          std::to_string(parent.rank_) + " passed " +
+                          listText(mine.shown, mine.count, ShrinkRecord::kShown) +
+                          "; every surviving rank must pass the same list");
+    }
+    addrs.push_back(theirs.addr);
+  }
+
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->config_ = parent.config_;
+  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
+  c->blocking_ = options.blocking;
+  c->name_ = options.name;
+  c->rank_ = newRank;
+  c->nranks_ = static_cast<int>(addrs.size());
+  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, newRank);
+  c->commId_ = mix(mix(parent.commId_, 0x5348524b00000000ull + mine.seq), mine.listHash);
+  CHORUS_ASSIGN_OR_RETURN(auto boot,
+                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), newRank, std::move(addrs),
+                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
+  parent.log_.info(kSubsysInit, "shrink without {}: new rank {} of {}",
+                   listText(mine.shown, mine.count, ShrinkRecord::kShown), newRank, c->nranks_);
+  return c;
+}
+
 Status Communicator::asyncError() const {
   if (!failed_.load(std::memory_order_acquire)) return Status::ok();  // every call asks: keep it lock-free
   std::lock_guard<std::mutex> g(errMu_);
@@ -340,7 +467,10 @@ void Communicator::fail(const Status& s, bool tellPeers) {
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
   if (flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
-    log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(flight_->snapshot(), 8));
+    const auto entries = flight_->snapshot();
+    if (!entries.empty()) {
+      log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(entries, 8));
+    }
   }
   (void)writeDump("failure: " + s.message());
   {

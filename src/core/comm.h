@@ -80,6 +80,12 @@ class Communicator : public TaskOwner {
   // Collective over `parent`: the new communicator of this rank's color (null for NOCOLOR).
   static Result<std::unique_ptr<Communicator>> split(Communicator& parent, int color, int key,
                                                      const CommOptions& options);
+  // chorusCommShrink: the parent's ranks but `exclude`, renumbered in order, without a root and
+  // without the excluded ranks' help (the survivors meet through their parent listeners). Every
+  // survivor must pass the same list; a survivor whose list differs fails, naming both lists.
+  // `abortParent`: stop the parent's operations first (they fail), else wait for them to end.
+  static Result<std::unique_ptr<Communicator>> shrink(Communicator& parent, const std::vector<int>& exclude,
+                                                      bool abortParent, const CommOptions& options);
 
   int rank() const override { return rank_; }
   int nranks() const { return nranks_; }
@@ -251,6 +257,7 @@ class Communicator : public TaskOwner {
   std::vector<uint64_t> p2pRecvSeq_;
   uint64_t splitSeq_ = 0;
   uint64_t checkSeq_ = 0;  // collectives compared under CHORUS_CHECK
+  uint64_t shrinkSeq_ = 0;
 
   struct PreMulOp {
     bool live = false;

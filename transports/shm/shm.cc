@@ -23,14 +23,16 @@ struct Handle {
 
 class ShmConnection : public Connection {
  public:
-  ShmConnection(int peer, Mapping mapping, FifoView fifo)
-      : Connection(TransportKind::kShm, peer), map_(std::move(mapping)) {
+  ShmConnection(int peer, Mapping mapping, FifoView fifo, uint64_t token = 0)
+      : Connection(TransportKind::kShm, peer), map_(std::move(mapping)), token_(token) {
     fifo_ = fifo;
   }
   ~ShmConnection() override { fifo_.close(); }
+  uint64_t token() const { return token_; }
 
  private:
   Mapping map_;
+  uint64_t token_;  // receive side: the offer of the memfd to the sender
 };
 
 class ShmTransport : public Transport {
@@ -50,7 +52,7 @@ class ShmTransport : public Transport {
     ctx.bootstrap->exportFd(peer, h.token, std::move(fd));
     handle->resize(sizeof(h));
     std::memcpy(handle->data(), &h, sizeof(h));
-    return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo));
+    return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo, h.token));
   }
 
   Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t,
@@ -71,11 +73,11 @@ class ShmTransport : public Transport {
     return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo));
   }
 
-  Status finishRecv(ConnectContext& ctx, Connection&, int peer, uint64_t tag) override {
-    (void)ctx;
-    (void)peer;
-    (void)tag;
-    return Status::ok();
+  // The sender must have mapped the FIFO before this rank goes on: otherwise a rank whose part is
+  // over (a broadcast root that filled its slots) could destroy the communicator, and with it the
+  // descriptor server, while its peer still has to fetch the memfd.
+  Status finishRecv(ConnectContext& ctx, Connection& conn, int peer, uint64_t) override {
+    return ctx.bootstrap->awaitClaim(peer, static_cast<ShmConnection&>(conn).token());
   }
 };
 
