@@ -70,14 +70,14 @@ sanitized() {
 threads='grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree)'
 [ "${CHORUS_TEST_TIER:-default}" = extended ] && threads='grid_threads_.*'
 
-sanitized "${build}-asan" address,undefined ON unit_test api_test grid_test \
+sanitized "${build}-asan" address,undefined ON unit_test api_test grid_test strangers \
   fuzz_bootstrap_reader fuzz_socket_stream fuzz_unique_id fuzz_machine
 # hwloc loads its PCI plugin, and with it libpciaccess, for every topology and unloads it after:
 # what libpciaccess keeps in its globals then looks leaked from an unknown module. Loaded once for
 # the whole run, it stays reachable.
 (cd "${build}-asan" && LD_PRELOAD=$(ls /usr/lib/*/libpciaccess.so.0 | head -1) \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test|api_test|$threads|fuzz_.*)\$")
+  ctest -j 2 --output-on-failure -R "^(unit_test|api_test|strangers|$threads|fuzz_.*)\$")
 
 sanitized "${build}-tsan" thread OFF api_test grid_test
 (cd "${build}-tsan" && TSAN_OPTIONS="halt_on_error=1" ctest -j 2 --output-on-failure -R "^(api_test|$threads)\$")

@@ -156,36 +156,34 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
     std::snprintf(r.message, sizeof(r.message), "%s", msg.c_str());
     (void)sendAll(fd, &r, sizeof(r), nowNs() + 5ll * 1000000000, "a rank");
   };
-  while (nranks < 0 || joined < nranks) {
-    if (nowNs() > deadline) {
-      log.warn(kSubsysBoot, "bootstrap root at {} gave up: {} of {} ranks joined before the timeout",
-               id.root.toString(), joined, nranks);
-      return;
-    }
-    pollfd p{listenFd.get(), POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    UniqueFd c(::accept4(listenFd.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!c.valid()) continue;
-    RootHello h{};
-    if (!recvAll(c.get(), &h, sizeof(h), nowNs() + 5ll * 1000000000, "a joining rank").isOk()) {
-      log.warn(kSubsysBoot, "bootstrap root dropped a connection that sent no complete hello");
-      continue;
-    }
+  // Connections whose hello is still arriving, read side by side: a stranger that sends nothing,
+  // or sends slowly, is dropped at its own deadline and never holds up the ranks behind it.
+  struct Joining {
+    UniqueFd fd;
+    RootHello hello{};
+    size_t got = 0;
+    int64_t until = 0;
+  };
+  std::vector<Joining> joining;
+  setNonBlocking(listenFd.get(), true);  // accept until there is no one left to accept
+  constexpr int64_t kHelloNs = 5ll * 1000000000;
+  constexpr size_t kMaxJoining = 1024;
+  auto handle = [&](UniqueFd c, const RootHello& h) {
     if (h.magic != kHelloMagic || !constantTimeEqual(h.secret, id.secret) || h.cliqueId != id.cliqueId) {
       log.warn(kSubsysBoot, "bootstrap root dropped a connection that did not prove the id's secret");
-      continue;
+      return;
     }
     if (h.version != CHORUS_VERSION_CODE) {
       reply(c.get(), chorusInvalidUsage,
             "rank " + std::to_string(h.rank) + " runs Chorus " + std::to_string(h.version) + " but the root runs " +
                 std::to_string(CHORUS_VERSION_CODE),
             0);
-      continue;
+      return;
     }
     if (nranks < 0) {
       if (h.nranks <= 0) {
         reply(c.get(), chorusInvalidArgument, "nranks must be positive", 0);
-        continue;
+        return;
       }
       nranks = h.nranks;
       table.resize(nranks);
@@ -197,18 +195,18 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
             "rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
                 " but other ranks of this id were given nranks=" + std::to_string(nranks),
             0);
-      continue;
+      return;
     }
     if (h.rank < 0 || h.rank >= nranks || conns[h.rank].valid()) {
       reply(c.get(), chorusInvalidArgument,
             "rank " + std::to_string(h.rank) + " is out of range or joined twice; every rank of the " +
                 std::to_string(nranks) + " must pass a distinct rank in [0, nranks)",
             0);
-      continue;
+      return;
     }
     if (!h.listen.valid()) {
       reply(c.get(), chorusInvalidArgument, "rank " + std::to_string(h.rank) + " sent no valid listening address", 0);
-      continue;
+      return;
     }
     table[h.rank] = h.listen;
     SockAddr peer;
@@ -218,8 +216,55 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
       peer.setPort(0);
       from[h.rank] = peer.toString();
     }
+    setNonBlocking(c.get(), false);
     conns[h.rank] = std::move(c);
     ++joined;
+  };
+  while (nranks < 0 || joined < nranks) {
+    const int64_t now = nowNs();
+    if (now > deadline) {
+      log.warn(kSubsysBoot, "bootstrap root at {} gave up: {} of {} ranks joined before the timeout",
+               id.root.toString(), joined, nranks);
+      return;
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd.get(), POLLIN, 0});
+    for (auto& j : joining) fds.push_back({j.fd.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0) continue;
+    for (size_t k = joining.size(); k-- > 0;) {
+      Joining& j = joining[k];
+      bool drop = false;
+      if (fds[k + 1].revents) {
+        const ssize_t r =
+            ::recv(j.fd.get(), reinterpret_cast<char*>(&j.hello) + j.got, sizeof(j.hello) - j.got, MSG_DONTWAIT);
+        if (r > 0) {
+          j.got += static_cast<size_t>(r);
+        } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          log.warn(kSubsysBoot, "bootstrap root dropped a connection that closed after {} of {} hello bytes", j.got,
+                   sizeof(j.hello));
+          drop = true;
+        }
+      }
+      if (!drop && j.got == sizeof(j.hello)) {
+        Joining done = std::move(j);
+        joining.erase(joining.begin() + static_cast<long>(k));
+        handle(std::move(done.fd), done.hello);
+        continue;
+      }
+      if (!drop && now > j.until) {
+        log.warn(kSubsysBoot, "bootstrap root dropped a connection that sent {} of {} hello bytes in {} s", j.got,
+                 sizeof(j.hello), kHelloNs / 1000000000);
+        drop = true;
+      }
+      if (drop) joining.erase(joining.begin() + static_cast<long>(k));
+    }
+    if (fds[0].revents & POLLIN) {
+      while (joining.size() < kMaxJoining) {
+        UniqueFd c(::accept4(listenFd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!c.valid()) break;
+        joining.push_back(Joining{std::move(c), RootHello{}, 0, nowNs() + kHelloNs});
+      }
+    }
   }
   // A rank that listens on loopback can only be reached from its own host: fine when every rank
   // is on one host, a sure failure when others listen on addresses other hosts reach or reached
