@@ -48,7 +48,7 @@ chorusResult_t guard(const char* fn, F&& body) {
 // The live communicator behind a handle, or why it cannot be used.
 Result<Communicator*> liveComm(chorusComm_t comm) {
   if (!comm) return invalidArgument("comm is NULL");
-  if (comm->magic != chorusComm::kMagic) {
+  if (!isLiveHandle(comm)) {
     return invalidArgument("comm is not a live communicator (destroyed, or never initialised)");
   }
   if (!comm->initDone.load(std::memory_order_acquire)) {
@@ -331,7 +331,7 @@ chorusResult_t chorusCommFinalize(chorusComm_t comm) {
 chorusResult_t chorusCommDestroy(chorusComm_t comm) {
   return guard("chorusCommDestroy", [&]() -> Status {
     if (!comm) return Status::ok();  // as NCCL: destroying NULL is a no-op
-    if (comm->magic != chorusComm::kMagic) {
+    if (!isLiveHandle(comm)) {
       return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
     }
     joinInit(comm);
@@ -345,7 +345,7 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm) {
 chorusResult_t chorusCommAbort(chorusComm_t comm) {
   return guard("chorusCommAbort", [&]() -> Status {
     if (!comm) return Status::ok();
-    if (comm->magic != chorusComm::kMagic) {
+    if (!isLiveHandle(comm)) {
       return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
     }
     {
@@ -425,7 +425,7 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
   return guard("chorusCommGetAsyncError", [&]() -> Status {
     if (!asyncError) return invalidArgument("asyncError is NULL");
     if (!comm) return invalidArgument("comm is NULL");
-    if (comm->magic != chorusComm::kMagic) return invalidArgument("comm is not a live communicator");
+    if (!isLiveHandle(comm)) return invalidArgument("comm is not a live communicator");
     if (!comm->initDone.load(std::memory_order_acquire)) {
       *asyncError = chorusInProgress;
       return Status::ok();

@@ -1,5 +1,8 @@
 #include "src/core/comm.h"
 
+#include <shared_mutex>
+#include <unordered_set>
+
 #include <algorithm>
 #include <cstring>
 
@@ -450,6 +453,32 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
   parent.log_.info(kSubsysInit, "shrink without {}: new rank {} of {}",
                    listText(mine.shown, mine.count, ShrinkRecord::kShown), newRank, c->nranks_);
   return c;
+}
+
+namespace {
+struct HandleRegistry {
+  std::shared_mutex mu;
+  std::unordered_set<const chorusComm*> live;
+};
+HandleRegistry& handles() {
+  static HandleRegistry* r = new HandleRegistry();  // outlives every handle, also at exit
+  return *r;
+}
+}  // namespace
+
+void registerHandle(const chorusComm* h) {
+  std::unique_lock<std::shared_mutex> g(handles().mu);
+  handles().live.insert(h);
+}
+
+void unregisterHandle(const chorusComm* h) {
+  std::unique_lock<std::shared_mutex> g(handles().mu);
+  handles().live.erase(h);
+}
+
+bool isLiveHandle(const chorusComm* h) {
+  std::shared_lock<std::shared_mutex> g(handles().mu);
+  return handles().live.count(h) != 0;
 }
 
 Status Communicator::asyncError() const {

@@ -283,9 +283,21 @@ class Communicator : public TaskOwner {
 
 }  // namespace chorus
 
-// The C handle. `magic` tells a live communicator from garbage; destroy clears it.
+namespace chorus {
+// Every chorusComm alive, so a handle that was destroyed, or never was one, is told from a live
+// one without reading memory it may not point to.
+void registerHandle(const chorusComm* h);
+void unregisterHandle(const chorusComm* h);
+bool isLiveHandle(const chorusComm* h);
+}  // namespace chorus
+
+// The C handle, registered while it lives (see isLiveHandle); destroy clears `magic` too.
 struct chorusComm {
   static constexpr uint64_t kMagic = 0x63686f7275734d4dull;
+  chorusComm() { chorus::registerHandle(this); }
+  ~chorusComm() { chorus::unregisterHandle(this); }
+  chorusComm(const chorusComm&) = delete;
+  chorusComm& operator=(const chorusComm&) = delete;
   uint64_t magic = kMagic;
   std::unique_ptr<chorus::Communicator> impl;
   // Non-blocking init runs here; joined before the handle is used or freed.
