@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -77,13 +78,38 @@ Holdings holdings() {
   return h;
 }
 
-// Holdings once no thread but this one is left (a thread that was told to end may take a moment
-// to leave /proc), or after 2 s, whatever is there then.
-Holdings settled() {
-  for (int i = 0; i < 200 && countDir("/proc/self/task") > 1; ++i) {
+// /proc/self/maps as it was at the last settled() count (FAULT_KILL_MAPS only).
+std::string& mapsBefore() {
+  static std::string m;
+  return m;
+}
+
+// Holdings once they stay the same for 100 ms (a thread told to end may take a moment to leave
+// /proc, a peer's connection a moment to be accepted or closed), and, for a forked rank, no
+// thread but this one is left; or after 3 s, whatever is there then. `threadsLeft` is how many
+// threads the process keeps for good (1 forked; a launched rank keeps its world communicator's).
+Holdings settled(int threadsLeft = 1) {
+  Holdings last = holdings();
+  int same = 0;
+  for (int i = 0; i < 300 && (same < 10 || last.threads > threadsLeft); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const Holdings now = holdings();
+    same = now == last ? same + 1 : 0;
+    last = now;
   }
-  return holdings();
+  return last;
+}
+
+// The count before the fault (and, with FAULT_KILL_MAPS, the mappings then).
+Holdings countBefore(int threadsLeft) {
+  const Holdings h = settled(threadsLeft);
+  if (std::getenv("FAULT_KILL_MAPS")) {
+    std::ifstream f("/proc/self/maps");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    mapsBefore() = ss.str();
+  }
+  return h;
 }
 
 chorusResult_t runOnce(const std::string& coll, chorusComm_t comm, int rank, int n, float* send, float* recv) {
@@ -143,7 +169,57 @@ std::string carryOn(chorusComm_t parent, int rank, int n, int victim) {
   return "shrunk";
 }
 
-// One rank's life; writes "rank R ..." to `out`.
+// The fault itself, on `comm` (this rank's communicator of n ranks, made after `before` was
+// counted): the victim kills itself `delayMs` into its calls; the survivors report their error,
+// shrink and carry on, abort, and compare what they hold with `before`. Writes one line with
+// `say` and ends the process.
+// `send` and `recv` were allocated before `before` was counted.
+[[noreturn]] void faultPhase(chorusComm_t comm, const std::string& coll, int rank, int n, int victim, int delayMs,
+                             std::vector<float>& send, std::vector<float>& recv, const Holdings& before,
+                             int threadsLeft, const std::function<void(const std::string&)>& say) {
+  if (rank == victim) {
+    std::thread([&, delayMs] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+      char line[96];
+      std::snprintf(line, sizeof(line), "rank %d killed %.6f", rank, now());
+      say(line);
+      raise(SIGKILL);
+    }).detach();
+  }
+  const double start = now();
+  chorusResult_t r = chorusSuccess;
+  int calls = 0;
+  while (r == chorusSuccess && now() - start < 30) {
+    r = runOnce(coll, comm, rank, n, send.data(), recv.data());
+    ++calls;
+  }
+  const double failedAt = now();
+  const std::string message = r == chorusSuccess ? "" : chorusGetLastError(comm);
+  const double s0 = now();
+  const std::string shrunk = carryOn(comm, rank, n, victim);
+  const double shrinkS = now() - s0;
+  const double a0 = now();
+  const chorusResult_t ar = chorusCommAbort(comm);
+  const double abortS = now() - a0;
+  const Holdings after = settled(threadsLeft);
+  if (std::getenv("FAULT_KILL_MAPS") && !(before == after)) {
+    std::ifstream f("/proc/self/maps");
+    std::string l;
+    while (std::getline(f, l)) std::fprintf(stderr, "rank %d map %s\n", rank, l.c_str());
+    std::fprintf(stderr, "rank %d maps before:\n%s", rank, mapsBefore().c_str());
+  }
+  std::ostringstream o;
+  o.precision(6);
+  o << std::fixed << "rank " << rank << " failed " << failedAt << " code " << static_cast<int>(r) << " calls " << calls
+    << " abort " << abortS << " abortcode " << static_cast<int>(ar) << " shrink " << shrinkS << " " << shrunk
+    << " leak " << (before == after ? "none" : "YES") << " [" << before.text() << " -> " << after.text() << "] msg "
+    << message;
+  say(o.str());
+  std::fflush(stdout);
+  _exit(0);
+}
+
+// A forked rank; writes "rank R ..." lines to `out`.
 [[noreturn]] void rankMain(const std::string& coll, chorusUniqueId warm, chorusUniqueId id, int rank, int n, int victim,
                            int delayMs, int out) {
   auto say = [&](const std::string& s) {
@@ -164,97 +240,158 @@ std::string carryOn(chorusComm_t parent, int rank, int n, int victim) {
     say("rank " + std::to_string(rank) + " warm-up-failed " + chorusGetLastError(nullptr));
     _exit(1);
   }
-  const Holdings before = settled();
+  const Holdings before = countBefore(1);
   if (chorusCommInitRank(&comm, n, id, rank) != chorusSuccess) {
     say("rank " + std::to_string(rank) + " init-failed " + chorusGetLastError(nullptr));
     _exit(1);
   }
-  if (rank == victim) {
-    std::thread([&, delayMs] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
-      char line[96];
-      std::snprintf(line, sizeof(line), "rank %d killed %.6f\n", rank, now());
-      (void)!write(out, line, std::strlen(line));
-      raise(SIGKILL);
-    }).detach();
+  faultPhase(comm, coll, rank, n, victim, delayMs, send, recv, before, 1, say);
+}
+
+// A rank started by a launcher (netns_run.sh: CHORUS_RANK, CHORUS_NRANKS, CHORUS_COMM_ID), one
+// per process, writing its lines to stdout. The world communicator comes from the environment and
+// stays up to the end; the warm-up and the faulty communicator are shrinks of it (by no rank), so
+// the count before and after sees the world alike and no second root is needed.
+[[noreturn]] void launchedRank(const std::string& coll, int victim, int delayMs) {
+  auto say = [](const std::string& s) {
+    const std::string line = s + "\n";
+    (void)!write(1, line.data(), line.size());  // unbuffered: the victim's line must be out before it dies
+  };
+  chorusComm_t world = nullptr;
+  if (chorusCommInitFromEnv(&world, nullptr) != chorusSuccess) {
+    say(std::string("rank ? init-failed ") + chorusGetLastError(nullptr));
+    std::exit(1);
   }
-  const double start = now();
-  chorusResult_t r = chorusSuccess;
-  int calls = 0;
-  while (r == chorusSuccess && now() - start < 30) {
-    r = runOnce(coll, comm, rank, n, send.data(), recv.data());
-    ++calls;
+  int rank = 0, n = 1;
+  chorusCommUserRank(world, &rank);
+  chorusCommCount(world, &n);
+  std::vector<float> send(kCount, 1.0f), recv(kCount, 0.0f);
+  if (runOnce(coll, world, rank, n, send.data(), recv.data()) != chorusSuccess) {
+    say("rank " + std::to_string(rank) + " warm-up-failed " + chorusGetLastError(world));
+    std::exit(1);
   }
-  const double failedAt = now();
-  const std::string message = r == chorusSuccess ? "" : chorusGetLastError(comm);
-  const double s0 = now();
-  const std::string shrunk = carryOn(comm, rank, n, victim);
-  const double shrinkS = now() - s0;
-  const double a0 = now();
-  const chorusResult_t ar = chorusCommAbort(comm);
-  const double abortS = now() - a0;
-  const Holdings after = settled();
-  if (std::getenv("FAULT_KILL_MAPS") && !(before == after)) {
-    std::ifstream f("/proc/self/maps");
-    std::string l;
-    while (std::getline(f, l)) std::fprintf(stderr, "rank %d map %s\n", rank, l.c_str());
+  const int worldThreads = settled(1000).threads;  // what the world communicator runs for good
+  // The warm-up has one communicator more alive at once than the fault phase will (world, warm,
+  // same, third against world, the faulty one and its shrink), so the C library's cache of thread
+  // stacks is as large before the count as it will ever need to be.
+  chorusComm_t warm = nullptr;
+  chorusComm_t same = nullptr;
+  chorusComm_t third = nullptr;
+  if (chorusCommShrink(world, nullptr, 0, &warm, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess ||
+      runOnce(coll, warm, rank, n, send.data(), recv.data()) != chorusSuccess ||
+      chorusCommShrink(warm, nullptr, 0, &same, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess ||
+      runOnce(coll, same, rank, n, send.data(), recv.data()) != chorusSuccess ||
+      chorusCommShrink(same, nullptr, 0, &third, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess ||
+      runOnce(coll, third, rank, n, send.data(), recv.data()) != chorusSuccess ||
+      chorusCommDestroy(third) != chorusSuccess || chorusCommDestroy(same) != chorusSuccess ||
+      chorusCommDestroy(warm) != chorusSuccess) {
+    say("rank " + std::to_string(rank) + " warm-up-failed " + chorusGetLastError(nullptr));
+    std::exit(1);
   }
-  std::ostringstream o;
-  o.precision(6);
-  o << std::fixed << "rank " << rank << " failed " << failedAt << " code " << static_cast<int>(r) << " calls " << calls
-    << " abort " << abortS << " abortcode " << static_cast<int>(ar) << " shrink " << shrinkS << " " << shrunk
-    << " leak " << (before == after ? "none" : "YES") << " [" << before.text() << " -> " << after.text() << "] msg "
-    << message;
-  say(o.str());
-  _exit(0);
+  const Holdings before = countBefore(worldThreads);
+  chorusComm_t comm = nullptr;
+  if (chorusCommShrink(world, nullptr, 0, &comm, nullptr, CHORUS_SHRINK_DEFAULT) != chorusSuccess) {
+    say("rank " + std::to_string(rank) + " init-failed " + chorusGetLastError(nullptr));
+    std::exit(1);
+  }
+  faultPhase(comm, coll, rank, n, victim, delayMs, send, recv, before, worldThreads, say);
 }
 
 }  // namespace
 
+// Runs one collective's fault across namespace hosts: netns_run.sh starts one `fault_kill rank`
+// per rank; their stdout lines come back prefixed "[host h rank r] ". Returns the rank lines, or
+// sets *skipped when namespaces cannot be made here.
+std::string runOnHosts(const std::string& layout, const std::string& coll, int victim, int delayMs, bool* skipped) {
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return "";
+  const std::string cmd = std::string("bash ") + CHORUS_NETNS_RUN + " --timeout 120 " + layout + " -- " + self +
+                          " rank " + coll + " " + std::to_string(victim) + " " + std::to_string(delayMs) +
+                          " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  std::string all;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), p)) > 0) all.append(buf, got);
+  const int status = pclose(p);
+  *skipped = WIFEXITED(status) && WEXITSTATUS(status) == 77;
+  std::string lines;
+  std::istringstream in(all);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t k = line.find("] ");
+    if (line.rfind("[host ", 0) == 0 && k != std::string::npos) lines += line.substr(k + 2) + "\n";
+  }
+  return lines;
+}
+
 int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "rank" && argc == 5) {
+    launchedRank(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+  }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: fault_kill shm|socket NRANKS [SEED]\n");
+    std::fprintf(stderr, "usage: fault_kill shm|socket NRANKS [SEED] | fault_kill netns LAYOUT [SEED]\n");
     return 2;
   }
   const std::string transport = argv[1];
-  const int n = std::atoi(argv[2]);
+  const std::string layout = transport == "netns" ? argv[2] : "";
+  int n = 0;
+  if (transport == "netns") {
+    std::istringstream in(layout);
+    std::string part;
+    while (std::getline(in, part, ',')) n += std::atoi(part.c_str());
+  } else {
+    n = std::atoi(argv[2]);
+  }
   const unsigned seed = argc > 3 ? static_cast<unsigned>(std::strtoul(argv[3], nullptr, 10))
                                  : static_cast<unsigned>(std::random_device{}());
-  if ((transport != "shm" && transport != "socket") || n < 2) {
-    std::fprintf(stderr, "fault_kill: TRANSPORT is shm or socket, NRANKS at least 2\n");
+  if ((transport != "shm" && transport != "socket" && transport != "netns") || n < 2) {
+    std::fprintf(stderr,
+                 "fault_kill: TRANSPORT is shm, socket or netns (with a layout such as 2,2), at least 2 ranks\n");
     return 2;
   }
   if (transport == "socket") setenv("CHORUS_SHM_DISABLE", "1", 1);
   unsetenv("CHORUS_COMM_ID");
   setenv("CHORUS_TIMEOUT", "30", 1);  // a death must be noticed long before this
-  std::printf("fault_kill %s, %d ranks, seed %u (rerun: fault_kill %s %d %u)\n", transport.c_str(), n, seed,
-              transport.c_str(), n, seed);
+  std::printf("fault_kill %s, %d ranks, seed %u (rerun: fault_kill %s %s %u)\n", transport.c_str(), n, seed,
+              transport.c_str(), argv[2], seed);
   std::mt19937 rng(seed);
   int failures = 0;
   for (const char* coll : kColls) {
     const int victim = static_cast<int>(rng() % static_cast<unsigned>(n));
     const int delayMs = 20 + static_cast<int>(rng() % 300);
-    // The roots run in this process, which is no rank and outlives them all.
-    chorusUniqueId warm, id;
-    if (chorusGetUniqueId(&warm) != chorusSuccess || chorusGetUniqueId(&id) != chorusSuccess) return 1;
-    int fds[2];
-    if (pipe(fds) != 0) return 1;
-    std::vector<pid_t> pids;
-    for (int r = 0; r < n; ++r) {
-      const pid_t p = fork();
-      if (p == 0) {
-        close(fds[0]);
-        rankMain(coll, warm, id, r, n, victim, delayMs, fds[1]);
-      }
-      pids.push_back(p);
-    }
-    close(fds[1]);
     std::string all;
-    char buf[4096];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof(buf))) > 0) all.append(buf, static_cast<size_t>(got));
-    close(fds[0]);
-    for (pid_t p : pids) waitpid(p, nullptr, 0);
+    if (transport == "netns") {
+      bool skipped = false;
+      all = runOnHosts(layout, coll, victim, delayMs, &skipped);
+      if (skipped) {
+        std::printf("SKIP: network namespaces cannot be made here\n");
+        return 77;
+      }
+    } else {
+      // The roots run in this process, which is no rank and outlives them all.
+      chorusUniqueId warm, id;
+      if (chorusGetUniqueId(&warm) != chorusSuccess || chorusGetUniqueId(&id) != chorusSuccess) return 1;
+      int fds[2];
+      if (pipe(fds) != 0) return 1;
+      std::vector<pid_t> pids;
+      for (int r = 0; r < n; ++r) {
+        const pid_t p = fork();
+        if (p == 0) {
+          close(fds[0]);
+          rankMain(coll, warm, id, r, n, victim, delayMs, fds[1]);
+        }
+        pids.push_back(p);
+      }
+      close(fds[1]);
+      char buf[4096];
+      ssize_t got;
+      while ((got = read(fds[0], buf, sizeof(buf))) > 0) all.append(buf, static_cast<size_t>(got));
+      close(fds[0]);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+    }
 
     std::printf("\n%s: rank %d killed %d ms into its calls\n", coll, victim, delayMs);
     double killedAt = 0;

@@ -62,7 +62,8 @@ namespace {
 std::string describe(const FlightEntry& e, int64_t now) {
   std::string s = fmt::format("#{} {} seq {} count {} type {}", e.id, e.coll, e.seq, e.count, e.type);
   if (e.op >= 0) s += fmt::format(" op {}", e.op);
-  if (e.root >= 0) s += fmt::format(" {} {}", e.algo == std::string("p2p") ? "peer" : "root", e.root);
+  const bool p2p = std::string(e.coll) == "Send" || std::string(e.coll) == "Recv";
+  if (e.root >= 0) s += fmt::format(" {} {}", p2p ? "peer" : "root", e.root);
   s += fmt::format(" algo {} {}", e.algo, flightStateName(e.state));
   auto ms = [](int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); };
   switch (e.state) {

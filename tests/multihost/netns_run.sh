@@ -8,7 +8,7 @@
 #   netns_run.sh [--check-transports] [--timeout S] LAYOUT -- PROGRAM [ARGS...]
 #
 # LAYOUT lists ranks per host: "2,2" (2 hosts x 2 ranks), "1,1,1", "2,1". Ranks are numbered host
-# by host. Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
+# by host. Each host has its own network, PID and UTS namespaces (hostname "hostH"). Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
 # address) set, as chorusrun would, plus NETNS_HOST (the host index), NETNS_ADDR (that host's
 # address) and NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is); its output is prefixed "[host h rank r]". With
 # --check-transports every rank also logs its INIT lines, and the script checks that each pair
@@ -77,32 +77,39 @@ for h in $(seq 0 $((nhosts - 1))); do
 done
 
 port=$((20000 + $$ % 20000))
+# Each host also gets its own PID and UTS namespaces (its own hostname, "hostH", and /proc), as a
+# separate machine would: its ranks can watch each other's processes, not those of other hosts.
 rank=0
 hostOf=()
+hostPids=()
 for h in $(seq 0 $((nhosts - 1))); do
+  script=""
   for _ in $(seq 1 "${perhost[$h]}"); do
     hostOf+=("$h")
-    extra=()
-    [ $check -eq 1 ] && extra=(CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT)
-    ip netns exec "${tag}h$h" env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID="198.18.0.1:$port" \
-      NETNS_HOST=$h NETNS_ADDR="198.18.0.$((h + 1))" NETNS_PORT=$port \
-      "${extra[@]}" timeout -k 5 "$timeout" "$@" > "$logdir/$rank.out" 2> "$logdir/$rank.err" &
-    pids+=($!)
+    extra=""
+    [ $check -eq 1 ] && extra="CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT"
+    script+="( env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID=198.18.0.1:$port NETNS_HOST=$h"
+    script+=" NETNS_ADDR=198.18.0.$((h + 1)) NETNS_PORT=$port $extra timeout -k 5 $timeout \"\$@\""
+    script+=" > $logdir/$rank.out 2> $logdir/$rank.err; echo \$? > $logdir/$rank.rc ) & "
     rank=$((rank + 1))
   done
+  ip netns exec "${tag}h$h" unshare --pid --fork --kill-child --mount-proc --uts \
+    bash -c "hostname host$h; $script wait" bash "$@" &
+  pids+=($!)
+  hostPids+=($!)
 done
 
 status=0
+for p in "${hostPids[@]}"; do wait "$p"; done
 for r in $(seq 0 $((nranks - 1))); do
-  wait "${pids[$r]}"
-  rc=$?
+  rc=$(cat "$logdir/$r.rc" 2> /dev/null || echo 255)
   sed "s/^/[host ${hostOf[$r]} rank $r] /" "$logdir/$r.out"
   if [ $check -eq 1 ]; then
     grep -v "CHORUS INFO" "$logdir/$r.err" | sed "s/^/[host ${hostOf[$r]} rank $r] /" >&2
   else
     sed "s/^/[host ${hostOf[$r]} rank $r] /" "$logdir/$r.err" >&2
   fi
-  if [ $rc -ne 0 ]; then
+  if [ "$rc" -ne 0 ]; then
     echo "rank $r (host ${hostOf[$r]}) exited with code $rc" >&2
     status=1
   fi
