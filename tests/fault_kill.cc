@@ -11,6 +11,7 @@
 // and is none of them. Each rank writes one line to a shared pipe; this program checks them and
 // prints, per collective, what every rank saw and how long it took (docs/RELIABILITY.md).
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,10 @@ namespace {
 constexpr size_t kCount = size_t(1) << 20;  // floats per rank and call: 4 MiB
 constexpr double kPromptS = 5;              // every survivor's error within this of the death
 constexpr double kAbortS = 3;               // and its abort within this
+// `fault_kill stop ...`: the victim stops (SIGSTOP, a straggler) instead of dying; the others
+// must time out (CHORUS_TIMEOUT=3) with a message that names it, directly or through a notice.
+bool gStop = false;
+constexpr int kStopTimeoutS = 3;
 const char* kColls[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
                         "alltoall",  "gather",    "scatter", "sendrecv"};
 
@@ -183,7 +188,7 @@ std::string carryOn(chorusComm_t parent, int rank, int n, int victim) {
       char line[96];
       std::snprintf(line, sizeof(line), "rank %d killed %.6f", rank, now());
       say(line);
-      raise(SIGKILL);
+      raise(gStop ? SIGSTOP : SIGKILL);  // stopped: the test ends it with SIGKILL once the others reported
     }).detach();
   }
   const double start = now();
@@ -331,6 +336,11 @@ int main(int argc, char** argv) {
   if (mode == "rank" && argc == 5) {
     launchedRank(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   }
+  if (mode == "stop") {
+    gStop = true;
+    --argc;
+    ++argv;
+  }
   if (argc < 3) {
     std::fprintf(stderr, "usage: fault_kill shm|socket NRANKS [SEED] | fault_kill netns LAYOUT [SEED]\n");
     return 2;
@@ -347,16 +357,19 @@ int main(int argc, char** argv) {
   }
   const unsigned seed = argc > 3 ? static_cast<unsigned>(std::strtoul(argv[3], nullptr, 10))
                                  : static_cast<unsigned>(std::random_device{}());
-  if ((transport != "shm" && transport != "socket" && transport != "netns") || n < 2) {
+  if ((transport != "shm" && transport != "socket" && transport != "netns") || n < 2 ||
+      (gStop && transport == "netns")) {
     std::fprintf(stderr,
                  "fault_kill: TRANSPORT is shm, socket or netns (with a layout such as 2,2), at least 2 ranks\n");
     return 2;
   }
   if (transport == "socket") setenv("CHORUS_SHM_DISABLE", "1", 1);
   unsetenv("CHORUS_COMM_ID");
-  setenv("CHORUS_TIMEOUT", "30", 1);  // a death must be noticed long before this
-  std::printf("fault_kill %s, %d ranks, seed %u (rerun: fault_kill %s %s %u)\n", transport.c_str(), n, seed,
-              transport.c_str(), argv[2], seed);
+  // A death must be noticed long before the timeout; a stopped rank only by it.
+  setenv("CHORUS_TIMEOUT", gStop ? std::to_string(kStopTimeoutS).c_str() : "30", 1);
+  const double promptS = gStop ? kStopTimeoutS + kPromptS : kPromptS;
+  std::printf("fault_kill %s%s, %d ranks, seed %u (rerun: fault_kill %s%s %s %u)\n", gStop ? "stop " : "",
+              transport.c_str(), n, seed, gStop ? "stop " : "", transport.c_str(), argv[2], seed);
   std::mt19937 rng(seed);
   int failures = 0;
   for (const char* coll : kColls) {
@@ -376,6 +389,7 @@ int main(int argc, char** argv) {
       if (chorusGetUniqueId(&warm) != chorusSuccess || chorusGetUniqueId(&id) != chorusSuccess) return 1;
       int fds[2];
       if (pipe(fds) != 0) return 1;
+      std::fflush(stdout);  // a child that flushes must not print this process's buffer again
       std::vector<pid_t> pids;
       for (int r = 0; r < n; ++r) {
         const pid_t p = fork();
@@ -386,14 +400,34 @@ int main(int argc, char** argv) {
         pids.push_back(p);
       }
       close(fds[1]);
+      // Until every survivor has reported (a stopped victim keeps its end of the pipe open), or
+      // the pipe closes, or long past any deadline; then the victim is ended if it still lives.
       char buf[4096];
-      ssize_t got;
-      while ((got = read(fds[0], buf, sizeof(buf))) > 0) all.append(buf, static_cast<size_t>(got));
+      const double until = now() + promptS + 60;
+      auto reported = [&] {  // lines "rank R failed ..."; a message may say "failed" again
+        int k = 0;
+        std::istringstream lines(all);
+        std::string l;
+        int r = 0;
+        char word[16] = {0};
+        while (std::getline(lines, l)) {
+          k += std::sscanf(l.c_str(), "rank %d %15s", &r, word) == 2 && std::strcmp(word, "failed") == 0;
+        }
+        return k;
+      };
+      while (reported() < n - 1 && now() < until) {
+        pollfd pf{fds[0], POLLIN, 0};
+        if (::poll(&pf, 1, 200) <= 0) continue;
+        const ssize_t got = read(fds[0], buf, sizeof(buf));
+        if (got <= 0) break;
+        all.append(buf, static_cast<size_t>(got));
+      }
+      kill(pids[victim], SIGKILL);
       close(fds[0]);
       for (pid_t p : pids) waitpid(p, nullptr, 0);
     }
 
-    std::printf("\n%s: rank %d killed %d ms into its calls\n", coll, victim, delayMs);
+    std::printf("\n%s: rank %d %s %d ms into its calls\n", coll, victim, gStop ? "stopped" : "killed", delayMs);
     double killedAt = 0;
     std::map<int, std::string> lines;
     std::istringstream in(all);
@@ -438,13 +472,15 @@ int main(int argc, char** argv) {
       if (std::string(shrunk) != "shrunk") bad(std::string("the survivors could not carry on: ") + shrunk);
       if (code != chorusRemoteError && code != chorusSystemError) bad("a remote or system error was expected");
       if (msg.find(who) == std::string::npos) bad("the message does not name " + who + "...)");
-      if (after > kPromptS) bad("the error took longer than " + std::to_string(kPromptS) + " s");
+      if (after > promptS) bad("the error took longer than " + std::to_string(promptS) + " s");
       if (abortS > kAbortS || abortCode != chorusSuccess) bad("abort was slow or failed");
       if (std::string(leak) != "none") bad("the process holds more than before init: " + it->second);
     }
   }
   std::printf("\n%s\n",
               failures ? "FAILED"
+              : gStop  ? "every other rank timed out naming the stopped rank, shrank and carried on, aborted, "
+                         "leaked nothing"
                        : "every survivor failed promptly, named the dead rank, shrank and carried on, aborted, leaked "
                          "nothing");
   return failures ? 1 : 0;

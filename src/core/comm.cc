@@ -570,6 +570,16 @@ std::string Communicator::describePeer(int peer) const {
          ")";
 }
 
+std::string Communicator::stoppedPeers() const {
+  std::string s;
+  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
+    if (!peerPidfd_[r].valid()) continue;  // only processes this rank watches: same host, same pid space
+    const char state = processState(peers_[r].pid);
+    if (state == 'T' || state == 't') s += (s.empty() ? "" : ", ") + describePeer(r);
+  }
+  return s;
+}
+
 std::string Communicator::describeChannels() const {
   std::string s;
   for (int c = 0; c <= config_.nChannels; ++c) {

@@ -130,6 +130,15 @@ uint64_t processStartTicks(int pid) {
   return 0;
 }
 
+char processState(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return 0;
+  return line[close + 2];
+}
+
 uint64_t pidSpaceId() {
   std::string id;
   std::ifstream boot("/proc/sys/kernel/random/boot_id");

@@ -86,6 +86,9 @@ bool pidfdExited(int pidfd);
 // The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), 0 if
 // unknown: with the pid, it names one process even after the pid is reused.
 uint64_t processStartTicks(int pid);
+// The state letter of a process (/proc/<pid>/stat field 3: R, S, D, T stopped, t traced, Z...),
+// or 0 when it cannot be read.
+char processState(int pid);
 // This process's pid namespace and boot, hashed: processes with equal values see each other's pids.
 uint64_t pidSpaceId();
 

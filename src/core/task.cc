@@ -120,7 +120,9 @@ std::string Task::describeStall(const WaitInfo& w, int64_t waitedNs) const {
 }
 
 std::string describeStall(const TaskOwner& owner, const WaitInfo& w, int64_t waitedNs) {
-  return "rank " + std::to_string(owner.rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
+  const std::string stopped = owner.stoppedPeers();
+  return (stopped.empty() ? std::string() : stopped + " is stopped (SIGSTOP or a debugger); ") + "rank " +
+         std::to_string(owner.rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
          " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +
          (w.forData ? "data from " : "free space at ") + owner.describePeer(w.peer) + " in operation #" +
          std::to_string(w.seq) + ", step " + std::to_string(w.step) + " (" + primName(w.prim) +

@@ -30,6 +30,9 @@ class TaskOwner {
   virtual std::string describePeer(int peer) const = 0;
   // What every channel is doing, one line each, for a hang report.
   virtual std::string describeChannels() const = 0;
+  // Peers this rank can see are stopped (SIGSTOP, a debugger): the likely cause of a hang even
+  // when the peer waited on is another one. Empty when none is (or none can be seen).
+  virtual std::string stoppedPeers() const { return ""; }
   // Tasks of one communicator share its connections: whoever runs one (the engine, or a thread
   // running a launch inline) holds this token from the task's first step to its end.
   virtual bool tryAcquireExec() = 0;
