@@ -275,6 +275,25 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   return Status::ok();
 }
 
+Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, const CommOptions& options,
+                                                          uint64_t commId, int rank, std::vector<SockAddr> peers,
+                                                          UniqueFd listener) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->config_ = parent.config_;
+  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
+  c->blocking_ = options.blocking;
+  c->name_ = options.name;
+  c->rank_ = rank;
+  c->nranks_ = static_cast<int>(peers.size());
+  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
+  c->commId_ = commId;
+  CHORUS_ASSIGN_OR_RETURN(auto boot,
+                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), rank, std::move(peers),
+                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
+  return c;
+}
+
 Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, int color, int key,
                                                           const CommOptions& options) {
   if (color < 0 && color != CHORUS_SPLIT_NOCOLOR) {
@@ -311,19 +330,8 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
     addrs.push_back(all[members[i]].addr);
     if (members[i] == parent.rank_) newRank = static_cast<int>(i);
   }
-  std::unique_ptr<Communicator> c(new Communicator());
-  c->config_ = parent.config_;
-  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
-  c->blocking_ = options.blocking;
-  c->name_ = options.name;
-  c->rank_ = newRank;
-  c->nranks_ = static_cast<int>(members.size());
-  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, newRank);
-  c->commId_ = mix(mix(parent.commId_, seq), static_cast<uint64_t>(color));
-  CHORUS_ASSIGN_OR_RETURN(auto boot,
-                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), newRank, std::move(addrs),
-                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
-  CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
+  CHORUS_ASSIGN_OR_RETURN(auto c, child(parent, options, mix(mix(parent.commId_, seq), static_cast<uint64_t>(color)),
+                                        newRank, std::move(addrs), std::move(listener)));
   parent.log_.info(kSubsysInit, "split color {} key {}: new rank {} of {}", color, key, newRank, c->nranks_);
   return c;
 }
@@ -437,19 +445,9 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
     addrs.push_back(theirs.addr);
   }
 
-  std::unique_ptr<Communicator> c(new Communicator());
-  c->config_ = parent.config_;
-  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
-  c->blocking_ = options.blocking;
-  c->name_ = options.name;
-  c->rank_ = newRank;
-  c->nranks_ = static_cast<int>(addrs.size());
-  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, newRank);
-  c->commId_ = mix(mix(parent.commId_, 0x5348524b00000000ull + mine.seq), mine.listHash);
-  CHORUS_ASSIGN_OR_RETURN(auto boot,
-                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), newRank, std::move(addrs),
-                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
-  CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
+  CHORUS_ASSIGN_OR_RETURN(
+      auto c, child(parent, options, mix(mix(parent.commId_, 0x5348524b00000000ull + mine.seq), mine.listHash), newRank,
+                    std::move(addrs), std::move(listener)));
   parent.log_.info(kSubsysInit, "shrink without {}: new rank {} of {}",
                    listText(mine.shown, mine.count, ShrinkRecord::kShown), newRank, c->nranks_);
   return c;

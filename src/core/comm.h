@@ -86,6 +86,10 @@ class Communicator : public TaskOwner {
   // `abortParent`: stop the parent's operations first (they fail), else wait for them to end.
   static Result<std::unique_ptr<Communicator>> shrink(Communicator& parent, const std::vector<int>& exclude,
                                                       bool abortParent, const CommOptions& options);
+  // What split and shrink end with: a communicator of `peers` (new listeners, in new rank
+  // order) sharing the parent's secret and progress engine.
+  static Result<std::unique_ptr<Communicator>> child(Communicator& parent, const CommOptions& options, uint64_t commId,
+                                                     int rank, std::vector<SockAddr> peers, UniqueFd listener);
 
   int rank() const override { return rank_; }
   int nranks() const { return nranks_; }
