@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "proc_count.h"
 
 namespace {
 
@@ -45,16 +46,7 @@ const char* kColls[] = {"allreduce", "broadcast", "reduce",  "allgather", "reduc
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-int countDir(const char* path, const char* prefix = "") {
-  int n = 0;
-  if (DIR* d = opendir(path)) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.' && std::strncmp(e->d_name, prefix, std::strlen(prefix)) == 0) ++n;
-    }
-    closedir(d);
-  }
-  return n;
-}
+using chorus::test::countDir;
 
 // What a process holds that a communicator could leak.
 struct Holdings {

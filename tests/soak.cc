@@ -26,20 +26,14 @@
 #include <vector>
 
 #include "tests/grid/grid.h"
+#include "tests/proc_count.h"
 
 using chorus::test::Case;
 using chorus::test::CaseResult;
 
 namespace {
 
-int countDir(const char* path) {
-  int n = 0;
-  if (DIR* d = opendir(path)) {
-    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-    closedir(d);
-  }
-  return n;
-}
+using chorus::test::countDir;
 
 struct Usage {
   int fds = 0, threads = 0, shmMaps = 0;

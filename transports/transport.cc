@@ -15,12 +15,6 @@
 namespace chorus {
 namespace {
 
-uint64_t hash64(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 std::string hostIdentity() {
   if (const char* v = std::getenv("CHORUS_HOSTID"); v && *v) return v;
   std::string id = hostName();
@@ -51,7 +45,8 @@ uint64_t currentProcessNonce() {
 
 PeerInfo PeerInfo::local(const Config& config) {
   PeerInfo p;
-  p.hostHash = hash64(hostIdentity());
+  const std::string host = hostIdentity();
+  p.hostHash = fnv1a(host.data(), host.size());
   p.processNonce = currentProcessNonce();
   p.pid = static_cast<int32_t>(::getpid());
   p.pidSpace = pidSpaceId();

@@ -33,12 +33,6 @@ struct RootReply {
   char message[256];
 };
 
-uint64_t fnv1a(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
 bool constantTimeEqual(const uint64_t a[2], const uint64_t b[2]) { return ((a[0] ^ b[0]) | (a[1] ^ b[1])) == 0; }
 
 }  // namespace
@@ -612,11 +606,7 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   cv_.notify_all();
 }
 
-Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
-  if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
-  const int64_t deadline = nowNs() + timeoutNs_;
-  const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
+BootstrapHeader Bootstrap::header(uint32_t kind, uint64_t tag, uint64_t len) const {
   BootstrapHeader h{};
   h.magic = BootstrapHeader::kMagic;
   h.kind = kind;
@@ -625,7 +615,16 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   h.cliqueId = cliqueId_;
   h.src = rank_;
   h.tag = tag;
-  h.len = bytes;
+  h.len = len;
+  return h;
+}
+
+Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
+  if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
+  const int64_t deadline = nowNs() + timeoutNs_;
+  const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
+  const BootstrapHeader h = header(kind, tag, bytes);
   CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abort_));
   if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abort_));
   if (keep) *keep = std::move(c);
@@ -658,15 +657,7 @@ std::vector<bool> Bootstrap::writeAllAtOnce(const std::vector<int>& ranks, uint3
   // Every rank at once from this thread (non-blocking connects, one poll): a rank that cannot be
   // reached must not delay the others, and no thread is made on this path. The message is small
   // enough for the socket's buffer, so it is written whole the moment the connection is up.
-  BootstrapHeader h{};
-  h.magic = BootstrapHeader::kMagic;
-  h.kind = kind;
-  h.secret[0] = secret_[0];
-  h.secret[1] = secret_[1];
-  h.cliqueId = cliqueId_;
-  h.src = rank_;
-  h.tag = tag;
-  h.len = body.size();
+  const BootstrapHeader h = header(kind, tag, body.size());
   std::string wire(reinterpret_cast<const char*>(&h), sizeof(h));
   wire += body;
   std::vector<bool> told(ranks.size(), false);

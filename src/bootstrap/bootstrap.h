@@ -180,6 +180,8 @@ class Bootstrap {
   void acceptLoop();
   void serveFd(int client);
   void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
+  // The header of a message from this rank.
+  BootstrapHeader header(uint32_t kind, uint64_t tag, uint64_t len) const;
   Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
   std::vector<bool> writeAllAtOnce(const std::vector<int>& ranks, uint32_t kind, uint64_t tag, const std::string& body,
                                    int64_t deadlineNs);

@@ -389,11 +389,8 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
   mine.magic = ShrinkRecord::kMagic;
   mine.seq = ++parent.shrinkSeq_;
   mine.count = static_cast<int32_t>(list.size());
-  mine.listHash = 1469598103934665603ull;
-  for (size_t i = 0; i < list.size(); ++i) {
-    mine.listHash = (mine.listHash ^ static_cast<uint64_t>(list[i])) * 1099511628211ull;
-    if (i < static_cast<size_t>(ShrinkRecord::kShown)) mine.shown[i] = list[i];
-  }
+  mine.listHash = fnv1a(list.data(), list.size() * sizeof(int));
+  for (size_t i = 0; i < list.size() && i < static_cast<size_t>(ShrinkRecord::kShown); ++i) mine.shown[i] = list[i];
   SockAddr local = parent.bootstrap_->address(parent.rank_);
   local.setPort(0);
   CHORUS_ASSIGN_OR_RETURN(UniqueFd listener, listenOn(local, &mine.addr));

@@ -113,8 +113,9 @@ class Communicator : public TaskOwner {
     if (flight_) flight_->mark(first, last, state, result, nowNs());
   }
   void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override;
-  // Records an operation in the flight recorder; returns its id (0: recorder off).
-  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo);
+  // Records an operation in the flight recorder, as running when it starts at once (the inline
+  // path); returns its id (0: recorder off).
+  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running = false);
   // What this communicator is and was doing: identity, state, channels, the flight recorder.
   std::string dumpState() const;
   // With CHORUS_FLIGHT_DUMP: writes dumpState() (and, with CHORUS_FLIGHT_TRACE, the Chrome trace)

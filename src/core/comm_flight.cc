@@ -101,7 +101,7 @@ void Communicator::stopFlight() {
   }
 }
 
-uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo) {
+uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running) {
   if (!flight_ || !flight_->enabled()) return 0;
   FlightEntry e;
   e.seq = seq;
@@ -116,6 +116,10 @@ uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* 
                       op.coll == CollType::kScatter || op.coll == CollType::kSend || op.coll == CollType::kRecv;
   e.root = rooted ? op.root : -1;
   e.issuedNs = nowNs();
+  if (running) {
+    e.state = FlightEntry::State::kRunning;
+    e.startNs = e.issuedNs;
+  }
   return flight_->issue(e);
 }
 

@@ -432,8 +432,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
               op.count, typeName(op.type));
   }
   DirectLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data());
-  const uint64_t flight = recordFlight(op, a.seq, "direct (inline)");
-  flightMark(flight, flight, FlightEntry::State::kRunning, 0);
+  const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   const IdlePolicy policy(config_);

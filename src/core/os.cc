@@ -145,9 +145,7 @@ uint64_t pidSpaceId() {
   std::getline(boot, id);
   struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) == 0) id += "|" + std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
-  return h;
+  return fnv1a(id.data(), id.size());
 }
 
 uint64_t randomU64() {

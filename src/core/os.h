@@ -86,6 +86,12 @@ bool pidfdExited(int pidfd);
 // The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), 0 if
 // unknown: with the pid, it names one process even after the pid is reused.
 uint64_t processStartTicks(int pid);
+// 64-bit FNV-1a of `n` bytes, continuing from `h` (the standard offset basis by default).
+inline uint64_t fnv1a(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
 // The state letter of a process (/proc/<pid>/stat field 3: R, S, D, T stopped, t traced, Z...),
 // or 0 when it cannot be read.
 char processState(int pid);
