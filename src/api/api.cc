@@ -1,6 +1,4 @@
-// The C API. Every function runs its body through guard(), which maps a Status to
-// chorusResult_t, keeps the message for chorusGetLastError, and turns any escaped exception into
-// chorusInternalError: nothing escapes extern "C".
+// The C API. Every function runs its body through guard() (guard.h).
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -13,6 +11,7 @@
 #include <thread>
 
 #include "include/chorus/chorus.h"
+#include "src/api/guard.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/comm.h"
 #include "src/core/group.h"
@@ -23,27 +22,6 @@
 
 namespace chorus {
 namespace {
-
-thread_local std::string tLastError;
-
-template <typename F>
-chorusResult_t guard(const char* fn, F&& body) {
-  Status s;
-  try {
-    s = body();
-  } catch (const std::bad_alloc&) {
-    s = systemError("out of memory");
-  } catch (const std::exception& e) {
-    s = internalError(std::string("unexpected exception: ") + e.what());
-  } catch (...) {
-    s = internalError("unexpected exception");
-  }
-  if (!s.isOk() && !s.inProgress()) {
-    tLastError = std::string(fn) + ": " + s.message();
-    groupFail(Status(s.code(), tLastError));
-  }
-  return s.code();
-}
 
 // The live communicator behind a handle, or why it cannot be used.
 Result<Communicator*> liveComm(chorusComm_t comm) {
@@ -241,7 +219,7 @@ const char* chorusGetErrorString(chorusResult_t result) {
 
 const char* chorusGetLastError(chorusComm_t comm) {
   (void)comm;
-  return tLastError.c_str();
+  return lastError().c_str();
 }
 
 chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
@@ -433,12 +411,12 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
     std::lock_guard<std::mutex> g(comm->initMu);
     if (!comm->initStatus.isOk()) {
       *asyncError = comm->initStatus.code();
-      tLastError = "init failed: " + comm->initStatus.message();
+      lastError() = "init failed: " + comm->initStatus.message();
       return Status::ok();
     }
     Status e = comm->impl->asyncError();
     *asyncError = e.code();
-    if (!e.isOk()) tLastError = e.message();
+    if (!e.isOk()) lastError() = e.message();
     return Status::ok();
   });
 }
