@@ -19,7 +19,8 @@ esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev)
+          openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev
+          zlib1g-dev dataset-fashion-mnist)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
 [ "$mode" = bench ] && packages=(iperf3 libgloo-dev)
 missing=()
@@ -53,7 +54,7 @@ echo "== tests (tier: ${CHORUS_TEST_TIER:-default})"
 (cd "$build" && ctest -j 2 --output-on-failure --timeout 3600)
 
 # The sanitizer builds, with clang 14, each in a build tree of its own (neither runs under mpirun).
-#  - AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests, the API tests, a thread-per-rank
+#  - AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests, the API and DDP-layer tests, a thread-per-rank
 #    subset of the grid, and the fuzz targets (fuzz/), every finding fatal.
 #  - ThreadSanitizer: the thread-per-rank tests.
 # The extended tier adds the full thread grid under ASan and fuzzes each target for 5 minutes.
@@ -70,14 +71,14 @@ sanitized() {
 threads='grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree)'
 [ "${CHORUS_TEST_TIER:-default}" = extended ] && threads='grid_threads_.*'
 
-sanitized "${build}-asan" address,undefined ON unit_test api_test grid_test strangers \
+sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_test strangers \
   fuzz_bootstrap_reader fuzz_socket_stream fuzz_unique_id fuzz_machine
 # hwloc loads its PCI plugin, and with it libpciaccess, for every topology and unloads it after:
 # what libpciaccess keeps in its globals then looks leaked from an unknown module. Loaded once for
 # the whole run, it stays reachable.
 (cd "${build}-asan" && LD_PRELOAD=$(ls /usr/lib/*/libpciaccess.so.0 | head -1) \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test|api_test|strangers|$threads|fuzz_.*)\$")
+  ctest -j 2 --output-on-failure -R "^(unit_test|api_test|ddp_test|strangers|$threads|fuzz_.*)\$")
 
-sanitized "${build}-tsan" thread OFF api_test grid_test
-(cd "${build}-tsan" && TSAN_OPTIONS="halt_on_error=1" ctest -j 2 --output-on-failure -R "^(api_test|$threads)\$")
+sanitized "${build}-tsan" thread OFF api_test ddp_test grid_test
+(cd "${build}-tsan" && TSAN_OPTIONS="halt_on_error=1" ctest -j 2 --output-on-failure -R "^(api_test|ddp_test|$threads)\$")
