@@ -1,6 +1,7 @@
-/* The public header compiled as strict C99, and, when the CUDA toolkit's nccl.h is found, every
+/* The public headers (chorus.h, ddp.h) compiled as strict C99, and, when the CUDA toolkit's nccl.h is found, every
  * enumerator value and chorusConfig_t's leading fields checked against NCCL 2.28's. */
 #include <chorus/chorus.h>
+#include <chorus/ddp.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -108,5 +109,22 @@ int main(void) {
   printf("nccl.h not found: enumerator values were not compared with NCCL\n");
 #endif
   printf("%d failures\n", failures);
+  {
+    /* ddp.h: the initializer leaves every option at its default, and bad calls are refused. */
+    chorusDdpConfig_t ddp = CHORUS_DDP_CONFIG_INITIALIZER;
+    chorusDdpReducer_t reducer = NULL;
+    EXPECT_EQ(ddp.size, sizeof(chorusDdpConfig_t));
+    EXPECT_EQ(ddp.magic, CHORUS_DDP_CONFIG_MAGIC);
+    EXPECT_EQ(ddp.bucketCapBytes == CHORUS_DDP_UNDEF_SIZE, 1);
+    EXPECT_EQ(ddp.firstBucketCapBytes == CHORUS_DDP_UNDEF_SIZE, 1);
+    EXPECT_EQ(ddp.broadcastChunkBytes == CHORUS_DDP_UNDEF_SIZE, 1);
+    EXPECT_EQ(ddp.findUnusedParameters, CHORUS_DDP_UNDEF_INT);
+    EXPECT_EQ(ddp.staticGraph, CHORUS_DDP_UNDEF_INT);
+    EXPECT_EQ(ddp.unevenInputs, CHORUS_DDP_UNDEF_INT);
+    EXPECT_EQ(ddp.hook, CHORUS_DDP_UNDEF_INT);
+    EXPECT_EQ(chorusDdpReducerCreate(&reducer, NULL, NULL, 0, &ddp), chorusInvalidArgument);
+    EXPECT_EQ(reducer == NULL, 1);
+    EXPECT_EQ(chorusDdpMarkReady(NULL, 0), chorusInvalidArgument);
+  }
   return failures == 0 ? 0 : 1;
 }
