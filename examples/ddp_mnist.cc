@@ -500,9 +500,9 @@ int main(int argc, char** argv) {
         const double comm = (s.totalCommSeconds - commBefore) * 1e3 / n;
         const double exposed = (s.totalExposedSeconds - exposedBefore) * 1e3 / n;
         std::printf(
-            "bench buckets=%s ranks=%d steps=%zu median_ms_per_step=%.3f comm_ms_per_step=%.3f "
+            "bench reduction=%s buckets=%d ranks=%d steps=%zu median_ms_per_step=%.3f comm_ms_per_step=%.3f "
             "exposed_ms_per_step=%.3f hidden_fraction=%.3f\n",
-            buckets.c_str(), nranks, stepMs.size(), sorted[sorted.size() / 2], comm, exposed,
+            buckets.c_str(), s.nbuckets, nranks, stepMs.size(), sorted[sorted.size() / 2], comm, exposed,
             comm > 0 ? 1.0 - exposed / comm : 0.0);
       }
       if (!dump.empty()) {

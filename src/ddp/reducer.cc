@@ -362,6 +362,7 @@ Status Reducer::prepareForBackward(bool* rebuilt) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (staticUnused_[i]) CHORUS_TRY(markLocked(i, false));
     }
+    marked_ = 0;  // counts the framework's marks: a forward with no backward may start again
   }
   return Status::ok();
 }

@@ -103,7 +103,7 @@ class Reducer {
   bool sync_ = true;           // for the iterations to come
   bool iterationSync_ = true;  // of the iteration in progress
   size_t nextBucket_ = 0;      // the next bucket to launch
-  size_t marked_ = 0;          // parameters marked this iteration
+  size_t marked_ = 0;          // parameters the framework marked this iteration
   std::vector<uint8_t> ready_;
   std::vector<int32_t> usedLocal_;     // since the last synchronised iteration
   std::vector<int32_t> usedMap_;       // all-reduced; stays put while the stream reads it
