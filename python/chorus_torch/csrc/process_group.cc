@@ -1,0 +1,599 @@
+#include "process_group.h"
+
+#include <torch/python.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <pybind11/chrono.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+namespace chorus_torch {
+namespace {
+
+std::string lastError() { return chorusGetLastError(nullptr); }
+
+void check(chorusResult_t rc, const std::string& what) {
+  TORCH_CHECK(rc == chorusSuccess, "chorus: ", what, " failed: ", lastError());
+}
+
+chorusDataType_t dataType(const at::Tensor& t, const char* where) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return chorusFloat32;
+    case at::kDouble:
+      return chorusFloat64;
+    case at::kHalf:
+      return chorusFloat16;
+    case at::kBFloat16:
+      return chorusBfloat16;
+    case at::kChar:
+      return chorusInt8;
+    case at::kByte:
+    case at::kBool:  // one byte, 0 or 1; reductions are chosen so the result stays 0 or 1
+      return chorusUint8;
+    case at::kInt:
+      return chorusInt32;
+    case at::kLong:
+      return chorusInt64;
+    default:
+      TORCH_CHECK(false, "chorus: ", where, " does not support tensors of type ", t.scalar_type(),
+                  "; it takes float32, float64, float16, bfloat16, int8, uint8, int32, int64 and bool");
+  }
+}
+
+void checkTensor(const at::Tensor& t, const char* where) {
+  TORCH_CHECK(t.device().is_cpu(), "chorus: ", where, " takes CPU tensors; this one is on ", t.device());
+  TORCH_CHECK(t.layout() == at::kStrided, "chorus: ", where, " takes dense tensors, not ", t.layout());
+  TORCH_CHECK(t.is_contiguous(), "chorus: ", where, " takes contiguous tensors (call .contiguous())");
+  (void)dataType(t, where);
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where) {
+  TORCH_CHECK(ts.size() == 1, "chorus: ", where, " takes one tensor per rank, got ", ts.size());
+  checkTensor(ts[0], where);
+  return ts[0];
+}
+
+void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
+  checkTensor(b, where);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "chorus: ", where, ": tensors of types ", a.scalar_type(), " and ",
+              b.scalar_type(), " must be of one type");
+  TORCH_CHECK(a.numel() == b.numel(), "chorus: ", where, ": tensors of ", a.numel(), " and ", b.numel(),
+              " elements must be of one size");
+}
+
+void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* where) {
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
+              " tensors (one per rank), got ", list.size());
+  for (const at::Tensor& t : list) checkSame(like, t, where);
+}
+
+const char* opName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::BAND:
+      return "ReduceOp.BAND";
+    case c10d::ReduceOp::BOR:
+      return "ReduceOp.BOR";
+    case c10d::ReduceOp::BXOR:
+      return "ReduceOp.BXOR";
+    default:
+      return "this ReduceOp";
+  }
+}
+
+// What the stream's host function does after the operation.
+struct Completion {
+  c10::intrusive_ptr<WorkChorus> work;
+  std::function<void()> after;
+  chorusComm_t comm;
+  chorusRedOp_t customOp;
+  std::string name;
+
+  static void run(void* p) {
+    std::unique_ptr<Completion> c(static_cast<Completion*>(p));
+    std::exception_ptr error;
+    chorusResult_t state = chorusSuccess;
+    if (chorusCommGetAsyncError(c->comm, &state) != chorusSuccess) {
+      error = std::make_exception_ptr(std::runtime_error("chorus: " + c->name + ": " + lastError()));
+    } else if (state != chorusSuccess && state != chorusInProgress) {
+      error = std::make_exception_ptr(std::runtime_error("chorus: " + c->name + " failed: " + lastError()));
+    } else if (c->after) {
+      try {
+        c->after();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (c->customOp != chorusNumOps) (void)chorusRedOpDestroy(c->customOp, c->comm);
+    c->work->complete(error);
+  }
+};
+
+struct Before {
+  std::function<void()> fn;
+  static void run(void* p) {
+    std::unique_ptr<Before> b(static_cast<Before*>(p));
+    b->fn();  // copies between tensors the caller validated; nothing here throws
+  }
+};
+
+}  // namespace
+
+WorkChorus::WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                       std::vector<at::Tensor> keepAlive)
+    : Work(rank, type, name),
+      outputs_(std::move(outputs)),
+      keepAlive_(std::move(keepAlive)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void WorkChorus::complete(std::exception_ptr error) {
+  // The future first: a thread woken by finish() may read it at once.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  keepAlive_.clear();
+  finish(error);
+}
+
+ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                       std::chrono::milliseconds timeout)
+    : ProcessGroup(rank, size) {
+  // Rank 0 makes the unique id (its bootstrap root listens on a port of its own, not on the
+  // store's) and publishes it; the store's get waits for it.
+  const std::string key = "chorus_torch/unique_id";
+  chorusUniqueId id;
+  if (rank == 0) {
+    check(chorusGetUniqueId(&id), "chorusGetUniqueId");
+    const auto* b = reinterpret_cast<const uint8_t*>(&id);
+    store->set(key, std::vector<uint8_t>(b, b + sizeof(id)));
+  } else {
+    const std::vector<uint8_t> v = store->get(key);
+    TORCH_CHECK(v.size() == sizeof(id), "chorus: the store's ", key, " holds ", v.size(), " bytes, not a unique id");
+    std::memcpy(&id, v.data(), sizeof(id));
+  }
+  chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+  config.timeoutSeconds = static_cast<int>(std::max<int64_t>(1, (timeout.count() + 999) / 1000));
+  check(chorusCommInitRankConfig(&comm_, size, id, rank, &config), "initialising the communicator");
+  check(chorusStreamCreate(&stream_), "creating the stream");
+}
+
+ProcessGroupChorus::~ProcessGroupChorus() {
+  if (stream_) (void)chorusStreamDestroy(stream_);  // waits for what is queued
+  if (comm_) (void)chorusCommDestroy(comm_);
+}
+
+chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective) {
+  const bool isBool = t.scalar_type() == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return isBool ? chorusMax : chorusSum;  // logical or, as ProcessGroupNCCL
+    case c10d::ReduceOp::PRODUCT:
+      return isBool ? chorusMin : chorusProd;  // logical and
+    case c10d::ReduceOp::MIN:
+      return chorusMin;
+    case c10d::ReduceOp::MAX:
+      return chorusMax;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(!isBool, "chorus: cannot use ReduceOp.AVG with boolean inputs");
+      return chorusAvg;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(!isBool, "chorus: cannot use ReduceOp.PREMUL_SUM with boolean inputs");
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(s, "chorus: ReduceOp.PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
+      // The factor in the tensor's own type, read by Chorus at creation.
+      at::Tensor factor = s->tensor_factors.empty() ? at::scalar_tensor(s->double_factor, t.options())
+                                                    : s->tensor_factors[0].to(at::kCPU).to(t.scalar_type()).reshape({});
+      chorusRedOp_t custom;
+      check(chorusRedOpCreatePreMulSum(&custom, factor.data_ptr(), dataType(t, collective), chorusScalarHostImmediate,
+                                       comm_),
+            "making the PREMUL_SUM operator");
+      return custom;
+    }
+    default:
+      TORCH_CHECK(false, "chorus: cannot use ", opName(op.op_), " with Chorus (", collective,
+                  " supports SUM, PRODUCT, MIN, MAX, AVG and PREMUL_SUM)");
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, const char* name,
+                                                          std::vector<at::Tensor> outputs,
+                                                          std::vector<at::Tensor> keepAlive,
+                                                          const std::function<chorusResult_t()>& issue,
+                                                          std::function<void()> after, chorusRedOp_t customOp) {
+  auto work = c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive));
+  std::lock_guard<std::mutex> g(launchMu_);
+  const chorusResult_t rc = issue();
+  if (rc != chorusSuccess) {
+    const std::string why = lastError();
+    if (customOp != chorusNumOps) (void)chorusRedOpDestroy(customOp, comm_);
+    TORCH_CHECK(false, "chorus: ", name, " failed: ", why);
+  }
+  auto* c = new Completion{work, std::move(after), comm_, customOp, name};
+  if (chorusLaunchHostFunc(stream_, &Completion::run, c) != chorusSuccess) {
+    const std::string why = lastError();
+    delete c;
+    TORCH_CHECK(false, "chorus: ", name, ": queueing its completion failed: ", why);
+  }
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const c10d::BroadcastOptions& opts) {
+  const at::Tensor& t = single(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chorus: broadcast root ", opts.rootRank,
+              " is out of range [0, ", size_, ")");
+  return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors, [&] {
+    return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
+                           static_cast<int>(opts.rootRank), comm_, stream_);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "allreduce");
+  const chorusRedOp_t op = redOp(opts.reduceOp, t, "allreduce");
+  return launch(
+      c10d::OpType::ALLREDUCE, "allreduce", tensors, tensors,
+      [&] {
+        return chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce"), op, comm_, stream_);
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                       const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced needs at least one tensor");
+  for (const at::Tensor& t : tensors) {
+    checkTensor(t, "allreduce_coalesced");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "chorus: allreduce_coalesced takes tensors of one type");
+  }
+  const chorusRedOp_t op = redOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
+  return launch(
+      c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, tensors,
+      [&] {
+        chorusResult_t rc = chorusGroupStart();
+        for (const at::Tensor& t : tensors) {
+          if (rc == chorusSuccess) {
+            rc = chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce_coalesced"), op, comm_,
+                                 stream_);
+          }
+        }
+        const chorusResult_t end = chorusGroupEnd();
+        return rc != chorusSuccess ? rc : end;
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::ReduceOptions& opts) {
+  const at::Tensor& t = single(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chorus: reduce root ", opts.rootRank,
+              " is out of range [0, ", size_, ")");
+  const chorusRedOp_t op = redOp(opts.reduceOp, t, "reduce");
+  return launch(
+      c10d::OpType::REDUCE, "reduce", tensors, tensors,
+      [&] {
+        return chorusReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "reduce"), op,
+                            static_cast<int>(opts.rootRank), comm_, stream_);
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::AllgatherOptions&) {
+  const at::Tensor& in = single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "chorus: allgather takes one output list per rank, got ", outputs.size());
+  checkList(outputs[0], in, size_, "allgather");
+  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+  std::vector<at::Tensor> keep{in, flat};
+  std::vector<at::Tensor> outs = outputs[0];
+  keep.insert(keep.end(), outs.begin(), outs.end());
+  const int64_t n = in.numel();
+  return launch(
+      c10d::OpType::ALLGATHER, "allgather", outs, keep,
+      [&] { return chorusAllGather(in.data_ptr(), flat.data_ptr(), n, dataType(in, "allgather"), comm_, stream_); },
+      [outs, flat, n]() mutable {
+        for (size_t r = 0; r < outs.size(); ++r) outs[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                   const c10d::AllgatherOptions&) {
+  checkTensor(input, "_allgather_base");
+  checkTensor(output, "_allgather_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: _allgather_base: output and input types differ");
+  TORCH_CHECK(output.numel() == size_ * input.numel(), "chorus: _allgather_base: the output has ", output.numel(),
+              " elements, not world size x input (", size_ * input.numel(), ")");
+  return launch(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, {input, output}, [&] {
+    return chorusAllGather(input.data_ptr(), output.data_ptr(), input.numel(), dataType(input, "_allgather_base"),
+                           comm_, stream_);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::GatherOptions& opts) {
+  const at::Tensor& in = single(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "chorus: gather root ", root, " is out of range [0, ", size_, ")");
+  const int64_t n = in.numel();
+  std::vector<at::Tensor> outs;
+  at::Tensor flat;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1, "chorus: gather takes one output list at the root, got ", outputs.size());
+    checkList(outputs[0], in, size_, "gather");
+    outs = outputs[0];
+    flat = at::empty({size_ * n}, in.options());
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "chorus: gather takes no output list on a rank that is not the root");
+  }
+  std::vector<at::Tensor> keep{in};
+  if (flat.defined()) keep.push_back(flat);
+  keep.insert(keep.end(), outs.begin(), outs.end());
+  return launch(
+      c10d::OpType::GATHER, "gather", outs, keep,
+      [&] {
+        return chorusGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, dataType(in, "gather"), root,
+                            comm_, stream_);
+      },
+      [outs, flat, n]() mutable {
+        for (size_t r = 0; r < outs.size(); ++r) outs[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
+                                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                                           const c10d::ScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "chorus: scatter root ", root, " is out of range [0, ", size_, ")");
+  const int64_t n = out.numel();
+  std::vector<at::Tensor> ins;
+  at::Tensor flat;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1, "chorus: scatter takes one input list at the root, got ", inputs.size());
+    checkList(inputs[0], out, size_, "scatter");
+    ins = inputs[0];
+    flat = at::empty({size_ * n}, out.options());
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "chorus: scatter takes no input list on a rank that is not the root");
+  }
+  std::vector<at::Tensor> keep{out};
+  if (flat.defined()) keep.push_back(flat);
+  keep.insert(keep.end(), ins.begin(), ins.end());
+  return launch(c10d::OpType::SCATTER, "scatter", outputs, keep, [&]() -> chorusResult_t {
+    if (flat.defined()) {
+      // Packed in stream order, so work queued before on these inputs has finished.
+      auto* b = new Before{[ins, flat, n]() mutable {
+        for (size_t r = 0; r < ins.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(ins[r].view({-1}));
+      }};
+      const chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
+      if (rc != chorusSuccess) {
+        delete b;
+        return rc;
+      }
+    }
+    return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, dataType(out, "scatter"), root,
+                         comm_, stream_);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                  std::vector<std::vector<at::Tensor>>& inputs,
+                                                                  const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor& out = single(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list per rank, got ", inputs.size());
+  checkList(inputs[0], out, size_, "reduce_scatter");
+  const chorusRedOp_t op = redOp(opts.reduceOp, out, "reduce_scatter");
+  const int64_t n = out.numel();
+  std::vector<at::Tensor> ins = inputs[0];
+  at::Tensor flat = at::empty({size_ * n}, out.options());
+  std::vector<at::Tensor> keep{out, flat};
+  keep.insert(keep.end(), ins.begin(), ins.end());
+  return launch(
+      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keep,
+      [&]() -> chorusResult_t {
+        auto* b = new Before{[ins, flat, n]() mutable {
+          for (size_t r = 0; r < ins.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(ins[r].view({-1}));
+        }};
+        const chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
+        if (rc != chorusSuccess) {
+          delete b;
+          return rc;
+        }
+        return chorusReduceScatter(flat.data_ptr(), out.data_ptr(), n, dataType(out, "reduce_scatter"), op, comm_,
+                                   stream_);
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                        const c10d::ReduceScatterOptions& opts) {
+  checkTensor(input, "_reduce_scatter_base");
+  checkTensor(output, "_reduce_scatter_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "chorus: _reduce_scatter_base: output and input types differ");
+  TORCH_CHECK(input.numel() == size_ * output.numel(), "chorus: _reduce_scatter_base: the input has ", input.numel(),
+              " elements, not world size x output (", size_ * output.numel(), ")");
+  const chorusRedOp_t op = redOp(opts.reduceOp, output, "_reduce_scatter_base");
+  return launch(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output}, {input, output},
+      [&] {
+        return chorusReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
+                                   dataType(output, "_reduce_scatter_base"), op, comm_, stream_);
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                 std::vector<int64_t>& outputSplitSizes,
+                                                                 std::vector<int64_t>& inputSplitSizes,
+                                                                 const c10d::AllToAllOptions&) {
+  checkTensor(input, "alltoall_base");
+  checkTensor(output, "alltoall_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: alltoall_base: output and input types differ");
+  const chorusDataType_t type = dataType(input, "alltoall_base");
+  if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
+    TORCH_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0,
+                "chorus: alltoall_base: input and output of ", input.numel(), " and ", output.numel(),
+                " elements must be equal and divide by the world size ", size_);
+    return launch(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, {input, output}, [&] {
+      return chorusAlltoAll(input.data_ptr(), output.data_ptr(), input.numel() / size_, type, comm_, stream_);
+    });
+  }
+  // Uneven splits along dimension 0: a send and a receive per peer, in one group.
+  auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    std::vector<int64_t> c(size_), off(size_);
+    const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+    const int64_t row = rows > 0 ? t.numel() / rows : 0;
+    int64_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t s = splits.empty() ? rows / size_ : splits[r];
+      c[r] = s * row;
+      off[r] = at;
+      at += c[r];
+    }
+    TORCH_CHECK(splits.empty() || static_cast<int>(splits.size()) == size_, "chorus: alltoall_base: ", which,
+                " split sizes have ", splits.size(), " entries, not one per rank (", size_, ")");
+    TORCH_CHECK(at == t.numel(), "chorus: alltoall_base: ", which, " split sizes cover ", at, " elements of ",
+                t.numel());
+    return std::make_pair(c, off);
+  };
+  const auto [sendCount, sendOff] = counts(input, inputSplitSizes, "input");
+  const auto [recvCount, recvOff] = counts(output, outputSplitSizes, "output");
+  const size_t es = input.element_size();
+  return launch(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, {input, output}, [&] {
+    chorusResult_t rc = chorusGroupStart();
+    for (int r = 0; r < size_ && rc == chorusSuccess; ++r) {
+      if (sendCount[r] > 0) {
+        rc = chorusSend(static_cast<char*>(input.data_ptr()) + sendOff[r] * es, sendCount[r], type, r, comm_, stream_);
+      }
+      if (rc == chorusSuccess && recvCount[r] > 0) {
+        rc = chorusRecv(static_cast<char*>(output.data_ptr()) + recvOff[r] * es, recvCount[r], type, r, comm_, stream_);
+      }
+    }
+    const chorusResult_t end = chorusGroupEnd();
+    return rc != chorusSuccess ? rc : end;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions&) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+              "chorus: alltoall takes one input and one output tensor per rank (", size_, "), got ", inputs.size(),
+              " and ", outputs.size());
+  for (int r = 0; r < size_; ++r) {
+    checkTensor(inputs[r], "alltoall");
+    checkTensor(outputs[r], "alltoall");
+    TORCH_CHECK(
+        inputs[r].scalar_type() == inputs[0].scalar_type() && outputs[r].scalar_type() == inputs[0].scalar_type(),
+        "chorus: alltoall takes tensors of one type");
+  }
+  std::vector<at::Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  return launch(c10d::OpType::ALLTOALL, "alltoall", outputs, keep, [&] {
+    chorusResult_t rc = chorusGroupStart();
+    for (int r = 0; r < size_ && rc == chorusSuccess; ++r) {
+      const at::Tensor& in = inputs[r];
+      const at::Tensor& out = outputs[r];
+      if (in.numel() > 0) rc = chorusSend(in.data_ptr(), in.numel(), dataType(in, "alltoall"), r, comm_, stream_);
+      if (rc == chorusSuccess && out.numel() > 0) {
+        rc = chorusRecv(out.data_ptr(), out.numel(), dataType(out, "alltoall"), r, comm_, stream_);
+      }
+    }
+    const chorusResult_t end = chorusGroupEnd();
+    return rc != chorusSuccess ? rc : end;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
+  const at::Tensor& t = single(tensors, "send");
+  TORCH_CHECK(dstRank >= 0 && dstRank < size_, "chorus: send to rank ", dstRank, ", out of range [0, ", size_, ")");
+  return launch(c10d::OpType::SEND, "send", tensors, tensors,
+                [&] { return chorusSend(t.data_ptr(), t.numel(), dataType(t, "send"), dstRank, comm_, stream_); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
+  const at::Tensor& t = single(tensors, "recv");
+  TORCH_CHECK(srcRank >= 0 && srcRank < size_, "chorus: recv from rank ", srcRank, ", out of range [0, ", size_, ")");
+  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
+                [&] { return chorusRecv(t.data_ptr(), t.numel(), dataType(t, "recv"), srcRank, comm_, stream_); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {
+  at::Tensor one = at::ones({1}, at::kInt);
+  return launch(c10d::OpType::BARRIER, "barrier", {}, {one}, [&] {
+    return chorusAllReduce(one.data_ptr(), one.data_ptr(), 1, chorusInt32, chorusSum, comm_, stream_);
+  });
+}
+
+}  // namespace chorus_torch
+
+// ---- the Python module ----
+
+namespace {
+
+namespace py = pybind11;
+
+// Holds a process group for Python and drops it without the GIL: its destructor waits for the
+// stream, whose host functions may run Python callbacks of futures. Same layout as the holder
+// torch gives ProcessGroup (one intrusive_ptr), which is what lets torch read it as its own.
+template <typename T>
+class NoGilPtr {
+ public:
+  NoGilPtr() = default;
+  explicit NoGilPtr(T* p) : impl_(c10::intrusive_ptr<T>::unsafe_steal_from_new(p)) {}
+  explicit NoGilPtr(c10::intrusive_ptr<T> p) : impl_(std::move(p)) {}
+  NoGilPtr(const NoGilPtr&) = default;
+  NoGilPtr(NoGilPtr&&) noexcept = default;
+  NoGilPtr& operator=(const NoGilPtr&) = default;
+  NoGilPtr& operator=(NoGilPtr&&) noexcept = default;
+  ~NoGilPtr() {
+    if (impl_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      impl_.reset();
+    }
+  }
+  T* get() const noexcept { return impl_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> impl_;
+};
+
+}  // namespace
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilPtr<T>, true);
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Chorus as a torch.distributed backend";
+  py::module::import("torch.distributed");
+  using PG = chorus_torch::ProcessGroupChorus;
+  py::class_<PG, c10d::ProcessGroup, NoGilPtr<PG>>(m, "ProcessGroupChorus")
+      .def(py::init(
+               [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+                 return NoGilPtr<PG>(c10::make_intrusive<PG>(store, rank, size, timeout));
+               }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_create_process_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+        return NoGilPtr<PG>(c10::make_intrusive<PG>(store, rank, size, timeout));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+  m.def("version", [] {
+    int v = 0;
+    (void)chorusGetVersion(&v);
+    return v;
+  });
+}

@@ -1,0 +1,99 @@
+// A torch.distributed backend on the Chorus C API: c10d::ProcessGroup for PyTorch 1.13.
+//
+// One communicator and one Chorus host stream per process group. Every operation is enqueued on
+// the stream and returns at once; a host function queued after it finishes the Work (copying
+// results out of staging buffers first), which wakes wait() and completes the Work's future,
+// running its .then() callbacks on that Chorus thread. Errors, including the communicator's own
+// timeout (set from the process group's), finish the Work with an exception that says what
+// happened.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus_torch {
+
+class WorkChorus : public c10d::Work {
+ public:
+  WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+             std::vector<at::Tensor> keepAlive);
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // On the Chorus thread, once the operation is over.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepAlive_;  // inputs and staging the operation reads or writes
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupChorus : public c10d::ProcessGroup {
+ public:
+  // Collective over the group: rank 0 makes the unique id and publishes it in the store.
+  ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout);
+  ~ProcessGroupChorus() override;
+
+  const std::string getBackendName() const override { return "chorus"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+  chorusComm_t comm() const { return comm_; }
+
+ private:
+  // Enqueues `issue` (Chorus calls on comm_ and stream_) and, after it, the host function that
+  // runs `after` and finishes the Work. Serialised, so every rank's operations keep their order.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keepAlive, const std::function<chorusResult_t()>& issue,
+                                        std::function<void()> after = nullptr, chorusRedOp_t customOp = chorusNumOps);
+
+  // A Chorus operator for a torch one on tensors of this type; PREMUL_SUM makes a custom one.
+  chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective);
+
+  chorusComm_t comm_ = nullptr;
+  chorusStream_t stream_ = nullptr;
+  std::mutex launchMu_;
+};
+
+}  // namespace chorus_torch
