@@ -1,0 +1,337 @@
+"""Every collective of the chorus backend, for every dtype and op, checked on 3 ranks (mp.spawn).
+
+Each rank's inputs are generated from its rank, so every rank can compute every expected result
+with torch's own ops on the inputs of all ranks. Where torch 1.13's Gloo supports the same call,
+the gloo backend's result (a second process group over the same store) must also match chorus's.
+Values are small integers (and 1, 2, 1/2, -1 for products), so sums and products are exact in
+every type and results compare exactly; AVG, whose 1/n rounds, within the type's rounding.
+
+Usage: python3 collectives.py [WORLD_SIZE]   (PYTHONPATH must reach chorus_torch)
+"""
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import chorus_torch  # noqa: F401  registers "chorus"
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64, torch.bool]
+GLOO_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32, torch.int64}
+OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM"]
+GLOO_OPS = {"SUM", "PRODUCT", "MIN", "MAX"}
+SIZES = [1, 37, 4099]
+
+
+def make(rank, n, dtype, op="SUM", salt=0):
+    """Rank's input: n elements of dtype, exact under the op's arithmetic."""
+    g = torch.Generator().manual_seed(1000 * rank + 17 * n + salt)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if op == "PRODUCT":
+        if dtype.is_floating_point:
+            choices = torch.tensor([1.0, 2.0, 0.5, -1.0], dtype=torch.float64)
+            return choices[torch.randint(0, 4, (n,), generator=g)].to(dtype)
+        return torch.randint(-3 if dtype != torch.uint8 else 0, 4, (n,), generator=g).to(dtype)
+    low = 0 if dtype == torch.uint8 else -20
+    return torch.randint(low, 21, (n,), generator=g).to(dtype)
+
+
+def reference(inputs, op, dtype, world):
+    """The expected all-reduce of the ranks' inputs, with torch's ops."""
+    if dtype == torch.bool:
+        s = torch.stack(inputs)
+        return s.any(0) if op in ("SUM", "MAX") else s.all(0)
+    s = torch.stack([x.to(torch.float64) if dtype.is_floating_point else x.to(torch.int64) for x in inputs])
+    if op == "SUM":
+        r = s.sum(0)
+    elif op == "PRODUCT":
+        r = s.prod(0)
+    elif op == "MIN":
+        r = s.min(0).values
+    elif op == "MAX":
+        r = s.max(0).values
+    elif op == "AVG":
+        r = s.sum(0) / world if dtype.is_floating_point else torch.div(s.sum(0), world, rounding_mode="trunc")
+    elif op == "PREMUL_SUM":
+        r = s.sum(0) * 2
+    return r.to(dtype) if dtype.is_floating_point else wrap(r, dtype)
+
+
+def wrap(r, dtype):
+    """int64 values wrapped to dtype's width, as the integer arithmetic of the type does."""
+    bits = 8 * torch.tensor([], dtype=dtype).element_size()
+    if bits == 64:
+        return r
+    r = r & ((1 << bits) - 1)
+    if dtype != torch.uint8:
+        r = torch.where(r >= (1 << (bits - 1)), r - (1 << bits), r)
+    return r.to(dtype)
+
+
+def reduce_op(op):
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(2.0)
+    return getattr(dist.ReduceOp, op)
+
+
+def supported(op, dtype):
+    if dtype == torch.bool:
+        return op in ("SUM", "PRODUCT", "MIN", "MAX")
+    if op == "PREMUL_SUM":
+        return dtype.is_floating_point
+    return True
+
+
+def same(got, want, dtype, op, what):
+    if op == "AVG" and dtype.is_floating_point:
+        eps = torch.finfo(dtype).eps
+        ok = torch.allclose(got.to(torch.float64), want.to(torch.float64), rtol=4 * eps, atol=4 * eps * 20)
+    else:
+        ok = torch.equal(got, want)
+    if not ok:
+        bad = (got.to(torch.float64) != want.to(torch.float64)).nonzero()
+        i = bad[0].item() if len(bad) else 0
+        raise AssertionError(f"{what}: element {i} is {got.flatten()[i].item()}, want {want.flatten()[i].item()}")
+
+
+class Checker:
+    def __init__(self, rank, world, gloo):
+        self.rank, self.world, self.gloo, self.count = rank, world, gloo, 0
+
+    def all_inputs(self, n, dtype, op="SUM", salt=0):
+        return [make(r, n, dtype, op, salt) for r in range(self.world)]
+
+    def allreduce(self):
+        for dtype in DTYPES:
+            for op in OPS:
+                if not supported(op, dtype):
+                    continue
+                for n in SIZES:
+                    ins = self.all_inputs(n, dtype, op)
+                    want = reference(ins, op, dtype, self.world)
+                    t = ins[self.rank].clone()
+                    work = dist.all_reduce(t, op=reduce_op(op), async_op=True)
+                    fut = work.get_future()
+                    work.wait()
+                    same(t, want, dtype, op, f"all_reduce {op} {dtype} n={n}")
+                    same(fut.wait()[0], want, dtype, op, f"all_reduce future {op} {dtype}")
+                    if dtype in GLOO_DTYPES and op in GLOO_OPS:
+                        g = ins[self.rank].clone()
+                        dist.all_reduce(g, op=reduce_op(op), group=self.gloo)
+                        same(t, g, dtype, op, f"all_reduce {op} {dtype} n={n} against gloo")
+                    self.count += 1
+        # BAND, BOR and BXOR are refused, as ProcessGroupNCCL does.
+        for op in ("BAND", "BOR", "BXOR"):
+            try:
+                dist.all_reduce(torch.ones(4, dtype=torch.int32), op=getattr(dist.ReduceOp, op))
+            except RuntimeError as e:
+                assert f"ReduceOp.{op}" in str(e), str(e)
+            else:
+                raise AssertionError(f"{op} was accepted")
+        try:
+            dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG)
+        except RuntimeError as e:
+            assert "AVG with boolean" in str(e), str(e)
+        else:
+            raise AssertionError("AVG on bool was accepted")
+
+    def coalesced(self):
+        for dtype in (torch.float32, torch.int64):
+            ins = [self.all_inputs(n, dtype, salt=5) for n in SIZES]
+            ts = [i[self.rank].clone() for i in ins]
+            dist.all_reduce_coalesced(ts)
+            for t, i, n in zip(ts, ins, SIZES):
+                same(t, reference(i, "SUM", dtype, self.world), dtype, "SUM", f"all_reduce_coalesced {dtype} n={n}")
+            self.count += 1
+
+    def rooted(self):
+        for dtype in DTYPES:
+            for root in range(self.world):
+                for n in SIZES:
+                    ins = self.all_inputs(n, dtype, salt=root)
+                    # broadcast
+                    t = ins[self.rank].clone()
+                    dist.broadcast(t, src=root)
+                    same(t, ins[root], dtype, "SUM", f"broadcast {dtype} root {root}")
+                    if dtype in GLOO_DTYPES:
+                        g = ins[self.rank].clone()
+                        dist.broadcast(g, src=root, group=self.gloo)
+                        same(t, g, dtype, "SUM", f"broadcast {dtype} against gloo")
+                    # reduce
+                    for op in OPS:
+                        if not supported(op, dtype):
+                            continue
+                        rin = self.all_inputs(n, dtype, op, salt=root)
+                        t = rin[self.rank].clone()
+                        dist.reduce(t, dst=root, op=reduce_op(op))
+                        if self.rank == root:
+                            same(t, reference(rin, op, dtype, self.world), dtype, op, f"reduce {op} {dtype} root {root}")
+                            if dtype in GLOO_DTYPES and op in GLOO_OPS:
+                                g = rin[self.rank].clone()
+                                dist.reduce(g, dst=root, op=reduce_op(op), group=self.gloo)
+                                same(t, g, dtype, op, f"reduce {op} {dtype} against gloo")
+                        elif dtype in GLOO_DTYPES and op in GLOO_OPS:
+                            dist.reduce(rin[self.rank].clone(), dst=root, op=reduce_op(op), group=self.gloo)
+                    # gather
+                    outs = [torch.zeros(n, dtype=dtype) for _ in range(self.world)] if self.rank == root else None
+                    dist.gather(ins[self.rank], gather_list=outs, dst=root)
+                    if self.rank == root:
+                        for r in range(self.world):
+                            same(outs[r], ins[r], dtype, "SUM", f"gather {dtype} root {root} from {r}")
+                    if dtype in GLOO_DTYPES:
+                        gouts = [torch.zeros(n, dtype=dtype) for _ in range(self.world)] if self.rank == root else None
+                        dist.gather(ins[self.rank], gather_list=gouts, dst=root, group=self.gloo)
+                        if self.rank == root:
+                            for a, b in zip(outs, gouts):
+                                same(a, b, dtype, "SUM", f"gather {dtype} against gloo")
+                    # scatter
+                    parts = [make(r, n, dtype, salt=99 + root) for r in range(self.world)]
+                    out = torch.zeros(n, dtype=dtype)
+                    dist.scatter(out, scatter_list=parts if self.rank == root else None, src=root)
+                    same(out, parts[self.rank], dtype, "SUM", f"scatter {dtype} root {root}")
+                    if dtype in GLOO_DTYPES:
+                        gout = torch.zeros(n, dtype=dtype)
+                        dist.scatter(gout, scatter_list=parts if self.rank == root else None, src=root,
+                                     group=self.gloo)
+                        same(out, gout, dtype, "SUM", f"scatter {dtype} against gloo")
+                    self.count += 1
+
+    def gathers(self):
+        for dtype in DTYPES:
+            for n in SIZES:
+                ins = self.all_inputs(n, dtype, salt=3)
+                outs = [torch.zeros(n, dtype=dtype) for _ in range(self.world)]
+                dist.all_gather(outs, ins[self.rank])
+                for r in range(self.world):
+                    same(outs[r], ins[r], dtype, "SUM", f"all_gather {dtype} n={n} from {r}")
+                if dtype in GLOO_DTYPES:
+                    gouts = [torch.zeros(n, dtype=dtype) for _ in range(self.world)]
+                    dist.all_gather(gouts, ins[self.rank], group=self.gloo)
+                    for a, b in zip(outs, gouts):
+                        same(a, b, dtype, "SUM", f"all_gather {dtype} against gloo")
+                flat = torch.zeros(self.world * n, dtype=dtype)
+                dist._all_gather_base(flat, ins[self.rank])
+                same(flat, torch.cat(ins), dtype, "SUM", f"_all_gather_base {dtype} n={n}")
+                self.count += 1
+
+    def reduce_scatters(self):
+        for dtype in DTYPES:
+            for op in OPS:
+                if not supported(op, dtype):
+                    continue
+                n = 37
+                # Rank r's list: world chunks; chunk c of every rank reduces into rank c's output.
+                lists = [[make(r, n, dtype, op, salt=50 + c) for c in range(self.world)] for r in range(self.world)]
+                out = torch.zeros(n, dtype=dtype)
+                dist.reduce_scatter(out, lists[self.rank], op=reduce_op(op))
+                want = reference([lists[r][self.rank] for r in range(self.world)], op, dtype, self.world)
+                same(out, want, dtype, op, f"reduce_scatter {op} {dtype}")
+                flat_out = torch.zeros(n, dtype=dtype)
+                dist._reduce_scatter_base(flat_out, torch.cat(lists[self.rank]), op=reduce_op(op))
+                same(flat_out, want, dtype, op, f"_reduce_scatter_base {op} {dtype}")
+                self.count += 1
+
+    def alltoalls(self):
+        for dtype in DTYPES:
+            # Equal splits: rows of 3 elements, one row per peer.
+            ins = [make(r, self.world * 3, dtype, salt=70).reshape(self.world, 3) for r in range(self.world)]
+            out = torch.zeros(self.world, 3, dtype=dtype)
+            dist.all_to_all_single(out, ins[self.rank])
+            want = torch.stack([ins[r][self.rank] for r in range(self.world)])
+            same(out, want, dtype, "SUM", f"all_to_all_single {dtype}")
+            if dtype in GLOO_DTYPES:
+                gout = torch.zeros(self.world, 3, dtype=dtype)
+                dist.all_to_all_single(gout, ins[self.rank], group=self.gloo)
+                same(out, gout, dtype, "SUM", f"all_to_all_single {dtype} against gloo")
+            # Uneven splits: rank r sends (r + p) % 3 rows of 2 to peer p (some of them none).
+            def rows(src, dst):
+                return (src + dst) % 3
+
+            def block(src, dst):
+                return make(src, rows(src, dst) * 2, dtype, salt=80 + dst).reshape(-1, 2)
+
+            send = torch.cat([block(self.rank, p) for p in range(self.world)])
+            recv = torch.zeros(sum(rows(p, self.rank) for p in range(self.world)), 2, dtype=dtype)
+            dist.all_to_all_single(recv, send, output_split_sizes=[rows(p, self.rank) for p in range(self.world)],
+                                   input_split_sizes=[rows(self.rank, p) for p in range(self.world)])
+            same(recv, torch.cat([block(p, self.rank) for p in range(self.world)]), dtype, "SUM",
+                 f"all_to_all_single uneven {dtype}")
+            # Lists of tensors of different sizes.
+            outs = [torch.zeros(rows(p, self.rank) * 2, dtype=dtype) for p in range(self.world)]
+            dist.all_to_all(outs, [block(self.rank, p).flatten() for p in range(self.world)])
+            for p in range(self.world):
+                same(outs[p], block(p, self.rank).flatten(), dtype, "SUM", f"all_to_all {dtype} from {p}")
+            self.count += 1
+
+    def point_to_point(self):
+        for dtype in DTYPES:
+            nxt, prv = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+            mine = make(self.rank, 41, dtype, salt=90)
+            got = torch.zeros(41, dtype=dtype)
+            # Even ranks send first, odd ranks receive first: no cycle of waiting sends.
+            if self.rank % 2 == 0:
+                dist.send(mine, nxt)
+                dist.recv(got, prv)
+            else:
+                dist.recv(got, prv)
+                dist.send(mine, nxt)
+            same(got, make(prv, 41, dtype, salt=90), dtype, "SUM", f"send/recv {dtype}")
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, got, prv)])
+            for r in reqs:
+                r.wait()
+            same(got, make(prv, 41, dtype, salt=90), dtype, "SUM", f"batch_isend_irecv {dtype}")
+            self.count += 1
+
+    def misuse(self):
+        cases = [
+            (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
+            (lambda: dist.all_reduce(torch.ones(4, 4).t()), "contiguous"),
+            (lambda: dist.all_reduce(torch.ones(4).to_sparse()), "dense"),
+            (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "world size"),
+        ]
+        for fn, words in cases:
+            try:
+                fn()
+            except (RuntimeError, ValueError) as e:
+                assert words in str(e), f"{words!r} not in {e}"
+            else:
+                raise AssertionError(f"misuse accepted ({words})")
+        dist.barrier()
+
+
+def run(rank, world, port, failures):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    try:
+        dist.init_process_group("chorus", rank=rank, world_size=world)
+        gloo = dist.new_group(backend="gloo")
+        c = Checker(rank, world, gloo)
+        for part in ("allreduce", "coalesced", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
+                     "misuse"):
+            getattr(c, part)()
+            if rank == 0:
+                print(f"{part}: ok ({c.count} cases so far)", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:
+        failures.put(f"rank {rank}: {traceback.format_exc()}")
+        raise
+
+
+if __name__ == "__main__":
+    world = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    port = 20000 + os.getpid() % 20000
+    ctx = mp.get_context("spawn")
+    failures = ctx.SimpleQueue()
+    try:
+        mp.spawn(run, args=(world, port, failures), nprocs=world)
+    except Exception:
+        while not failures.empty():
+            print(failures.get(), file=sys.stderr)
+        print("FAIL", file=sys.stderr)
+        sys.exit(1)
+    print(f"PASS: every collective on {world} ranks")
