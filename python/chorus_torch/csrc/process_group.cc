@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 namespace chorus_torch {
@@ -164,6 +165,11 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
 }
 
 ProcessGroupChorus::~ProcessGroupChorus() {
+  // The last reference may be dropped from C++ with the GIL held (DDP's reducer going away with
+  // its module). The stream's host functions free tensors whose Python objects need the GIL, so
+  // waiting for the stream with it held would never end.
+  std::optional<pybind11::gil_scoped_release> release;
+  if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
   if (stream_) (void)chorusStreamDestroy(stream_);  // waits for what is queued
   if (comm_) (void)chorusCommDestroy(comm_);
 }
