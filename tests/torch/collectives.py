@@ -10,13 +10,12 @@ Usage: python3 collectives.py [WORLD_SIZE]   (PYTHONPATH must reach chorus_torch
 """
 import os
 import sys
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import chorus_torch  # noqa: F401  registers "chorus"
+import harness
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
           torch.int64, torch.bool]
@@ -303,35 +302,22 @@ class Checker:
         dist.barrier()
 
 
-def run(rank, world, port, failures):
+def run(rank, world, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    try:
-        dist.init_process_group("chorus", rank=rank, world_size=world)
-        gloo = dist.new_group(backend="gloo")
-        c = Checker(rank, world, gloo)
-        for part in ("allreduce", "coalesced", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
-                     "misuse"):
-            getattr(c, part)()
-            if rank == 0:
-                print(f"{part}: ok ({c.count} cases so far)", flush=True)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:
-        failures.put(f"rank {rank}: {traceback.format_exc()}")
-        raise
+    dist.init_process_group("chorus", rank=rank, world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    c = Checker(rank, world, gloo)
+    for part in ("allreduce", "coalesced", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
+                 "misuse"):
+        getattr(c, part)()
+        if rank == 0:
+            print(f"{part}: ok ({c.count} cases so far)", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     world = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    port = 20000 + os.getpid() % 20000
-    ctx = mp.get_context("spawn")
-    failures = ctx.SimpleQueue()
-    try:
-        mp.spawn(run, args=(world, port, failures), nprocs=world)
-    except Exception:
-        while not failures.empty():
-            print(failures.get(), file=sys.stderr)
-        print("FAIL", file=sys.stderr)
-        sys.exit(1)
+    harness.spawn(run, world, world, harness.free_port())
     print(f"PASS: every collective on {world} ranks")

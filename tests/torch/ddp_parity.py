@@ -11,17 +11,16 @@ Usage: python3 ddp_parity.py [WORLD_SIZE]
 """
 import os
 import sys
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus_torch  # noqa: F401
+import harness
 
 
 class ToyModel(nn.Module):
@@ -128,33 +127,20 @@ class _Null:
 VARIANTS = ["default", "gradient_as_bucket_view", "find_unused_parameters", "no_sync", "fp16_compress_hook", "join"]
 
 
-def run(rank, world, port, failures):
+def run(rank, world, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    try:
-        dist.init_process_group("chorus", rank=rank, world_size=world)
-        groups = {"chorus": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-        for v in VARIANTS:
-            train(rank, groups, v)
-            if rank == 0:
-                print(f"{v}: parameters match gloo's", flush=True)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:
-        failures.put(f"rank {rank}: {traceback.format_exc()}")
-        raise
+    dist.init_process_group("chorus", rank=rank, world_size=world)
+    groups = {"chorus": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    for v in VARIANTS:
+        train(rank, groups, v)
+        if rank == 0:
+            print(f"{v}: parameters match gloo's", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     world = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    port = 20000 + (os.getpid() + 7) % 20000
-    ctx = mp.get_context("spawn")
-    failures = ctx.SimpleQueue()
-    try:
-        mp.spawn(run, args=(world, port, failures), nprocs=world)
-    except Exception:
-        while not failures.empty():
-            print(failures.get(), file=sys.stderr)
-        print("FAIL", file=sys.stderr)
-        sys.exit(1)
+    harness.spawn(run, world, world, harness.free_port(7))
     print(f"PASS: DDP on chorus matches gloo in {len(VARIANTS)} variants on {world} ranks")

@@ -122,6 +122,47 @@ struct Before {
   }
 };
 
+// Queues the copy of `parts` into the flat staging tensor (part r at r * n) on the stream, so it
+// reads the parts after the work queued before it.
+chorusResult_t packOnStream(chorusStream_t stream, std::vector<at::Tensor> parts, at::Tensor flat, int64_t n) {
+  auto* b = new Before{[parts, flat, n]() mutable {
+    for (size_t r = 0; r < parts.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(parts[r].view({-1}));
+  }};
+  const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
+  if (rc != chorusSuccess) delete b;
+  return rc;
+}
+
+// The copy out of the flat staging tensor into `parts`, for after the operation.
+std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat, int64_t n) {
+  return [parts, flat, n]() mutable {
+    for (size_t r = 0; r < parts.size(); ++r) parts[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
+  };
+}
+
+// The list a rooted call takes at the root (one tensor like `like` per rank) and the flat staging
+// tensor for it; elsewhere no list (and an undefined staging tensor).
+std::pair<std::vector<at::Tensor>, at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists,
+                                                        const at::Tensor& like, bool atRoot, int size,
+                                                        const char* where) {
+  if (!atRoot) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "chorus: ", where,
+                " takes no tensor list on a rank that is not the root");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1, "chorus: ", where, " takes one tensor list at the root, got ", lists.size());
+  checkList(lists[0], like, size, where);
+  return {lists[0], at::empty({size * like.numel()}, like.options())};
+}
+
+// Tensors an operation reads or writes, kept alive until it is over.
+std::vector<at::Tensor> keepAll(std::vector<at::Tensor> keep, const at::Tensor& flat,
+                                const std::vector<at::Tensor>& more) {
+  if (flat.defined()) keep.push_back(flat);
+  keep.insert(keep.end(), more.begin(), more.end());
+  return keep;
+}
+
 }  // namespace
 
 WorkChorus::WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
@@ -298,16 +339,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
   TORCH_CHECK(outputs.size() == 1, "chorus: allgather takes one output list per rank, got ", outputs.size());
   checkList(outputs[0], in, size_, "allgather");
   at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-  std::vector<at::Tensor> keep{in, flat};
-  std::vector<at::Tensor> outs = outputs[0];
-  keep.insert(keep.end(), outs.begin(), outs.end());
+  const std::vector<at::Tensor>& outs = outputs[0];
   const int64_t n = in.numel();
   return launch(
-      c10d::OpType::ALLGATHER, "allgather", outs, keep,
+      c10d::OpType::ALLGATHER, "allgather", outs, keepAll({in}, flat, outs),
       [&] { return chorusAllGather(in.data_ptr(), flat.data_ptr(), n, dataType(in, "allgather"), comm_, stream_); },
-      [outs, flat, n]() mutable {
-        for (size_t r = 0; r < outs.size(); ++r) outs[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
-      });
+      unpackAfter(outs, flat, n));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -330,29 +367,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "chorus: gather root ", root, " is out of range [0, ", size_, ")");
   const int64_t n = in.numel();
-  std::vector<at::Tensor> outs;
-  at::Tensor flat;
-  if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1, "chorus: gather takes one output list at the root, got ", outputs.size());
-    checkList(outputs[0], in, size_, "gather");
-    outs = outputs[0];
-    flat = at::empty({size_ * n}, in.options());
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "chorus: gather takes no output list on a rank that is not the root");
-  }
-  std::vector<at::Tensor> keep{in};
-  if (flat.defined()) keep.push_back(flat);
-  keep.insert(keep.end(), outs.begin(), outs.end());
+  const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
   return launch(
-      c10d::OpType::GATHER, "gather", outs, keep,
+      c10d::OpType::GATHER, "gather", outs, keepAll({in}, flat, outs),
       [&] {
         return chorusGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, dataType(in, "gather"), root,
                             comm_, stream_);
       },
-      [outs, flat, n]() mutable {
-        for (size_t r = 0; r < outs.size(); ++r) outs[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
-      });
+      unpackAfter(outs, flat, n));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
@@ -362,31 +384,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "chorus: scatter root ", root, " is out of range [0, ", size_, ")");
   const int64_t n = out.numel();
-  std::vector<at::Tensor> ins;
-  at::Tensor flat;
-  if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1, "chorus: scatter takes one input list at the root, got ", inputs.size());
-    checkList(inputs[0], out, size_, "scatter");
-    ins = inputs[0];
-    flat = at::empty({size_ * n}, out.options());
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "chorus: scatter takes no input list on a rank that is not the root");
-  }
-  std::vector<at::Tensor> keep{out};
-  if (flat.defined()) keep.push_back(flat);
-  keep.insert(keep.end(), ins.begin(), ins.end());
-  return launch(c10d::OpType::SCATTER, "scatter", outputs, keep, [&]() -> chorusResult_t {
+  const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
+  return launch(c10d::OpType::SCATTER, "scatter", outputs, keepAll({out}, flat, ins), [&]() -> chorusResult_t {
     if (flat.defined()) {
-      // Packed in stream order, so work queued before on these inputs has finished.
-      auto* b = new Before{[ins, flat, n]() mutable {
-        for (size_t r = 0; r < ins.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(ins[r].view({-1}));
-      }};
-      const chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
-      if (rc != chorusSuccess) {
-        delete b;
-        return rc;
-      }
+      const chorusResult_t rc = packOnStream(stream_, ins, flat, n);
+      if (rc != chorusSuccess) return rc;
     }
     return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, dataType(out, "scatter"), root,
                          comm_, stream_);
@@ -401,21 +403,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
   checkList(inputs[0], out, size_, "reduce_scatter");
   const chorusRedOp_t op = redOp(opts.reduceOp, out, "reduce_scatter");
   const int64_t n = out.numel();
-  std::vector<at::Tensor> ins = inputs[0];
+  const std::vector<at::Tensor>& ins = inputs[0];
   at::Tensor flat = at::empty({size_ * n}, out.options());
-  std::vector<at::Tensor> keep{out, flat};
-  keep.insert(keep.end(), ins.begin(), ins.end());
   return launch(
-      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keep,
+      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keepAll({out}, flat, ins),
       [&]() -> chorusResult_t {
-        auto* b = new Before{[ins, flat, n]() mutable {
-          for (size_t r = 0; r < ins.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(ins[r].view({-1}));
-        }};
-        const chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
-        if (rc != chorusSuccess) {
-          delete b;
-          return rc;
-        }
+        const chorusResult_t rc = packOnStream(stream_, ins, flat, n);
+        if (rc != chorusSuccess) return rc;
         return chorusReduceScatter(flat.data_ptr(), out.data_ptr(), n, dataType(out, "reduce_scatter"), op, comm_,
                                    stream_);
       },

@@ -1,0 +1,32 @@
+"""What the torch tests share: running a function on ranks under mp.spawn and reporting failures."""
+import os
+import sys
+import traceback
+
+import torch.multiprocessing as mp
+
+
+def free_port(offset=0):
+    """A port for the store, derived from the pid so tests started together differ."""
+    return 20000 + (os.getpid() + offset) % 20000
+
+
+def _guarded(rank, fn, args, failures):
+    try:
+        fn(rank, *args)
+    except Exception:
+        failures.put(f"rank {rank}: {traceback.format_exc()}")
+        raise
+
+
+def spawn(fn, world, *args):
+    """Runs fn(rank, *args) on `world` processes; on any failure prints each rank's traceback and
+    exits with status 1."""
+    failures = mp.get_context("spawn").SimpleQueue()
+    try:
+        mp.spawn(_guarded, args=(fn, args, failures), nprocs=world)
+    except Exception:
+        while not failures.empty():
+            print(failures.get(), file=sys.stderr)
+        print("FAIL", file=sys.stderr)
+        sys.exit(1)
