@@ -9,7 +9,7 @@
 // with momentum, as torch.optim.SGD.
 //
 //   chorusrun -n 2 -- ddp_mnist --epochs 1
-//   mpirun -np 4 -x CHORUS_COMM_ID=127.0.0.1:29500 ddp_mnist --steps 200
+//   mpirun -np 4 ddp_mnist --steps 200        (one host; across hosts add -x CHORUS_COMM_ID=host:port)
 //
 // Checks for the tests: --check-sync (all ranks hold the same weights, bit for bit, after every
 // step), --emulate-ranks N (one rank trains on the union of N ranks' batches), --dump/--compare

@@ -22,10 +22,23 @@ class Env {
   }
 
  private:
-  static constexpr const char* kAll[] = {
-      "CHORUS_RANK",  "CHORUS_NRANKS",       "CHORUS_COMM_ID",     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-      "RANK",         "WORLD_SIZE",          "MASTER_ADDR",        "MASTER_PORT",          "SLURM_PROCID",
-      "SLURM_NTASKS", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",         "SLURM_STEP_ID"};
+  static constexpr const char* kAll[] = {"CHORUS_RANK",
+                                         "CHORUS_NRANKS",
+                                         "CHORUS_COMM_ID",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "RANK",
+                                         "WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_STEP_NODELIST",
+                                         "SLURM_JOB_NODELIST",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_STEP_ID",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "OMPI_MCA_ess_base_jobid"};
 };
 
 }  // namespace
@@ -49,6 +62,27 @@ TEST_CASE("each launcher's variables", "[env]") {
   }
   {
     Env e({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}});
+    auto l = readLaunchEnv();
+    REQUIRE(!l.isOk());
+    CHECK(l.status().message().find("CHORUS_COMM_ID") != std::string::npos);
+  }
+  {
+    // Every rank on one host: loopback, at a port from the job id.
+    Env e({{"OMPI_COMM_WORLD_RANK", "1"},
+           {"OMPI_COMM_WORLD_SIZE", "3"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+           {"OMPI_MCA_ess_base_jobid", "589365249"}});
+    auto l = readLaunchEnv();
+    REQUIRE(l.isOk());
+    CHECK(l.value().rank == 1);
+    CHECK(l.value().rootHostPort == "127.0.0.1:" + std::to_string(20000 + 589365249 % 20000));
+  }
+  {
+    // Across hosts rank 0's address is unknown: CHORUS_COMM_ID is needed.
+    Env e({{"OMPI_COMM_WORLD_RANK", "1"},
+           {"OMPI_COMM_WORLD_SIZE", "4"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+           {"OMPI_MCA_ess_base_jobid", "589365249"}});
     auto l = readLaunchEnv();
     REQUIRE(!l.isOk());
     CHECK(l.status().message().find("CHORUS_COMM_ID") != std::string::npos);

@@ -2,7 +2,9 @@
 //
 // Recognised, in this order:
 //   chorusrun:  CHORUS_RANK, CHORUS_NRANKS, CHORUS_COMM_ID
-//   Open MPI:   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, CHORUS_COMM_ID
+//   Open MPI:   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE; the root is CHORUS_COMM_ID, or, when
+//               every rank is on one host (OMPI_COMM_WORLD_LOCAL_SIZE), 127.0.0.1 at port
+//               20000 + OMPI_MCA_ess_base_jobid % 20000
 //   torchrun:   RANK, WORLD_SIZE, MASTER_ADDR; the root listens on CHORUS_COMM_ID if set, else on
 //               MASTER_ADDR at port MASTER_PORT + 1 (MASTER_PORT is PyTorch's store)
 //   Slurm:      SLURM_PROCID, SLURM_NTASKS; the root is the first host of SLURM_STEP_NODELIST
@@ -58,13 +60,24 @@ Result<EnvLaunch> readLaunchEnv() {
   if (envOr("OMPI_COMM_WORLD_RANK")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("OMPI_COMM_WORLD_RANK"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("OMPI_COMM_WORLD_SIZE"));
-    if (!commId) {
-      return invalidArgument(
-          "under mpirun, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
-          "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
+    if (commId) {
+      l.rootHostPort = commId;
+      return l;
     }
-    l.rootHostPort = commId;
-    return l;
+    // Every rank on one host: the root listens on loopback at a port derived from the job id,
+    // which every rank of the job reads the same. Across hosts rank 0's address is not known.
+    const char* local = envOr("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* job = envOr("OMPI_MCA_ess_base_jobid");
+    if (local && job && std::string(local) == std::to_string(l.nranks)) {
+      char* end = nullptr;
+      const unsigned long long id = std::strtoull(job, &end, 10);
+      if (*end != '\0') return invalidArgument(std::string("OMPI_MCA_ess_base_jobid=") + job + " is not a number");
+      l.rootHostPort = "127.0.0.1:" + std::to_string(20000 + id % 20000);
+      return l;
+    }
+    return invalidArgument(
+        "under mpirun across hosts, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
+        "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
   }
   if (envOr("RANK") && envOr("WORLD_SIZE")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("RANK"));
@@ -100,7 +113,8 @@ Result<EnvLaunch> readLaunchEnv() {
   }
   return invalidArgument(
       "no launcher environment found: set CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (chorusrun does), or run "
-      "under mpirun (OMPI_COMM_WORLD_RANK/SIZE plus CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "under mpirun (OMPI_COMM_WORLD_RANK/SIZE; across hosts plus CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, "
+      "MASTER_ADDR, "
       "MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_JOB_ID)");
 }
 
