@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "include/chorus/ddp.h"
-#include "kernels/numeric.h"
+#include "kernels/float_elem.h"
+#include "src/core/comm.h"
+#include "src/core/os.h"
 #include "tests/test_util.h"
 
 using chorus::test::World;
@@ -49,51 +51,21 @@ void onRanks(int n, const std::function<void(int)>& f) {
   for (auto& x : t) x.join();
 }
 
-size_t sizeOf(chorusDataType_t t) {
-  switch (t) {
-    case chorusFloat64:
-    case chorusInt64:
-      return 8;
-    case chorusFloat32:
-    case chorusInt32:
-      return 4;
-    default:
-      return 2;
-  }
-}
+size_t sizeOf(chorusDataType_t t) { return chorus::typeSize(t); }
 
+// Element i of a gradient as a double, and back (int32 or one of the floating types).
 double load(const void* base, chorusDataType_t t, size_t i) {
-  switch (t) {
-    case chorusFloat32:
-      return static_cast<const float*>(base)[i];
-    case chorusFloat64:
-      return static_cast<const double*>(base)[i];
-    case chorusInt32:
-      return static_cast<const int32_t*>(base)[i];
-    case chorusBfloat16:
-      return chorus::toFloat(chorus::BFloat16{static_cast<const uint16_t*>(base)[i]});
-    default:
-      return chorus::toFloat(chorus::Half{static_cast<const uint16_t*>(base)[i]});
-  }
+  const char* p = static_cast<const char*>(base) + i * sizeOf(t);
+  return t == chorusInt32 ? chorus::loadBits<int32_t>(p) : chorus::loadFloatElem(t, p);
 }
 
 void store(void* base, chorusDataType_t t, size_t i, double v) {
-  switch (t) {
-    case chorusFloat32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case chorusFloat64:
-      static_cast<double*>(base)[i] = v;
-      break;
-    case chorusInt32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case chorusBfloat16:
-      static_cast<uint16_t*>(base)[i] = chorus::fromFloat<chorus::BFloat16>(static_cast<float>(v)).bits;
-      break;
-    default:
-      static_cast<uint16_t*>(base)[i] = chorus::fromFloat<chorus::Half>(static_cast<float>(v)).bits;
-      break;
+  char* p = static_cast<char*>(base) + i * sizeOf(t);
+  if (t == chorusInt32) {
+    const auto x = static_cast<int32_t>(v);
+    std::memcpy(p, &x, 4);
+  } else {
+    chorus::storeFloatElem(t, p, v);
   }
 }
 
@@ -115,8 +87,8 @@ double epsilon(chorusDataType_t t) {
 // The gradient a rank produces: small values, exact in every type used here (multiples of 1/8 up to
 // 32 for the floats; bf16 has 8 significant bits).
 double gradValue(int rank, int iter, size_t param, size_t elem, chorusDataType_t t) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {uint64_t(rank), uint64_t(iter), uint64_t(param), uint64_t(elem)}) h = (h ^ v) * 1099511628211ull;
+  const uint64_t key[4] = {uint64_t(rank), uint64_t(iter), uint64_t(param), uint64_t(elem)};
+  uint64_t h = chorus::fnv1a(key, sizeof(key));
   h ^= h >> 29;
   const int k = static_cast<int>(h % 255) - 127;
   return t == chorusInt32 ? k * 3 : k / 8.0;
@@ -378,7 +350,7 @@ TEST_CASE("fp16 and bf16 compression hooks reduce in the narrow type and convert
           DDP_OK(f, chorusDdpGradient(red, static_cast<int>(p), &g));
           for (size_t e = 0; e < m.params[p].count; ++e) {
             const double v = load(g, t, e);
-            uint16_t bits[1];
+            char bits[8];  // room for any element
             store(bits, wire, 0, v);
             if (load(bits, wire, 0) != v) {
               f.add("parameter " + std::to_string(p) + " holds " + std::to_string(v) +

@@ -57,15 +57,19 @@ def one_step(ddp_model, rank):
     optimizer.step()
 
 
-def demo_basic(rank, world_size, port):
-    setup(rank, world_size, port)
+def basic(rank, world_size, label):
     torch.manual_seed(rank)  # different initial weights: DDP broadcasts rank 0's
     ddp_model = DDP(ToyModel())
     one_step(ddp_model, rank)
-    same_everywhere(ddp_model, "basic")
+    same_everywhere(ddp_model, label)
     if rank == 0:
-        print(f"basic demo: {world_size} ranks hold the same parameters after one step", flush=True)
+        print(f"{label} demo: {world_size} ranks hold the same parameters after one step", flush=True)
     dist.destroy_process_group()
+
+
+def demo_basic(rank, world_size, port):
+    setup(rank, world_size, port)
+    basic(rank, world_size, "basic")
 
 
 def demo_checkpoint(rank, world_size, port, path):
@@ -95,14 +99,7 @@ def demo_checkpoint(rank, world_size, port, path):
 def demo_torchrun():
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: env:// needs nothing else.
     dist.init_process_group("chorus")
-    rank = dist.get_rank()
-    torch.manual_seed(rank)
-    ddp_model = DDP(ToyModel())
-    one_step(ddp_model, rank)
-    same_everywhere(ddp_model, "torchrun")
-    if rank == 0:
-        print(f"torchrun demo: {dist.get_world_size()} ranks hold the same parameters after one step", flush=True)
-    dist.destroy_process_group()
+    basic(dist.get_rank(), dist.get_world_size(), "torchrun")
 
 
 def main():

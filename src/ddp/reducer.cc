@@ -410,9 +410,10 @@ void Reducer::launchCompleteLocked() {
 
 void Reducer::launchLocked(BucketStore& b) {
   b.launchNs = nowNs();
-  auto note = [&](chorusResult_t rc, const std::string& what) {
-    if (rc != chorusSuccess && launchError_.isOk())
-      launchError_ = fail(rc, what + " of bucket " + std::to_string(b.index));
+  auto note = [&](chorusResult_t rc, const char* what) {
+    if (rc != chorusSuccess && launchError_.isOk()) {
+      launchError_ = fail(rc, std::string(what) + " of bucket " + std::to_string(b.index));
+    }
   };
   if (b.count > 0) {
     if (userHook_) {

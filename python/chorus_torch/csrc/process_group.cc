@@ -67,6 +67,11 @@ void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
               " elements must be of one size");
 }
 
+// `what` names the rank: "broadcast root", "send peer".
+void checkRank(int64_t rank, int size, const char* what) {
+  TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, " ", rank, " is out of range [0, ", size, ")");
+}
+
 void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* where) {
   TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
               " tensors (one per rank), got ", list.size());
@@ -92,16 +97,17 @@ struct Completion {
   std::function<void()> after;
   chorusComm_t comm;
   chorusRedOp_t customOp;
-  std::string name;
+  const char* name;  // a literal
 
   static void run(void* p) {
     std::unique_ptr<Completion> c(static_cast<Completion*>(p));
     std::exception_ptr error;
     chorusResult_t state = chorusSuccess;
     if (chorusCommGetAsyncError(c->comm, &state) != chorusSuccess) {
-      error = std::make_exception_ptr(std::runtime_error("chorus: " + c->name + ": " + lastError()));
+      error = std::make_exception_ptr(std::runtime_error(std::string("chorus: ") + c->name + ": " + lastError()));
     } else if (state != chorusSuccess && state != chorusInProgress) {
-      error = std::make_exception_ptr(std::runtime_error("chorus: " + c->name + " failed: " + lastError()));
+      error =
+          std::make_exception_ptr(std::runtime_error(std::string("chorus: ") + c->name + " failed: " + lastError()));
     } else if (c->after) {
       try {
         c->after();
@@ -273,8 +279,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = single(tensors, "broadcast");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chorus: broadcast root ", opts.rootRank,
-              " is out of range [0, ", size_, ")");
+  checkRank(opts.rootRank, size_, "broadcast root");
   return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors, [&] {
     return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
                            static_cast<int>(opts.rootRank), comm_, stream_);
@@ -320,8 +325,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
   const at::Tensor& t = single(tensors, "reduce");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chorus: reduce root ", opts.rootRank,
-              " is out of range [0, ", size_, ")");
+  checkRank(opts.rootRank, size_, "reduce root");
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "reduce");
   return launch(
       c10d::OpType::REDUCE, "reduce", tensors, tensors,
@@ -364,8 +368,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "gather");
+  checkRank(opts.rootRank, size_, "gather root");
   const int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK(root >= 0 && root < size_, "chorus: gather root ", root, " is out of range [0, ", size_, ")");
   const int64_t n = in.numel();
   const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
   return launch(
@@ -381,8 +385,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "scatter");
+  checkRank(opts.rootRank, size_, "scatter root");
   const int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK(root >= 0 && root < size_, "chorus: scatter root ", root, " is out of range [0, ", size_, ")");
   const int64_t n = out.numel();
   const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
   return launch(c10d::OpType::SCATTER, "scatter", outputs, keepAll({out}, flat, ins), [&]() -> chorusResult_t {
@@ -518,14 +522,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
   const at::Tensor& t = single(tensors, "send");
-  TORCH_CHECK(dstRank >= 0 && dstRank < size_, "chorus: send to rank ", dstRank, ", out of range [0, ", size_, ")");
+  checkRank(dstRank, size_, "send peer");
   return launch(c10d::OpType::SEND, "send", tensors, tensors,
                 [&] { return chorusSend(t.data_ptr(), t.numel(), dataType(t, "send"), dstRank, comm_, stream_); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
   const at::Tensor& t = single(tensors, "recv");
-  TORCH_CHECK(srcRank >= 0 && srcRank < size_, "chorus: recv from rank ", srcRank, ", out of range [0, ", size_, ")");
+  checkRank(srcRank, size_, "recv peer");
   return launch(c10d::OpType::RECV, "recv", tensors, tensors,
                 [&] { return chorusRecv(t.data_ptr(), t.numel(), dataType(t, "recv"), srcRank, comm_, stream_); });
 }
