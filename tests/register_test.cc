@@ -5,7 +5,10 @@
 //      deregister / free cycles, and the peers' mappings of retired allocations go away: the
 //      process's descriptors and chorus-mem mappings return to what they were;
 //   3. a rank whose buffers are registered while its neighbours' are not fails promptly with an
-//      error that says so (REGISTER_TEST_MISMATCH=1 runs only this, as its own communicator).
+//      error that says so (REGISTER_TEST_MISMATCH=1 runs only this, as its own communicator);
+//   4. ranks that pass different counts on registered buffers (REGISTER_TEST_MISMATCH=counts):
+//      each would read its peers' buffers in place past their end; every rank fails promptly and
+//      nothing past a rank's own count is written.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -193,6 +196,9 @@ void mismatch(chorusComm_t comm) {
   // First a matched all-reduce, which makes every connection: a rank that fails while a peer is
   // still connecting would hand it a connection error instead of the reason.
   allReduceChecked(comm, plainSend.data(), plainRecv.data(), count, false, "warm-up");
+  // A rank whose part of the warm-up is over may start the next call while a slower rank still
+  // finishes it; that rank must not meet the failure inside the warm-up.
+  usleep(300000);
   const auto t0 = std::chrono::steady_clock::now();
   const chorusResult_t r = chorusAllReduce(sb, rb, count, chorusFloat32, chorusSum, comm, nullptr);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -215,6 +221,43 @@ void mismatch(chorusComm_t comm) {
   }
 }
 
+// Rank r all-reduces 1M >> r floats (1M, 512K, ...) on registered chorusMemAlloc buffers, so
+// every rank takes the slice schedule and reads its peers' memory in place.
+void countMismatch(chorusComm_t comm) {
+  const size_t most = 1 << 20;
+  const size_t count = most >> rank;
+  const size_t bytes = most * sizeof(float);
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* hs = nullptr;
+  void* hr = nullptr;
+  check(chorusMemAlloc(&send, bytes), "chorusMemAlloc");
+  check(chorusMemAlloc(&recv, bytes), "chorusMemAlloc");
+  check(chorusCommRegister(comm, send, count * sizeof(float), &hs), "chorusCommRegister");
+  check(chorusCommRegister(comm, recv, count * sizeof(float), &hr), "chorusCommRegister");
+  auto* sb = static_cast<float*>(send);
+  auto* rb = static_cast<float*>(recv);
+  // A matched all-reduce first, which makes every connection.
+  allReduceChecked(comm, sb, rb, most >> (nranks - 1), false, "warm-up");
+  usleep(300000);  // every rank out of the warm-up (see mismatch())
+  for (size_t i = 0; i < most; ++i) sb[i] = 1.0f;
+  for (size_t i = 0; i < most; ++i) rb[i] = -7.0f;
+  const auto t0 = std::chrono::steady_clock::now();
+  const chorusResult_t r = chorusAllReduce(sb, rb, count, chorusFloat32, chorusSum, comm, nullptr);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg = chorusGetLastError(comm);
+  std::printf("rank %d: count %zu: %s after %.3f s: %s\n", rank, count, chorusGetErrorString(r), secs, msg.c_str());
+  EXPECT(r != chorusSuccess, "the all-reduce with mismatched counts succeeded");
+  EXPECT(secs < 5, "took %.2f s (the timeout is 20 s)", secs);
+  EXPECT(msg.find("count") != std::string::npos, "message: %s", msg.c_str());
+  size_t touched = 0;
+  for (size_t i = count; i < most; ++i) touched += rb[i] != -7.0f;
+  EXPECT(touched == 0, "%zu elements past this rank's count were written", touched);
+  check(chorusCommAbort(comm), "chorusCommAbort");
+  chorusMemFree(send);
+  chorusMemFree(recv);
+}
+
 }  // namespace
 
 int main() {
@@ -225,6 +268,8 @@ int main() {
   const char* m = std::getenv("REGISTER_TEST_MISMATCH");
   if (m && std::string(m) == "1") {
     mismatch(comm);
+  } else if (m && std::string(m) == "counts") {
+    countMismatch(comm);
   } else {
     badArguments(comm);
     cycles(comm);

@@ -1,7 +1,9 @@
 // The C API. Every function runs its body through guard() (guard.h).
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 
 #include "include/chorus/chorus.h"
 #include "src/api/guard.h"
+#include "src/api/handles.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/core/comm.h"
 #include "src/core/group.h"
@@ -21,14 +24,75 @@
 #include "src/core/stream.h"
 
 namespace chorus {
+
+// How long chorusCommAbort waits for calls in flight on other threads to leave.
+constexpr int64_t kAbortWaitNs = 5'000'000'000;
+
+uintptr_t nextHandleValue() {
+  // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all zeros nor all ones): a handle
+  // that someone dereferences faults at once. Sixteen-byte steps keep values aligned.
+  static std::atomic<uint64_t> serial{1};
+  return static_cast<uintptr_t>(0x4348000000000000ull | (serial.fetch_add(1, std::memory_order_relaxed) << 4));
+}
+
 namespace {
 
-// The live communicator behind a handle, or why it cannot be used.
-Result<Communicator*> liveComm(chorusComm_t comm) {
-  if (!comm) return invalidArgument("comm is NULL");
-  if (!isLiveHandle(comm)) {
-    return invalidArgument("comm is not a live communicator (destroyed, or never initialised)");
+HandleTable<CommHandle>& comms() {
+  static auto* t = new HandleTable<CommHandle>();  // outlives every handle, also at exit
+  return *t;
+}
+HandleTable<Stream>& streams() {
+  static auto* t = new HandleTable<Stream>();
+  return *t;
+}
+// What a chorusEvent_t stands for.
+struct EventState {
+  std::mutex mu;
+  EventMark mark;  // guarded by mu
+};
+HandleTable<EventState>& events() {
+  static auto* t = new HandleTable<EventState>();
+  return *t;
+}
+
+chorusComm_t publish(std::shared_ptr<CommHandle> h) { return handleOf<chorusComm_t>(comms().add(std::move(h))); }
+
+// One API call inside a communicator handle: keeps the handle alive and counted in `calls`
+// (destroy and abort wait for them), and gives the communicator.
+class CommRef {
+ public:
+  explicit CommRef(std::shared_ptr<CommHandle> h) : h_(std::move(h)) {
+    h_->calls.fetch_add(1, std::memory_order_acq_rel);
   }
+  CommRef(CommRef&& o) noexcept : h_(std::move(o.h_)) {}
+  CommRef(const CommRef&) = delete;
+  CommRef& operator=(const CommRef&) = delete;
+  CommRef& operator=(CommRef&&) = delete;
+  ~CommRef() {
+    if (h_) h_->calls.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  CommHandle& handle() const { return *h_; }
+  Communicator* get() const { return h_->impl.get(); }
+  Communicator* operator->() const { return get(); }
+  Communicator& operator*() const { return *get(); }
+
+ private:
+  std::shared_ptr<CommHandle> h_;
+};
+
+const char* const kNotLive = "comm is not a live communicator (destroyed, or never initialised)";
+
+Result<CommRef> lookupComm(chorusComm_t comm) {
+  if (!comm) return invalidArgument("comm is NULL");
+  std::shared_ptr<CommHandle> h = comms().find(handleValue(comm));
+  if (!h) return invalidArgument(kNotLive);
+  return CommRef(std::move(h));
+}
+
+// The live communicator behind a handle, or why it cannot be used.
+Result<CommRef> liveComm(chorusComm_t handle) {
+  CHORUS_ASSIGN_OR_RETURN(CommRef ref, lookupComm(handle));
+  CommHandle* comm = &ref.handle();
   if (!comm->initDone.load(std::memory_order_acquire)) {
     // Not "in progress": nothing was accepted, and the caller must not think the call was queued.
     return invalidUsage(
@@ -39,11 +103,11 @@ Result<Communicator*> liveComm(chorusComm_t comm) {
   if (!comm->initStatus.isOk()) {
     return Status(comm->initStatus.code(), "the communicator's init failed: " + comm->initStatus.message());
   }
-  return comm->impl.get();
+  return ref;
 }
 
-Result<Communicator*> usableComm(chorusComm_t comm) {
-  CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+Result<CommRef> usableComm(chorusComm_t comm) {
+  CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
   if (c->state() == Communicator::State::kFinalized) {
     return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
   }
@@ -81,17 +145,35 @@ Status checkRank(int r, int n, const char* what) {
   return Status::ok();
 }
 
-Status checkStream(chorusStream_t s) {
-  if (s && !s->impl) return invalidArgument("stream is not a live chorusStream_t");
-  return Status::ok();
+// The stream behind a handle; null for the NULL stream.
+Result<std::shared_ptr<Stream>> lookupStream(chorusStream_t s) {
+  if (!s) return std::shared_ptr<Stream>();
+  std::shared_ptr<Stream> impl = streams().find(handleValue(s));
+  if (!impl) return invalidArgument("stream is not a live chorusStream_t (destroyed, or never created)");
+  return impl;
+}
+
+Result<std::shared_ptr<EventState>> lookupEvent(chorusEvent_t e) {
+  if (!e) return invalidArgument("event is NULL");
+  std::shared_ptr<EventState> state = events().find(handleValue(e));
+  if (!state) return invalidArgument("event is not a live chorusEvent_t (destroyed, or never created)");
+  return state;
+}
+
+// Waits until no API call is inside the handle but the caller's own, at most until `deadlineNs`:
+// a call that outlives it keeps the handle alive and frees it when it leaves.
+void waitForCalls(const CommHandle& h, int64_t deadlineNs) {
+  while (h.calls.load(std::memory_order_acquire) > 1 && nowNs() < deadlineNs) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 // Validates and submits one operation.
 Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t type,
                chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
-  CHORUS_ASSIGN_OR_RETURN(Communicator * c, usableComm(comm));
+  CHORUS_ASSIGN_OR_RETURN(CommRef c, usableComm(comm));
   CHORUS_TRY(checkType(type));
-  CHORUS_TRY(checkStream(stream));
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
   const int n = c->nranks();
   const int me = c->rank();
   const bool reduces = coll == CollType::kAllReduce || coll == CollType::kReduce || coll == CollType::kReduceScatter;
@@ -148,7 +230,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
                   collName(coll), sendbuff, static_cast<void*>(recvbuff), count, typeName(type), static_cast<int>(op),
                   root, static_cast<void*>(stream));
   }
-  return submitOp(OpInfo{coll, sendbuff, recvbuff, count, type, op, root, c, stream});
+  return submitOp(OpInfo{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s)});
 }
 
 Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, int rank, chorusConfig_t* config) {
@@ -158,25 +240,24 @@ Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, in
   CHORUS_TRY(checkRank(rank, nranks, "rank"));
   CHORUS_ASSIGN_OR_RETURN(BootstrapId id, BootstrapId::fromUniqueId(commId));
   CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
-  auto* handle = new chorusComm();
+  auto handle = std::make_shared<CommHandle>();
   InitJob job{handle, id, rank, nranks, options};
-  *comm = handle;
-  if (deferInit(job)) return Status::ok();
+  if (deferInit(job)) {
+    *comm = publish(handle);
+    return Status::ok();
+  }
   if (!options.blocking) {
     handle->initThread = std::thread([job] { (void)runInit(job); });
+    *comm = publish(handle);
     return Status(chorusInProgress, "");
   }
   Status s = runInit(job);
-  if (!s.isOk()) {
-    *comm = nullptr;
-    handle->magic = 0;
-    delete handle;
-  }
+  if (s.isOk()) *comm = publish(handle);
   return s;
 }
 
-void joinInit(chorusComm_t comm) {
-  if (comm->initThread.joinable()) comm->initThread.join();
+void joinInit(CommHandle& h) {
+  if (h.initThread.joinable()) h.initThread.join();
 }
 
 }  // namespace
@@ -271,11 +352,11 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
       CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
       startBootstrapRoot(std::move(fd), id, cfg.timeoutNs);
     }
-    std::vector<chorusComm*> handles(ndev);
+    std::vector<std::shared_ptr<CommHandle>> handles(ndev);
     std::vector<std::thread> threads;
     std::vector<Status> results(ndev);
     for (int r = 0; r < ndev; ++r) {
-      handles[r] = new chorusComm();
+      handles[r] = std::make_shared<CommHandle>();
       InitJob job{handles[r], id, r, ndev, CommOptions()};
       threads.emplace_back([job, &results, r] { results[r] = runInit(job); });
     }
@@ -285,21 +366,17 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
       if (!s.isOk() && bad.isOk()) bad = s;
     }
     if (!bad.isOk()) {
-      for (auto* h : handles) {
-        h->magic = 0;
-        delete h;
-      }
       for (int r = 0; r < ndev; ++r) comms[r] = nullptr;
       return bad;
     }
-    for (int r = 0; r < ndev; ++r) comms[r] = handles[r];
+    for (int r = 0; r < ndev; ++r) comms[r] = publish(handles[r]);
     return Status::ok();
   });
 }
 
 chorusResult_t chorusCommFinalize(chorusComm_t comm) {
   return guard("chorusCommFinalize", [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     Status s = c->waitIdle();
     c->setState(Communicator::State::kFinalized);
     return s;
@@ -309,13 +386,16 @@ chorusResult_t chorusCommFinalize(chorusComm_t comm) {
 chorusResult_t chorusCommDestroy(chorusComm_t comm) {
   return guard("chorusCommDestroy", [&]() -> Status {
     if (!comm) return Status::ok();  // as NCCL: destroying NULL is a no-op
-    if (!isLiveHandle(comm)) {
-      return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
+    std::shared_ptr<CommHandle> h = comms().take(handleValue(comm));
+    if (!h) return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
+    CommRef self(h);
+    joinInit(*h);
+    if (h->impl) {
+      (void)h->impl->waitIdle();
+      // A call on another thread (a misuse, but not a crash): it ends by itself, by completing or
+      // at the timeout.
+      waitForCalls(*h, nowNs() + h->impl->config().timeoutNs);
     }
-    joinInit(comm);
-    if (comm->impl) (void)comm->impl->waitIdle();
-    comm->magic = 0;
-    delete comm;
     return Status::ok();
   });
 }
@@ -323,20 +403,24 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm) {
 chorusResult_t chorusCommAbort(chorusComm_t comm) {
   return guard("chorusCommAbort", [&]() -> Status {
     if (!comm) return Status::ok();
-    if (!isLiveHandle(comm)) {
-      return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
-    }
+    // Unpublished first: a call that starts from now on is refused, and calls in flight keep
+    // the handle alive (the watchdog pattern: abort from a monitor thread while a collective
+    // blocks).
+    std::shared_ptr<CommHandle> h = comms().take(handleValue(comm));
+    if (!h) return invalidArgument("comm is not a live communicator (destroyed twice, or never initialised)");
+    CommRef self(h);
     {
-      std::lock_guard<std::mutex> g(comm->initMu);
-      if (comm->impl) comm->impl->abort();
+      std::lock_guard<std::mutex> g(h->initMu);
+      if (h->impl) h->impl->abort();
     }
-    joinInit(comm);
-    if (comm->impl) {
-      comm->impl->abort();
-      (void)comm->impl->waitIdle();
+    joinInit(*h);
+    if (h->impl) {
+      h->impl->abort();
+      (void)h->impl->waitIdle();
+      // Calls in flight saw the abort in their waits and are on their way out; one that is not
+      // gone within the bound frees the communicator itself when it leaves.
+      waitForCalls(*h, nowNs() + kAbortWaitNs);
     }
-    comm->magic = 0;
-    delete comm;
     return Status::ok();
   });
 }
@@ -345,18 +429,18 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
   return guard("chorusCommSplit", [&]() -> Status {
     if (!newcomm) return invalidArgument("newcomm is NULL");
     *newcomm = nullptr;
-    CHORUS_ASSIGN_OR_RETURN(Communicator * parent, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef parent, usableComm(comm));
     CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
     if (!config) options.blocking = parent->blocking();
     auto r = Communicator::split(*parent, color, key, options);
     if (!r.isOk()) return r.status();
     std::unique_ptr<Communicator> child = r.take();
     if (!child) return Status::ok();
-    auto* h = new chorusComm();
+    auto h = std::make_shared<CommHandle>();
     h->impl = std::move(child);
     h->initStatus = Status::ok();
     h->initDone.store(true, std::memory_order_release);
-    *newcomm = h;
+    *newcomm = publish(std::move(h));
     return Status::ok();
   });
 }
@@ -367,7 +451,7 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
     if (!newcomm) return invalidArgument("newcomm is NULL");
     *newcomm = nullptr;
     // The parent may have failed (a peer died): that is what shrinking is for.
-    CHORUS_ASSIGN_OR_RETURN(Communicator * parent, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef parent, liveComm(comm));
     if (parent->state() == Communicator::State::kFinalized) {
       return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
     }
@@ -390,11 +474,11 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
     std::vector<int> exclude(excludeRanksList, excludeRanksList + excludeRanksCount);
     auto r = Communicator::shrink(*parent, exclude, shrinkFlags == CHORUS_SHRINK_ABORT, options);
     if (!r.isOk()) return r.status();
-    auto* h = new chorusComm();
+    auto h = std::make_shared<CommHandle>();
     h->impl = r.take();
     h->initStatus = Status::ok();
     h->initDone.store(true, std::memory_order_release);
-    *newcomm = h;
+    *newcomm = publish(std::move(h));
     return Status::ok();
   });
 }
@@ -402,19 +486,19 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
   return guard("chorusCommGetAsyncError", [&]() -> Status {
     if (!asyncError) return invalidArgument("asyncError is NULL");
-    if (!comm) return invalidArgument("comm is NULL");
-    if (!isLiveHandle(comm)) return invalidArgument("comm is not a live communicator");
-    if (!comm->initDone.load(std::memory_order_acquire)) {
+    CHORUS_ASSIGN_OR_RETURN(CommRef ref, lookupComm(comm));
+    const CommHandle* h = &ref.handle();
+    if (!h->initDone.load(std::memory_order_acquire)) {
       *asyncError = chorusInProgress;
       return Status::ok();
     }
-    std::lock_guard<std::mutex> g(comm->initMu);
-    if (!comm->initStatus.isOk()) {
-      *asyncError = comm->initStatus.code();
-      lastError() = "init failed: " + comm->initStatus.message();
+    std::lock_guard<std::mutex> g(ref.handle().initMu);
+    if (!h->initStatus.isOk()) {
+      *asyncError = h->initStatus.code();
+      lastError() = "init failed: " + h->initStatus.message();
       return Status::ok();
     }
-    Status e = comm->impl->asyncError();
+    Status e = ref->asyncError();
     *asyncError = e.code();
     if (!e.isOk()) lastError() = e.message();
     return Status::ok();
@@ -424,7 +508,7 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
 chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path) {
   return guard("chorusCommDumpState", [&]() -> Status {
     // A failed communicator can still be dumped: that is when a dump is wanted most.
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     const std::string text = c->dumpState();
     if (!path) {
       std::fputs(text.c_str(), stderr);
@@ -443,7 +527,7 @@ chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path) {
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
   return guard("chorusCommCount", [&]() -> Status {
     if (!count) return invalidArgument("count is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     *count = c->nranks();
     return Status::ok();
   });
@@ -452,7 +536,7 @@ chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
 chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
   return guard("chorusCommCuDevice", [&]() -> Status {
     if (!device) return invalidArgument("device is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     (void)c;
     *device = -1;
     return Status::ok();
@@ -462,7 +546,7 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
   return guard("chorusCommUserRank", [&]() -> Status {
     if (!rank) return invalidArgument("rank is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     *rank = c->rank();
     return Status::ok();
   });
@@ -494,7 +578,7 @@ chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t si
     if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff)) {
       return invalidArgument("buff + size wraps around the address space");
     }
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     CHORUS_ASSIGN_OR_RETURN(*handle, c->registerBuffer(buff, size));
     return Status::ok();
   });
@@ -503,7 +587,7 @@ chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t si
 chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle) {
   return guard("chorusCommDeregister", [&]() -> Status {
     if (!handle) return invalidArgument("handle is NULL");
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     return c->deregisterBuffer(handle);
   });
 }
@@ -517,7 +601,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
     if (residence != chorusScalarDevice && residence != chorusScalarHostImmediate) {
       return invalidArgument("residence must be chorusScalarDevice or chorusScalarHostImmediate");
     }
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, usableComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, usableComm(comm));
     CHORUS_ASSIGN_OR_RETURN(*op, c->createPreMulSum(scalar, datatype, residence));
     return Status::ok();
   });
@@ -525,7 +609,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
 
 chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm) {
   return guard("chorusRedOpDestroy", [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     return c->destroyRedOp(op);
   });
 }
@@ -619,35 +703,34 @@ chorusResult_t chorusGroupEnd(void) {
 chorusResult_t chorusStreamCreate(chorusStream_t* stream) {
   return guard("chorusStreamCreate", [&]() -> Status {
     if (!stream) return invalidArgument("stream is NULL");
-    auto* s = new chorusStream();
-    s->impl = std::make_shared<Stream>();
-    *stream = s;
+    *stream = handleOf<chorusStream_t>(streams().add(std::make_shared<Stream>()));
     return Status::ok();
   });
 }
 
 chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
   return guard("chorusStreamSynchronize", [&]() -> Status {
-    if (!stream) return Status::ok();  // the NULL stream is always complete
-    CHORUS_TRY(checkStream(stream));
-    return stream->impl->synchronize();
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (!s) return Status::ok();  // the NULL stream is always complete
+    return s->synchronize();
   });
 }
 
 chorusResult_t chorusStreamQuery(chorusStream_t stream) {
   return guard("chorusStreamQuery", [&]() -> Status {
-    if (!stream) return Status::ok();
-    CHORUS_TRY(checkStream(stream));
-    return stream->impl->idle() ? Status::ok() : Status(chorusInProgress, "");
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (!s) return Status::ok();
+    return s->idle() ? Status::ok() : Status(chorusInProgress, "");
   });
 }
 
 chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
   return guard("chorusStreamDestroy", [&]() -> Status {
     if (!stream) return invalidArgument("stream is NULL (the NULL stream cannot be destroyed)");
-    CHORUS_TRY(checkStream(stream));
-    (void)stream->impl->synchronize();
-    delete stream;
+    std::shared_ptr<Stream> s = streams().take(handleValue(stream));
+    if (!s) return invalidArgument("stream is not a live chorusStream_t (destroyed twice, or never created)");
+    // Work already queued runs to its end; an event recorded on the stream keeps it alive.
+    (void)s->synchronize();
     return Status::ok();
   });
 }
@@ -655,12 +738,12 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
 chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData) {
   return guard("chorusLaunchHostFunc", [&]() -> Status {
     if (!fn) return invalidArgument("fn is NULL");
-    CHORUS_TRY(checkStream(stream));
-    if (!stream) {
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (!s) {
       fn(userData);
       return Status::ok();
     }
-    stream->impl->enqueue([fn, userData]() -> Status {
+    s->enqueue([fn, userData]() -> Status {
       fn(userData);
       return Status::ok();
     });
@@ -671,33 +754,32 @@ chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, vo
 chorusResult_t chorusEventCreate(chorusEvent_t* event) {
   return guard("chorusEventCreate", [&]() -> Status {
     if (!event) return invalidArgument("event is NULL");
-    *event = new chorusEvent();
+    *event = handleOf<chorusEvent_t>(events().add(std::make_shared<EventState>()));
     return Status::ok();
   });
 }
 
 chorusResult_t chorusEventRecord(chorusEvent_t event, chorusStream_t stream) {
   return guard("chorusEventRecord", [&]() -> Status {
-    if (!event) return invalidArgument("event is NULL");
-    CHORUS_TRY(checkStream(stream));
-    std::lock_guard<std::mutex> g(event->mu);
-    if (!stream) {
-      event->mark = EventMark();
-    } else {
-      event->mark = EventMark{stream->impl, stream->impl->lastEnqueued()};
-    }
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, lookupEvent(event));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    std::lock_guard<std::mutex> g(e->mu);
+    e->mark = s ? EventMark{s, s->lastEnqueued()} : EventMark();
     return Status::ok();
   });
 }
 
+namespace {
+Result<EventMark> markOf(chorusEvent_t event) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, lookupEvent(event));
+  std::lock_guard<std::mutex> g(e->mu);
+  return e->mark;
+}
+}  // namespace
+
 chorusResult_t chorusEventQuery(chorusEvent_t event) {
   return guard("chorusEventQuery", [&]() -> Status {
-    if (!event) return invalidArgument("event is NULL");
-    EventMark m;
-    {
-      std::lock_guard<std::mutex> g(event->mu);
-      m = event->mark;
-    }
+    CHORUS_ASSIGN_OR_RETURN(EventMark m, markOf(event));
     if (!m.stream || m.stream->reached(m.seq)) return Status::ok();
     return Status(chorusInProgress, "");
   });
@@ -705,12 +787,7 @@ chorusResult_t chorusEventQuery(chorusEvent_t event) {
 
 chorusResult_t chorusEventSynchronize(chorusEvent_t event) {
   return guard("chorusEventSynchronize", [&]() -> Status {
-    if (!event) return invalidArgument("event is NULL");
-    EventMark m;
-    {
-      std::lock_guard<std::mutex> g(event->mu);
-      m = event->mark;
-    }
+    CHORUS_ASSIGN_OR_RETURN(EventMark m, markOf(event));
     if (m.stream) m.stream->waitFor(m.seq);
     return Status::ok();
   });
@@ -718,20 +795,15 @@ chorusResult_t chorusEventSynchronize(chorusEvent_t event) {
 
 chorusResult_t chorusStreamWaitEvent(chorusStream_t stream, chorusEvent_t event) {
   return guard("chorusStreamWaitEvent", [&]() -> Status {
-    if (!event) return invalidArgument("event is NULL");
-    CHORUS_TRY(checkStream(stream));
-    EventMark m;
-    {
-      std::lock_guard<std::mutex> g(event->mu);
-      m = event->mark;
-    }
+    CHORUS_ASSIGN_OR_RETURN(EventMark m, markOf(event));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
     if (!m.stream) return Status::ok();
-    if (!stream) {
+    if (!s) {
       m.stream->waitFor(m.seq);
       return Status::ok();
     }
-    if (m.stream == stream->impl) return Status::ok();  // stream order already implies it
-    stream->impl->enqueue([m]() -> Status {
+    if (m.stream == s) return Status::ok();  // stream order already implies it
+    s->enqueue([m]() -> Status {
       m.stream->waitFor(m.seq);
       return Status::ok();
     });
@@ -742,7 +814,9 @@ chorusResult_t chorusStreamWaitEvent(chorusStream_t stream, chorusEvent_t event)
 chorusResult_t chorusEventDestroy(chorusEvent_t event) {
   return guard("chorusEventDestroy", [&]() -> Status {
     if (!event) return invalidArgument("event is NULL");
-    delete event;
+    if (!events().take(handleValue(event))) {
+      return invalidArgument("event is not a live chorusEvent_t (destroyed twice, or never created)");
+    }
     return Status::ok();
   });
 }

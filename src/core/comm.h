@@ -43,6 +43,7 @@ enum class CollType {
 const char* collName(CollType c);
 
 class Communicator;
+class Stream;
 
 // One call, as recorded when it is issued (validated already).
 struct OpInfo {
@@ -54,7 +55,7 @@ struct OpInfo {
   chorusRedOp_t op;
   int root;  // root, or peer for send/recv
   Communicator* comm;
-  chorusStream_t stream;
+  std::shared_ptr<Stream> stream;  // null: the NULL stream
 };
 
 size_t typeSize(chorusDataType_t t);
@@ -290,25 +291,16 @@ class Communicator : public TaskOwner {
 }  // namespace chorus
 
 namespace chorus {
-// Every chorusComm alive, so a handle that was destroyed, or never was one, is told from a live
-// one without reading memory it may not point to.
-void registerHandle(const chorusComm* h);
-void unregisterHandle(const chorusComm* h);
-bool isLiveHandle(const chorusComm* h);
-}  // namespace chorus
-
-// The C handle, registered while it lives (see isLiveHandle); destroy clears `magic` too.
-struct chorusComm {
-  static constexpr uint64_t kMagic = 0x63686f7275734d4dull;
-  chorusComm() { chorus::registerHandle(this); }
-  ~chorusComm() { chorus::unregisterHandle(this); }
-  chorusComm(const chorusComm&) = delete;
-  chorusComm& operator=(const chorusComm&) = delete;
-  uint64_t magic = kMagic;
-  std::unique_ptr<chorus::Communicator> impl;
+// What a chorusComm_t stands for (the value itself is a handle, src/api/handles.h): the
+// communicator, and its init when that runs in the background.
+struct CommHandle {
+  std::unique_ptr<Communicator> impl;
   // Non-blocking init runs here; joined before the handle is used or freed.
   std::thread initThread;
   std::atomic<bool> initDone{false};
   std::mutex initMu;
-  chorus::Status initStatus;  // guarded by initMu
+  Status initStatus;  // guarded by initMu
+  // API calls inside this handle now (src/api); destroy and abort wait for them to leave.
+  std::atomic<int> calls{0};
 };
+}  // namespace chorus

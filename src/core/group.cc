@@ -41,7 +41,7 @@ Status submitOp(const OpInfo& op) {
 }
 
 Status runInit(const InitJob& job) {
-  chorusComm* h = job.handle;
+  CommHandle* h = job.handle.get();
   auto r = Communicator::create(job.id, job.rank, job.nranks, job.options, nullptr);
   Status s = r.status();
   std::lock_guard<std::mutex> g(h->initMu);
@@ -165,7 +165,7 @@ void submitToEngines(std::vector<std::unique_ptr<Task>>& tasks) {
 // The ops of one communicator in one launch, in issue order.
 struct CommOps {
   Communicator* comm;
-  chorusStream_t stream;
+  std::shared_ptr<Stream> stream;
   std::vector<OpInfo> ops;
 };
 
@@ -247,7 +247,7 @@ Status launch(std::vector<OpInfo>& ops) {
       }
     }
     Communicator* c = ops.front().comm;
-    const chorusStream_t s = ops.front().stream;
+    const std::shared_ptr<Stream> s = ops.front().stream;
     work.push_back(CommOps{c, s, std::move(ops)});
   } else {
     for (const auto& op : ops) {
@@ -285,7 +285,7 @@ Status launch(std::vector<OpInfo>& ops) {
   if (work.size() == 1) {
     Communicator* c = work.front().comm;
     c->taskStarted();
-    const chorusStream_t s = work.front().stream;
+    const std::shared_ptr<Stream> s = work.front().stream;
     if (work.front().ops.size() == 1) {
       // A lone operation: the direct fast path when it qualifies, else the general one.
       auto runOne = [c](const OpInfo& op) -> Status {
@@ -300,16 +300,16 @@ Status launch(std::vector<OpInfo>& ops) {
         return planAndRun(w);
       };
       if (s == nullptr) return runOne(work.front().ops.front());
-      s->impl->enqueue([runOne, op = work.front().ops.front()] { return runOne(op); });
+      s->enqueue([runOne, op = work.front().ops.front()] { return runOne(op); });
       return Status::ok();
     }
     if (s == nullptr) return planAndRun(work);
-    s->impl->enqueue([w = std::move(work)]() mutable { return planAndRun(w); });
+    s->enqueue([w = std::move(work)]() mutable { return planAndRun(w); });
     return Status::ok();
   }
   std::vector<CommOps> nullWork;
   while (!work.empty()) {
-    const chorusStream_t s = work.front().stream;
+    const std::shared_ptr<Stream> s = work.front().stream;
     std::vector<CommOps> mine;
     std::vector<CommOps> rest;
     for (auto& w : work) (w.stream == s ? mine : rest).push_back(std::move(w));
@@ -319,7 +319,7 @@ Status launch(std::vector<OpInfo>& ops) {
       nullWork = std::move(mine);
       continue;
     }
-    s->impl->enqueue([mine = std::move(mine)]() mutable { return planAndRun(mine); });
+    s->enqueue([mine = std::move(mine)]() mutable { return planAndRun(mine); });
   }
   if (!nullWork.empty()) return planAndRun(nullWork);
   return Status::ok();

@@ -16,7 +16,7 @@
 namespace chorus {
 
 struct InitJob {
-  chorusComm* handle;
+  std::shared_ptr<CommHandle> handle;
   BootstrapId id;
   int rank;
   int nranks;

@@ -440,7 +440,8 @@ Status SliceLane::sendDesc(SendCursor* sc, const MemDesc& d) {
   return Status::ok();
 }
 
-Status SliceLane::learnMode(RecvCursor* rc, int peer, Mode* mode, const char** base) {
+Status SliceLane::learnMode(RecvCursor* rc, int peer, size_t expectBytes, const char* what, Mode* mode,
+                            const char** base) {
   if (!rc->fifo.hasData(rc->head)) return Status(chorusInProgress, "");
   const SlotHeader* h = rc->fifo.header(rc->head);
   if (h->step != kDescStep) {
@@ -450,6 +451,15 @@ Status SliceLane::learnMode(RecvCursor* rc, int peer, Mode* mode, const char** b
   CHORUS_TRY(checkHeader(*h, peer, kDescStep, sizeof(MemDesc)));
   MemDesc d;
   std::memcpy(&d, rc->fifo.payload(rc->head), sizeof(d));
+  // Every read of the peer's memory below is bounded by this rank's own count; the peer's
+  // declared size must be exactly that, or the ranks were called with different counts and the
+  // reads would run past the peer's buffer.
+  if (d.bytes != expectBytes) {
+    return invalidUsage("rank " + std::to_string(peer) + " offered " + std::to_string(d.bytes) + " bytes of its " +
+                        what + " for operation #" + std::to_string(a_.seq) + " but this rank expected " +
+                        std::to_string(expectBytes) +
+                        " bytes: the ranks called the all-reduce with different counts or types");
+  }
   CHORUS_ASSIGN_OR_RETURN(
       const char* p, share_ ? share_->resolve(peer, d) : Result<const char*>(internalError("no memory sharing here")));
   *base = p;
@@ -521,7 +531,7 @@ Status SliceLane::reduceSlice(WaitInfo* wait, bool* moved) {
       Peer& Q = peers_[q];
       RecvCursor* rc = scatterRecvs_[q].get();
       if (Q.scatterIn == kUnknown) {
-        Status s = learnMode(rc, q, &Q.scatterIn, &Q.scatterBase);
+        Status s = learnMode(rc, q, b.count * es, "input", &Q.scatterIn, &Q.scatterBase);
         if (s.inProgress()) return blockedOn(rc, wait, Prim::kRecvReduceCopy);
         CHORUS_TRY(s);
         *moved = true;
@@ -596,7 +606,7 @@ Status SliceLane::copyGather(int p, WaitInfo* wait, bool* moved) {
   if (P.gatherCopied >= np) return Status::ok();
   RecvCursor* rc = gatherRecvs_[p].get();
   if (P.gatherIn == kUnknown) {
-    Status s = learnMode(rc, p, &P.gatherIn, &P.gatherBase);
+    Status s = learnMode(rc, p, block(p).count * a_.elemSize, "result", &P.gatherIn, &P.gatherBase);
     if (s.inProgress()) return blockedOn(rc, wait, Prim::kRecv);
     CHORUS_TRY(s);
     *moved = true;
@@ -696,10 +706,20 @@ Status SliceLane::progress(WaitInfo* wait, bool* moved) {
   while (true) {
     bool pending = false;
     bool m = false;
-    auto note = [&pending](Status s) -> Status {
-      if (!s.inProgress()) return s;
-      pending = true;
-      return Status::ok();
+    auto note = [&](Status s) -> Status {
+      if (s.inProgress()) {
+        pending = true;
+        return Status::ok();
+      }
+      // A closed connection is reported as the wait it ended, so the task can ask why (a
+      // failure notice, a dead process) instead of blaming the peer that merely closed.
+      for (const auto& w : waits) {
+        if (!s.isOk() && w.closed) {
+          *wait = w;
+          break;
+        }
+      }
+      return s;
     };
     CHORUS_TRY(note(hello(&waits[1], &m)));
     for (int i = 1; i < nranks_; ++i) {

@@ -266,7 +266,8 @@ class SliceLane {
   Status checkHeader(const SlotHeader& h, int peer, uint32_t step, size_t bytes) const;
   // Reads the first slot of a connection when its mode is unknown: a descriptor (consumed) or
   // a data piece (left for the caller). inProgress when nothing has arrived.
-  Status learnMode(RecvCursor* rc, int peer, Mode* mode, const char** base);
+  // A descriptor must describe exactly `expectBytes` (the peer's `what`, as this rank counts it).
+  Status learnMode(RecvCursor* rc, int peer, size_t expectBytes, const char* what, Mode* mode, const char** base);
   Status sendDesc(SendCursor* sc, const MemDesc& d);
   Status blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const;
   Status blockedOn(SendCursor* sc, WaitInfo* wait) const;

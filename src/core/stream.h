@@ -85,12 +85,3 @@ class LaunchLatch {
 };
 
 }  // namespace chorus
-
-// The C handles.
-struct chorusStream {
-  std::shared_ptr<chorus::Stream> impl;
-};
-struct chorusEvent {
-  std::mutex mu;
-  chorus::EventMark mark;  // guarded by mu
-};
