@@ -1,7 +1,11 @@
 // Handles and their lifetimes: destroyed or forged stream, event and communicator handles are
 // refused (never read, never freed twice), a destroyed handle stays dead after its memory is
 // reused, and chorusCommAbort from a watchdog thread ends a collective that another thread is
-// blocked in without freeing anything under it. Runs under ASan and TSan (tools/setup.sh).
+// blocked in without freeing anything under it; running out of descriptors at init is reported at
+// once. Runs under ASan and TSan (tools/setup.sh).
+#include <fcntl.h>
+#include <sys/resource.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -170,4 +174,34 @@ TEST_CASE("abort while another thread keeps calling on the communicator", "[api]
     caller.join();
     CHECK(refused.load() > 0);
   }
+}
+
+TEST_CASE("running out of descriptors during init is reported at once, with the numbers", "[api][init][fds]") {
+  // Twenty ranks in this process with room for about sixty more descriptors: they cannot all
+  // start. Every rank must stop within seconds (not at the 20 s timeout), and the error must say
+  // "too many open files" and how many descriptors the job needs.
+  int open = 0;
+  for (int fd = 0; fd < 4096; ++fd) open += fcntl(fd, F_GETFD) != -1;
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(open + 59);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  setenv("CHORUS_TIMEOUT", "20", 1);
+  std::vector<chorusComm_t> comms(20, nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  const chorusResult_t rc = chorusCommInitAll(comms.data(), 20, nullptr);
+  const double took = secondsSince(t0);
+  const std::string msg = lastError();
+  unsetenv("CHORUS_TIMEOUT");
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  INFO(msg);
+  CHECK(rc == chorusSystemError);
+  CHECK(took < 5.0);
+  CHECK(msg.find("too many open files") != std::string::npos);
+  CHECK(msg.find("need about") != std::string::npos);
+  for (chorusComm_t c : comms) CHECK(c == nullptr);
+  // With the limit back, the same init works.
+  REQUIRE(chorusCommInitAll(comms.data(), 20, nullptr) == chorusSuccess);
+  for (chorusComm_t c : comms) CHECK(chorusCommDestroy(c) == chorusSuccess);
 }

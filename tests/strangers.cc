@@ -8,11 +8,17 @@
 //
 //   strangers [NRANKS]    (ranks are threads of this process; CHORUS_P2P_DISABLE and
 //                          CHORUS_SHM_DISABLE make them talk over TCP)
+//   strangers flood       another process holds 1100 idle connections to each rank's listener
+//                          while this one has 1024 descriptors: the listeners must not spin or run
+//                          out of descriptors, chorusCommSplit and an all-reduce on the new
+//                          communicator must work, and the warnings must stay few.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -156,9 +162,127 @@ std::vector<std::string> localAddresses() {
   return out;
 }
 
+double cpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+int flood() {
+  int failures = 0;
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      std::printf("FAIL: %s\n", what.c_str());
+      ++failures;
+    }
+  };
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  const rlim_t hard = rl.rlim_max;
+  rl.rlim_cur = std::min<rlim_t>(1024, hard);
+  setrlimit(RLIMIT_NOFILE, &rl);
+  chorusComm_t comms[2] = {nullptr, nullptr};
+  if (chorusCommInitAll(comms, 2, nullptr) != chorusSuccess) {
+    std::printf("FAIL: init: %s\n", chorusGetLastError(nullptr));
+    return 1;
+  }
+  const std::set<int> ports = listeningPorts();  // the ranks' listeners (the root is gone)
+  check(ports.size() >= 2, "found " + std::to_string(ports.size()) + " listeners");
+  const std::vector<std::string> addrs = localAddresses();
+  int ready[2];
+  int hold[2];
+  if (pipe(ready) != 0 || pipe(hold) != 0) return 1;
+  const pid_t child = fork();
+  if (child == 0) {
+    // The flood: idle connections to every listener, held until the parent closes `hold`.
+    close(ready[0]);
+    close(hold[1]);
+    rlimit mine{};
+    getrlimit(RLIMIT_NOFILE, &mine);
+    mine.rlim_cur = std::min<rlim_t>(mine.rlim_max, 1100 * (ports.size() + 1));
+    setrlimit(RLIMIT_NOFILE, &mine);
+    std::vector<int> held;
+    for (int port : ports) {
+      for (int i = 0; i < 1100; ++i) {
+        for (const auto& a : addrs) {
+          const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          if (fd < 0) break;
+          sockaddr_in sa{};
+          sa.sin_family = AF_INET;
+          sa.sin_port = htons(static_cast<uint16_t>(port));
+          inet_pton(AF_INET, a.c_str(), &sa.sin_addr);
+          if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+            held.push_back(fd);
+            break;
+          }
+          close(fd);
+        }
+      }
+    }
+    const int made = static_cast<int>(held.size());
+    (void)!write(ready[1], &made, sizeof(made));
+    char c;
+    (void)!read(hold[0], &c, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  int made = 0;
+  (void)!read(ready[0], &made, sizeof(made));
+  std::printf("the flood holds %d idle connections to %zu listeners\n", made, ports.size());
+  check(made >= 1100, "the flood made too few connections");
+  // No spinning: over a second with the flood held, this process is mostly idle.
+  const double cpu0 = cpuSeconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double cpu = cpuSeconds() - cpu0;
+  std::printf("CPU time over 1 s of flood: %.3f s\n", cpu);
+  check(cpu < 0.5, "the listeners spin under the flood");
+  // The communicator still works: a split (through the listeners) and an all-reduce on the child.
+  chorusComm_t children[2] = {nullptr, nullptr};
+  std::string errors[2];
+  std::vector<std::thread> t;
+  for (int r = 0; r < 2; ++r) {
+    t.emplace_back([&, r] {
+      if (chorusCommSplit(comms[r], 0, r, &children[r], nullptr) != chorusSuccess) {
+        errors[r] = std::string("split: ") + chorusGetLastError(nullptr);
+        return;
+      }
+      std::vector<float> v(100000, static_cast<float>(r + 1));
+      if (chorusAllReduce(v.data(), v.data(), v.size(), chorusFloat32, chorusSum, children[r], nullptr) !=
+          chorusSuccess) {
+        errors[r] = std::string("all-reduce: ") + chorusGetLastError(nullptr);
+        return;
+      }
+      for (float x : v) {
+        if (x != 3.0f) {
+          errors[r] = "all-reduce result";
+          return;
+        }
+      }
+    });
+  }
+  for (auto& x : t) x.join();
+  for (int r = 0; r < 2; ++r) check(errors[r].empty(), "rank " + std::to_string(r) + ": " + errors[r]);
+  close(hold[1]);
+  waitpid(child, nullptr, 0);
+  for (int r = 0; r < 2; ++r) {
+    if (children[r]) check(chorusCommDestroy(children[r]) == chorusSuccess, "destroy the split");
+    check(chorusCommDestroy(comms[r]) == chorusSuccess, "destroy");
+  }
+  std::printf("%s\n", failures ? "FAILED" : "the listeners held out against the flood");
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "flood") {
+    setenv("CHORUS_P2P_DISABLE", "1", 1);
+    setenv("CHORUS_SHM_DISABLE", "1", 1);
+    setenv("CHORUS_TIMEOUT", "30", 1);
+    return flood();
+  }
   const int n = argc > 1 ? std::atoi(argv[1]) : 3;
   setenv("CHORUS_P2P_DISABLE", "1", 1);
   setenv("CHORUS_SHM_DISABLE", "1", 1);

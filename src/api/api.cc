@@ -355,19 +355,31 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
     std::vector<std::shared_ptr<CommHandle>> handles(ndev);
     std::vector<std::thread> threads;
     std::vector<Status> results(ndev);
+    // The first rank to fail stops the others' wait for the root (which would otherwise last the
+    // whole timeout), and its error is the one returned: the others' are echoes of it.
+    std::atomic<bool> cancel{false};
+    std::atomic<int> first{-1};
+    CommOptions options;
+    options.cancelJoin = &cancel;
     for (int r = 0; r < ndev; ++r) {
       handles[r] = std::make_shared<CommHandle>();
-      InitJob job{handles[r], id, r, ndev, CommOptions()};
-      threads.emplace_back([job, &results, r] { results[r] = runInit(job); });
+      InitJob job{handles[r], id, r, ndev, options};
+      threads.emplace_back([job, &results, &cancel, &first, r] {
+        results[r] = runInit(job);
+        int none = -1;
+        if (!results[r].isOk() && first.compare_exchange_strong(none, r)) cancel.store(true, std::memory_order_release);
+      });
     }
     for (auto& t : threads) t.join();
-    Status bad;
-    for (const auto& s : results) {
-      if (!s.isOk() && bad.isOk()) bad = s;
-    }
-    if (!bad.isOk()) {
+    if (first.load() >= 0) {
+      const Status bad = results[first.load()];
       for (int r = 0; r < ndev; ++r) comms[r] = nullptr;
-      return bad;
+      std::string msg = "rank " + std::to_string(first.load()) + " of " + std::to_string(ndev) + ": " + bad.message();
+      if (msg.find("too many open files") != std::string::npos) {
+        msg += "; " + std::to_string(ndev) + " ranks in one process need about " +
+               std::to_string(ndev * (kFdsPerRank + 1)) + " descriptors while they start";
+      }
+      return Status(bad.code(), msg);
     }
     for (int r = 0; r < ndev; ++r) comms[r] = publish(handles[r]);
     return Status::ok();

@@ -13,8 +13,16 @@
 namespace chorus {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x4348484c;        // "CHHL"
-constexpr int64_t kStrangerNs = 10ll * 1000000000;  // a connection that stalls this long is dropped
+constexpr uint32_t kHelloMagic = 0x4348484c;  // "CHHL"
+// A connection to a rank's listener that brings no byte for this long is dropped: every real
+// sender writes its whole message right after connecting.
+constexpr int64_t kStrangerNs = 2ll * 1000000000;
+// At most this many connections are read at once; a new one past the cap pushes out the one that
+// has been silent longest, so strangers cannot hold the listener's descriptors.
+constexpr size_t kMaxPending = 128;
+// After accept fails for want of descriptors the listener is left alone this long (it stays
+// readable, and polling it again at once would spin).
+constexpr int64_t kAcceptBackoffNs = 100ll * 1000000;
 constexpr uint64_t kDefaultSecret[2] = {0x63686f7275732d31ull, 0x64656661756c7421ull};
 
 struct RootHello {
@@ -40,8 +48,24 @@ bool constantTimeEqual(const uint64_t a[2], const uint64_t b[2]) { return ((a[0]
 struct Bootstrap::Pending {
   UniqueFd fd;
   BootstrapReader reader;
-  int64_t since = 0;
+  int64_t since = 0;  // the last byte (or the accept)
 };
+
+namespace {
+
+bool outOfDescriptors(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
+
+// Index of the pending connection silent longest.
+template <typename T, typename F>
+size_t stalest(const std::vector<T>& v, F since) {
+  size_t k = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (since(v[i]) < since(v[k])) k = i;
+  }
+  return k;
+}
+
+}  // namespace
 
 std::pair<char*, size_t> BootstrapReader::next() {
   if (got_ < sizeof(header_)) return {reinterpret_cast<char*>(&header_) + got_, sizeof(header_) - got_};
@@ -159,12 +183,16 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
     int64_t until = 0;
   };
   std::vector<Joining> joining;
+  int64_t pausedUntil = 0;   // accepts paused after running out of descriptors
+  int64_t starvedSince = 0;  // accepts failing for want of descriptors since then
+  constexpr int64_t kStarvedNs = 1000000000;
+  WarnLimiter warn(log, kSubsysBoot);
   setNonBlocking(listenFd.get(), true);  // accept until there is no one left to accept
   constexpr int64_t kHelloNs = 5ll * 1000000000;
   constexpr size_t kMaxJoining = 1024;
   auto handle = [&](UniqueFd c, const RootHello& h) {
     if (h.magic != kHelloMagic || !constantTimeEqual(h.secret, id.secret) || h.cliqueId != id.cliqueId) {
-      log.warn(kSubsysBoot, "bootstrap root dropped a connection that did not prove the id's secret");
+      warn.warn("bootstrap root dropped a connection that did not prove the id's secret");
       return;
     }
     if (h.version != CHORUS_VERSION_CODE) {
@@ -221,10 +249,11 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
                id.root.toString(), joined, nranks);
       return;
     }
+    const bool paused = now < pausedUntil;
     std::vector<pollfd> fds;
-    fds.push_back({listenFd.get(), POLLIN, 0});
+    fds.push_back({listenFd.get(), static_cast<short>(paused ? 0 : POLLIN), 0});
     for (auto& j : joining) fds.push_back({j.fd.get(), POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), 100) < 0) continue;
+    if (::poll(fds.data(), fds.size(), paused ? 20 : 100) < 0) continue;
     for (size_t k = joining.size(); k-- > 0;) {
       Joining& j = joining[k];
       bool drop = false;
@@ -234,8 +263,8 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
         if (r > 0) {
           j.got += static_cast<size_t>(r);
         } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          log.warn(kSubsysBoot, "bootstrap root dropped a connection that closed after {} of {} hello bytes", j.got,
-                   sizeof(j.hello));
+          warn.warn("bootstrap root dropped a connection that closed after {} of {} hello bytes", j.got,
+                    sizeof(j.hello));
           drop = true;
         }
       }
@@ -246,8 +275,8 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
         continue;
       }
       if (!drop && now > j.until) {
-        log.warn(kSubsysBoot, "bootstrap root dropped a connection that sent {} of {} hello bytes in {} s", j.got,
-                 sizeof(j.hello), kHelloNs / 1000000000);
+        warn.warn("bootstrap root dropped a connection that sent {} of {} hello bytes in {} s", j.got, sizeof(j.hello),
+                  kHelloNs / 1000000000);
         drop = true;
       }
       if (drop) joining.erase(joining.begin() + static_cast<long>(k));
@@ -255,7 +284,31 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
     if (fds[0].revents & POLLIN) {
       while (joining.size() < kMaxJoining) {
         UniqueFd c(::accept4(listenFd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-        if (!c.valid()) break;
+        if (!c.valid()) {
+          if (outOfDescriptors(errno)) {
+            // The listener stays readable: leave it alone a while rather than spin on it. Hellos
+            // still arriving may free descriptors (a stranger's); once none is left to wait for
+            // and accepting has failed for a second, the job cannot start in this process: every
+            // rank that joined is told why, and closing the listener resets the ones still queued.
+            const int err = errno;
+            const int64_t t = nowNs();
+            if (starvedSince == 0) starvedSince = t;
+            pausedUntil = t + kAcceptBackoffNs;
+            if (joining.empty() && t - starvedSince > kStarvedNs) {
+              const std::string why =
+                  "the root cannot accept ranks (" + std::to_string(joined) + " of " + std::to_string(nranks) +
+                  " joined): " +
+                  (err == EMFILE ? "too many open files: " + describeFdLimit() : std::string(std::strerror(err)));
+              log.warn(kSubsysBoot, "{}", why);
+              for (int r = 0; r < nranks; ++r) {
+                if (conns[r].valid()) reply(conns[r].get(), chorusSystemError, why, nranks);
+              }
+              return;
+            }
+          }
+          break;
+        }
+        starvedSince = 0;
         joining.push_back(Joining{std::move(c), RootHello{}, 0, nowNs() + kHelloNs});
       }
     }
@@ -296,8 +349,10 @@ void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
                                                    const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
-                                                   const std::atomic<bool>* abortFlag) {
+                                                   const std::atomic<bool>* abortFlag,
+                                                   const std::atomic<bool>* cancelJoin) {
   const int64_t deadline = nowNs() + timeoutNs;
+  const std::atomic<bool>* stop = cancelJoin ? cancelJoin : abortFlag;
   if (id.rootByRank0 && rank == 0) {
     // CHORUS_COMM_ID: rank 0 hosts the root at the fixed port, on every local address (the name
     // others use for this host may resolve differently here, e.g. to 127.0.1.1).
@@ -323,7 +378,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
            ifnameSpec.empty() ? ", the interface toward the root" : ", CHORUS_SOCKET_IFNAME");
 
   const std::string rootName = "the bootstrap root at " + id.root.toString();
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(id.root, deadline, rootName, abortFlag));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(id.root, deadline, rootName, stop));
   RootHello h{};
   h.magic = kHelloMagic;
   h.rank = rank;
@@ -333,9 +388,9 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   h.secret[1] = id.secret[1];
   h.cliqueId = id.cliqueId;
   h.listen = myAddr;
-  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, abortFlag));
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, stop));
   RootReply r{};
-  Status st = recvAll(c.get(), &r, sizeof(r), deadline, rootName + " (waiting for all ranks to join)", abortFlag);
+  Status st = recvAll(c.get(), &r, sizeof(r), deadline, rootName + " (waiting for all ranks to join)", stop);
   if (!st.isOk()) return st;
   if (r.status != chorusSuccess) {
     r.message[sizeof(r.message) - 1] = 0;
@@ -343,7 +398,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
                   std::string("bootstrap root refused rank ") + std::to_string(rank) + ": " + r.message);
   }
   std::vector<SockAddr> peers(nranks);
-  CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, abortFlag));
+  CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, stop));
   for (int r = 0; r < nranks; ++r) {
     if (!peers[r].valid())
       return systemError(rootName + " sent an address table with no valid address for rank " + std::to_string(r));
@@ -404,25 +459,48 @@ Bootstrap::~Bootstrap() {
 
 void Bootstrap::acceptLoop() {
   std::vector<Pending> pending;
+  int64_t pausedUntil = 0;  // accepts paused after running out of descriptors
+  WarnLimiter dropWarn(log_, kSubsysBoot);
+  auto since = [](const Pending& p) { return p.since; };
   while (true) {
+    const bool paused = nowNs() < pausedUntil;
     std::vector<pollfd> fds;
     fds.push_back({wakeFd_.get(), POLLIN, 0});
-    fds.push_back({listener_.get(), POLLIN, 0});
-    fds.push_back({fdServer_.get(), POLLIN, 0});
+    fds.push_back({listener_.get(), static_cast<short>(paused ? 0 : POLLIN), 0});
+    fds.push_back({fdServer_.get(), static_cast<short>(paused ? 0 : POLLIN), 0});
     for (auto& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 500);
+    ::poll(fds.data(), fds.size(), paused ? 20 : 500);
     if (fds[0].revents) return;
     if (fds[2].revents & POLLIN) {
       while (true) {
         UniqueFd c(::accept4(fdServer_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        if (!c.valid()) break;
+        if (!c.valid()) {
+          if (outOfDescriptors(errno)) pausedUntil = nowNs() + kAcceptBackoffNs;
+          break;
+        }
         serveFd(c.get());
       }
     }
     if (fds[1].revents & POLLIN) {
       while (true) {
+        if (pending.size() >= kMaxPending) {
+          pending.erase(pending.begin() + static_cast<long>(stalest(pending, since)));
+          dropWarn.warn("bootstrap dropped a connection to make room: {} connections were being read at once",
+                        kMaxPending);
+        }
         int c = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
+        if (c < 0) {
+          if (outOfDescriptors(errno)) {
+            // Give a descriptor back (the stalest connection, most likely a stranger's) and leave
+            // the listener alone for a while instead of spinning on it.
+            const int err = errno;
+            if (!pending.empty()) pending.erase(pending.begin() + static_cast<long>(stalest(pending, since)));
+            pausedUntil = nowNs() + kAcceptBackoffNs;
+            dropWarn.warn("bootstrap cannot accept connections: {} ({} connections open to this listener; {})",
+                          std::strerror(err), pending.size(), describeFdLimit());
+          }
+          break;
+        }
         pending.push_back(Pending{UniqueFd(c), BootstrapReader(secret_, cliqueId_, nranks()), nowNs()});
       }
     }
@@ -435,11 +513,12 @@ void Bootstrap::acceptLoop() {
         auto [dst, want] = p.reader.next();
         ssize_t r = ::recv(p.fd.get(), dst, want, MSG_DONTWAIT);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          if (p.reader.got() > 0) log_.warn(kSubsysBoot, "bootstrap dropped a connection that closed mid-message");
+          if (p.reader.got() > 0) dropWarn.warn("bootstrap dropped a connection that closed mid-message");
           drop = true;
           break;
         }
         if (r < 0) break;
+        p.since = now;
         switch (p.reader.advance(static_cast<size_t>(r))) {
           case BootstrapReader::State::kMore:
             break;
@@ -447,13 +526,13 @@ void Bootstrap::acceptLoop() {
             done = true;
             break;
           case BootstrapReader::State::kDrop:
-            log_.warn(kSubsysBoot, "bootstrap dropped {}", p.reader.why());
+            dropWarn.warn("bootstrap dropped {}", p.reader.why());
             drop = true;
             break;
         }
       }
       if (!drop && !done && now - p.since > kStrangerNs) {
-        log_.warn(kSubsysBoot, "bootstrap dropped a connection idle for {} s", kStrangerNs / 1000000000);
+        dropWarn.warn("bootstrap dropped a connection silent for {} s", kStrangerNs / 1000000000);
         drop = true;
       }
       if (done) {

@@ -120,9 +120,12 @@ class Bootstrap {
   ~Bootstrap();
 
   // Joins the clique: start a listener, register with the root, receive the address table.
+  // `abortFlag` ends the bootstrap's waits for its whole life; `cancelJoin`, when given, also ends
+  // the wait for the root (the ranks of one chorusCommInitAll stop when one of them fails).
   static Result<std::unique_ptr<Bootstrap>> join(const BootstrapId& id, int rank, int nranks,
                                                  const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
-                                                 const std::atomic<bool>* abortFlag);
+                                                 const std::atomic<bool>* abortFlag,
+                                                 const std::atomic<bool>* cancelJoin = nullptr);
   // A new clique from known addresses (split/shrink): `peers` are the new ranks' listeners, and
   // `listener` this rank's already-listening socket, bound at `peers[rank]`.
   static Result<std::unique_ptr<Bootstrap>> fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,

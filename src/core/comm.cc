@@ -152,8 +152,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
   c->nranks_ = nranks;
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
   c->commId_ = id.cliqueId;
-  CHORUS_ASSIGN_OR_RETURN(
-      auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs,
+                                                     c->log_, &c->abort_, options.cancelJoin));
   CHORUS_TRY(c->initCommon(std::move(boot), std::move(engine)));
   return c;
 }

@@ -66,6 +66,8 @@ struct CommOptions {
   bool blocking = true;
   int64_t timeoutNs = 0;  // 0: from the environment
   std::string name;
+  // Set by another thread to end the wait for the bootstrap root (chorusCommInitAll).
+  const std::atomic<bool>* cancelJoin = nullptr;
 };
 Result<CommOptions> readUserConfig(const chorusConfig_t* config);
 

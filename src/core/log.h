@@ -4,6 +4,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +40,51 @@ class Logger {
   LogLevel level_ = LogLevel::kWarn;
   uint32_t subsys_ = kSubsysAll;
   int rank_ = -1;
+};
+
+// Warnings from one place that a peer can provoke at will (strangers on a listener): a burst
+// goes through per window, the rest are counted, and the first line after the window (or the
+// limiter's end) says how many were held back. Thread-compatible: one per loop.
+class WarnLimiter {
+ public:
+  explicit WarnLimiter(const Logger& log, uint32_t subsys, int burst = 5,
+                       std::chrono::nanoseconds window = std::chrono::seconds(10))
+      : log_(log), subsys_(subsys), burst_(burst), window_(window) {}
+  ~WarnLimiter() { flush(); }
+  WarnLimiter(const WarnLimiter&) = delete;
+  WarnLimiter& operator=(const WarnLimiter&) = delete;
+
+  template <typename... Args>
+  void warn(fmt::format_string<Args...> f, Args&&... args) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - windowStart_ >= window_) {
+      flush();
+      windowStart_ = now;
+      sent_ = 0;
+    }
+    if (sent_ < burst_) {
+      ++sent_;
+      log_.warn(subsys_, f, std::forward<Args>(args)...);
+    } else {
+      ++held_;
+    }
+  }
+
+ private:
+  void flush() {
+    if (held_ == 0) return;
+    log_.warn(subsys_, "{} more warnings like the ones above were held back in the last {} s", held_,
+              std::chrono::duration_cast<std::chrono::seconds>(window_).count());
+    held_ = 0;
+  }
+
+  const Logger& log_;
+  uint32_t subsys_;
+  int burst_;
+  std::chrono::nanoseconds window_;
+  std::chrono::steady_clock::time_point windowStart_{};
+  int sent_ = 0;
+  uint64_t held_ = 0;
 };
 
 }  // namespace chorus

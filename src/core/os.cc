@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,7 +25,34 @@ void checkFailed(const char* cond, const char* file, int line) {
   std::abort();
 }
 
-Status errnoStatus(const std::string& what, int err) { return systemError(what + ": " + std::strerror(err)); }
+std::string describeFdLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return "the descriptor limit is unknown";
+  std::string text;
+  // Counted by probing: opening /proc/self/fd would need a descriptor, which may be what is missing.
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= 65536) {
+    int open = 0;
+    for (int fd = 0; fd < static_cast<int>(rl.rlim_cur); ++fd) open += ::fcntl(fd, F_GETFD) != -1;
+    text = std::to_string(open) + " descriptors open, ";
+  }
+  text += "the limit is " + (rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_cur)) +
+          " (ulimit -n; the hard limit is " +
+          (rl.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_max)) + ")";
+  return text;
+}
+
+Status errnoStatus(const std::string& what, int err) {
+  if (err == EMFILE) {
+    return systemError(what + ": too many open files: " + describeFdLimit() + "; a rank holds about " +
+                       std::to_string(kFdsPerRank) +
+                       " and two per peer in another process: raise the limit (ulimit -n) or run fewer ranks per "
+                       "process");
+  }
+  if (err == ENFILE) {
+    return systemError(what + ": too many open files in the system (the kernel's limit, /proc/sys/fs/file-max)");
+  }
+  return systemError(what + ": " + std::strerror(err));
+}
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);

@@ -46,7 +46,14 @@ inline Status systemError(std::string m) { return Status(chorusSystemError, std:
 inline Status internalError(std::string m) { return Status(chorusInternalError, std::move(m)); }
 inline Status remoteError(std::string m) { return Status(chorusRemoteError, std::move(m)); }
 // A failed system call: the message names the call's purpose and errno's text.
+// A system error for `what` failing with errno `err`; out of descriptors (EMFILE) says how many
+// are open, the limit, and what to do.
 Status errnoStatus(const std::string& what, int err);
+// "N descriptors open, the limit is L (ulimit -n; ...)".
+std::string describeFdLimit();
+// Descriptors one rank holds while it starts (its listener, descriptor server, wake-up event and
+// connection to the root), besides one or two per peer in another process once connected.
+constexpr int kFdsPerRank = 4;
 
 template <typename T>
 class [[nodiscard]] Result {
