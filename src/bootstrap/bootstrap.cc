@@ -126,15 +126,31 @@ Result<BootstrapId> BootstrapId::fromUniqueId(const chorusUniqueId& u) {
   return id;
 }
 
+std::string launcherJobId() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? v : "";
+  };
+  if (std::string j = env("OMPI_MCA_ess_base_jobid"); !j.empty()) return "ompi:" + j;
+  if (std::string j = env("PMIX_NAMESPACE"); !j.empty()) return "pmix:" + j;
+  if (std::string j = env("SLURM_JOB_ID"); !j.empty()) return "slurm:" + j + "." + env("SLURM_STEP_ID");
+  // torchrun's default run id is "none" for every job: no identity at all.
+  if (std::string j = env("TORCHELASTIC_RUN_ID"); !j.empty() && j != "none") return "torchelastic:" + j;
+  return "";
+}
+
 Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
   BootstrapId id;
   auto root = SockAddr::parse(hostPort);
   if (!root.isOk()) return invalidArgument("bootstrap address: " + root.status().message());
   id.root = root.value();
-  const char* secret = std::getenv("CHORUS_COMM_SECRET");
-  if (secret && *secret) {
-    id.secret[0] = fnv1a(secret, std::strlen(secret));
-    id.secret[1] = fnv1a(secret, std::strlen(secret), 0x9e3779b97f4a7c15ull);
+  // The secret: CHORUS_COMM_SECRET (chorusrun sets a random one); else the launcher's job, so two
+  // jobs started on one CHORUS_COMM_ID cannot merge; else a fixed value.
+  std::string secret = std::getenv("CHORUS_COMM_SECRET") ? std::getenv("CHORUS_COMM_SECRET") : "";
+  if (secret.empty()) secret = launcherJobId();
+  if (!secret.empty()) {
+    id.secret[0] = fnv1a(secret.data(), secret.size());
+    id.secret[1] = fnv1a(secret.data(), secret.size(), 0x9e3779b97f4a7c15ull);
   } else {
     id.secret[0] = kDefaultSecret[0];
     id.secret[1] = kDefaultSecret[1];
@@ -191,8 +207,19 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
   constexpr int64_t kHelloNs = 5ll * 1000000000;
   constexpr size_t kMaxJoining = 1024;
   auto handle = [&](UniqueFd c, const RootHello& h) {
-    if (h.magic != kHelloMagic || !constantTimeEqual(h.secret, id.secret) || h.cliqueId != id.cliqueId) {
+    if (h.magic != kHelloMagic) {
       warn.warn("bootstrap root dropped a connection that did not prove the id's secret");
+      return;
+    }
+    if (!constantTimeEqual(h.secret, id.secret) || h.cliqueId != id.cliqueId) {
+      // A Chorus rank of another job (or with another CHORUS_COMM_SECRET): told why, so it fails
+      // at once instead of at its timeout. The reply reveals nothing but that this root exists.
+      warn.warn("bootstrap root dropped a connection that did not prove the id's secret");
+      reply(c.get(), chorusInvalidUsage,
+            "this root at " + id.root.toString() +
+                " serves another job: the ranks' secrets differ (CHORUS_COMM_SECRET, or the launcher's job id: "
+                "OMPI_MCA_ess_base_jobid, SLURM_JOB_ID, TORCHELASTIC_RUN_ID); two jobs on one CHORUS_COMM_ID?",
+            0);
       return;
     }
     if (h.version != CHORUS_VERSION_CODE) {
