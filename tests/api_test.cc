@@ -162,6 +162,36 @@ TEST_CASE("sends and receives in any order inside a group complete", "[api][p2p]
   for (auto x : rc) CHECK(x == chorusSuccess);
 }
 
+TEST_CASE("a send then a receive between two ranks, as separate calls on one stream, complete", "[api][p2p]") {
+  // What torch's batch_isend_irecv issues when the backend does not coalesce: both ranks of a
+  // pair send first and receive after, each a call of its own on one in-order stream. The
+  // messages fit the FIFOs, so the sends complete without their receives. (A ring of such calls
+  // over three or more ranks can still deadlock while connecting, as in NCCL: group them.)
+  for (int n : {2, 4}) {
+    setenv("CHORUS_TIMEOUT", "10", 1);
+    World w(n);
+    unsetenv("CHORUS_TIMEOUT");
+    REQUIRE(w.ok());
+    std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(100)), in(n, std::vector<int32_t>(100, -1));
+    auto rc = onRanks(n, [&](int r) {
+      chorusStream_t s = nullptr;
+      chorusResult_t e = chorusStreamCreate(&s);
+      for (int i = 0; i < 100; ++i) out[r][i] = r * 1000 + i;
+      const int partner = r ^ 1;
+      if (e == chorusSuccess) e = chorusSend(out[r].data(), 100, chorusInt32, partner, w[r], s);
+      if (e == chorusSuccess) e = chorusRecv(in[r].data(), 100, chorusInt32, partner, w[r], s);
+      if (e == chorusSuccess) e = chorusStreamSynchronize(s);
+      chorusStreamDestroy(s);
+      return e;
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO(n << " ranks, rank " << r << ": " << rc[r]);
+      REQUIRE(rc[r] == chorusSuccess);
+      for (int i = 0; i < 100; ++i) REQUIRE(in[r][i] == (r ^ 1) * 1000 + i);
+    }
+  }
+}
+
 TEST_CASE("a receive shorter than the matching send is an error, not an overflow", "[api][p2p][misuse]") {
   World w(2);
   REQUIRE(w.ok());

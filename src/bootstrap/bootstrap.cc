@@ -817,7 +817,7 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
       return Status(chorusRemoteError, "bootstrap wait for rank " + std::to_string(peer) + " was aborted");
     }
     if (nowNs() >= deadline) {
-      return Status(chorusSystemError, "timed out after " + std::to_string(timeoutNs_ / 1000000000) +
+      return Status(chorusSystemError, "Timed out after " + std::to_string(timeoutNs_ / 1000000000) +
                                            " s waiting for a bootstrap message from rank " + std::to_string(peer) +
                                            " (" + peers_[peer].toString() + "); is it alive and in the same call?");
     }
@@ -877,7 +877,7 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
       return Status(chorusRemoteError, "waiting for a connection from rank " + std::to_string(peer) + " was aborted");
     }
     if (nowNs() >= deadline) {
-      return Status(chorusSystemError, "timed out waiting for rank " + std::to_string(peer) + " (" +
+      return Status(chorusSystemError, "Timed out waiting for rank " + std::to_string(peer) + " (" +
                                            peers_[peer].toString() + ") to open its data connection");
     }
     cv_.wait_for(lk, std::chrono::milliseconds(100));

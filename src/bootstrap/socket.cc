@@ -327,7 +327,7 @@ Status transfer(bool sending, int fd, void* data, size_t n, int64_t deadlineNs, 
     }
     int64_t left = deadlineNs - nowNs();
     if (left <= 0) {
-      return Status(chorusSystemError, "timed out " + std::string(sending ? "sending to " : "waiting for data from ") +
+      return Status(chorusSystemError, "Timed out " + std::string(sending ? "sending to " : "waiting for data from ") +
                                            what + " (" + std::to_string(done) + " of " + std::to_string(n) +
                                            " bytes moved)");
     }

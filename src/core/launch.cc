@@ -169,7 +169,11 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     expandP2p(op, rank_, nranks_, &parts);
     for (const auto& p : parts) {
       if (p.peer == rank_) continue;
-      (p.send ? sendTo : recvFrom)[p.peer] = 1;
+      // Both directions with a peer, always: a send and a receive between two ranks issued as
+      // separate calls (one stream, each rank sending first) then connect in one exchange, where
+      // one direction each would have both ranks wait in phase 2 for the other's phase 1.
+      sendTo[p.peer] = 1;
+      recvFrom[p.peer] = 1;
     }
   }
   if (ring) {

@@ -123,7 +123,7 @@ std::string describeStall(const TaskOwner& owner, const WaitInfo& w, int64_t wai
   const std::string stopped = owner.stoppedPeers();
   return (stopped.empty() ? std::string() : stopped + " is stopped (SIGSTOP or a debugger); ") + "rank " +
          std::to_string(owner.rank()) + " waited " + std::to_string(waitedNs / 1000000000) +
-         " s (the communicator's timeout; CHORUS_TIMEOUT or config.timeoutSeconds) for " +
+         " s, the communicator's timeout (CHORUS_TIMEOUT or config.timeoutSeconds), for " +
          (w.forData ? "data from " : "free space at ") + owner.describePeer(w.peer) + " in operation #" +
          std::to_string(w.seq) + ", step " + std::to_string(w.step) + " (" + primName(w.prim) +
          "); that rank is stuck, slow, or in a different call. Channels: " + owner.describeChannels();

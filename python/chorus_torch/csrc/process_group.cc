@@ -191,7 +191,7 @@ void WorkChorus::complete(std::exception_ptr error) {
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : ProcessGroup(rank, size) {
+    : ProcessGroup(rank, size), store_(store) {
   // Rank 0 makes the unique id (its bootstrap root listens on a port of its own, not on the
   // store's) and publishes it; the store's get waits for it.
   const std::string key = "chorus_torch/unique_id";
@@ -268,6 +268,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, con
     TORCH_CHECK(false, "chorus: ", name, " failed: ", why);
   }
   auto* c = new Completion{work, std::move(after), comm_, customOp, name};
+  if (coalescing_) {
+    coalesced_.push_back(c);  // queued after the group, at endCoalescing
+    return work;
+  }
   if (chorusLaunchHostFunc(stream_, &Completion::run, c) != chorusSuccess) {
     const std::string why = lastError();
     delete c;
@@ -539,6 +543,132 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOp
   return launch(c10d::OpType::BARRIER, "barrier", {}, {one}, [&] {
     return chorusAllReduce(one.data_ptr(), one.data_ptr(), 1, chorusInt32, chorusSum, comm_, stream_);
   });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  // outputLists[r][i] receives rank r's inputs[i]. The inputs are packed into one flat tensor
+  // (on the stream, so they are read in stream order), gathered by one all-gather, and unpacked.
+  TORCH_CHECK(!inputs.empty(), "chorus: allgather_coalesced needs at least one input tensor");
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "chorus: allgather_coalesced needs ", size_,
+              " output lists (one per rank), got ", outputLists.size());
+  int64_t total = 0;
+  for (const at::Tensor& t : inputs) {
+    checkTensor(t, "allgather_coalesced");
+    TORCH_CHECK(t.scalar_type() == inputs[0].scalar_type(), "chorus: allgather_coalesced takes inputs of one type");
+    total += t.numel();
+  }
+  std::vector<at::Tensor> outs;
+  for (const auto& list : outputLists) {
+    TORCH_CHECK(list.size() == inputs.size(), "chorus: allgather_coalesced: an output list holds ", list.size(),
+                " tensors for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < list.size(); ++i) checkSame(inputs[i], list[i], "allgather_coalesced");
+    outs.insert(outs.end(), list.begin(), list.end());
+  }
+  at::Tensor flatIn = at::empty({total}, inputs[0].options());
+  at::Tensor flatOut = at::empty({size_ * total}, inputs[0].options());
+  std::vector<at::Tensor> ins = inputs;
+  auto unpack = [outs, ins, flatOut, total]() mutable {
+    size_t k = 0;
+    for (int64_t r = 0; k < outs.size(); ++r) {
+      int64_t off = r * total;
+      for (const at::Tensor& in : ins) {
+        outs[k++].view({-1}).copy_(flatOut.narrow(0, off, in.numel()));
+        off += in.numel();
+      }
+    }
+  };
+  return launch(
+      c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs, keepAll(ins, flatIn, {flatOut}),
+      [&] {
+        auto* b = new Before{[ins, flatIn]() mutable {
+          int64_t off = 0;
+          for (const at::Tensor& in : ins) {
+            flatIn.narrow(0, off, in.numel()).copy_(in.view({-1}));
+            off += in.numel();
+          }
+        }};
+        chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
+        if (rc != chorusSuccess) {
+          delete b;
+          return rc;
+        }
+        return chorusAllGather(flatIn.data_ptr(), flatOut.data_ptr(), total, dataType(inputs[0], "allgather_coalesced"),
+                               comm_, stream_);
+      },
+      unpack);
+}
+
+void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const std::string base = "chorus_torch/monitored_barrier/" + std::to_string(monitoredBarriers_++) + "/";
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
+  if (rank_ != 0) {
+    store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
+    try {
+      store_->wait({base + "done"}, timeout);
+    } catch (const std::exception&) {
+      TORCH_CHECK(false, "chorus: rank ", rank_, " timed out in monitoredBarrier after ", timeout.count(),
+                  " ms waiting for rank 0 (Timed out waiting for rank 0)");
+    }
+    const std::vector<uint8_t> word = store_->get(base + "done");
+    TORCH_CHECK(word.size() == 1 && word[0] == 1,
+                "chorus: monitoredBarrier failed at rank 0: ", std::string(word.begin(), word.end()));
+    return;
+  }
+  // Rank 0: every other rank within the timeout, then the word.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 1; r < size_; ++r) {
+    const auto left =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    try {
+      store_->wait({base + std::to_string(r)}, left);
+    } catch (const std::exception&) {
+      missing.push_back(r);
+      if (!waitAllRanks) break;
+    }
+  }
+  if (missing.empty()) {
+    store_->set(base + "done", std::vector<uint8_t>{1});
+    return;
+  }
+  std::string ranks;
+  for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  const std::string why = (missing.size() == 1 ? "Rank " : "Ranks ") + ranks + " failed to pass monitoredBarrier in " +
+                          std::to_string(timeout.count()) + " ms (Timed out waiting for them)";
+  store_->set(base + "done", std::vector<uint8_t>(why.begin(), why.end()));
+  TORCH_CHECK(false, "chorus: ", why);
+}
+
+void ProcessGroupChorus::startCoalescing() {
+  std::lock_guard<std::mutex> g(launchMu_);
+  TORCH_CHECK(!coalescing_, "chorus: startCoalescing inside a coalescing block");
+  check(chorusGroupStart(), "startCoalescing");
+  coalescing_ = true;
+}
+
+void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+  std::vector<void*> held;
+  chorusResult_t rc;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(launchMu_);
+    TORCH_CHECK(coalescing_, "chorus: endCoalescing without startCoalescing");
+    coalescing_ = false;
+    held.swap(coalesced_);
+    // The group's operations go on the stream as one; the Works complete after them.
+    rc = chorusGroupEnd();
+    if (rc != chorusSuccess) why = lastError();
+    for (void* p : held) {
+      auto* c = static_cast<Completion*>(p);
+      if (rc == chorusSuccess && chorusLaunchHostFunc(stream_, &Completion::run, c) == chorusSuccess) continue;
+      const std::string text = "chorus: " + std::string(c->name) + " failed: " + (why.empty() ? lastError() : why);
+      c->work->complete(std::make_exception_ptr(std::runtime_error(text)));
+      delete c;
+    }
+  }
+  TORCH_CHECK(rc == chorusSuccess, "chorus: the coalesced operations failed: ", why);
 }
 
 }  // namespace chorus_torch

@@ -78,6 +78,17 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // As gloo's: rank 0 waits for every other rank within opts.timeout and names those that did not
+  // come (all of them with waitAllRanks); the others wait for rank 0's word. Through the store.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
+
+  // torch's _coalescing_manager (batch_isend_irecv): the operations between these two calls
+  // form one Chorus group, launched at endCoalescing; their Works complete after it.
+  void startCoalescing() override;
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
 
   chorusComm_t comm() const { return comm_; }
 
@@ -91,9 +102,13 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   // A Chorus operator for a torch one on tensors of this type; PREMUL_SUM makes a custom one.
   chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective);
 
+  c10::intrusive_ptr<c10d::Store> store_;
   chorusComm_t comm_ = nullptr;
   chorusStream_t stream_ = nullptr;
   std::mutex launchMu_;
+  bool coalescing_ = false;         // guarded by launchMu_
+  std::vector<void*> coalesced_;    // guarded by launchMu_: completions held until the group ends
+  uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (the store keys' sequence)
 };
 
 }  // namespace chorus_torch
