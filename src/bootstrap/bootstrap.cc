@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -330,6 +331,9 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
               for (int r = 0; r < nranks; ++r) {
                 if (conns[r].valid()) reply(conns[r].get(), chorusSystemError, why, nranks);
               }
+              // The listener closes last: the ranks told why fail before the ones still queued
+              // on it see their connection reset.
+              std::this_thread::sleep_for(std::chrono::milliseconds(200));
               return;
             }
           }
@@ -418,7 +422,12 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, stop));
   RootReply r{};
   Status st = recvAll(c.get(), &r, sizeof(r), deadline, rootName + " (waiting for all ranks to join)", stop);
-  if (!st.isOk()) return st;
+  if (!st.isOk()) {
+    if (st.message().find("reset by peer") == std::string::npos) return st;
+    return Status(st.code(), st.message() +
+                                 ": the root closed the connection without an answer (it gave up; its warning says "
+                                 "why, e.g. too many open files in its process)");
+  }
   if (r.status != chorusSuccess) {
     r.message[sizeof(r.message) - 1] = 0;
     return Status(static_cast<chorusResult_t>(r.status),

@@ -497,17 +497,25 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     }
   }
   (void)writeDump("failure: " + s.message());
+  // The notice goes before the connections close: a peer that sees a connection to this rank
+  // close then finds the reason already told, instead of blaming this rank for the closing. On
+  // the failing thread itself: one poll over every rank's connection, over at once where the
+  // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
+  if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) {
+    // A failure about another rank (waited for in vain, found dead) leads with that rank: this
+    // rank only noticed it, and every rank it tells should name the same culprit.
+    const bool aboutOther = s.subject() >= 0 && s.subject() != rank_;
+    const std::string text = aboutOther ? s.message() + " (noticed by " + describePeer(rank_) + ")"
+                                        : describePeer(rank_) + " failed: " + s.message();
+    const int told = bootstrap_->noticeAll(text, nowNs() + kNoticeNs);
+    log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
+  }
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
     std::lock_guard<std::mutex> g(connMu_);
     for (auto& c : connections_) c->fifo().close();
   }
   stopSocketTraffic();
-  if (!tellPeers || !bootstrap_ || nranks_ < 2 || aborted()) return;
-  // On the failing thread itself: one poll over every rank's connection, over at once where the
-  // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
-  const int told = bootstrap_->noticeAll(describePeer(rank_) + " failed: " + s.message(), nowNs() + kNoticeNs);
-  log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
 }
 
 void Communicator::watchPeers() {
@@ -539,7 +547,7 @@ Status Communicator::checkPeers(int64_t now, bool force) {
       }
       Status told = asyncError();
       if (!told.isOk()) return told;
-      return remoteError(describePeer(r) + " is gone: its process exited or was killed");
+      return remoteError(describePeer(r) + " is gone: its process exited or was killed").about(r);
     }
   }
   return Status::ok();
@@ -573,6 +581,14 @@ std::string Communicator::stoppedPeers() const {
     if (state == 'T' || state == 't') s += (s.empty() ? "" : ", ") + describePeer(r);
   }
   return s;
+}
+
+int64_t Communicator::timeoutGraceNs(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peerPidfd_.size()) || !peerPidfd_[peer].valid()) return 0;
+  if (pidfdExited(peerPidfd_[peer].get())) return 0;
+  const char state = processState(peers_[peer].pid);
+  if (state == 'T' || state == 't' || state == 'Z' || state == 'X') return 0;
+  return std::min<int64_t>(2000000000, config_.timeoutNs / 4);
 }
 
 std::string Communicator::describeChannels() const {

@@ -112,6 +112,7 @@ class Communicator : public TaskOwner {
   std::string describePeer(int peer) const override;
   std::string describeChannels() const override;
   std::string stoppedPeers() const override;
+  int64_t timeoutGraceNs(int peer) const override;
   void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
     if (flight_) flight_->mark(first, last, state, result, nowNs());
   }

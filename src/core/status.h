@@ -24,6 +24,13 @@ class [[nodiscard]] Status {
   bool inProgress() const { return code_ == chorusInProgress; }
   chorusResult_t code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The rank the failure is about (one waited for in vain, one found dead), or -1: what a failure
+  // notice leads with, instead of the rank that merely noticed.
+  int subject() const { return subject_; }
+  Status& about(int rank) {
+    subject_ = rank;
+    return *this;
+  }
 
   // Adds where the failure passed through; used by CHORUS_TRY.
   Status& addContext(const char* file, int line) {
@@ -38,6 +45,7 @@ class [[nodiscard]] Status {
  private:
   chorusResult_t code_ = chorusSuccess;
   std::string message_;
+  int subject_ = -1;
 };
 
 inline Status invalidArgument(std::string m) { return Status(chorusInvalidArgument, std::move(m)); }

@@ -81,7 +81,10 @@ Status Task::advance(int64_t now, WaitInfo* wait, bool* moved) {
     Status gone = owner_->checkPeers(now);
     if (!gone.isOk()) return gone;
     owner_->noteStall(*wait, now - lastProgressNs, &nextWarnNs_);
-    if (now - lastProgressNs > owner_->timeoutNs()) return systemError(describeStall(*wait, now - lastProgressNs));
+    if (now - lastProgressNs > owner_->timeoutNs() &&
+        now - lastProgressNs > owner_->timeoutNs() + owner_->timeoutGraceNs(wait->peer)) {
+      return systemError(describeStall(*wait, now - lastProgressNs)).about(wait->peer);
+    }
   }
   return s;
 }

@@ -33,6 +33,10 @@ class TaskOwner {
   // Peers this rank can see are stopped (SIGSTOP, a debugger): the likely cause of a hang even
   // when the peer waited on is another one. Empty when none is (or none can be seen).
   virtual std::string stoppedPeers() const { return ""; }
+  // Extra time before a wait on `peer` times out. A peer of this host whose process runs (not
+  // dead, not stopped) is most likely stuck waiting on someone else itself: the rank waiting on
+  // that someone times out first and its notice names the real culprit here too.
+  virtual int64_t timeoutGraceNs(int peer) const { return 0; }
   // Tasks of one communicator share its connections: whoever runs one (the engine, or a thread
   // running a launch inline) holds this token from the task's first step to its end.
   virtual bool tryAcquireExec() = 0;
