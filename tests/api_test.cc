@@ -304,8 +304,14 @@ TEST_CASE("inits inside a group from one thread", "[api][init][group]") {
 TEST_CASE("abort frees a communicator without waiting on peers", "[api][abort]") {
   World w(2);
   REQUIRE(w.ok());
-  // Rank 0 waits for a message rank 1 never sends; aborting rank 0 ends that wait.
+  // Rank 0 waits for a message rank 1 never sends; aborting rank 0 ends that wait. One exchange
+  // first: the first send or receive between two ranks connects them both ways, and returns once
+  // the peer has taken part (as NCCL's connection setup).
   std::vector<int> buf(10);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  REQUIRE(chorusSend(buf.data(), 10, chorusInt32, 0, w.comm(1), nullptr) == chorusSuccess);
+  REQUIRE(chorusRecv(buf.data(), 10, chorusInt32, 1, w.comm(0), nullptr) == chorusSuccess);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
   chorusStream_t s;
   REQUIRE(chorusStreamCreate(&s) == chorusSuccess);
   REQUIRE(chorusRecv(buf.data(), 10, chorusInt32, 1, w.comm(0), s) == chorusSuccess);

@@ -648,6 +648,7 @@ Status Bootstrap::awaitClaim(int peer, uint64_t token) {
     if (abort_ && abort_->load(std::memory_order_acquire)) {
       return Status(chorusRemoteError, "waiting for rank " + std::to_string(peer) + " to map its FIFO was aborted");
     }
+    if (!earlyNotice_.empty()) return remoteError(earlyNotice_);
     if (nowNs() >= deadline) {
       return Status(chorusSystemError, "rank " + std::to_string(peer) + " did not map the shared-memory FIFO offered " +
                                            "to it within the timeout (" + std::to_string(timeoutNs_ / 1000000000) +
@@ -706,8 +707,21 @@ Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, ui
 
 void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd) {
   if (kind == BootstrapHeader::kNotice) {
-    std::lock_guard<std::mutex> g(noticeMu_);
-    if (onNotice_) onNotice_(src, std::string(payload.begin(), payload.end()));
+    std::string text(payload.begin(), payload.end());
+    {
+      std::lock_guard<std::mutex> g(noticeMu_);
+      if (onNotice_) {
+        onNotice_(src, text);
+        return;
+      }
+    }
+    // No communicator listens yet (it is still being built): the first notice ends every
+    // bootstrap wait of this rank, so init fails with the reason instead of at the timeout.
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (earlyNotice_.empty()) earlyNotice_ = text + " (reported by rank " + std::to_string(src) + ")";
+    }
+    cv_.notify_all();
     return;
   }
   {
@@ -738,17 +752,33 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
   const int64_t deadline = nowNs() + timeoutNs_;
   const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(peers_[peer], deadline, what, abort_));
-  const BootstrapHeader h = header(kind, tag, bytes);
-  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, what, abort_));
-  if (bytes) CHORUS_TRY(sendAll(c.get(), data, bytes, deadline, what, abort_));
-  if (keep) *keep = std::move(c);
-  return Status::ok();
+  Result<UniqueFd> conn = connectTo(peers_[peer], deadline, what, abort_, /*refusedIsFinal=*/true);
+  Status s = conn.status();
+  if (s.isOk()) {
+    const BootstrapHeader h = header(kind, tag, bytes);
+    s = sendAll(conn.value().get(), &h, sizeof(h), deadline, what, abort_);
+    if (s.isOk() && bytes) s = sendAll(conn.value().get(), data, bytes, deadline, what, abort_);
+  }
+  if (s.isOk()) {
+    if (keep) *keep = conn.take();
+    return s;
+  }
+  // A peer gone in the middle of init has usually told this rank why first: a rank that failed
+  // sends its notice before its listener closes, and the notice may still be on its way through
+  // this rank's accept thread. It names the culprit; this error would name the messenger.
+  for (int i = 0; i < 40 && earlyNotice().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (std::string told = earlyNotice(); !told.empty()) return remoteError(told);
+  return s.about(peer);
 }
 
 void Bootstrap::setNoticeHandler(std::function<void(int, const std::string&)> handler) {
   std::lock_guard<std::mutex> g(noticeMu_);
   onNotice_ = std::move(handler);
+}
+
+std::string Bootstrap::earlyNotice() {
+  std::lock_guard<std::mutex> g(mu_);
+  return earlyNotice_;
 }
 
 int Bootstrap::noticeAll(const std::string& text, int64_t deadlineNs) {
@@ -825,6 +855,7 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
     if (abort_ && abort_->load(std::memory_order_acquire)) {
       return Status(chorusRemoteError, "bootstrap wait for rank " + std::to_string(peer) + " was aborted");
     }
+    if (!earlyNotice_.empty()) return remoteError(earlyNotice_);
     if (nowNs() >= deadline) {
       return Status(chorusSystemError, "Timed out after " + std::to_string(timeoutNs_ / 1000000000) +
                                            " s waiting for a bootstrap message from rank " + std::to_string(peer) +
@@ -885,6 +916,7 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
     if (abort_ && abort_->load(std::memory_order_acquire)) {
       return Status(chorusRemoteError, "waiting for a connection from rank " + std::to_string(peer) + " was aborted");
     }
+    if (!earlyNotice_.empty()) return remoteError(earlyNotice_);
     if (nowNs() >= deadline) {
       return Status(chorusSystemError, "Timed out waiting for rank " + std::to_string(peer) + " (" +
                                            peers_[peer].toString() + ") to open its data connection");

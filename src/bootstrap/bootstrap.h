@@ -167,6 +167,9 @@ class Bootstrap {
   // wait on someone else than the failed one hear of it at once instead of at their timeout. The
   // handler runs on the accept thread; setting it to null waits for a call in progress.
   void setNoticeHandler(std::function<void(int src, const std::string& text)> handler);
+  // The first notice that came before any handler was set, "... (reported by rank R)", or empty.
+  // Such a notice also ends every wait in recv() at once.
+  std::string earlyNotice();
   // Sends `text` to every other rank, all at once, giving up on a rank at `deadlineNs` (best
   // effort: a rank that is gone cannot be told). Returns how many were told.
   int noticeAll(const std::string& text, int64_t deadlineNs);
@@ -212,6 +215,7 @@ class Bootstrap {
   std::map<std::tuple<int, uint64_t>, std::deque<UniqueFd>> connections_;
   std::mutex noticeMu_;  // held while the handler runs
   std::function<void(int, const std::string&)> onNotice_;
+  std::string earlyNotice_;  // guarded by mu_: the first notice that came before any handler
 };
 
 }  // namespace chorus

@@ -250,7 +250,7 @@ void setNoDelay(int fd) {
 }
 
 Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
-                           const std::atomic<bool>* abortFlag) {
+                           const std::atomic<bool>* abortFlag, bool refusedIsFinal) {
   int64_t backoffUs = 1000;
   int lastErr = 0;
   while (true) {
@@ -287,6 +287,10 @@ Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::
       return fd;
     }
     lastErr = errno;
+    if (lastErr == ECONNREFUSED && refusedIsFinal) {
+      return remoteError(what + " refused the connection at " + addr.toString() +
+                         ": its listener is closed, so its process exited, was killed or destroyed its communicator");
+    }
     bool retry = lastErr == ECONNREFUSED || lastErr == ETIMEDOUT || lastErr == ECONNRESET || lastErr == EAGAIN ||
                  lastErr == ENETUNREACH || lastErr == EHOSTUNREACH;
     if (!retry || nowNs() >= deadlineNs) break;

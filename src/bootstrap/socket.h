@@ -52,8 +52,10 @@ Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifname
 Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 256);
 
 // Connects, retrying refused connections until the deadline; `what` names the peer in errors.
+// With `refusedIsFinal`, a refused connection fails at once: for a peer known to listen already
+// (a rank's bootstrap listener outlives its hello to the root), it means the peer is gone.
 Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
-                           const std::atomic<bool>* abortFlag = nullptr);
+                           const std::atomic<bool>* abortFlag = nullptr, bool refusedIsFinal = false);
 
 // Transfers exactly n bytes or fails at the deadline, on EOF, or when *abortFlag becomes true.
 Status sendAll(int fd, const void* data, size_t n, int64_t deadlineNs, const std::string& what,

@@ -154,7 +154,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
   c->commId_ = id.cliqueId;
   CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs,
                                                      c->log_, &c->abort_, options.cancelJoin));
-  CHORUS_TRY(c->initCommon(std::move(boot), std::move(engine)));
+  Status s = c->initCommon(std::move(boot), std::move(engine));
+  if (!s.isOk()) {
+    // The others may be waiting for this rank inside init: tell them why it stops, unless it
+    // stops because of what they told it.
+    if (c->bootstrap_ && c->nranks_ > 1 && c->bootstrap_->earlyNotice().empty() && !c->failed_.load()) {
+      c->tellFailure(s);
+    }
+    return s;
+  }
   return c;
 }
 
@@ -501,21 +509,23 @@ void Communicator::fail(const Status& s, bool tellPeers) {
   // close then finds the reason already told, instead of blaming this rank for the closing. On
   // the failing thread itself: one poll over every rank's connection, over at once where the
   // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
-  if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) {
-    // A failure about another rank (waited for in vain, found dead) leads with that rank: this
-    // rank only noticed it, and every rank it tells should name the same culprit.
-    const bool aboutOther = s.subject() >= 0 && s.subject() != rank_;
-    const std::string text = aboutOther ? s.message() + " (noticed by " + describePeer(rank_) + ")"
-                                        : describePeer(rank_) + " failed: " + s.message();
-    const int told = bootstrap_->noticeAll(text, nowNs() + kNoticeNs);
-    log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
-  }
+  if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) tellFailure(s);
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
     std::lock_guard<std::mutex> g(connMu_);
     for (auto& c : connections_) c->fifo().close();
   }
   stopSocketTraffic();
+}
+
+void Communicator::tellFailure(const Status& s) {
+  // A failure about another rank (waited for in vain, found dead) leads with that rank: this
+  // rank only noticed it, and every rank it tells should name the same culprit.
+  const bool aboutOther = s.subject() >= 0 && s.subject() != rank_;
+  const std::string text = aboutOther ? s.message() + " (noticed by " + describePeer(rank_) + ")"
+                                      : describePeer(rank_) + " failed: " + s.message();
+  const int told = bootstrap_->noticeAll(text, nowNs() + kNoticeNs);
+  log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
 }
 
 void Communicator::watchPeers() {
@@ -533,6 +543,8 @@ void Communicator::watchPeers() {
   bootstrap_->setNoticeHandler([this](int src, const std::string& text) {
     fail(remoteError(text + " (reported by rank " + std::to_string(src) + ")"), false);
   });
+  // A notice that came while init ran (before the handler): this communicator is failed already.
+  if (std::string early = bootstrap_->earlyNotice(); !early.empty()) fail(remoteError(early), false);
 }
 
 Status Communicator::checkPeers(int64_t now, bool force) {

@@ -113,6 +113,8 @@ class Communicator : public TaskOwner {
   std::string describeChannels() const override;
   std::string stoppedPeers() const override;
   int64_t timeoutGraceNs(int peer) const override;
+  // Sends every other rank a failure notice for `s` (best effort, at most kNoticeNs).
+  void tellFailure(const Status& s);
   void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
     if (flight_) flight_->mark(first, last, state, result, nowNs());
   }
