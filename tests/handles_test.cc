@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "include/chorus/chorus.h"
+#include "include/chorus/ddp.h"
 #include "tests/test_util.h"
 
 using chorus::test::World;
@@ -204,4 +205,28 @@ TEST_CASE("running out of descriptors during init is reported at once, with the 
   // With the limit back, the same init works.
   REQUIRE(chorusCommInitAll(comms.data(), 20, nullptr) == chorusSuccess);
   for (chorusComm_t c : comms) CHECK(chorusCommDestroy(c) == chorusSuccess);
+}
+
+TEST_CASE("a destroyed DDP reducer handle stays dead when its memory is reused", "[api][handles][ddp]") {
+  World w(1);
+  REQUIRE(w.ok());
+  chorusDdpParam_t param{};
+  param.count = 16;
+  param.type = chorusFloat32;
+  std::vector<chorusDdpReducer_t> dead;
+  for (int round = 0; round < 10; ++round) {
+    chorusDdpReducer_t r = nullptr;
+    REQUIRE(chorusDdpReducerCreate(&r, w[0], &param, 1, nullptr) == chorusSuccess);
+    for (chorusDdpReducer_t d : dead) {
+      REQUIRE(d != r);
+      REQUIRE(chorusDdpReducerDestroy(d) == chorusInvalidArgument);
+      void* grad = nullptr;
+      REQUIRE(chorusDdpGradient(d, 0, &grad) == chorusInvalidArgument);
+    }
+    void* grad = nullptr;
+    REQUIRE(chorusDdpGradient(r, 0, &grad) == chorusSuccess);
+    REQUIRE(grad != nullptr);
+    REQUIRE(chorusDdpReducerDestroy(r) == chorusSuccess);
+    dead.push_back(r);
+  }
 }

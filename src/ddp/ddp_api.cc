@@ -1,38 +1,29 @@
-// The C API of include/chorus/ddp.h over chorus::ddp::Reducer. Handles are registered while they
-// live, so a destroyed or made-up handle is refused without being read; a call holds its own
-// reference, so a destroy from another thread frees the reducer when that call returns.
-#include <map>
+// The C API of include/chorus/ddp.h over chorus::ddp::Reducer. Handles are never-reused values
+// in a table (src/api/handles.h), so a destroyed or made-up handle is refused without being read,
+// even once its memory is reused; a call holds its own reference, so a destroy from another
+// thread frees the reducer when that call returns.
 #include <memory>
-#include <mutex>
 
 #include "include/chorus/ddp.h"
 #include "src/api/guard.h"
+#include "src/api/handles.h"
 #include "src/core/comm.h"
 #include "src/ddp/reducer.h"
-
-struct chorusDdpReducer {
-  char unused;  // the handle is only an address; the reducer lives in the registry
-};
 
 namespace chorus::ddp {
 namespace {
 
-std::mutex gHandlesMu;
-std::map<const chorusDdpReducer*, std::shared_ptr<Reducer>> gHandles;  // guarded by gHandlesMu
+HandleTable<Reducer>& reducers() {
+  static auto* t = new HandleTable<Reducer>();  // outlives every handle, also at exit
+  return *t;
+}
 
 // Runs body on the reducer behind a live handle.
 template <typename F>
 Status withReducer(chorusDdpReducer_t r, F&& body) {
   if (!r) return invalidArgument("reducer is NULL");
-  std::shared_ptr<Reducer> impl;
-  {
-    std::lock_guard<std::mutex> g(gHandlesMu);
-    auto it = gHandles.find(r);
-    if (it == gHandles.end()) {
-      return invalidArgument("reducer is not a live chorusDdpReducer_t (destroyed, or never created)");
-    }
-    impl = it->second;
-  }
+  std::shared_ptr<Reducer> impl = reducers().find(handleValue(r));
+  if (!impl) return invalidArgument("reducer is not a live chorusDdpReducer_t (destroyed, or never created)");
   return body(*impl);
 }
 
@@ -72,10 +63,8 @@ chorusResult_t chorusDdpReducerCreate(chorusDdpReducer_t* reducer, chorusComm_t 
     }
     CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<Reducer> impl,
                             Reducer::create(comm, std::move(infos), std::move(names), options));
-    auto* h = new chorusDdpReducer{};
-    std::lock_guard<std::mutex> g(chorus::ddp::gHandlesMu);
-    chorus::ddp::gHandles.emplace(h, std::move(impl));
-    *reducer = h;
+    *reducer =
+        chorus::handleOf<chorusDdpReducer_t>(chorus::ddp::reducers().add(std::shared_ptr<Reducer>(std::move(impl))));
     return Status::ok();
   });
 }
@@ -83,17 +72,8 @@ chorusResult_t chorusDdpReducerCreate(chorusDdpReducer_t* reducer, chorusComm_t 
 chorusResult_t chorusDdpReducerDestroy(chorusDdpReducer_t reducer) {
   return guard("chorusDdpReducerDestroy", [&]() -> Status {
     if (!reducer) return Status::ok();
-    std::shared_ptr<Reducer> impl;
-    {
-      std::lock_guard<std::mutex> g(chorus::ddp::gHandlesMu);
-      auto it = chorus::ddp::gHandles.find(reducer);
-      if (it == chorus::ddp::gHandles.end()) {
-        return invalidArgument("reducer is not a live chorusDdpReducer_t (destroyed twice, or never created)");
-      }
-      impl = std::move(it->second);
-      chorus::ddp::gHandles.erase(it);
-    }
-    delete reducer;
+    std::shared_ptr<Reducer> impl = chorus::ddp::reducers().take(chorus::handleValue(reducer));
+    if (!impl) return invalidArgument("reducer is not a live chorusDdpReducer_t (destroyed twice, or never created)");
     impl.reset();  // waits for the reducer's stream, unless a call on another thread still holds it
     return Status::ok();
   });
