@@ -353,16 +353,20 @@ int main(int argc, char** argv) {
   dup2(savedErr, 2);
   std::ifstream logFile(logPath);
   std::string line;
-  int rootDrops = 0, rankDrops = 0;
+  int rootDrops = 0, rankDrops = 0, warnings = 0;
   while (std::getline(logFile, line)) {
     std::fprintf(stderr, "%s\n", line.c_str());
     rootDrops += line.find("bootstrap root dropped") != std::string::npos;
     rankDrops += line.find("bootstrap dropped") != std::string::npos;
+    warnings += line.find("CHORUS WARN") != std::string::npos;
   }
   ::close(logFd);
   ::unlink(logPath);
   std::printf("logged drops: %d by the root, %d by the ranks' listeners\n", rootDrops, rankDrops);
   check(rootDrops > 0 && rankDrops > 0, "the listeners did not log the strangers they dropped");
+  // Strangers cannot flood the log: 5 warnings per listener per 10 s, then a count.
+  std::printf("%d WARN lines\n", warnings);
+  check(warnings <= 12 * (n + 1), "the listeners' warnings are not rate-limited");
   const int visits = s.visits.load();
   std::printf("strangers made %d connections to the root and the ranks' listeners\n", visits);
   check(visits > 6 * (n + 1), "the strangers reached too few listeners");
