@@ -129,6 +129,26 @@ void badArguments(chorusComm_t comm) {
   check(chorusMemFree(mem), "chorusMemFree");
 }
 
+// Two chorusMemAlloc buffers of `bytes`, their first `registered` bytes registered with `comm`.
+struct RegisteredPair {
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* hs = nullptr;
+  void* hr = nullptr;
+  RegisteredPair(chorusComm_t comm, size_t bytes, size_t registered) {
+    check(chorusMemAlloc(&send, bytes), "chorusMemAlloc");
+    check(chorusMemAlloc(&recv, bytes), "chorusMemAlloc");
+    check(chorusCommRegister(comm, send, registered, &hs), "chorusCommRegister");
+    check(chorusCommRegister(comm, recv, registered, &hr), "chorusCommRegister");
+  }
+  void release(chorusComm_t comm) {
+    check(chorusCommDeregister(comm, hs), "chorusCommDeregister");
+    check(chorusCommDeregister(comm, hr), "chorusCommDeregister");
+    check(chorusMemFree(send), "chorusMemFree");
+    check(chorusMemFree(recv), "chorusMemFree");
+  }
+};
+
 void cycles(chorusComm_t comm) {
   // A buffer that stays registered: the op after the loop carries the last retire notices.
   const size_t keepCount = 1 << 16;
@@ -147,21 +167,11 @@ void cycles(chorusComm_t comm) {
   for (int cycle = 0; cycle < 12; ++cycle) {
     const size_t count = counts[cycle % 4];
     const size_t bytes = count * sizeof(float);
-    void* send = nullptr;
-    void* recv = nullptr;
-    void* hs = nullptr;
-    void* hr = nullptr;
-    check(chorusMemAlloc(&send, bytes), "chorusMemAlloc");
-    check(chorusMemAlloc(&recv, bytes), "chorusMemAlloc");
-    check(chorusCommRegister(comm, send, bytes, &hs), "chorusCommRegister");
-    check(chorusCommRegister(comm, recv, bytes, &hr), "chorusCommRegister");
+    RegisteredPair p(comm, bytes, bytes);
     for (int rep = 0; rep < 3; ++rep) {
-      allReduceChecked(comm, static_cast<float*>(send), static_cast<float*>(recv), count, rep == 1, "cycle");
+      allReduceChecked(comm, static_cast<float*>(p.send), static_cast<float*>(p.recv), count, rep == 1, "cycle");
     }
-    check(chorusCommDeregister(comm, hs), "chorusCommDeregister");
-    check(chorusCommDeregister(comm, hr), "chorusCommDeregister");
-    check(chorusMemFree(send), "chorusMemFree");
-    check(chorusMemFree(recv), "chorusMemFree");
+    p.release(comm);
   }
   // Retire notices ride on the next descriptors: two ops reach every peer.
   allReduceChecked(comm, keepF, keepF + keepCount, keepCount, false, "kept buffer after the cycles");
@@ -226,17 +236,9 @@ void mismatch(chorusComm_t comm) {
 void countMismatch(chorusComm_t comm) {
   const size_t most = 1 << 20;
   const size_t count = most >> rank;
-  const size_t bytes = most * sizeof(float);
-  void* send = nullptr;
-  void* recv = nullptr;
-  void* hs = nullptr;
-  void* hr = nullptr;
-  check(chorusMemAlloc(&send, bytes), "chorusMemAlloc");
-  check(chorusMemAlloc(&recv, bytes), "chorusMemAlloc");
-  check(chorusCommRegister(comm, send, count * sizeof(float), &hs), "chorusCommRegister");
-  check(chorusCommRegister(comm, recv, count * sizeof(float), &hr), "chorusCommRegister");
-  auto* sb = static_cast<float*>(send);
-  auto* rb = static_cast<float*>(recv);
+  RegisteredPair p(comm, most * sizeof(float), count * sizeof(float));
+  auto* sb = static_cast<float*>(p.send);
+  auto* rb = static_cast<float*>(p.recv);
   // A matched all-reduce first, which makes every connection.
   allReduceChecked(comm, sb, rb, most >> (nranks - 1), false, "warm-up");
   usleep(300000);  // every rank out of the warm-up (see mismatch())
@@ -254,8 +256,8 @@ void countMismatch(chorusComm_t comm) {
   for (size_t i = count; i < most; ++i) touched += rb[i] != -7.0f;
   EXPECT(touched == 0, "%zu elements past this rank's count were written", touched);
   check(chorusCommAbort(comm), "chorusCommAbort");
-  chorusMemFree(send);
-  chorusMemFree(recv);
+  chorusMemFree(p.send);
+  chorusMemFree(p.recv);
 }
 
 }  // namespace

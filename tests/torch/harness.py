@@ -1,6 +1,7 @@
 """What the torch tests share: running a function on ranks under mp.spawn and reporting failures."""
 import os
 import sys
+import time
 import traceback
 
 import torch.multiprocessing as mp
@@ -30,3 +31,17 @@ def spawn(fn, world, *args):
             print(failures.get(), file=sys.stderr)
         print("FAIL", file=sys.stderr)
         sys.exit(1)
+
+
+def expect_failure(call, what):
+    """Runs call(), which must raise a RuntimeError; prints and returns (seconds taken, message)."""
+    start = time.monotonic()
+    try:
+        call()
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        msg = str(e)
+    else:
+        raise AssertionError(f"{what} succeeded")
+    print(f"{what} failed after {took:.1f} s: {msg.splitlines()[0][:300]}", flush=True)
+    return took, msg
