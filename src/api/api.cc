@@ -280,15 +280,15 @@ const char* chorusGetErrorString(chorusResult_t result) {
     case chorusSuccess:
       return "no error";
     case chorusUnhandledCudaError:
-      return "unhandled cuda error (run with CHORUS_DEBUG=INFO for details)";
+      return "unhandled cuda error (chorusGetLastError says which call failed)";
     case chorusSystemError:
-      return "unhandled system error (run with CHORUS_DEBUG=INFO for details)";
+      return "unhandled system error (chorusGetLastError says which call failed and why)";
     case chorusInternalError:
       return "internal error - please report this issue to the Chorus developers";
     case chorusInvalidArgument:
-      return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
+      return "invalid argument (chorusGetLastError says which one and why)";
     case chorusInvalidUsage:
-      return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
+      return "invalid usage (chorusGetLastError says what and why)";
     case chorusRemoteError:
       return "remote process exited or there was a network error";
     case chorusInProgress:
@@ -507,12 +507,12 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
     std::lock_guard<std::mutex> g(ref.handle().initMu);
     if (!h->initStatus.isOk()) {
       *asyncError = h->initStatus.code();
-      lastError() = "init failed: " + h->initStatus.message();
+      lastError() = "init failed: " + userMessage(h->initStatus.message());
       return Status::ok();
     }
     Status e = ref->asyncError();
     *asyncError = e.code();
-    if (!e.isOk()) lastError() = e.message();
+    if (!e.isOk()) lastError() = userMessage(e.message());
     return Status::ok();
   });
 }

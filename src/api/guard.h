@@ -3,6 +3,9 @@
 // nothing escapes extern "C".
 #pragma once
 
+#include <strings.h>
+
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -19,6 +22,29 @@ inline std::string& lastError() {
   return message;
 }
 
+// A message as users see it: without the " [src/...:line]" trail that CHORUS_TRY adds on the way
+// up, unless CHORUS_DEBUG=TRACE asks for it.
+inline std::string userMessage(const std::string& m) {
+  const char* level = std::getenv("CHORUS_DEBUG");
+  if (level && strcasecmp(level, "TRACE") == 0) return m;
+  std::string out;
+  out.reserve(m.size());
+  for (size_t i = 0; i < m.size();) {
+    if (m.compare(i, 2, " [") == 0) {
+      const size_t close = m.find(']', i);
+      const size_t colon = close == std::string::npos ? std::string::npos : m.rfind(':', close);
+      bool trail = colon != std::string::npos && colon > i && close > colon + 1;
+      for (size_t k = colon + 1; trail && k < close; ++k) trail = m[k] >= '0' && m[k] <= '9';
+      if (trail) {
+        i = close + 1;
+        continue;
+      }
+    }
+    out += m[i++];
+  }
+  return out;
+}
+
 template <typename F>
 chorusResult_t guard(const char* fn, F&& body) {
   Status s;
@@ -32,7 +58,7 @@ chorusResult_t guard(const char* fn, F&& body) {
     s = internalError("unexpected exception");
   }
   if (!s.isOk() && !s.inProgress()) {
-    lastError() = std::string(fn) + ": " + s.message();
+    lastError() = std::string(fn) + ": " + userMessage(s.message());
     groupFail(Status(s.code(), lastError()));
   }
   return s.code();

@@ -151,6 +151,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
   c->rank_ = rank;
   c->nranks_ = nranks;
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
+  c->logEnvironment();
   c->commId_ = id.cliqueId;
   CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs,
                                                      c->log_, &c->abort_, options.cancelJoin));
@@ -516,6 +517,16 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     for (auto& c : connections_) c->fifo().close();
   }
   stopSocketTraffic();
+}
+
+void Communicator::logEnvironment() const {
+  if (config_.printVersion && rank_ == 0) {
+    // Not through the level filter: CHORUS_DEBUG=VERSION prints this line and nothing else.
+    Logger(LogLevel::kInfo, kSubsysAll, rank_)
+        .info(kSubsysAll, "Chorus version {}.{}.{}", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  }
+  for (const std::string& w : config_.envWarnings) log_.warn(kSubsysEnv, "{}", w);
+  for (const std::string& line : config_.envSettings) log_.info(kSubsysEnv, "{}", line);
 }
 
 void Communicator::tellFailure(const Status& s) {

@@ -115,6 +115,8 @@ class Communicator : public TaskOwner {
   int64_t timeoutGraceNs(int peer) const override;
   // Sends every other rank a failure notice for `s` (best effort, at most kNoticeNs).
   void tellFailure(const Status& s);
+  // The version line, the settings the environment could not use, and every CHORUS_* set.
+  void logEnvironment() const;
   void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
     if (flight_) flight_->mark(first, last, state, result, nowNs());
   }

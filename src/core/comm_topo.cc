@@ -145,10 +145,14 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
     }
     log_.info(kSubsysInit, "Trees [0] {} [1] {}", treeLine(trees_, 0, rank_), treeLine(trees_, 1, rank_));
     const topo::AllReduceModel& m = allReduceModel_;
-    log_.info(kSubsysInit,
-              "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} us, "
-              "tree {:.0f} us; {} GB/s)",
-              directMaxFor(), treeMaxBytes_, m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
+    if (!config_.algo.empty()) {
+      log_.info(kSubsysInit, "Tuner: all-reduce runs {} at every size (CHORUS_ALGO)", config_.algo);
+    } else {
+      log_.info(kSubsysInit,
+                "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} "
+                "us, tree {:.0f} us; {} GB/s)",
+                directMaxFor(), treeMaxBytes_, m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
+    }
   }
   if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
   return Status::ok();

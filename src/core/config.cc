@@ -1,9 +1,13 @@
 #include "src/core/config.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 namespace chorus {
 namespace {
@@ -27,6 +31,94 @@ Status readInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
   return Status::ok();
 }
 
+std::string upper(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Every CHORUS_* variable the library and its launcher read (docs/environment.md).
+constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
+                                      "CHORUS_CHECK",
+                                      "CHORUS_COMM_ID",
+                                      "CHORUS_COMM_SECRET",
+                                      "CHORUS_CPU_ISA",
+                                      "CHORUS_DEBUG",
+                                      "CHORUS_DEBUG_FILE",
+                                      "CHORUS_DEBUG_SUBSYS",
+                                      "CHORUS_DIRECT_MAX_BYTES",
+                                      "CHORUS_FLIGHT_DUMP",
+                                      "CHORUS_FLIGHT_ENTRIES",
+                                      "CHORUS_FLIGHT_SIGNAL",
+                                      "CHORUS_FLIGHT_TRACE",
+                                      "CHORUS_HOSTID",
+                                      "CHORUS_LOCAL_RANK",
+                                      "CHORUS_LOCAL_SIZE",
+                                      "CHORUS_NCHANNELS",
+                                      "CHORUS_NRANKS",
+                                      "CHORUS_P2P_DISABLE",
+                                      "CHORUS_P2P_SLOT_BYTES",
+                                      "CHORUS_PROTO",
+                                      "CHORUS_RANK",
+                                      "CHORUS_SHM_DISABLE",
+                                      "CHORUS_SLEEP_MAX_US",
+                                      "CHORUS_SLOTS",
+                                      "CHORUS_SLOT_BYTES",
+                                      "CHORUS_SOCKET_IFNAME",
+                                      "CHORUS_SOCKET_NTHREADS",
+                                      "CHORUS_SPIN_NS",
+                                      "CHORUS_TIMEOUT",
+                                      "CHORUS_TOPO_DUMP_FILE",
+                                      "CHORUS_TOPO_FILE",
+                                      "CHORUS_WARN_AFTER_MS",
+                                      "CHORUS_YIELD_ITERS"};
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Notes every CHORUS_* variable of the environment: known ones as set, unknown ones (a typo
+// such as CHORUS_ALG) as a warning with the nearest known name. Test programs' own variables
+// (CHORUS_TEST_*, CHORUS_GRID*) are theirs.
+void noteEnvironment(Config* c) {
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("CHORUS_", 0) != 0) continue;
+    const size_t eq = entry.find('=');
+    const std::string name(entry.substr(0, eq));
+    const std::string value(eq == std::string_view::npos ? "" : entry.substr(eq + 1));
+    if (name.rfind("CHORUS_TEST_", 0) == 0 || name.rfind("CHORUS_GRID", 0) == 0) continue;
+    bool known = false;
+    const char* nearest = nullptr;
+    size_t best = 4;
+    for (const char* k : kKnownVars) {
+      known = known || name == k;
+      const size_t d = editDistance(name, k);
+      if (d < best) {
+        best = d;
+        nearest = k;
+      }
+    }
+    if (known) {
+      c->envSettings.push_back(name + " set by environment to " + value);
+    } else {
+      c->envWarnings.push_back(name + " is not a Chorus setting and is ignored" +
+                               (nearest ? std::string("; did you mean ") + nearest + "?" : std::string()) +
+                               " (docs/environment.md lists them)");
+    }
+  }
+}
+
 Status readBool(const char* name, bool* out) {
   int64_t x = *out ? 1 : 0;
   CHORUS_TRY(readInt(name, 0, 1, &x));
@@ -42,19 +134,27 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readInt("CHORUS_TIMEOUT", 1, int64_t(1) << 30, &x));
   c.timeoutNs = x * 1000000000;
 
+  // As NCCL_DEBUG and NCCL_DEBUG_SUBSYS: names match whatever their case, and a value that
+  // cannot be used is reported (once the logger exists) rather than refused: logging settings
+  // must never stop a job.
   if (const char* v = getEnv("CHORUS_DEBUG")) {
-    std::string_view s(v);
-    if (s == "WARN" || s == "warn") {
+    const std::string s = upper(v);
+    if (s == "WARN" || s == "ABORT") {
       c.logLevel = LogLevel::kWarn;
-    } else if (s == "INFO" || s == "info") {
+    } else if (s == "INFO") {
       c.logLevel = LogLevel::kInfo;
-    } else if (s == "TRACE" || s == "trace") {
+    } else if (s == "TRACE") {
       c.logLevel = LogLevel::kTrace;
-    } else if (s == "NONE" || s == "none" || s == "VERSION") {
+    } else if (s == "NONE") {
       c.logLevel = LogLevel::kNone;
+    } else if (s == "VERSION") {
+      c.logLevel = LogLevel::kNone;
+      c.printVersion = true;
     } else {
-      return invalidArgument(std::string("CHORUS_DEBUG=") + v + " is not one of NONE, WARN, INFO, TRACE");
+      c.envWarnings.push_back(std::string("CHORUS_DEBUG=") + v +
+                              " is not one of NONE, VERSION, WARN, INFO, TRACE (any case); using WARN");
     }
+    c.printVersion = c.printVersion || c.logLevel >= LogLevel::kInfo;
   }
   if (const char* v = getEnv("CHORUS_DEBUG_SUBSYS")) {
     // Comma-separated names; a leading ^ inverts the set, as NCCL_DEBUG_SUBSYS.
@@ -65,29 +165,49 @@ Result<Config> Config::fromEnv() {
       s.remove_prefix(1);
     }
     uint32_t mask = 0;
+    std::string unknown;
     while (!s.empty()) {
       size_t comma = s.find(',');
-      std::string_view name = s.substr(0, comma);
+      const std::string name = upper(std::string(s.substr(0, comma)));
       struct Named {
         const char* name;
         uint32_t bit;
       };
-      static constexpr Named kNames[] = {{"INIT", kSubsysInit},     {"COLL", kSubsysColl}, {"P2P", kSubsysP2p},
-                                         {"NET", kSubsysNet},       {"SHM", kSubsysShm},   {"BOOTSTRAP", kSubsysBoot},
-                                         {"ENGINE", kSubsysEngine}, {"ENV", kSubsysEnv},   {"ALL", kSubsysAll}};
-      bool found = false;
+      // NCCL's other subsystems (TUNING, GRAPH, ...) are accepted and select nothing here.
+      static constexpr Named kNames[] = {{"INIT", kSubsysInit},
+                                         {"COLL", kSubsysColl},
+                                         {"P2P", kSubsysP2p},
+                                         {"NET", kSubsysNet},
+                                         {"SHM", kSubsysShm},
+                                         {"BOOTSTRAP", kSubsysBoot},
+                                         {"ENGINE", kSubsysEngine},
+                                         {"ENV", kSubsysEnv},
+                                         {"ALL", kSubsysAll},
+                                         {"TUNING", kSubsysInit},
+                                         {"GRAPH", 0},
+                                         {"TOPO", kSubsysInit},
+                                         {"ALLOC", 0},
+                                         {"CALL", kSubsysColl},
+                                         {"PROXY", kSubsysNet},
+                                         {"NVLS", 0},
+                                         {"REG", 0},
+                                         {"PROFILE", 0},
+                                         {"RAS", 0}};
+      bool found = name.empty();
       for (const auto& n : kNames) {
         if (name == n.name) {
           mask |= n.bit;
           found = true;
         }
       }
-      if (!found) {
-        return invalidArgument("CHORUS_DEBUG_SUBSYS names an unknown subsystem '" + std::string(name) +
-                               "'; known: INIT, COLL, P2P, NET, SHM, BOOTSTRAP, ENGINE, ENV, ALL");
-      }
+      if (!found) unknown += (unknown.empty() ? "" : ", ") + name;
       if (comma == std::string_view::npos) break;
       s.remove_prefix(comma + 1);
+    }
+    if (!unknown.empty()) {
+      c.envWarnings.push_back("CHORUS_DEBUG_SUBSYS names " + unknown +
+                              ", which Chorus does not know; ignored (known: INIT, COLL, P2P, NET, SHM, BOOTSTRAP, "
+                              "ENGINE, ENV, ALL)");
     }
     c.logSubsys = invert ? ~mask : mask;
   }
@@ -161,6 +281,7 @@ Result<Config> Config::fromEnv() {
     }
     c.proto = "simple";
   }
+  noteEnvironment(&c);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/reduce_host.h"
 #include "src/core/status.h"
@@ -23,12 +24,15 @@ enum Subsys : uint32_t {
   kSubsysEngine = 1u << 6,
   kSubsysEnv = 1u << 7,
   kSubsysAll = 0xffffffffu,
+  // What INFO shows unless CHORUS_DEBUG_SUBSYS says otherwise, as NCCL_DEBUG_SUBSYS's default:
+  // init, bootstrap and the environment, not a line per operation.
+  kSubsysDefault = kSubsysInit | kSubsysBoot | kSubsysEnv,
 };
 
 struct Config {
   int64_t timeoutNs = int64_t(1800) * 1000000000;  // CHORUS_TIMEOUT (seconds)
   LogLevel logLevel = LogLevel::kWarn;             // CHORUS_DEBUG
-  uint32_t logSubsys = kSubsysAll;                 // CHORUS_DEBUG_SUBSYS
+  uint32_t logSubsys = kSubsysDefault;             // CHORUS_DEBUG_SUBSYS
   bool shmDisable = false;                         // CHORUS_SHM_DISABLE
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
@@ -52,6 +56,13 @@ struct Config {
   int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
   bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
+  bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+
+  // What reading the environment found to say, logged once the communicator has a logger:
+  // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to
+  // Y", INFO, subsystem ENV).
+  std::vector<std::string> envWarnings;
+  std::vector<std::string> envSettings;
 
   static Result<Config> fromEnv();
   // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.

@@ -1,24 +1,57 @@
 #include "src/core/log.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "src/core/os.h"
 
 namespace chorus {
 namespace {
 
-// One stderr sink for the process: stderr itself is process-wide, and the sink's mutex keeps
-// lines from different communicators whole.
+// CHORUS_DEBUG_FILE as NCCL_DEBUG_FILE: %h is the host name, %p the pid.
+std::string debugFilePath(const char* pattern) {
+  std::string out;
+  for (const char* p = pattern; *p; ++p) {
+    if (p[0] == '%' && p[1] == 'h') {
+      out += hostName();
+      ++p;
+    } else if (p[0] == '%' && p[1] == 'p') {
+      out += std::to_string(::getpid());
+      ++p;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
+
+// One sink for the process, stderr or CHORUS_DEBUG_FILE: either is process-wide, and the sink's
+// mutex keeps lines from different communicators whole.
 spdlog::logger& sink() {
   static spdlog::logger* logger = [] {
-    auto s = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    spdlog::sink_ptr s;
+    std::string fallback;
+    if (const char* file = std::getenv("CHORUS_DEBUG_FILE"); file && *file) {
+      const std::string path = debugFilePath(file);
+      try {
+        s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+      } catch (const std::exception& e) {
+        fallback = "CHORUS_DEBUG_FILE=" + std::string(file) + ": cannot write " + path + " (" + e.what() +
+                   "); logging to stderr";
+      }
+    }
+    if (!s) s = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     auto* l = new spdlog::logger("chorus", s);
     l->set_pattern("%v");
     l->set_level(spdlog::level::trace);
     l->flush_on(spdlog::level::trace);
+    if (!fallback.empty()) l->info("{}:{} CHORUS WARN {}", hostName(), ::getpid(), fallback);
     return l;
   }();
   return *logger;

@@ -18,7 +18,11 @@ class Logger {
   Logger() = default;
   Logger(LogLevel level, uint32_t subsys, int rank);
 
-  bool enabled(LogLevel level, uint32_t subsys) const { return level <= level_ && (subsys & subsys_) != 0; }
+  // Warnings show whatever the subsystems selected (as NCCL's); INFO and TRACE lines only for
+  // the selected ones.
+  bool enabled(LogLevel level, uint32_t subsys) const {
+    return level <= level_ && (level == LogLevel::kWarn || (subsys & subsys_) != 0);
+  }
   void setRank(int rank) { rank_ = rank; }
 
   template <typename... Args>
