@@ -374,16 +374,7 @@ int main(int argc, char** argv) {
   try {
     // Under a launcher, its ranks; started alone, one rank.
     chorusComm_t comm = nullptr;
-    bool launched = false;
-    for (const char* v : {"CHORUS_RANK", "OMPI_COMM_WORLD_RANK", "RANK", "SLURM_PROCID"})
-      launched = launched || std::getenv(v);
-    if (launched) {
-      chorus::check(chorusCommInitFromEnv(&comm, nullptr));
-    } else {
-      chorusUniqueId id;
-      chorus::check(chorusGetUniqueId(&id));
-      chorus::check(chorusCommInitRank(&comm, 1, id, 0));
-    }
+    chorus::check(chorusCommInitFromEnv(&comm, nullptr));
     int rank = 0, nranks = 1;
     chorus::check(chorusCommUserRank(comm, &rank));
     chorus::check(chorusCommCount(comm, &nranks));

@@ -112,9 +112,12 @@ TEST_CASE("each launcher's variables", "[env]") {
     CHECK(l.status().message().find("CHORUS_RANK=x") != std::string::npos);
   }
   {
+    // No launcher: one rank, with a root of its own.
     Env e({});
     auto l = readLaunchEnv();
-    REQUIRE(!l.isOk());
-    CHECK(l.status().message().find("torchrun") != std::string::npos);
+    REQUIRE(l.isOk());
+    CHECK(l.value().alone);
+    CHECK(l.value().rank == 0);
+    CHECK(l.value().nranks == 1);
   }
 }

@@ -8,7 +8,8 @@
 #  - an unknown CHORUS_* variable (a typo) is warned about with the nearest known name;
 #  - CHORUS_DEBUG_FILE writes the log to a file (%h host, %p pid) instead of stderr;
 #  - error messages carry no source paths, unless CHORUS_DEBUG=TRACE (then relative ones);
-#  - the tuner's INFO line says when CHORUS_ALGO forces an algorithm.
+#  - the tuner's INFO line says when CHORUS_ALGO forces an algorithm;
+#  - a program started with no launcher runs as a job of one rank (chorusCommInitFromEnv).
 #   settings_check.sh CHORUSRUN EXAMPLE ALL_REDUCE_PERF
 set -uo pipefail
 run=$1
@@ -68,4 +69,9 @@ grep -q "\[/" "$dir/error_trace" && fail "an absolute source path in a message"
 ok tuner CHORUS_DEBUG=INFO CHORUS_ALGO=ring
 grep -q "Tuner: all-reduce runs ring at every size (CHORUS_ALGO)" "$dir/tuner" || fail "the tuner line ignores CHORUS_ALGO"
 
-[ $failures -eq 0 ] && echo "PASS: logging settings" || exit 1
+# No launcher at all: chorusCommInitFromEnv makes a job of one rank.
+env -u CHORUS_RANK -u CHORUS_NRANKS -u CHORUS_COMM_ID -u OMPI_COMM_WORLD_RANK -u RANK -u SLURM_PROCID \
+  "$example" > "$dir/alone" 2>&1 || fail "the example alone failed: $(cat "$dir/alone")"
+grep -q "rank 0 of 1: all-reduce correct" "$dir/alone" || fail "the example alone did not run as one rank"
+
+[ $failures -eq 0 ] && echo "PASS: logging settings and a program started alone" || exit 1

@@ -179,7 +179,8 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
 /** Initialises a communicator from a launcher's environment: chorusrun (CHORUS_RANK,
  *  CHORUS_NRANKS, CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR), Open MPI
  *  (OMPI_COMM_WORLD_RANK/SIZE with CHORUS_COMM_ID) or Slurm (SLURM_PROCID, SLURM_NTASKS,
- *  SLURM_STEP_NODELIST). Says which variables are missing when it cannot. */
+ *  SLURM_STEP_NODELIST). With no launcher, a communicator of one rank (as MPI's singleton
+ *  init). Says which variables are missing when a launcher's are incomplete. */
 chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config);
 /** Flushes outstanding work; after it the communicator only accepts chorusCommDestroy. */
 chorusResult_t chorusCommFinalize(chorusComm_t comm);

@@ -256,6 +256,19 @@ Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, in
   return s;
 }
 
+// A private id: never CHORUS_COMM_ID, which names a clique spanning processes. Its root runs in
+// this process.
+Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
+  BootstrapId id;
+  id.secret[0] = randomU64();
+  id.secret[1] = randomU64();
+  id.cliqueId = randomU64();
+  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
+  CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
+  startBootstrapRoot(std::move(fd), id, cfg.timeoutNs);
+  return id;
+}
+
 void joinInit(CommHandle& h) {
   if (h.initThread.joinable()) h.initThread.join();
 }
@@ -330,6 +343,12 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config)
       return invalidArgument("the launcher's rank " + std::to_string(l.rank) + " is not below its size " +
                              std::to_string(l.nranks));
     }
+    if (l.alone) {
+      // Started by hand: one rank with a root of its own, never on a CHORUS_COMM_ID a job may use.
+      CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
+      CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makePrivateBootstrapId(cfg));
+      return initRank(comm, 1, id.toUniqueId(), 0, config);
+    }
     CHORUS_ASSIGN_OR_RETURN(BootstrapId id, fixedBootstrapId(l.rootHostPort));
     return initRank(comm, l.nranks, id.toUniqueId(), l.rank, config);
   });
@@ -342,16 +361,7 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
     if (ndev < 1) return invalidArgument("ndev must be at least 1, not " + std::to_string(ndev));
     if (inGroup()) return invalidUsage("chorusCommInitAll cannot be called inside a group");
     CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-    // A private id: never CHORUS_COMM_ID, which names a clique spanning processes.
-    BootstrapId id;
-    id.secret[0] = randomU64();
-    id.secret[1] = randomU64();
-    id.cliqueId = randomU64();
-    {
-      CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
-      CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-      startBootstrapRoot(std::move(fd), id, cfg.timeoutNs);
-    }
+    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makePrivateBootstrapId(cfg));
     std::vector<std::shared_ptr<CommHandle>> handles(ndev);
     std::vector<std::thread> threads;
     std::vector<Status> results(ndev);

@@ -10,6 +10,7 @@
 //   Slurm:      SLURM_PROCID, SLURM_NTASKS; the root is the first host of SLURM_STEP_NODELIST
 //               (or SLURM_JOB_NODELIST) at port 20000 + (SLURM_JOB_ID * 64 + SLURM_STEP_ID) % 20000,
 //               unless CHORUS_COMM_ID is set
+//   none:       one rank, with a root of its own (CHORUS_COMM_ID is not used)
 #include "src/core/init_env.h"
 
 #include <cstdlib>
@@ -111,11 +112,11 @@ Result<EnvLaunch> readLaunchEnv() {
     l.rootHostPort = firstSlurmHost(nodes) + ":" + std::to_string(port);
     return l;
   }
-  return invalidArgument(
-      "no launcher environment found: set CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (chorusrun does), or run "
-      "under mpirun (OMPI_COMM_WORLD_RANK/SIZE; across hosts plus CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, "
-      "MASTER_ADDR, "
-      "MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_JOB_ID)");
+  // No launcher: a job of one rank, as mpirun's singleton init (a program started by hand runs).
+  l.rank = 0;
+  l.nranks = 1;
+  l.alone = true;
+  return l;
 }
 
 }  // namespace chorus

@@ -12,6 +12,7 @@ struct EnvLaunch {
   int rank = -1;
   int nranks = -1;
   std::string rootHostPort;  // where rank 0 hosts the bootstrap root
+  bool alone = false;        // no launcher: one rank, with a private root
 };
 
 Result<EnvLaunch> readLaunchEnv();
