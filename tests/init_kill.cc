@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
       if (!std::regex_match(line, m, lineRe)) continue;
       const double secs = std::stod(m[2]);
       const std::string msg = m[3];
-      if (msg.find("waiting for all ranks to join") != std::string::npos) {
+      if (msg.find("waiting for all ranks to join") != std::string::npos ||
+          msg.find("never did") != std::string::npos) {
         inconclusive = true;
         continue;
       }

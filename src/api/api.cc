@@ -265,7 +265,7 @@ Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
   id.cliqueId = randomU64();
   CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
   CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, cfg.timeoutNs);
+  startBootstrapRoot(std::move(fd), id, cfg.initTimeout(), cfg.initWarnNs());
   return id;
 }
 
@@ -320,7 +320,7 @@ chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
   return guard("chorusGetUniqueId", [&]() -> Status {
     if (!uniqueId) return invalidArgument("uniqueId is NULL");
     CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makeBootstrapId(cfg.socketIfname, cfg.timeoutNs));
+    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makeBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs()));
     *uniqueId = id.toUniqueId();
     return Status::ok();
   });

@@ -161,7 +161,7 @@ Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
   return id;
 }
 
-Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs) {
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
   BootstrapId id;
   if (const char* fixed = std::getenv("CHORUS_COMM_ID"); fixed && *fixed) return fixedBootstrapId(fixed);
   id.secret[0] = randomU64();
@@ -169,15 +169,22 @@ Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeo
   id.cliqueId = randomU64();
   CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
   CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, timeoutNs);
+  startBootstrapRoot(std::move(fd), id, timeoutNs, warnNs);
   return id;
 }
 
 namespace {
 
-// The root's work: collect one hello per rank, then send everyone the table.
-void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
-  const int64_t deadline = nowNs() + timeoutNs;
+// The root's work: collect one hello per rank, then send everyone the table. The root is the one
+// place that knows who joined, so it says so: each rank's hello is answered at once with an
+// in-progress reply (a listener that does not answer is no Chorus root), every `warnNs` (doubling)
+// the joined ranks hear which ranks are still missing, and at the init deadline, or when one rank's
+// arguments make the job impossible (nranks differ, a rank joins twice), every joined rank gets the
+// final reason instead of waiting out its own timeout.
+void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs) {
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timeoutNs;
+  int64_t nextWarn = start + std::max<int64_t>(warnNs, 100000000);
   int nranks = -1;
   std::vector<SockAddr> table;
   std::vector<std::string> from;  // per rank: the address its connection to the root came from
@@ -191,6 +198,23 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
     std::snprintf(r.message, sizeof(r.message), "%s", msg.c_str());
     (void)sendAll(fd, &r, sizeof(r), nowNs() + 5ll * 1000000000, "a rank");
   };
+  auto missing = [&] {
+    std::string m;
+    int listed = 0;
+    for (int r = 0; r < nranks; ++r) {
+      if (conns[r].valid()) continue;
+      if (listed++ < 16) m += (m.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (listed > 16) m += " and " + std::to_string(listed - 16) + " more";
+    return m;
+  };
+  // Every joined rank gets `code` and `msg` (in progress: a word; otherwise the end of the join).
+  auto tellJoined = [&](chorusResult_t code, const std::string& msg) {
+    for (auto& c : conns) {
+      if (c.valid()) reply(c.get(), code, msg, nranks);
+    }
+  };
+  bool fatal = false;  // a join made the job impossible; every joined rank has been told
   // Connections whose hello is still arriving, read side by side: a stranger that sends nothing,
   // or sends slowly, is dropped at its own deadline and never holds up the ranks behind it.
   struct Joining {
@@ -241,17 +265,21 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
       conns.resize(nranks);
     }
     if (h.nranks != nranks) {
-      reply(c.get(), chorusInvalidArgument,
-            "rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
-                " but other ranks of this id were given nranks=" + std::to_string(nranks),
-            0);
+      const std::string why = "rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
+                              " but other ranks of this id were given nranks=" + std::to_string(nranks) +
+                              ": every rank must be given the same number of ranks";
+      reply(c.get(), chorusInvalidArgument, why, 0);
+      tellJoined(chorusInvalidArgument, why);
+      fatal = true;
       return;
     }
     if (h.rank < 0 || h.rank >= nranks || conns[h.rank].valid()) {
-      reply(c.get(), chorusInvalidArgument,
-            "rank " + std::to_string(h.rank) + " is out of range or joined twice; every rank of the " +
-                std::to_string(nranks) + " must pass a distinct rank in [0, nranks)",
-            0);
+      const std::string why = "rank " + std::to_string(h.rank) +
+                              " is out of range or joined twice; every rank of the " + std::to_string(nranks) +
+                              " must pass a distinct rank in [0, nranks)";
+      reply(c.get(), chorusInvalidArgument, why, 0);
+      tellJoined(chorusInvalidArgument, why);
+      fatal = true;
       return;
     }
     if (!h.listen.valid()) {
@@ -267,15 +295,36 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
       from[h.rank] = peer.toString();
     }
     setNonBlocking(c.get(), false);
-    conns[h.rank] = std::move(c);
     ++joined;
+    reply(c.get(), chorusInProgress,
+          "rank " + std::to_string(h.rank) + " joined: " + std::to_string(joined) + " of " + std::to_string(nranks),
+          nranks);
+    conns[h.rank] = std::move(c);
   };
+  int64_t warnEvery = nextWarn - start;
   while (nranks < 0 || joined < nranks) {
+    if (fatal) return;
     const int64_t now = nowNs();
     if (now > deadline) {
-      log.warn(kSubsysBoot, "bootstrap root at {} gave up: {} of {} ranks joined before the timeout",
-               id.root.toString(), joined, nranks);
+      const std::string why =
+          "Timed out after " + std::to_string((now - start) / 1000000000) +
+          " s (CHORUS_INIT_TIMEOUT) at the bootstrap root " + id.root.toString() + ": " + std::to_string(joined) +
+          " of " + (nranks < 0 ? std::string("?") : std::to_string(nranks)) + " ranks joined" +
+          (nranks < 0 ? std::string() : "; ranks " + missing() + " never did") +
+          " (not started, a different CHORUS_COMM_ID or unique id, or unable to reach this address)";
+      log.warn(kSubsysBoot, "{}", why);
+      tellJoined(chorusSystemError, why);
       return;
+    }
+    if (nranks > 0 && now >= nextWarn) {
+      const std::string word = "bootstrap root at " + id.root.toString() + ": " + std::to_string(joined) + " of " +
+                               std::to_string(nranks) + " ranks joined in " +
+                               std::to_string((now - start) / 1000000000) + " s; still waiting for ranks " + missing() +
+                               " (the init timeout ends it after " + std::to_string(timeoutNs / 1000000000) + " s)";
+      log.warn(kSubsysBoot, "{}", word);
+      tellJoined(chorusInProgress, word);
+      warnEvery *= 2;
+      nextWarn = now + warnEvery;
     }
     const bool paused = now < pausedUntil;
     std::vector<pollfd> fds;
@@ -374,15 +423,20 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
 
 }  // namespace
 
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs) {
-  std::thread([fd = std::move(listenFd), id, timeoutNs]() mutable { runRoot(std::move(fd), id, timeoutNs); }).detach();
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs) {
+  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs]() mutable {
+    runRoot(std::move(fd), id, timeoutNs, warnNs);
+  }).detach();
 }
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
-                                                   const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
+                                                   const std::string& ifnameSpec, int64_t timeoutNs,
+                                                   const JoinTiming& timing, const Logger& log,
                                                    const std::atomic<bool>* abortFlag,
                                                    const std::atomic<bool>* cancelJoin) {
-  const int64_t deadline = nowNs() + timeoutNs;
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timing.timeoutNs;
+  const int64_t warnNs = std::max<int64_t>(timing.warnNs, 100000000);
   const std::atomic<bool>* stop = cancelJoin ? cancelJoin : abortFlag;
   if (id.rootByRank0 && rank == 0) {
     // CHORUS_COMM_ID: rank 0 hosts the root at the fixed port, on every local address (the name
@@ -396,10 +450,16 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
     SockAddr bound;
     auto fd = listenOn(bindAddr, &bound);
     if (!fd.isOk()) {
-      return Status(chorusSystemError, "rank 0 cannot host the bootstrap root at CHORUS_COMM_ID=" + id.root.toString() +
-                                           ": " + fd.status().message() + " (is the port in use? choose another)");
+      const bool inUse = fd.status().message().find("in use") != std::string::npos;
+      return Status(chorusSystemError,
+                    "rank 0 cannot host the bootstrap root at CHORUS_COMM_ID=" + id.root.toString() + ": " +
+                        fd.status().message() +
+                        (inUse ? " (another process listens there: a second rank 0, if two processes were given "
+                                 "rank 0; another job on the same CHORUS_COMM_ID; or another program. Give each "
+                                 "job its own port and each process its own rank)"
+                               : ""));
     }
-    startBootstrapRoot(fd.take(), id, timeoutNs);
+    startBootstrapRoot(fd.take(), id, timing.timeoutNs, timing.warnNs);
   }
   SockAddr myAddr;
   std::string ifname;
@@ -409,7 +469,28 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
            ifnameSpec.empty() ? ", the interface toward the root" : ", CHORUS_SOCKET_IFNAME");
 
   const std::string rootName = "the bootstrap root at " + id.root.toString();
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd c, connectTo(id.root, deadline, rootName, stop));
+  // Connecting retries while nothing listens yet (rank 0 may start later); past `warnNs` this
+  // rank says so, doubling, until the init timeout.
+  UniqueFd c;
+  for (int64_t nextWarn = start + warnNs, every = warnNs;;) {
+    Result<UniqueFd> conn = connectTo(id.root, std::min(deadline, nextWarn), rootName, stop);
+    if (conn.isOk()) {
+      c = conn.take();
+      break;
+    }
+    if (nowNs() >= deadline || (stop && stop->load(std::memory_order_acquire))) {
+      return Status(conn.status().code(), conn.status().message() + " (init timeout " +
+                                              std::to_string(timing.timeoutNs / 1000000000) +
+                                              " s, CHORUS_INIT_TIMEOUT): is rank 0 running, and is CHORUS_COMM_ID "
+                                              "(or the unique id) the same on every rank?");
+    }
+    log.warn(kSubsysBoot,
+             "rank {} cannot reach {} after {} s ({}): is rank 0 running, and is CHORUS_COMM_ID (or the unique id) "
+             "the same on every rank? Retrying until the init timeout ({} s)",
+             rank, rootName, (nowNs() - start) / 1000000000, conn.status().message(), timing.timeoutNs / 1000000000);
+    every *= 2;
+    nextWarn = nowNs() + every;
+  }
   RootHello h{};
   h.magic = kHelloMagic;
   h.rank = rank;
@@ -420,16 +501,34 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   h.cliqueId = id.cliqueId;
   h.listen = myAddr;
   CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, stop));
+  // The root answers a hello at once (in progress), says which ranks are missing while it waits,
+  // and ends with the table or the reason it cannot give one.
+  constexpr int64_t kAnswerNs = 5ll * 1000000000;
+  // The root's own deadline may come a little after this rank's (it may have started later):
+  // its verdict names the missing ranks, so it is worth a short wait past this rank's.
+  const int64_t verdictDeadline = deadline + 2ll * 1000000000;
+  bool answered = false;
   RootReply r{};
-  Status st = recvAll(c.get(), &r, sizeof(r), deadline, rootName + " (waiting for all ranks to join)", stop);
-  if (!st.isOk()) {
-    if (st.message().find("reset by peer") == std::string::npos) return st;
-    return Status(st.code(), st.message() +
-                                 ": the root closed the connection without an answer (it gave up; its warning says "
-                                 "why, e.g. too many open files in its process)");
+  while (true) {
+    const int64_t until = answered ? verdictDeadline : std::min(deadline, nowNs() + kAnswerNs);
+    Status st = recvAll(c.get(), &r, sizeof(r), until, rootName + " (waiting for all ranks to join)", stop);
+    if (!st.isOk()) {
+      if (!answered && nowNs() >= until && until < deadline && nowNs() < deadline) {
+        return systemError("connected to " + id.root.toString() +
+                           " but it did not answer as a Chorus bootstrap root "
+                           "within 5 s: another program listens on that port (check CHORUS_COMM_ID)");
+      }
+      if (st.message().find("reset by peer") == std::string::npos) return st;
+      return Status(st.code(), st.message() +
+                                   ": the root closed the connection without an answer (it gave up; its warning says "
+                                   "why, e.g. too many open files in its process)");
+    }
+    r.message[sizeof(r.message) - 1] = 0;
+    if (r.status != chorusInProgress) break;
+    if (answered) log.warn(kSubsysBoot, "rank {}: {}", rank, r.message);
+    answered = true;
   }
   if (r.status != chorusSuccess) {
-    r.message[sizeof(r.message) - 1] = 0;
     return Status(static_cast<chorusResult_t>(r.status),
                   std::string("bootstrap root refused rank ") + std::to_string(rank) + ": " + r.message);
   }

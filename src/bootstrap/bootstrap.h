@@ -54,11 +54,12 @@ static_assert(sizeof(BootstrapId) <= CHORUS_UNIQUE_ID_BYTES, "BootstrapId must f
 // CHORUS_COMM_SECRET or a documented fixed value. Every rank computes the same id.
 Result<BootstrapId> fixedBootstrapId(const std::string& hostPort);
 // Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id).
-Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs);
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
 
 // Runs the root on `listenFd` in a detached thread until nranks ranks have joined, or the
-// timeout passes. The thread owns everything it uses.
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs);
+// timeout (the init timeout) passes; every `warnNs` (doubling) it tells the joined ranks which
+// ranks are still missing. The thread owns everything it uses.
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs);
 
 // The header in front of every bootstrap message on the wire.
 struct BootstrapHeader {
@@ -119,11 +120,18 @@ class Bootstrap {
  public:
   ~Bootstrap();
 
+  // How long joining may take, and when to say that it takes long.
+  struct JoinTiming {
+    int64_t timeoutNs;  // the wait for the root (CHORUS_INIT_TIMEOUT)
+    int64_t warnNs;     // the first word about a slow join (CHORUS_WARN_AFTER_MS)
+  };
   // Joins the clique: start a listener, register with the root, receive the address table.
-  // `abortFlag` ends the bootstrap's waits for its whole life; `cancelJoin`, when given, also ends
-  // the wait for the root (the ranks of one chorusCommInitAll stop when one of them fails).
+  // `timeoutNs` bounds the bootstrap's later waits. `abortFlag` ends them for its whole life;
+  // `cancelJoin`, when given, also ends the wait for the root (the ranks of one
+  // chorusCommInitAll stop when one of them fails).
   static Result<std::unique_ptr<Bootstrap>> join(const BootstrapId& id, int rank, int nranks,
-                                                 const std::string& ifnameSpec, int64_t timeoutNs, const Logger& log,
+                                                 const std::string& ifnameSpec, int64_t timeoutNs,
+                                                 const JoinTiming& timing, const Logger& log,
                                                  const std::atomic<bool>* abortFlag,
                                                  const std::atomic<bool>* cancelJoin = nullptr);
   // A new clique from known addresses (split/shrink): `peers` are the new ranks' listeners, and

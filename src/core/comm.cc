@@ -153,8 +153,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
   c->logEnvironment();
   c->commId_ = id.cliqueId;
+  const Bootstrap::JoinTiming timing{c->config_.initTimeout(), c->config_.initWarnNs()};
   CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs,
-                                                     c->log_, &c->abort_, options.cancelJoin));
+                                                     timing, c->log_, &c->abort_, options.cancelJoin));
   Status s = c->initCommon(std::move(boot), std::move(engine));
   if (!s.isOk()) {
     // The others may be waiting for this rank inside init: tell them why it stops, unless it

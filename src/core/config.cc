@@ -51,6 +51,7 @@ constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
                                       "CHORUS_FLIGHT_SIGNAL",
                                       "CHORUS_FLIGHT_TRACE",
                                       "CHORUS_HOSTID",
+                                      "CHORUS_INIT_TIMEOUT",
                                       "CHORUS_LOCAL_RANK",
                                       "CHORUS_LOCAL_SIZE",
                                       "CHORUS_NCHANNELS",
@@ -133,6 +134,9 @@ Result<Config> Config::fromEnv() {
   int64_t x = c.timeoutNs / 1000000000;
   CHORUS_TRY(readInt("CHORUS_TIMEOUT", 1, int64_t(1) << 30, &x));
   c.timeoutNs = x * 1000000000;
+  x = 0;
+  CHORUS_TRY(readInt("CHORUS_INIT_TIMEOUT", 1, int64_t(1) << 30, &x));
+  c.initTimeoutNs = x * 1000000000;
 
   // As NCCL_DEBUG and NCCL_DEBUG_SUBSYS: names match whatever their case, and a value that
   // cannot be used is reported (once the logger exists) rather than refused: logging settings

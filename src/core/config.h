@@ -31,6 +31,7 @@ enum Subsys : uint32_t {
 
 struct Config {
   int64_t timeoutNs = int64_t(1800) * 1000000000;  // CHORUS_TIMEOUT (seconds)
+  int64_t initTimeoutNs = 0;                       // CHORUS_INIT_TIMEOUT (seconds); 0: initTimeout()
   LogLevel logLevel = LogLevel::kWarn;             // CHORUS_DEBUG
   uint32_t logSubsys = kSubsysDefault;             // CHORUS_DEBUG_SUBSYS
   bool shmDisable = false;                         // CHORUS_SHM_DISABLE
@@ -72,6 +73,18 @@ struct Config {
     return timeoutNs / 2 < int64_t(60) * 1000000000 ? timeoutNs / 2 : int64_t(60) * 1000000000;
   }
   size_t peerSlots() const { return peerSlotBytes < slotBytes ? peerSlotBytes : slotBytes; }
+  // How long ranks may take to find each other at init: CHORUS_INIT_TIMEOUT, else the shorter of
+  // 10 minutes and the communicator's timeout.
+  int64_t initTimeout() const {
+    if (initTimeoutNs > 0) return initTimeoutNs;
+    return timeoutNs < int64_t(600) * 1000000000 ? timeoutNs : int64_t(600) * 1000000000;
+  }
+  // When a slow join is first reported: CHORUS_WARN_AFTER_MS, else the shorter of 10 s and half
+  // the init timeout.
+  int64_t initWarnNs() const {
+    if (warnAfterNs > 0) return warnAfterNs;
+    return initTimeout() / 2 < int64_t(10) * 1000000000 ? initTimeout() / 2 : int64_t(10) * 1000000000;
+  }
 };
 
 }  // namespace chorus
