@@ -1,6 +1,10 @@
 // chorusrun: starts N local processes of one Chorus job.
 //
-//   chorusrun -n N [--tag-output] [--timeout S] -- cmd args...
+//   chorusrun -n N [--tag-output] [--grace S] [-x VAR[=VALUE]]... [--] cmd args...
+//
+// As mpirun: -np N works, the command may follow without "--" (everything from the first
+// argument that is not chorusrun's own is the command's), and -x sets (VAR=VALUE) or passes on
+// (VAR) a variable for the processes.
 //
 // Each process gets CHORUS_COMM_ID (rank 0 hosts the bootstrap root there), a random
 // CHORUS_COMM_SECRET, CHORUS_RANK, CHORUS_NRANKS, CHORUS_LOCAL_RANK and CHORUS_LOCAL_SIZE, so
@@ -73,13 +77,39 @@ int main(int argc, char** argv) {
   int n = 0;
   bool tag = false;
   double grace = 5.0;
-  std::vector<std::string> cmd;
-  app.add_option("-n,--np", n, "number of processes")->required()->check(CLI::Range(1, 4096));
+  std::vector<std::string> exports;
+  app.add_option("-n,--np", n, "number of processes (mpirun's -np works too)")->required()->check(CLI::Range(1, 4096));
   app.add_flag("--tag-output", tag, "prefix each output line with [1,<rank>]<stdout|stderr>:");
   app.add_option("--grace", grace, "seconds between SIGTERM and SIGKILL when a process fails")->capture_default_str();
-  app.add_option("command", cmd, "the program and its arguments (after --)")->required();
-  app.allow_extras(false);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("-x", exports, "VAR=VALUE sets a variable for the processes; VAR passes this one on (as mpirun)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  // Everything from the first argument that is not chorusrun's own (or after "--") is the command.
+  app.prefix_command();
+  app.footer("The command follows the options, with or without \"--\".");
+  // mpirun's single-dash long option; CLI11 would read "-np" as -n with the value "p".
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "-np") args[i] = "--np";
+  }
+  std::vector<char*> argp;
+  for (auto& a : args) argp.push_back(a.data());
+  CLI11_PARSE(app, static_cast<int>(argp.size()), argp.data());
+  std::vector<std::string> cmd = app.remaining();
+  if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
+  if (cmd.empty()) {
+    std::fprintf(stderr, "chorusrun: no command to run (chorusrun -n N [options] [--] program args...)\n");
+    return 2;
+  }
+  for (const std::string& e : exports) {
+    const size_t eq = e.find('=');
+    if (eq == 0 || e.empty()) {
+      std::fprintf(stderr, "chorusrun: -x %s: give VAR=VALUE or VAR\n", e.c_str());
+      return 2;
+    }
+    // VAR alone: the processes inherit this environment anyway.
+    if (eq != std::string::npos) ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+  }
 
   const int port = freePort();
   if (port < 0) {
