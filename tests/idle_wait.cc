@@ -49,6 +49,11 @@ int main() {
   check(chorusCommCount(comm, &n), "chorusCommCount");
   chorusStream_t stream;
   check(chorusStreamCreate(&stream), "chorusStreamCreate");
+  // IDLE_WAIT_FIRST_MS: the other ranks stay away this long before the first collective too,
+  // which is where connections are made (tests/startup_check.sh looks for the stall warning).
+  if (const char* first = std::getenv("IDLE_WAIT_FIRST_MS"); first && rank != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(first)));
+  }
   float x[256];
   bool ok = true;
   for (int useStream = 0; useStream < 2; ++useStream) {

@@ -6,7 +6,8 @@
 #   job_identity.sh EXAMPLE   (the chorus_example_allreduce binary)
 set -uo pipefail
 example=$1
-port=$((21000 + RANDOM % 20000))
+# A port nothing listens on now (the kernel's choice, so concurrent tests do not collide).
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export CHORUS_COMM_ID=127.0.0.1:$port CHORUS_NRANKS=2 CHORUS_TIMEOUT=20
 unset CHORUS_COMM_SECRET OMPI_MCA_ess_base_jobid PMIX_NAMESPACE TORCHELASTIC_RUN_ID
 dir=$(mktemp -d)

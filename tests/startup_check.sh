@@ -9,10 +9,14 @@
 #    rank 0), the first fails at the init timeout naming the rank that never came;
 #  - a foreign program listening on the CHORUS_COMM_ID port: the rank says it is no Chorus root;
 #  - a rank given the wrong port: it warns that it cannot reach the root, and rank 0's root warns
-#    that it waits for that rank.
-#   startup_check.sh EXAMPLE
+#    that it waits for that rank;
+#  - a rank that sleeps before its first collective: the other warns at CHORUS_WARN_AFTER_MS,
+#    naming it, while the first operation connects them.
+#   startup_check.sh EXAMPLE CHORUSRUN IDLE_WAIT
 set -uo pipefail
 example=$1
+chorusrun=$2
+idle=$3
 dir=$(mktemp -d)
 pids=()
 trap 'kill ${pids[@]} 2> /dev/null; rm -rf "$dir"' EXIT
@@ -21,7 +25,8 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
-port() { echo $((21000 + RANDOM % 20000)); }
+# A port nothing listens on now (the kernel's choice, so concurrent tests do not collide).
+port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export CHORUS_WARN_AFTER_MS=1000 CHORUS_INIT_TIMEOUT=4 CHORUS_TIMEOUT=60
 unset CHORUS_COMM_SECRET OMPI_COMM_WORLD_RANK RANK SLURM_PROCID
 # rank R NRANKS PORT NAME: one rank in the background, its output in $dir/NAME, its pid in $!.
@@ -105,5 +110,12 @@ wait "${pids[0]}"
 grep -q "cannot reach the bootstrap root" "$dir/wrong" || fail "the wrong port: rank 1 did not warn"
 grep -q "still waiting for ranks 1" "$dir/right" || fail "the wrong port: rank 0 did not say it waits for rank 1"
 echo "the wrong port: rank 1 warned it cannot reach the root, rank 0 that it waits for rank 1"
+
+# A rank away before its first collective.
+CHORUS_WARN_AFTER_MS=500 IDLE_WAIT_FIRST_MS=2000 IDLE_WAIT_MS=10 IDLE_WAIT_MAX_PCT=100 \
+  "$chorusrun" -n 2 -- "$idle" > "$dir/late" 2>&1 || fail "a late first collective failed: $(tail -3 "$dir/late")"
+grep -q "rank 0 has waited [0-9.]* s for .* from rank 1" "$dir/late" ||
+  fail "a rank away before its first collective was not warned about"
+echo "a late first collective: $(grep -o 'rank 0 has waited.*from rank 1 ([^)]*)' "$dir/late" | head -1)"
 
 [ $failures -eq 0 ] && echo "PASS: startup problems are named" || exit 1

@@ -209,9 +209,11 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
     return m;
   };
   // Every joined rank gets `code` and `msg` (in progress: a word; otherwise the end of the join).
+  // Rank 0 last: it most often hosts this root, and a rank 0 told first may exit with its process,
+  // root and all, before the others are told.
   auto tellJoined = [&](chorusResult_t code, const std::string& msg) {
-    for (auto& c : conns) {
-      if (c.valid()) reply(c.get(), code, msg, nranks);
+    for (size_t r = conns.size(); r-- > 0;) {
+      if (conns[r].valid()) reply(conns[r].get(), code, msg, nranks);
     }
   };
   bool fatal = false;  // a join made the job impossible; every joined rank has been told
@@ -741,7 +743,9 @@ void Bootstrap::exportFd(int peer, uint64_t token, UniqueFd fd) {
 }
 
 Status Bootstrap::awaitClaim(int peer, uint64_t token) {
-  const int64_t deadline = nowNs() + timeoutNs_;
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timeoutNs_;
+  int64_t nextWarn = start + warnNs_;
   std::unique_lock<std::mutex> lk(mu_);
   while (exported_.count(token)) {
     if (abort_ && abort_->load(std::memory_order_acquire)) {
@@ -753,6 +757,7 @@ Status Bootstrap::awaitClaim(int peer, uint64_t token) {
                                            "to it within the timeout (" + std::to_string(timeoutNs_ / 1000000000) +
                                            " s)");
     }
+    noteSlowWait(start, &nextWarn, peer, "the mapping of a shared-memory FIFO");
     cv_.wait_for(lk, std::chrono::milliseconds(10));
   }
   return Status::ok();
@@ -940,8 +945,21 @@ Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   return writeMessage(peer, tag, BootstrapHeader::kMessage, data, bytes, nullptr);
 }
 
+void Bootstrap::noteSlowWait(int64_t startNs, int64_t* nextWarnNs, int peer, const char* what) const {
+  const int64_t now = nowNs();
+  if (warnNs_ <= 0 || now < *nextWarnNs) return;
+  log_.warn(kSubsysBoot,
+            "rank {} has waited {:.1f} s for {} from rank {} ({}): is that rank alive and in the same call? The first "
+            "operation between two ranks connects them and waits for both. The timeout ends it after {} s",
+            rank_, static_cast<double>(now - startNs) / 1e9, what, peer, peers_[peer].toString(),
+            timeoutNs_ / 1000000000);
+  *nextWarnNs = startNs + 2 * (*nextWarnNs - startNs);
+}
+
 Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
-  const int64_t deadline = nowNs() + timeoutNs_;
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timeoutNs_;
+  int64_t nextWarn = start + warnNs_;
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
     auto it = messages_.find({peer, tag});
@@ -960,6 +978,7 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
                                            " s waiting for a bootstrap message from rank " + std::to_string(peer) +
                                            " (" + peers_[peer].toString() + "); is it alive and in the same call?");
     }
+    noteSlowWait(start, &nextWarn, peer, "a bootstrap message");
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
 }
@@ -1002,7 +1021,9 @@ Result<UniqueFd> Bootstrap::openConnection(int peer, uint64_t tag) {
 }
 
 Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
-  const int64_t deadline = nowNs() + timeoutNs_;
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timeoutNs_;
+  int64_t nextWarn = start + warnNs_;
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
     auto it = connections_.find({peer, tag});
@@ -1020,6 +1041,7 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
       return Status(chorusSystemError, "Timed out waiting for rank " + std::to_string(peer) + " (" +
                                            peers_[peer].toString() + ") to open its data connection");
     }
+    noteSlowWait(start, &nextWarn, peer, "a data connection");
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
 }

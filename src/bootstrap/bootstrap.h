@@ -146,6 +146,9 @@ class Bootstrap {
   const uint64_t* secret() const { return secret_; }
   const SockAddr& address(int rank) const { return peers_[rank]; }
   int64_t timeoutNs() const { return timeoutNs_; }
+  // From this long on, and each time the wait doubles, a wait for a peer (a message, a
+  // connection, a claim) says so in a WARN line naming the peer; 0: never. Set before any wait.
+  void setStallWarn(int64_t ns) { warnNs_ = ns; }
 
   Status send(int peer, uint64_t tag, const void* data, size_t bytes);
   Result<std::vector<char>> recv(int peer, uint64_t tag);
@@ -205,6 +208,9 @@ class Bootstrap {
   uint64_t secret_[2] = {0, 0};
   std::vector<SockAddr> peers_;
   int64_t timeoutNs_ = 0;
+  int64_t warnNs_ = 0;
+  // The WARN line of a wait for `peer` that takes long; moves *nextWarnNs on (doubling).
+  void noteSlowWait(int64_t startNs, int64_t* nextWarnNs, int peer, const char* what) const;
   Logger log_;
   const std::atomic<bool>* abort_ = nullptr;
   uint64_t collSeq_ = 0;  // allgather/barrier counter, advanced identically on every rank

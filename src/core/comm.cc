@@ -170,6 +170,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
 
 Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine) {
   bootstrap_ = std::move(bootstrap);
+  bootstrap_->setStallWarn(config_.stallWarnNs());
   std::vector<InitRecord> all(nranks_);
   InitRecord& me = all[rank_];
   me.peer = PeerInfo::local(config_);
