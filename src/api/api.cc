@@ -160,6 +160,13 @@ Result<std::shared_ptr<EventState>> lookupEvent(chorusEvent_t e) {
   return state;
 }
 
+// What the event behind a handle recorded.
+Result<EventMark> markOf(chorusEvent_t event) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, lookupEvent(event));
+  std::lock_guard<std::mutex> g(e->mu);
+  return e->mark;
+}
+
 // Waits until no API call is inside the handle but the caller's own, at most until `deadlineNs`:
 // a call that outlives it keeps the handle alive and frees it when it leaves.
 void waitForCalls(const CommHandle& h, int64_t deadlineNs) {
@@ -790,14 +797,6 @@ chorusResult_t chorusEventRecord(chorusEvent_t event, chorusStream_t stream) {
     return Status::ok();
   });
 }
-
-namespace {
-Result<EventMark> markOf(chorusEvent_t event) {
-  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, lookupEvent(event));
-  std::lock_guard<std::mutex> g(e->mu);
-  return e->mark;
-}
-}  // namespace
 
 chorusResult_t chorusEventQuery(chorusEvent_t event) {
   return guard("chorusEventQuery", [&]() -> Status {
