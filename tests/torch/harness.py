@@ -1,5 +1,6 @@
 """What the torch tests share: running a function on ranks under mp.spawn and reporting failures."""
 import os
+import socket
 import sys
 import time
 import traceback
@@ -8,8 +9,16 @@ import torch.multiprocessing as mp
 
 
 def free_port(offset=0):
-    """A port for the store, derived from the pid so tests started together differ."""
-    return 20000 + (os.getpid() + offset) % 20000
+    """A port nothing listens on now, chosen by the kernel so that tests running side by side do
+    not collide (a pid-derived one did). Callers also use port + 1 and port + 2, which are free
+    too unless some other socket took them in between; `offset` is no longer needed."""
+    del offset
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 2 < 65536:
+            return port
 
 
 def _guarded(rank, fn, args, failures):
