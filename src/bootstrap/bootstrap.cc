@@ -589,7 +589,12 @@ Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void
   }
   // A peer gone in the middle of init has usually told this rank why first: a rank that failed
   // sends its notice before its listener closes, and the notice may still be on its way through
-  // this rank's accept thread. It names the culprit; this error would name the messenger.
+  // this rank's accept thread. It names the culprit; this error would name the messenger. Once a
+  // communicator listens for notices (after init) they fail it directly, and there is no wait.
+  {
+    std::lock_guard<std::mutex> g(noticeMu_);
+    if (onNotice_) return s.about(peer);
+  }
   for (int i = 0; i < 40 && earlyNotice().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (std::string told = earlyNotice(); !told.empty()) return remoteError(told);
   return s.about(peer);

@@ -114,23 +114,20 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
       from.resize(nranks);
       conns.resize(nranks);
     }
-    if (h.nranks != nranks) {
-      const std::string why = "rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
-                              " but other ranks of this id were given nranks=" + std::to_string(nranks) +
-                              ": every rank must be given the same number of ranks";
+    // Arguments that make the job impossible: the newcomer and every rank that joined hear why.
+    auto failJob = [&](const std::string& why) {
       reply(c.get(), chorusInvalidArgument, why, 0);
       tellJoined(chorusInvalidArgument, why);
       fatal = true;
-      return;
+    };
+    if (h.nranks != nranks) {
+      return failJob("rank " + std::to_string(h.rank) + " was given nranks=" + std::to_string(h.nranks) +
+                     " but other ranks of this id were given nranks=" + std::to_string(nranks) +
+                     ": every rank must be given the same number of ranks");
     }
     if (h.rank < 0 || h.rank >= nranks || conns[h.rank].valid()) {
-      const std::string why = "rank " + std::to_string(h.rank) +
-                              " is out of range or joined twice; every rank of the " + std::to_string(nranks) +
-                              " must pass a distinct rank in [0, nranks)";
-      reply(c.get(), chorusInvalidArgument, why, 0);
-      tellJoined(chorusInvalidArgument, why);
-      fatal = true;
-      return;
+      return failJob("rank " + std::to_string(h.rank) + " is out of range or joined twice; every rank of the " +
+                     std::to_string(nranks) + " must pass a distinct rank in [0, nranks)");
     }
     if (!h.listen.valid()) {
       reply(c.get(), chorusInvalidArgument, "rank " + std::to_string(h.rank) + " sent no valid listening address", 0);
