@@ -170,7 +170,11 @@ TEST_CASE("abort while another thread keeps calling on the communicator", "[api]
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     CHECK(chorusCommAbort(c) == chorusSuccess);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // The caller must meet the dead handle; on a loaded machine it may not run for a while.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (refused.load() == 0 && secondsSince(t0) < 10.0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     stop = true;
     caller.join();
     CHECK(refused.load() > 0);
