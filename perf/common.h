@@ -16,8 +16,9 @@ enum class InPlace {
   kNone,             // no in-place form: the in-place columns are N/A
 };
 
-// One collective. `count` is nccl-tests' count column: the elements of the larger buffer of one
-// rank (the whole output of all-gather, the whole input of reduce-scatter, ...).
+// One collective. `count` is the elements of the larger buffer of one rank (the whole output of
+// all-gather, the whole input of reduce-scatter, ...); the table's count column is callCount,
+// the count argument of the call, as nccl-tests prints it.
 struct CollDesc {
   const char* name;
   bool reduces;

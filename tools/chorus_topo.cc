@@ -10,6 +10,7 @@
 // Prints packages, NUMA nodes, cores, each NVIDIA GPU and NIC with its PCI locality, and the link
 // class between every pair of GPUs. Ranks are placed as the runtime places them: GPU = local rank
 // mod GPUs; without GPUs, unbound CPU ranks spread over the NUMA nodes in blocks.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,12 +21,6 @@
 namespace {
 
 using namespace chorus::topo;
-
-int usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: chorus-topo [--layout HOSTSxRANKS | --layout R0,R1,...] [--channels N] [hwloc-xml-file]\n");
-  return code;
-}
 
 // "4x8" -> 8,8,8,8; "2,1" -> 2,1. Empty on a malformed layout.
 std::vector<int> parseLayout(const std::string& s) {
@@ -111,23 +106,11 @@ int main(int argc, char** argv) {
   std::string xml;
   std::string layout;
   int channels = 2;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") return usage(0);
-    if (a == "--layout" && i + 1 < argc) {
-      layout = argv[++i];
-    } else if (a == "--channels" && i + 1 < argc) {
-      channels = std::atoi(argv[++i]);
-      if (channels < 1 || channels > 64) {
-        std::fprintf(stderr, "chorus-topo: --channels takes 1 to 64, not %s\n", argv[i]);
-        return 2;
-      }
-    } else if (!a.empty() && a[0] != '-' && xml.empty()) {
-      xml = a;
-    } else {
-      return usage(2);
-    }
-  }
+  CLI::App app{"chorus-topo: what Chorus sees of a machine (hwloc), and the rings and trees it builds"};
+  app.add_option("file", xml, "an hwloc XML file (default: CHORUS_TOPO_FILE when set, else the live machine)");
+  app.add_option("--layout", layout, "a job of HOSTSxRANKS (4x8) or ranks per host (2,1): placement, rings, trees");
+  app.add_option("--channels", channels, "rings to build with --layout")->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
   if (xml.empty()) {
     if (const char* f = std::getenv("CHORUS_TOPO_FILE")) xml = f;
   }

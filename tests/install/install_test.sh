@@ -8,12 +8,21 @@ src=$2
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" > /dev/null
-libdir=$(ls -d "$prefix"/lib*/pkgconfig | head -n1)
-export PKG_CONFIG_PATH=$libdir
-export LD_LIBRARY_PATH=$(dirname "$libdir")
+export PKG_CONFIG_PATH=$(ls -d "$prefix"/lib*/pkgconfig | head -n1)
+libdir=$(pkg-config --variable=libdir chorus)
+# The installed programs find the library without LD_LIBRARY_PATH (their rpath is ../lib).
+"$prefix/bin/all_reduce_perf" -t 2 -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 > "$prefix/perf.out" ||
+  { cat "$prefix/perf.out"; exit 1; }
+for tool in all_reduce all_gather broadcast reduce reduce_scatter alltoall sendrecv gather scatter; do
+  [ -x "$prefix/bin/${tool}_perf" ] || { echo "${tool}_perf is not installed" >&2; exit 1; }
+done
+"$prefix/bin/chorus-topo" --help > /dev/null
+# A program linked with pkg-config alone needs the library's directory at run time: the rpath
+# the README gives, or LD_LIBRARY_PATH.
 gcc -std=c99 -pedantic -Wall -Werror "$src/examples/allreduce.c" $(pkg-config --cflags --libs chorus) \
-  -o "$prefix/example_pc"
+  -Wl,-rpath,"$libdir" -o "$prefix/example_pc"
 "$prefix/bin/chorusrun" -n 2 -- "$prefix/example_pc"
+export LD_LIBRARY_PATH=$libdir
 cmake -S "$src/tests/install" -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DEXAMPLE_SOURCE="$src/examples/allreduce.c" > /dev/null
 cmake --build "$prefix/consumer" > /dev/null
