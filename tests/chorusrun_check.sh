@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # chorusrun takes mpirun's habits and keeps its own exit codes:
 #  - -np N, a command with or without "--", -x VAR=VALUE and -x VAR;
-#  - no command is a usage error (exit 2); a rank's exit code and signal become chorusrun's.
+#  - no command is a usage error (exit 2); a rank's exit code and signal become chorusrun's;
+#  - stopping the job stops what each rank started (a process group per rank).
 #   chorusrun_check.sh CHORUSRUN EXAMPLE
 set -uo pipefail
 run=$1
@@ -23,4 +24,9 @@ out=$(PASS_ME=yes "$run" -np 2 -x FOO=bar -x PASS_ME bash -c 'echo "$CHORUS_RANK
 [ $? -eq 3 ] || fail "a rank's exit code 3 was not passed on"
 "$run" -np 2 bash -c '[ "$CHORUS_RANK" = 1 ] && kill -SEGV $$; sleep 5' > /dev/null 2>&1
 [ $? -eq $((128 + 11)) ] || fail "a rank's SIGSEGV was not passed on as 139"
+# What a rank started goes with it: the other rank's child (a shell's sleep) is stopped too.
+"$run" -np 2 sh -c '[ "$CHORUS_RANK" = 1 ] && exit 4; sleep 61.25' > /dev/null 2>&1
+[ $? -eq 4 ] || fail "a rank's exit code 4 was not passed on"
+sleep 0.2
+pgrep -f "sleep 61.25" > /dev/null && fail "a rank's child outlived the job: $(pgrep -af "sleep 61.25")"
 [ $failures -eq 0 ] && echo "PASS: chorusrun takes mpirun's habits" || exit 1

@@ -32,12 +32,7 @@ if [ -z "$layout" ] || [ $# -eq 0 ]; then
   exit 2
 fi
 
-skip() {
-  echo "SKIP: $*" >&2
-  exit 77
-}
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-command -v ip > /dev/null || skip "the ip command (iproute2) is missing"
+. "$(dirname "$0")/netns_hosts.sh"
 
 IFS=, read -r -a perhost <<< "$layout"
 nhosts=${#perhost[@]}
@@ -45,36 +40,16 @@ nranks=0
 for c in "${perhost[@]}"; do nranks=$((nranks + c)); done
 
 tag="ch$$"
-sw="${tag}sw"
-made=()
 logdir=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2> /dev/null; done
-  for ns in "${made[@]}"; do ip netns del "$ns" 2> /dev/null; done
+  netns_remove
   rm -rf "$logdir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-ip netns add "$sw" 2> /dev/null || skip "cannot create network namespaces here (ip netns add failed)"
-made+=("$sw")
-ip -n "$sw" link add br0 type bridge || skip "cannot create a bridge in a network namespace"
-ip -n "$sw" link set br0 up
-for h in $(seq 0 $((nhosts - 1))); do
-  ns="${tag}h$h"
-  ip netns add "$ns" || { echo "ip netns add $ns failed" >&2; exit 1; }
-  made+=("$ns")
-  ip link add "${tag}h${h}a" type veth peer name "${tag}h${h}b" || { echo "veth creation failed" >&2; exit 1; }
-  ip link set "${tag}h${h}a" netns "$ns"
-  ip link set "${tag}h${h}b" netns "$sw"
-  ip -n "$ns" link set "${tag}h${h}a" name eth0
-  ip -n "$ns" addr add "198.18.0.$((h + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip -n "$sw" link set "${tag}h${h}b" master br0
-  ip -n "$sw" link set "${tag}h${h}b" up
-done
+netns_hosts "$nhosts" "$tag"
 
 port=$((20000 + $$ % 20000))
 # Each host also gets its own PID and UTS namespaces (its own hostname, "hostH", and /proc), as a
