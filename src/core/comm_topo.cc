@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "src/bootstrap/bootstrap.h"
@@ -14,32 +15,6 @@ namespace {
 
 // A machine with hundreds of GPUs and NICs describes itself in tens of KiB.
 constexpr uint32_t kMaxMachineBytes = 1u << 20;
-
-std::string jsonString(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
-
-template <typename T>
-std::string jsonList(const std::vector<T>& v) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
-  o << "]";
-  return o.str();
-}
 
 // NCCL's tree line: "child/child/child->rank->parent" (-1 for none).
 std::string treeLine(const topo::DoubleTree& t, int k, int rank) {
@@ -160,8 +135,10 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
 
 Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
                                   const std::vector<int>& localRank) const {
-  std::ostringstream o;
-  o << "{\n  \"nranks\": " << nranks_ << ",\n  \"hosts\": [\n";
+  using Json = nlohmann::ordered_json;
+  Json dump;
+  dump["nranks"] = nranks_;
+  dump["hosts"] = Json::array();
   for (size_t h = 0; h < hosts.size(); ++h) {
     const topo::Machine& m = hosts[h];
     std::vector<int> ranks;
@@ -169,41 +146,50 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
       if (places[r].host == static_cast<int>(h)) ranks.push_back(r);
     }
     std::vector<std::string> gpus;
-    for (const auto& g : m.gpus) gpus.push_back(jsonString(g.busId));
+    for (const auto& g : m.gpus) gpus.push_back(g.busId);
     std::vector<std::string> nics;
-    for (const auto& n : m.nics) nics.push_back(jsonString(n.names.empty() ? n.busId : n.names.front()));
-    o << "    {\"name\": " << jsonString(peers_[ranks.front()].host) << ", \"ranks\": " << jsonList(ranks)
-      << ", \"packages\": " << m.packages << ", \"numaNodes\": " << m.numaNodes << ", \"cores\": " << m.cores
-      << ", \"pus\": " << m.pus << ", \"caches\": " << jsonList(m.caches)
-      << ", \"cacheBytes\": " << jsonList(m.cacheBytes) << ", \"gpus\": " << jsonList(gpus)
-      << ", \"nics\": " << jsonList(nics) << "}" << (h + 1 < hosts.size() ? "," : "") << "\n";
+    for (const auto& n : m.nics) nics.push_back(n.names.empty() ? n.busId : n.names.front());
+    // "machine" is the description CHORUS_TOPO_FILE reads back (topo::serialize's text).
+    dump["hosts"].push_back({{"name", peers_[ranks.front()].host},
+                             {"ranks", ranks},
+                             {"packages", m.packages},
+                             {"numaNodes", m.numaNodes},
+                             {"cores", m.cores},
+                             {"pus", m.pus},
+                             {"caches", m.caches},
+                             {"cacheBytes", m.cacheBytes},
+                             {"gpus", gpus},
+                             {"nics", nics},
+                             {"machine", topo::serialize(m)}});
   }
-  o << "  ],\n  \"ranks\": [\n";
+  dump["ranks"] = Json::array();
   for (int r = 0; r < nranks_; ++r) {
     const topo::RankPlace& p = places[r];
-    const int nic = topo::nearestNic(hosts[p.host], p);
-    o << "    {\"rank\": " << r << ", \"host\": " << p.host << ", \"localRank\": " << localRank[r]
-      << ", \"gpu\": " << p.gpu << ", \"numa\": " << p.numa << ", \"nearestNic\": " << nic << "}"
-      << (r + 1 < nranks_ ? "," : "") << "\n";
+    dump["ranks"].push_back({{"rank", r},
+                             {"host", p.host},
+                             {"localRank", localRank[r]},
+                             {"gpu", p.gpu},
+                             {"numa", p.numa},
+                             {"nearestNic", topo::nearestNic(hosts[p.host], p)}});
   }
-  o << "  ],\n  \"channels\": [\n";
-  for (size_t c = 0; c < channels_.size(); ++c) {
-    const auto& ch = channels_[c];
-    o << "    {\"ring\": " << jsonList(ch.ring) << ", \"bottleneck\": " << jsonString(ch.bottleneck)
-      << ", \"busBwGBs\": " << ch.busBwGBs << ", \"hopLatencyUs\": " << ch.hopLatencyUs
-      << ", \"nicOfRank\": " << jsonList(ch.nicOfRank) << "}" << (c + 1 < channels_.size() ? "," : "") << "\n";
+  dump["channels"] = Json::array();
+  for (const auto& ch : channels_) {
+    dump["channels"].push_back({{"ring", ch.ring},
+                                {"bottleneck", ch.bottleneck},
+                                {"busBwGBs", ch.busBwGBs},
+                                {"hopLatencyUs", ch.hopLatencyUs},
+                                {"nicOfRank", ch.nicOfRank}});
   }
-  o << "  ],\n  \"trees\": [\n";
-  for (int k = 0; k < 2; ++k) {
-    o << "    {\"root\": " << trees_.root[k] << ", \"parent\": " << jsonList(trees_.parent[k]) << "}"
-      << (k == 0 ? "," : "") << "\n";
-  }
+  dump["trees"] = Json::array();
+  for (int k = 0; k < 2; ++k) dump["trees"].push_back({{"root", trees_.root[k]}, {"parent", trees_.parent[k]}});
   const topo::AllReduceModel& m = allReduceModel_;
-  o << "  ],\n  \"tuner\": {\"allReduceDirectMaxBytes\": " << directMaxFor()
-    << ", \"allReduceTreeMaxBytes\": " << treeMaxBytes_ << ", \"ringLatencyUs\": " << m.ringLatencyUs
-    << ", \"treeLatencyUs\": " << m.treeLatencyUs << ", \"bwGBs\": " << m.bwGBs << "}\n}\n";
+  dump["tuner"] = {{"allReduceDirectMaxBytes", directMaxFor()},
+                   {"allReduceTreeMaxBytes", treeMaxBytes_},
+                   {"ringLatencyUs", m.ringLatencyUs},
+                   {"treeLatencyUs", m.treeLatencyUs},
+                   {"bwGBs", m.bwGBs}};
   std::ofstream f(config_.topoDumpFile);
-  f << o.str();
+  f << dump.dump(2) << "\n";
   if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + config_.topoDumpFile + ": check the path");
   log_.info(kSubsysInit, "topology written to {}", config_.topoDumpFile);
   return Status::ok();

@@ -1,6 +1,7 @@
 #include "src/core/flight.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "src/core/os.h"
 
@@ -81,21 +82,6 @@ std::string describe(const FlightEntry& e, int64_t now) {
   return s;
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string FlightRecorder::text(const std::vector<FlightEntry>& entries, size_t last) {
@@ -107,25 +93,29 @@ std::string FlightRecorder::text(const std::vector<FlightEntry>& entries, size_t
 }
 
 std::string FlightRecorder::chromeTrace(const std::vector<FlightEntry>& entries, int rank, const std::string& thread) {
+  // Chrome's trace event format: an array of events, one per line so a cut file stays readable.
   const int64_t now = nowNs();
+  using Json = nlohmann::ordered_json;
   std::string s = "[\n";
-  s += fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"args":{{"name":"rank {}"}}}})", rank, rank);
-  s += fmt::format(
-      ",\n"
-      R"({{"name":"thread_name","ph":"M","pid":{},"tid":0,"args":{{"name":{}}}}})",
-      rank, jsonString(thread));
+  s += Json{{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}}
+           .dump();
+  s += ",\n" +
+       Json{{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", thread}}}}.dump();
   for (const FlightEntry& e : entries) {
     const int64_t start = e.startNs ? e.startNs : e.issuedNs;
     const int64_t end = e.endNs ? e.endNs : now;
-    s += fmt::format(
-        ",\n"
-        R"({{"name":{},"cat":"{}","ph":"X","pid":{},"tid":0,"ts":{:.3f},"dur":{:.3f},)",
-        jsonString(std::string(e.coll) + " #" + std::to_string(e.seq)), e.algo, rank, static_cast<double>(start) / 1e3,
-        static_cast<double>(end - start) / 1e3);
-    s += fmt::format(R"("args":{{"id":{},"count":{},"type":{},"op":{},"root":{},"state":"{}","result":{},)"
-                     R"("queued_us":{:.3f}}}}})",
-                     e.id, e.count, e.type, e.op, e.root, flightStateName(e.state), e.result,
-                     static_cast<double>(start - e.issuedNs) / 1e3);
+    Json ev = {{"name", std::string(e.coll) + " #" + std::to_string(e.seq)},
+               {"cat", e.algo},
+               {"ph", "X"},
+               {"pid", rank},
+               {"tid", 0},
+               {"ts", static_cast<double>(start) / 1e3},
+               {"dur", static_cast<double>(end - start) / 1e3}};
+    ev["args"] = {{"id", e.id},         {"count", e.count},
+                  {"type", e.type},     {"op", e.op},
+                  {"root", e.root},     {"state", flightStateName(e.state)},
+                  {"result", e.result}, {"queued_us", static_cast<double>(start - e.issuedNs) / 1e3}};
+    s += ",\n" + ev.dump();
   }
   return s + "\n]\n";
 }

@@ -6,11 +6,17 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "src/core/os.h"
 
 namespace chorus::topo {
 namespace {
@@ -99,7 +105,46 @@ const LinkInfo& linkInfo(LinkClass c) { return kLinks[static_cast<int>(c)]; }
 
 const char* linkClassName(LinkClass c) { return linkInfo(c).name; }
 
+namespace {
+
+// A file CHORUS_TOPO_DUMP_FILE wrote: the machine of the host with this host's name, else of the
+// first host (a dump from one machine, replayed elsewhere).
+Result<Machine> machineFromDump(const std::string& path, const std::string& text) {
+  const nlohmann::json dump = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (dump.is_discarded() || !dump.is_object() || !dump.contains("hosts") || !dump["hosts"].is_array() ||
+      dump["hosts"].empty()) {
+    return invalidArgument(path + " (CHORUS_TOPO_FILE) is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote: "
+                                  "give that, or an hwloc XML file");
+  }
+  const std::string self = hostName();
+  const nlohmann::json* chosen = &dump["hosts"][0];
+  for (const auto& h : dump["hosts"]) {
+    if (h.is_object() && h.value("name", "") == self) chosen = &h;
+  }
+  if (!chosen->is_object() || !chosen->contains("machine") || !(*chosen)["machine"].is_string()) {
+    return invalidArgument(path + " (CHORUS_TOPO_FILE): its hosts carry no \"machine\" description (written by an "
+                                  "older Chorus); dump it again");
+  }
+  auto m = parseMachine((*chosen)["machine"].get<std::string>());
+  if (!m.isOk()) return invalidArgument(path + " (CHORUS_TOPO_FILE): " + m.status().message());
+  return m;
+}
+
+}  // namespace
+
 Result<Machine> detect(const std::string& xmlPath) {
+  if (!xmlPath.empty()) {
+    std::ifstream f(xmlPath);
+    if (!f) {
+      return invalidArgument("cannot read " + xmlPath + " (CHORUS_TOPO_FILE): " + std::strerror(errno) +
+                             "; check the path");
+    }
+    std::stringstream text;
+    text << f.rdbuf();
+    const std::string s = text.str();
+    const size_t first = s.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && s[first] == '{') return machineFromDump(xmlPath, s);
+  }
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return systemError("hwloc_topology_init failed");
   Topology t(raw);

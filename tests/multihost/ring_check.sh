@@ -3,6 +3,7 @@
 # must log the ring "0 2 1 3" (each host's ranks together, entered once), rank 0 must dump the
 # same in CHORUS_TOPO_DUMP_FILE with trees over both hosts, the tuner must send each size to the
 # schedule its estimates choose (direct, then tree, then ring), and the all-reduce must be right.
+# A dump must read back through CHORUS_TOPO_FILE into the same topology.
 #   ring_check.sh CHORUSRUN PERF_BINARY
 set -uo pipefail
 chorusrun=$1
@@ -44,5 +45,20 @@ tuner = t["tuner"]
 assert tuner["allReduceDirectMaxBytes"] == 10922 and tuner["allReduceTreeMaxBytes"] == 52500, tuner
 print("topology dump as expected")
 PY
+# The dump reads back: a job on a replayed machine (hwloc XML) dumps its topology; the same job on
+# that dump (CHORUS_TOPO_FILE) builds the same machine, rings, trees and tuner limits.
+xml="$here/../data/topologies/32em64t-2n8c2t-pci-normalio.xml"
+CHORUS_TOPO_FILE=$xml CHORUS_TOPO_DUMP_FILE="$dir/d1.json" "$chorusrun" -n 4 -- "$perf" -b 8 -e 8 -n 1 -w 0 \
+  > "$dir/d1.out" 2>&1 || { echo "FAIL: the run on $xml failed"; cat "$dir/d1.out"; status=1; }
+CHORUS_TOPO_FILE="$dir/d1.json" CHORUS_TOPO_DUMP_FILE="$dir/d2.json" "$chorusrun" -n 4 -- "$perf" -b 8 -e 8 -n 1 -w 0 \
+  > "$dir/d2.out" 2>&1 || { echo "FAIL: the run on its dump failed"; cat "$dir/d2.out"; status=1; }
+cmp -s "$dir/d1.json" "$dir/d2.json" || { echo "FAIL: the topology read back from a dump differs"; diff "$dir/d1.json" "$dir/d2.json" | head; status=1; }
+grep -q '"gpus": \[' "$dir/d2.json" && python3 -c "import json,sys; sys.exit(len(json.load(open('$dir/d2.json'))['hosts'][0]['gpus']) != 3)" ||
+  { echo "FAIL: the dump lost the replayed machine's 3 GPUs"; status=1; }
+echo '{"not": "a dump"}' > "$dir/other.json"
+CHORUS_TOPO_FILE="$dir/other.json" "$chorusrun" -n 2 -- "$perf" -b 8 -e 8 -n 1 -w 0 > "$dir/other.out" 2>&1 &&
+  { echo "FAIL: a JSON file that is no dump was accepted"; status=1; }
+grep -q "other.json (CHORUS_TOPO_FILE) is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote" "$dir/other.out" ||
+  { echo "FAIL: a JSON file that is no dump was not named"; cat "$dir/other.out"; status=1; }
 [ $status -eq 0 ] && echo "ring 0 2 1 3 on every rank, sizes tuned as estimated, results correct"
 exit $status
