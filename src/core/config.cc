@@ -4,21 +4,21 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
 namespace chorus {
-namespace {
 
-const char* getEnv(const char* name) {
+const char* envValue(const char* name) {
   const char* v = std::getenv(name);
   return (v && *v) ? v : nullptr;
 }
 
-Status readInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
-  const char* v = getEnv(name);
+Status readEnvInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
+  const char* v = envValue(name);
   if (!v) return Status::ok();
   char* end = nullptr;
   errno = 0;
@@ -30,6 +30,8 @@ Status readInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
   *out = x;
   return Status::ok();
 }
+
+namespace {
 
 std::string upper(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
@@ -123,7 +125,7 @@ void noteEnvironment(Config* c) {
 
 Status readBool(const char* name, bool* out) {
   int64_t x = *out ? 1 : 0;
-  CHORUS_TRY(readInt(name, 0, 1, &x));
+  CHORUS_TRY(readEnvInt(name, 0, 1, &x));
   *out = x != 0;
   return Status::ok();
 }
@@ -133,16 +135,16 @@ Status readBool(const char* name, bool* out) {
 Result<Config> Config::fromEnv() {
   Config c;
   int64_t x = c.timeoutNs / 1000000000;
-  CHORUS_TRY(readInt("CHORUS_TIMEOUT", 1, int64_t(1) << 30, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_TIMEOUT", 1, int64_t(1) << 30, &x));
   c.timeoutNs = x * 1000000000;
   x = 0;
-  CHORUS_TRY(readInt("CHORUS_INIT_TIMEOUT", 1, int64_t(1) << 30, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_INIT_TIMEOUT", 1, int64_t(1) << 30, &x));
   c.initTimeoutNs = x * 1000000000;
 
   // As NCCL_DEBUG and NCCL_DEBUG_SUBSYS: names match whatever their case, and a value that
   // cannot be used is reported (once the logger exists) rather than refused: logging settings
   // must never stop a job.
-  if (const char* v = getEnv("CHORUS_DEBUG")) {
+  if (const char* v = envValue("CHORUS_DEBUG")) {
     const std::string s = upper(v);
     if (s == "WARN" || s == "ABORT") {
       c.logLevel = LogLevel::kWarn;
@@ -161,7 +163,7 @@ Result<Config> Config::fromEnv() {
     }
     c.printVersion = c.printVersion || c.logLevel >= LogLevel::kInfo;
   }
-  if (const char* v = getEnv("CHORUS_DEBUG_SUBSYS")) {
+  if (const char* v = envValue("CHORUS_DEBUG_SUBSYS")) {
     // Comma-separated names; a leading ^ inverts the set, as NCCL_DEBUG_SUBSYS.
     std::string_view s(v);
     bool invert = false;
@@ -218,48 +220,48 @@ Result<Config> Config::fromEnv() {
   }
   CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
   CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
-  if (const char* v = getEnv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
-  if (const char* v = getEnv("CHORUS_TOPO_FILE")) c.topoFile = v;
-  if (const char* v = getEnv("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
-  if (const char* v = getEnv("CHORUS_FLIGHT_DUMP")) c.flightDump = v;
+  if (const char* v = envValue("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = envValue("CHORUS_TOPO_FILE")) c.topoFile = v;
+  if (const char* v = envValue("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
+  if (const char* v = envValue("CHORUS_FLIGHT_DUMP")) c.flightDump = v;
   CHORUS_TRY(readBool("CHORUS_FLIGHT_TRACE", &c.flightTrace));
   CHORUS_TRY(readBool("CHORUS_CHECK", &c.check));
   x = static_cast<int64_t>(c.flightEntries);
-  CHORUS_TRY(readInt("CHORUS_FLIGHT_ENTRIES", 0, 1 << 20, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_FLIGHT_ENTRIES", 0, 1 << 20, &x));
   c.flightEntries = static_cast<size_t>(x);
   x = c.flightSignal;
-  CHORUS_TRY(readInt("CHORUS_FLIGHT_SIGNAL", 1, 64, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_FLIGHT_SIGNAL", 1, 64, &x));
   c.flightSignal = static_cast<int>(x);
   x = c.warnAfterNs / 1000000;
-  CHORUS_TRY(readInt("CHORUS_WARN_AFTER_MS", 0, int64_t(1) << 40, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_WARN_AFTER_MS", 0, int64_t(1) << 40, &x));
   c.warnAfterNs = x * 1000000;
 
   x = c.socketThreads;
-  CHORUS_TRY(readInt("CHORUS_SOCKET_NTHREADS", 1, 16, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_SOCKET_NTHREADS", 1, 16, &x));
   c.socketThreads = static_cast<int>(x);
-  CHORUS_TRY(readInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
+  CHORUS_TRY(readEnvInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
   x = c.yieldIters;
-  CHORUS_TRY(readInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));
   c.yieldIters = static_cast<int>(x);
   x = c.sleepMaxNs / 1000;
-  CHORUS_TRY(readInt("CHORUS_SLEEP_MAX_US", 1, 1000000, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_SLEEP_MAX_US", 1, 1000000, &x));
   c.sleepMaxNs = x * 1000;
   x = static_cast<int64_t>(c.slotBytes);
-  CHORUS_TRY(readInt("CHORUS_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
   if (x % 64 != 0) return invalidArgument("CHORUS_SLOT_BYTES must be a multiple of 64");
   c.slotBytes = static_cast<size_t>(x);
   x = static_cast<int64_t>(c.peerSlotBytes);
-  CHORUS_TRY(readInt("CHORUS_P2P_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_P2P_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
   if (x % 64 != 0) return invalidArgument("CHORUS_P2P_SLOT_BYTES must be a multiple of 64");
   c.peerSlotBytes = static_cast<size_t>(x);
   x = c.slots;
-  CHORUS_TRY(readInt("CHORUS_SLOTS", 2, 64, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_SLOTS", 2, 64, &x));
   c.slots = static_cast<int>(x);
   x = c.nChannels;
-  CHORUS_TRY(readInt("CHORUS_NCHANNELS", 1, 32, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_NCHANNELS", 1, 32, &x));
   c.nChannels = static_cast<int>(x);
 
-  if (const char* v = getEnv("CHORUS_CPU_ISA")) {
+  if (const char* v = envValue("CHORUS_CPU_ISA")) {
     auto isa = parseCpuIsa(v);
     if (!isa) return invalidArgument(std::string("CHORUS_CPU_ISA=") + v + " is not one of scalar, avx2, avx512");
     if (!hostKernelsFor(*isa)) {
@@ -267,7 +269,7 @@ Result<Config> Config::fromEnv() {
     }
     c.cpuIsa = isa;
   }
-  if (const char* v = getEnv("CHORUS_ALGO")) {
+  if (const char* v = envValue("CHORUS_ALGO")) {
     std::string lower(v);
     for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (lower != "ring" && lower != "direct" && lower != "slice" && lower != "tree") {
@@ -278,9 +280,9 @@ Result<Config> Config::fromEnv() {
     c.algo = lower;
   }
   x = static_cast<int64_t>(c.directMaxBytes);
-  CHORUS_TRY(readInt("CHORUS_DIRECT_MAX_BYTES", 0, int64_t(1) << 40, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_DIRECT_MAX_BYTES", 0, int64_t(1) << 40, &x));
   c.directMaxBytes = static_cast<size_t>(x);
-  if (const char* v = getEnv("CHORUS_PROTO")) {
+  if (const char* v = envValue("CHORUS_PROTO")) {
     if (std::string_view(v) != "simple" && std::string_view(v) != "Simple") {
       return invalidArgument(std::string("CHORUS_PROTO=") + v + " is not a protocol this build has (simple)");
     }

@@ -13,24 +13,18 @@
 //   none:       one rank, with a root of its own (CHORUS_COMM_ID is not used)
 #include "src/core/init_env.h"
 
+#include <cstdint>
 #include <cstdlib>
+
+#include "src/core/config.h"
 
 namespace chorus {
 namespace {
 
-const char* envOr(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 Result<int> envInt(const char* name) {
-  const char* v = envOr(name);
-  if (!v) return invalidArgument(std::string(name) + " is not set");
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 30)) {
-    return invalidArgument(std::string(name) + "=" + v + " is not a non-negative integer");
-  }
+  if (!envValue(name)) return invalidArgument(std::string(name) + " is not set");
+  int64_t x = 0;
+  CHORUS_TRY(readEnvInt(name, 0, int64_t(1) << 30, &x));
   return static_cast<int>(x);
 }
 
@@ -50,15 +44,15 @@ std::string firstSlurmHost(const std::string& list) {
 
 Result<EnvLaunch> readLaunchEnv() {
   EnvLaunch l;
-  const char* commId = envOr("CHORUS_COMM_ID");
-  if (envOr("CHORUS_RANK") || envOr("CHORUS_NRANKS")) {
+  const char* commId = envValue("CHORUS_COMM_ID");
+  if (envValue("CHORUS_RANK") || envValue("CHORUS_NRANKS")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("CHORUS_RANK"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("CHORUS_NRANKS"));
     if (!commId) return invalidArgument("CHORUS_RANK is set but CHORUS_COMM_ID (host:port of rank 0's root) is not");
     l.rootHostPort = commId;
     return l;
   }
-  if (envOr("OMPI_COMM_WORLD_RANK")) {
+  if (envValue("OMPI_COMM_WORLD_RANK")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("OMPI_COMM_WORLD_RANK"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("OMPI_COMM_WORLD_SIZE"));
     if (commId) {
@@ -67,12 +61,11 @@ Result<EnvLaunch> readLaunchEnv() {
     }
     // Every rank on one host: the root listens on loopback at a port derived from the job id,
     // which every rank of the job reads the same. Across hosts rank 0's address is not known.
-    const char* local = envOr("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const char* job = envOr("OMPI_MCA_ess_base_jobid");
+    const char* local = envValue("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* job = envValue("OMPI_MCA_ess_base_jobid");
     if (local && job && std::string(local) == std::to_string(l.nranks)) {
-      char* end = nullptr;
-      const unsigned long long id = std::strtoull(job, &end, 10);
-      if (*end != '\0') return invalidArgument(std::string("OMPI_MCA_ess_base_jobid=") + job + " is not a number");
+      int64_t id = 0;
+      CHORUS_TRY(readEnvInt("OMPI_MCA_ess_base_jobid", 0, INT64_MAX, &id));
       l.rootHostPort = "127.0.0.1:" + std::to_string(20000 + id % 20000);
       return l;
     }
@@ -80,32 +73,32 @@ Result<EnvLaunch> readLaunchEnv() {
         "under mpirun across hosts, set CHORUS_COMM_ID=host:port (rank 0's host, a free port), e.g. "
         "mpirun -x CHORUS_COMM_ID=$(hostname):29600 ...");
   }
-  if (envOr("RANK") && envOr("WORLD_SIZE")) {
+  if (envValue("RANK") && envValue("WORLD_SIZE")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("RANK"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("WORLD_SIZE"));
     if (commId) {
       l.rootHostPort = commId;
       return l;
     }
-    const char* addr = envOr("MASTER_ADDR");
+    const char* addr = envValue("MASTER_ADDR");
     if (!addr) return invalidArgument("RANK and WORLD_SIZE are set but MASTER_ADDR is not (and no CHORUS_COMM_ID)");
     CHORUS_ASSIGN_OR_RETURN(int port, envInt("MASTER_PORT"));
     l.rootHostPort = std::string(addr) + ":" + std::to_string(port + 1);
     return l;
   }
-  if (envOr("SLURM_PROCID")) {
+  if (envValue("SLURM_PROCID")) {
     CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("SLURM_PROCID"));
     CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("SLURM_NTASKS"));
     if (commId) {
       l.rootHostPort = commId;
       return l;
     }
-    const char* nodes = envOr("SLURM_STEP_NODELIST");
-    if (!nodes) nodes = envOr("SLURM_JOB_NODELIST");
+    const char* nodes = envValue("SLURM_STEP_NODELIST");
+    if (!nodes) nodes = envValue("SLURM_JOB_NODELIST");
     if (!nodes) return invalidArgument("SLURM_PROCID is set but neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is");
     CHORUS_ASSIGN_OR_RETURN(int job, envInt("SLURM_JOB_ID"));
     int step = 0;
-    if (envOr("SLURM_STEP_ID")) {
+    if (envValue("SLURM_STEP_ID")) {
       CHORUS_ASSIGN_OR_RETURN(step, envInt("SLURM_STEP_ID"));
     }
     const int port = 20000 + static_cast<int>((static_cast<int64_t>(job) * 64 + step) % 20000);
