@@ -525,8 +525,7 @@ void printHeader(Shared& sh, int n, const std::vector<std::string>& lines) {
     int pid = 0;
     int cpu = -1;
     char host[256] = {0};
-    std::sscanf(l.c_str(), "#  Rank %d Group %d Pid %d on %255s device host [cpu %d]", &rank, &group, &pid, host,
-                &cpu);
+    std::sscanf(l.c_str(), "#  Rank %d Group %d Pid %d on %255s device host [cpu %d]", &rank, &group, &pid, host, &cpu);
     config["devices"].push_back({{"rank", rank},
                                  {"group", group},
                                  {"pid", pid},
@@ -558,8 +557,8 @@ void printHeader(Shared& sh, int n, const std::vector<std::string>& lines) {
         "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)",
         "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", tsPad, tsFmt);
   } else {
-    std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
-                "", "", "", "");
+    std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+                "", "", "");
     std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
                 "redop", "root", timeStr, "algbw", "busbw", "#wrong", timeStr, "algbw", "busbw", "#wrong", tsPad,
                 tsLbl);
@@ -642,11 +641,16 @@ void printRow(const Options& o, const CollDesc& d, size_t count, int n, const Ty
       std::snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", cell(s.min, 7).c_str(), cell(s.max, 7).c_str(),
                     cell(s.p99, 7).c_str(), cell(cv, 7).c_str());
       text += buf;
-      row[std::string(keys[i]) + "_per_iter"] = {
-          {"skipped_iterations", o.perIterSkip}, {"min_us", s.min},    {"max_us", s.max},
-          {"avg_us", s.avg},                     {"p50_us", s.p50},    {"p95_us", s.p95},
-          {"p99_us", s.p99},                     {"stdev_us", s.stdev}, {"cv_pct", cv},
-          {"times_us", r.iterUs}};
+      row[std::string(keys[i]) + "_per_iter"] = {{"skipped_iterations", o.perIterSkip},
+                                                 {"min_us", s.min},
+                                                 {"max_us", s.max},
+                                                 {"avg_us", s.avg},
+                                                 {"p50_us", s.p50},
+                                                 {"p95_us", s.p95},
+                                                 {"p99_us", s.p99},
+                                                 {"stdev_us", s.stdev},
+                                                 {"cv_pct", cv},
+                                                 {"times_us", r.iterUs}};
     }
   }
   if (o.timestamps) {
@@ -812,8 +816,8 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
               if (o.perIter) {
                 r.iterUs.resize(o.iters);
                 for (int i = 0; i < o.iters; ++i) r.iterUs[i] = (stamps[2 * i + 1] - stamps[2 * i]) * 1e6;
-                check(chorusAllReduce(r.iterUs.data(), r.iterUs.data(), r.iterUs.size(), chorusFloat64, chorusMax,
-                                      comm, nullptr),
+                check(chorusAllReduce(r.iterUs.data(), r.iterUs.data(), r.iterUs.size(), chorusFloat64, chorusMax, comm,
+                                      nullptr),
                       "per-iteration all-reduce");
               }
               for (int c = 0; c < o.check; ++c) {
@@ -918,10 +922,12 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
     return 2;
   };
   if (!parseSize(minB, &o.minBytes)) {
-    return usage("invalid size '" + minB + "' for -b (minbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
+    return usage("invalid size '" + minB +
+                 "' for -b (minbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
   }
   if (!parseSize(maxB, &o.maxBytes)) {
-    return usage("invalid size '" + maxB + "' for -e (maxbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
+    return usage("invalid size '" + maxB +
+                 "' for -e (maxbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
   }
   if (!parseSize(stepB, &o.stepBytes)) {
     return usage("invalid size '" + stepB + "' for -i (stepbytes): give bytes, optionally with K, M or G");
@@ -999,7 +1005,8 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
 #ifdef CHORUS_PERF_MPI
   if (std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("CHORUS_COMM_ID")) {
     // As nccl-tests: rank 0 makes the id, MPI carries it to the others.
-    if (o.threads != 1) return usage("-t above 1 is for runs without a launcher; under mpirun each process is one rank");
+    if (o.threads != 1)
+      return usage("-t above 1 is for runs without a launcher; under mpirun each process is one rank");
     MPI_Init(&argc, &argv);
     usedMpi = true;
     int mpiRank = 0;
@@ -1061,9 +1068,9 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
       std::printf("# %-20s : %g GB/s (NCCL_TESTS_MIN_BW), less 10%%\n", "Required at least", minBw);
     }
     if (o.memoryReport) {
-      std::printf("# %-20s : Initialization %s | User-Allocated %s | Collective %s | Total  %s\n",
-                  "Host memory usage", memString(sh.initBytes).c_str(), memString(sh.userBytes).c_str(),
-                  memString(sh.collBytes).c_str(), memString(sh.initBytes + sh.userBytes + sh.collBytes).c_str());
+      std::printf("# %-20s : Initialization %s | User-Allocated %s | Collective %s | Total  %s\n", "Host memory usage",
+                  memString(sh.initBytes).c_str(), memString(sh.userBytes).c_str(), memString(sh.collBytes).c_str(),
+                  memString(sh.initBytes + sh.userBytes + sh.collBytes).c_str());
     }
     std::printf("#\n");
     const char* prog = std::strrchr(argv[0], '/') ? std::strrchr(argv[0], '/') + 1 : argv[0];

@@ -172,7 +172,8 @@ std::vector<std::string> splitWords(const std::string& t) {
 // sees it as such where the remote shell passes signals on.
 std::string remoteCommand(const std::vector<std::string>& env, const std::vector<std::string>& cmd, double grace) {
   char cwd[4096] = {0};
-  std::string script = "exec 3<&0 </dev/null; IFS= read -r CHORUS_COMM_SECRET <&3 || exit 127; export CHORUS_COMM_SECRET; ";
+  std::string script =
+      "exec 3<&0 </dev/null; IFS= read -r CHORUS_COMM_SECRET <&3 || exit 127; export CHORUS_COMM_SECRET; ";
   if (::getcwd(cwd, sizeof(cwd) - 1)) script += "cd " + shellQuote(cwd) + " 2>/dev/null; ";
   // The program leads a process group of its own (setsid, where the host has it), so stopping it
   // stops what it started too.
@@ -182,7 +183,8 @@ std::string remoteCommand(const std::vector<std::string>& env, const std::vector
   char g[32];
   std::snprintf(g, sizeof(g), "%.0f", std::max(1.0, grace));
   script += " 3<&- & p=$!; { while read -r _; do :; done; kill -s TERM -- -$p || kill -s TERM $p; sleep " +
-            std::string(g) + "; kill -s KILL -- -$p || kill -s KILL $p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
+            std::string(g) +
+            "; kill -s KILL -- -$p || kill -s KILL $p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
             "wait $p; rc=$?; kill $w 2>/dev/null; "
             "if [ $rc -gt 128 ] && [ $rc -lt 160 ]; then kill -$((rc - 128)) $$; fi; exit $rc";
   return "sh -c " + shellQuote(script);
@@ -332,8 +334,8 @@ int main(int argc, char** argv) {
   char secret[40];
   std::snprintf(secret, sizeof(secret), "%016llx%016llx", static_cast<unsigned long long>(chorus::randomU64()),
                 static_cast<unsigned long long>(chorus::randomU64()));
-  const std::string commId = (rootName.find(':') != std::string::npos ? "[" + rootName + "]" : rootName) + ":" +
-                             std::to_string(port);
+  const std::string commId =
+      (rootName.find(':') != std::string::npos ? "[" + rootName + "]" : rootName) + ":" + std::to_string(port);
 
   struct sigaction sa {};
   sa.sa_handler = onSignal;

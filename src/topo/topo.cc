@@ -113,8 +113,9 @@ Result<Machine> machineFromDump(const std::string& path, const std::string& text
   const nlohmann::json dump = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (dump.is_discarded() || !dump.is_object() || !dump.contains("hosts") || !dump["hosts"].is_array() ||
       dump["hosts"].empty()) {
-    return invalidArgument(path + " (CHORUS_TOPO_FILE) is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote: "
-                                  "give that, or an hwloc XML file");
+    return invalidArgument(path +
+                           " (CHORUS_TOPO_FILE) is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote: "
+                           "give that, or an hwloc XML file");
   }
   const std::string self = hostName();
   const nlohmann::json* chosen = &dump["hosts"][0];
@@ -122,8 +123,9 @@ Result<Machine> machineFromDump(const std::string& path, const std::string& text
     if (h.is_object() && h.value("name", "") == self) chosen = &h;
   }
   if (!chosen->is_object() || !chosen->contains("machine") || !(*chosen)["machine"].is_string()) {
-    return invalidArgument(path + " (CHORUS_TOPO_FILE): its hosts carry no \"machine\" description (written by an "
-                                  "older Chorus); dump it again");
+    return invalidArgument(path +
+                           " (CHORUS_TOPO_FILE): its hosts carry no \"machine\" description (written by an "
+                           "older Chorus); dump it again");
   }
   auto m = parseMachine((*chosen)["machine"].get<std::string>());
   if (!m.isOk()) return invalidArgument(path + " (CHORUS_TOPO_FILE): " + m.status().message());
