@@ -115,11 +115,9 @@ uint32_t nearest(const Table& t, float x, int bits, bool saturate, uint32_t infB
 
 }  // namespace
 
-TEST_CASE("fp16 decode matches F16C for every pattern", "[numeric]") {
-  if (!hasF16c()) {
-    WARN("this CPU has no F16C; the fp16 reference is unavailable");
-    return;
-  }
+TEST_CASE("fp16 decode matches F16C for every pattern", "[numeric][f16c]") {
+  // ctest runs the [f16c] cases only on CPUs with F16C (tests/needs_cpu.sh); by hand elsewhere they fail.
+  if (!hasF16c()) FAIL("this CPU has no F16C, the reference for fp16 (ctest skips this case on such CPUs)");
   for (uint32_t b = 0; b < 65536; ++b) {
     const float ours = toFloat(Half{static_cast<uint16_t>(b)});
     const float hw = hwHalfToFloat(static_cast<uint16_t>(b));
@@ -127,11 +125,9 @@ TEST_CASE("fp16 decode matches F16C for every pattern", "[numeric]") {
   }
 }
 
-TEST_CASE("fp16 encode matches F16C round-to-nearest-even", "[numeric]") {
-  if (!hasF16c()) {
-    WARN("this CPU has no F16C; the fp16 reference is unavailable");
-    return;
-  }
+TEST_CASE("fp16 encode matches F16C round-to-nearest-even", "[numeric][f16c]") {
+  // ctest runs the [f16c] cases only on CPUs with F16C (tests/needs_cpu.sh); by hand elsewhere they fail.
+  if (!hasF16c()) FAIL("this CPU has no F16C, the reference for fp16 (ctest skips this case on such CPUs)");
   size_t bad = 0;
   for (float f : sampleFloats()) {
     const uint16_t ours = fromFloat<Half>(f).bits;

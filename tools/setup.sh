@@ -78,7 +78,7 @@ sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_
 # the whole run, it stays reachable.
 (cd "${build}-asan" && LD_PRELOAD=$(ls /usr/lib/*/libpciaccess.so.0 | head -1) \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test|api_test|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$")
+  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$")
 
 sanitized "${build}-tsan" thread OFF api_test ddp_test grid_test
 (cd "${build}-tsan" && TSAN_OPTIONS="halt_on_error=1" ctest -j 2 --output-on-failure -R "^(api_test|ddp_test|$threads)\$")
