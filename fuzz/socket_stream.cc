@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "src/bootstrap/socket.h"
-#include "src/core/os.h"
+#include "src/common/os.h"
 #include "transports/fifo.h"
 #include "transports/socket/socket_proxy.h"
 

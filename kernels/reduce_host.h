@@ -10,10 +10,9 @@
 #include <string_view>
 
 #include "kernels/reduce.h"
+#include "src/common/cpu_isa.h"
 
 namespace chorus {
-
-enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 struct HostKernels {
   // dst = pre(src)
@@ -25,10 +24,6 @@ struct HostKernels {
 
 // The kernels of one ISA; nullopt when this CPU cannot run it.
 std::optional<HostKernels> hostKernelsFor(CpuIsa isa);
-// The best ISA this CPU runs.
-CpuIsa bestCpuIsa();
-const char* cpuIsaName(CpuIsa isa);
-std::optional<CpuIsa> parseCpuIsa(std::string_view name);
 
 namespace isa_scalar {
 extern const HostKernels kKernels;

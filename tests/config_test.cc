@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/core/config.h"
+#include "src/common/config.h"
 
 using namespace chorus;
 

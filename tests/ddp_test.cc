@@ -18,8 +18,8 @@
 
 #include "include/chorus/ddp.h"
 #include "kernels/float_elem.h"
+#include "src/common/os.h"
 #include "src/core/comm.h"
-#include "src/core/os.h"
 #include "tests/test_util.h"
 
 using chorus::test::World;

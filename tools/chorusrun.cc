@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace {
 

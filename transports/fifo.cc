@@ -4,7 +4,7 @@
 
 #include <new>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

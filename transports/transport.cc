@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "src/core/config.h"
-#include "src/core/os.h"
+#include "src/common/config.h"
+#include "src/common/os.h"
 
 namespace chorus {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "src/core/status.h"
+#include "src/common/status.h"
 #include "transports/fifo.h"
 
 namespace chorus {

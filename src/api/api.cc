@@ -13,28 +13,21 @@
 #include <thread>
 
 #include "include/chorus/chorus.h"
-#include "src/api/guard.h"
-#include "src/api/handles.h"
 #include "src/api/streams.h"
 #include "src/bootstrap/bootstrap.h"
+#include "src/common/guard.h"
+#include "src/common/handles.h"
+#include "src/common/os.h"
 #include "src/core/comm.h"
 #include "src/core/group.h"
 #include "src/core/init_env.h"
 #include "src/core/memshare.h"
-#include "src/core/os.h"
 #include "src/core/stream.h"
 
 namespace chorus {
 
 // How long chorusCommAbort waits for calls in flight on other threads to leave.
 constexpr int64_t kAbortWaitNs = 5'000'000'000;
-
-uintptr_t nextHandleValue() {
-  // Non-canonical on x86-64 and AArch64 (bits 48-63 neither all zeros nor all ones): a handle
-  // that someone dereferences faults at once. Sixteen-byte steps keep values aligned.
-  static std::atomic<uint64_t> serial{1};
-  return static_cast<uintptr_t>(0x4348000000000000ull | (serial.fetch_add(1, std::memory_order_relaxed) << 4));
-}
 
 namespace {
 

@@ -5,8 +5,8 @@
 
 #include <mutex>
 
-#include "src/api/guard.h"
-#include "src/api/handles.h"
+#include "src/common/guard.h"
+#include "src/common/handles.h"
 
 namespace chorus {
 namespace {

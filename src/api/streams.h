@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "include/chorus/chorus.h"
-#include "src/core/status.h"
+#include "src/common/status.h"
 #include "src/core/stream.h"
 
 namespace chorus {

@@ -28,9 +28,9 @@
 
 #include "include/chorus/chorus.h"
 #include "src/bootstrap/socket.h"
-#include "src/core/log.h"
-#include "src/core/os.h"
-#include "src/core/status.h"
+#include "src/common/log.h"
+#include "src/common/os.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

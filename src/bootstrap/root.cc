@@ -16,8 +16,8 @@
 
 #include "src/bootstrap/bootstrap.h"
 #include "src/bootstrap/root.h"
-#include "src/core/log.h"
-#include "src/core/os.h"
+#include "src/common/log.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "src/core/os.h"
-#include "src/core/status.h"
+#include "src/common/os.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

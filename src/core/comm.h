@@ -15,11 +15,12 @@
 
 #include "include/chorus/chorus.h"
 #include "src/bootstrap/bootstrap.h"
-#include "src/core/config.h"
+#include "src/common/config.h"
+#include "src/common/log.h"
+#include "src/common/types.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
 #include "src/core/lane.h"
-#include "src/core/log.h"
 #include "src/core/memshare.h"
 #include "src/core/task.h"
 #include "src/topo/topo.h"
@@ -57,9 +58,6 @@ struct OpInfo {
   Communicator* comm;
   std::shared_ptr<Stream> stream;  // null: the NULL stream
 };
-
-size_t typeSize(chorusDataType_t t);
-const char* typeName(chorusDataType_t t);
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
 struct CommOptions {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <thread>
 
-#include "src/core/config.h"
+#include "src/common/config.h"
 #include "src/core/task.h"
 
 namespace chorus {

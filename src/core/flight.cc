@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

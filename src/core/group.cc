@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "src/common/guard.h"
 #include "src/core/stream.h"
 
 namespace chorus {
@@ -24,6 +25,11 @@ void groupStart() { ++tGroup.depth; }
 void groupFail(const Status& s) {
   if (tGroup.depth > 0 && tGroup.error.isOk()) tGroup.error = s;
 }
+
+namespace {
+// An API call that fails inside a group fails the group too (src/common/guard.h).
+[[maybe_unused]] const bool kGroupHooked = (setApiErrorHook(&groupFail), true);
+}  // namespace
 
 bool deferInit(const InitJob& job) {
   if (tGroup.depth == 0) return false;

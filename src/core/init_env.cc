@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "src/core/config.h"
+#include "src/common/config.h"
 
 namespace chorus {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "src/core/status.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

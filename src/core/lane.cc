@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

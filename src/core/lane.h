@@ -12,8 +12,8 @@
 
 #include "kernels/reduce_host.h"
 #include "src/algo/schedule.h"
+#include "src/common/status.h"
 #include "src/core/memshare.h"
-#include "src/core/status.h"
 #include "transports/fifo.h"
 
 namespace chorus {

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <map>
 
+#include "src/common/os.h"
 #include "src/core/comm.h"
 #include "src/core/engine.h"
-#include "src/core/os.h"
 
 namespace chorus {
 namespace {

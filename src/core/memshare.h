@@ -18,8 +18,8 @@
 #include <set>
 #include <vector>
 
-#include "src/core/os.h"
-#include "src/core/status.h"
+#include "src/common/os.h"
+#include "src/common/status.h"
 #include "transports/transport.h"
 
 namespace chorus {

@@ -1,6 +1,6 @@
 #include "src/core/stream.h"
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

@@ -25,7 +25,7 @@
 #include <mutex>
 #include <thread>
 
-#include "src/core/status.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

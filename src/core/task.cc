@@ -3,7 +3,7 @@
 #include <chrono>
 #include <thread>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "src/common/status.h"
 #include "src/core/flight.h"
 #include "src/core/lane.h"
-#include "src/core/status.h"
 
 namespace chorus {
 

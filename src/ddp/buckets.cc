@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "src/core/comm.h"  // typeSize
+#include "src/common/types.h"
 
 namespace chorus::ddp {
 namespace {

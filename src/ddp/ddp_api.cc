@@ -5,9 +5,8 @@
 #include <memory>
 
 #include "include/chorus/ddp.h"
-#include "src/api/guard.h"
-#include "src/api/handles.h"
-#include "src/core/comm.h"
+#include "src/common/guard.h"
+#include "src/common/handles.h"
 #include "src/ddp/reducer.h"
 
 namespace chorus::ddp {

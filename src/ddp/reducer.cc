@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "kernels/numeric.h"
-#include "src/core/comm.h"
-#include "src/core/os.h"
+#include "src/common/os.h"
+#include "src/common/types.h"
 
 namespace chorus::ddp {
 

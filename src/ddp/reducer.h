@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "include/chorus/ddp.h"
-#include "src/core/status.h"
+#include "src/common/status.h"
 #include "src/ddp/buckets.h"
 
 namespace chorus::ddp {

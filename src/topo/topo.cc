@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus::topo {
 namespace {

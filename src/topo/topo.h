@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/core/status.h"
+#include "src/common/status.h"
 
 namespace chorus::topo {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include "src/core/config.h"
+#include "src/common/config.h"
 #include "transports/transport.h"
 
 namespace chorus {

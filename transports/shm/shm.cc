@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "src/bootstrap/bootstrap.h"
-#include "src/core/config.h"
-#include "src/core/os.h"
+#include "src/common/config.h"
+#include "src/common/os.h"
 #include "transports/transport.h"
 
 namespace chorus {

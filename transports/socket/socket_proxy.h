@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "src/core/log.h"
-#include "src/core/os.h"
+#include "src/common/log.h"
+#include "src/common/os.h"
 #include "transports/fifo.h"
 
 namespace chorus {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "src/bootstrap/bootstrap.h"
-#include "src/core/config.h"
-#include "src/core/os.h"
+#include "src/common/config.h"
+#include "src/common/os.h"
 #include "transports/socket/socket_proxy.h"
 #include "transports/transport.h"
 

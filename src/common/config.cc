@@ -1,4 +1,4 @@
-#include "src/core/config.h"
+#include "src/common/config.h"
 
 #include <unistd.h>
 
@@ -240,7 +240,7 @@ Result<Config> Config::fromEnv() {
   if (const char* v = envValue("CHORUS_CPU_ISA")) {
     auto isa = parseCpuIsa(v);
     if (!isa) return invalidArgument(std::string("CHORUS_CPU_ISA=") + v + " is not one of scalar, avx2, avx512");
-    if (!hostKernelsFor(*isa)) {
+    if (!cpuRuns(*isa)) {
       return invalidArgument(std::string("CHORUS_CPU_ISA=") + v + " but this CPU cannot run that instruction set");
     }
     c.cpuIsa = isa;

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "src/core/status.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

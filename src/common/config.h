@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reduce_host.h"
-#include "src/core/status.h"
+#include "src/common/cpu_isa.h"
+#include "src/common/status.h"
 
 namespace chorus {
 

@@ -11,10 +11,15 @@
 #include <string>
 
 #include "include/chorus/chorus.h"
-#include "src/core/group.h"
-#include "src/core/status.h"
+#include "src/common/status.h"
 
 namespace chorus {
+
+// Every error an API call returns also goes to this hook, when one is set: the core records it
+// for the group the calling thread is in, so chorusGroupEnd reports it too. Set once, at load.
+using ApiErrorHook = void (*)(const Status&);
+void setApiErrorHook(ApiErrorHook hook);
+void reportApiError(const Status& s);
 
 // The calling thread's last error, as chorusGetLastError returns it.
 inline std::string& lastError() {
@@ -59,7 +64,7 @@ chorusResult_t guard(const char* fn, F&& body) {
   }
   if (!s.isOk() && !s.inProgress()) {
     lastError() = std::string(fn) + ": " + userMessage(s.message());
-    groupFail(Status(s.code(), lastError()));
+    reportApiError(Status(s.code(), lastError()));
   }
   return s.code();
 }

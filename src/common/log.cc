@@ -1,4 +1,4 @@
-#include "src/core/log.h"
+#include "src/common/log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 namespace chorus {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "src/core/config.h"
+#include "src/common/config.h"
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "src/core/os.h"
+#include "src/common/os.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
