@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "src/algo/tuner.h"
 #include "src/common/config.h"
 
 using namespace chorus;
@@ -47,12 +48,18 @@ TEST_CASE("CHORUS_ALGO is chosen per call unless forced", "[config]") {
     CHECK(d.value().algo == "tree");
   }
   {
-    ScopedEnv e("CHORUS_ALGO", "collnet");
-    auto d = Config::fromEnv();
+    // The tuner parses the setting once, and refuses what it does not know.
+    auto d = parseAlgoSetting("collnet");
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == chorusInvalidArgument);
     CHECK(d.status().message().find("CHORUS_ALGO=collnet") != std::string::npos);
     CHECK(d.status().message().find("ring, direct, slice, tree") != std::string::npos);
+    auto t = parseAlgoSetting("Tree");
+    REQUIRE(t.isOk());
+    CHECK(t.value() == Algo::kTree);
+    auto none = parseAlgoSetting("");
+    REQUIRE(none.isOk());
+    CHECK_FALSE(none.value().has_value());
   }
 }
 

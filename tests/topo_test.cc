@@ -8,6 +8,10 @@
 #include "src/topo/topo.h"
 
 using namespace chorus::topo;
+using chorus::AllReduceModel;
+using chorus::ringAllReduceUs;
+using chorus::treeAllReduceUs;
+using chorus::treeMaxBytes;
 
 namespace {
 

@@ -95,9 +95,9 @@ void printLayout(const Machine& m, const std::vector<int>& perHost, int nChannel
     std::printf("\n");
   }
   if (plans.empty() || ranks.size() < 2) return;
-  const AllReduceModel model = allReduceModel(ranks, plans[0], t);
+  const chorus::AllReduceModel model = allReduceModel(ranks, plans[0], t);
   std::printf("Tuner (all-reduce, estimates): ring latency %.0f us, tree latency %.0f us, %g GB/s; tree up to %zu B\n",
-              model.ringLatencyUs, model.treeLatencyUs, model.bwGBs, treeMaxBytes(model));
+              model.ringLatencyUs, model.treeLatencyUs, model.bwGBs, chorus::treeMaxBytes(model));
 }
 
 }  // namespace

@@ -8,32 +8,6 @@
 
 namespace chorus {
 
-const char* collName(CollType c) {
-  switch (c) {
-    case CollType::kAllReduce:
-      return "AllReduce";
-    case CollType::kBroadcast:
-      return "Broadcast";
-    case CollType::kReduce:
-      return "Reduce";
-    case CollType::kAllGather:
-      return "AllGather";
-    case CollType::kReduceScatter:
-      return "ReduceScatter";
-    case CollType::kAlltoAll:
-      return "AlltoAll";
-    case CollType::kGather:
-      return "Gather";
-    case CollType::kScatter:
-      return "Scatter";
-    case CollType::kSend:
-      return "Send";
-    case CollType::kRecv:
-      return "Recv";
-  }
-  return "?";
-}
-
 Result<CommOptions> readUserConfig(const chorusConfig_t* config) {
   CommOptions o;
   if (!config) return o;
@@ -92,13 +66,10 @@ Communicator::~Communicator() {
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
   if (!proxies_.empty() && !aborted()) {
     const int64_t deadline = nowNs() + config_.timeoutNs;
-    auto unsent = [&](const std::unique_ptr<SendCursor>& c) {
-      return c && c->viaProxy && !c->fifo.closed() && c->fifo.ctrl->head.load(std::memory_order_acquire) != c->tail;
+    auto unsent = [](const SendCursor& c) {
+      return c.viaProxy && !c.fifo.closed() && c.fifo.ctrl->head.load(std::memory_order_acquire) != c.tail;
     };
-    while (nowNs() < deadline && (std::any_of(ringSend_.begin(), ringSend_.end(), unsent) ||
-                                  std::any_of(p2pSend_.begin(), p2pSend_.end(), unsent) ||
-                                  std::any_of(directSend_.begin(), directSend_.end(), unsent) ||
-                                  std::any_of(gatherSend_.begin(), gatherSend_.end(), unsent))) {
+    while (nowNs() < deadline && conns_.anySend(unsent)) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -116,6 +87,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id
                                                            const CommOptions& options, std::shared_ptr<Engine> engine) {
   std::unique_ptr<Communicator> c(new Communicator());
   CHORUS_ASSIGN_OR_RETURN(c->config_, Config::fromEnv());
+  CHORUS_ASSIGN_OR_RETURN(c->forcedAlgo_, parseAlgoSetting(c->config_.algo));
   if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
   c->blocking_ = options.blocking;
   c->name_ = options.name;
@@ -213,18 +185,6 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
   }
 
-  std::vector<topo::TopoRecord> topoRecords(nranks_);
-  for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
-  CHORUS_TRY(buildTopology(machine, topoRecords));
-  ringSend_.resize(config_.nChannels);
-  ringRecv_.resize(config_.nChannels);
-  channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
-  p2pSend_.resize(nranks_);
-  p2pRecv_.resize(nranks_);
-  directSend_.resize(nranks_);
-  directRecv_.resize(nranks_);
-  gatherSend_.resize(nranks_);
-  gatherRecv_.resize(nranks_);
   {
     std::vector<TransportKind> kinds(nranks_);
     oneProcess_ = true;
@@ -236,6 +196,11 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   }
   singleHost_ = true;
   for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
+  std::vector<topo::TopoRecord> topoRecords(nranks_);
+  for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
+  CHORUS_TRY(buildTopology(machine, topoRecords));
+  conns_.init(nranks_, config_.nChannels);
+  channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);
   startFlight();
@@ -262,6 +227,7 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
                                                           UniqueFd listener) {
   std::unique_ptr<Communicator> c(new Communicator());
   c->config_ = parent.config_;
+  c->forcedAlgo_ = parent.forcedAlgo_;
   if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
   c->blocking_ = options.blocking;
   c->name_ = options.name;

@@ -14,10 +14,14 @@
 #include <vector>
 
 #include "include/chorus/chorus.h"
+#include "src/algo/coll.h"
+#include "src/algo/connections.h"
+#include "src/algo/tuner.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/common/config.h"
 #include "src/common/log.h"
 #include "src/common/types.h"
+#include "src/core/conn_table.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
 #include "src/core/lane.h"
@@ -28,20 +32,6 @@
 #include "transports/transport.h"
 
 namespace chorus {
-
-enum class CollType {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAlltoAll,
-  kGather,
-  kScatter,
-  kSend,
-  kRecv
-};
-const char* collName(CollType c);
 
 class Communicator;
 class Stream;
@@ -144,32 +134,15 @@ class Communicator : public TaskOwner {
   Status deregisterBuffer(void* handle) { return memShare_->deregister(handle); }
 
   // Launch support (src/core/launch.cc): connections a set of ops still needs, and the task.
-  struct ConnNeed {
-    int peer;
-    bool send;
-    uint64_t tag;
-    int channel;  // ring channel; kP2pChannel or kDirectChannel otherwise
-  };
-  static constexpr int kP2pChannel = -1;
-  static constexpr int kDirectChannel = -2;
-  static constexpr int kGatherChannel = -3;
-  // Whether an op runs the direct all-reduce (DirectLane) rather than the ring: chosen from what
-  // every rank knows alike (the op, the settings, where the ranks are), so all ranks agree.
-  bool useDirect(const OpInfo& op) const;
-  size_t directMaxFor() const;  // the largest all-reduce (bytes) that takes the direct schedule unforced
-  // The double-binary-tree all-reduce (CHORUS_ALGO=tree), its neighbours and children.
-  bool useTree(const OpInfo& op) const;
+  using ConnNeed = ConnKey;
+  const Tuner& tuner() const { return tuner_; }
+  // The algorithm of a collective on channels, as every rank picks it (the tuner's choice).
+  Tuner::Choice choose(const OpInfo& op) const { return tuner_.choose(op.coll, op.count * typeSize(op.type)); }
+  // The algorithm this rank runs: the tuner's choice, or the slice all-reduce where the tuner
+  // leaves it to this rank's registered buffers (then its neighbours check that they agree).
+  Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
   bool treeNeighbour(int tree, int peer) const;
   std::vector<int> treeChildren(int tree) const;
-  // Whether an op runs the slice all-reduce (SliceLane): larger all-reduces on one host.
-  // kLocal: chosen by this rank alone (its buffers are registered), so neighbours check it.
-  enum class SliceChoice { kNo, kAgreed, kLocal };
-  SliceChoice useSlice(const OpInfo& op) const;
-  // CHORUS_ALGO=slice, for an all-reduce.
-  bool sliceForced(const OpInfo& op) const;
-  // An all-reduce the default choice may run as slice: one host, at most 8 ranks, past the
-  // direct schedule, at least 128 KiB. Every rank answers alike.
-  bool sliceEligible(const OpInfo& op) const;
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
@@ -234,18 +207,11 @@ class Communicator : public TaskOwner {
   std::vector<int> ringPos_;
   std::vector<topo::ChannelPlan> channels_;
   topo::DoubleTree trees_;
-  topo::AllReduceModel allReduceModel_;                // the tuner's estimates
-  size_t treeMaxBytes_ = 0;                            // all-reduce takes the tree from past direct up to this
-  std::vector<std::unique_ptr<SendCursor>> ringSend_;  // per channel, to the next rank
-  std::vector<std::unique_ptr<RecvCursor>> ringRecv_;  // per channel, from the previous rank
+  std::optional<Algo> forcedAlgo_;  // CHORUS_ALGO, parsed when the communicator is created
+  Tuner tuner_;                     // which algorithm each call runs (built with the topology)
   // Per channel, then one record for point-to-point (the last); read by hang reports.
   std::unique_ptr<ChannelStatus[]> channelStatus_;
-  std::vector<std::unique_ptr<SendCursor>> p2pSend_;     // per peer
-  std::vector<std::unique_ptr<RecvCursor>> p2pRecv_;     // per peer
-  std::vector<std::unique_ptr<SendCursor>> directSend_;  // per peer, for direct all-reduce
-  std::vector<std::unique_ptr<RecvCursor>> directRecv_;  // per peer
-  std::vector<std::unique_ptr<SendCursor>> gatherSend_;  // per peer, the slice all-reduce's results
-  std::vector<std::unique_ptr<RecvCursor>> gatherRecv_;  // (its inputs go over the direct ones)
+  ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
   std::vector<char> directScratch_;  // one slot, for in-place direct runs
   bool singleHost_ = false;          // every rank on this rank's host

@@ -99,8 +99,14 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
     ringPos_.push_back(static_cast<int>(std::find(ch.ring.begin(), ch.ring.end(), rank_) - ch.ring.begin()));
   }
   trees_ = topo::buildRankTrees(places, rings_[0]);
-  allReduceModel_ = topo::allReduceModel(places, channels_[0], trees_);
-  treeMaxBytes_ = topo::treeMaxBytes(allReduceModel_);
+  TunerFacts facts;
+  facts.nranks = nranks_;
+  facts.singleHost = singleHost_;
+  facts.oneProcess = oneProcess_;
+  facts.directMaxBytesSetting = config_.directMaxBytes;
+  facts.forced = forcedAlgo_;
+  facts.model = topo::allReduceModel(places, channels_[0], trees_);
+  tuner_ = Tuner(facts);
 
   if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
     const topo::RankPlace& me = places[rank_];
@@ -119,14 +125,14 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 line, channels_[c].bottleneck, channels_[c].busBwGBs, channels_[c].hopLatencyUs);
     }
     log_.info(kSubsysInit, "Trees [0] {} [1] {}", treeLine(trees_, 0, rank_), treeLine(trees_, 1, rank_));
-    const topo::AllReduceModel& m = allReduceModel_;
-    if (!config_.algo.empty()) {
-      log_.info(kSubsysInit, "Tuner: all-reduce runs {} at every size (CHORUS_ALGO)", config_.algo);
+    const AllReduceModel& m = tuner_.model();
+    if (tuner_.forced()) {
+      log_.info(kSubsysInit, "Tuner: all-reduce runs {} at every size (CHORUS_ALGO)", algoName(*tuner_.forced()));
     } else {
       log_.info(kSubsysInit,
                 "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} "
                 "us, tree {:.0f} us; {} GB/s)",
-                directMaxFor(), treeMaxBytes_, m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
+                tuner_.directMaxBytes(), tuner_.treeMaxBytes(), m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
     }
   }
   if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
@@ -182,9 +188,9 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
   }
   dump["trees"] = Json::array();
   for (int k = 0; k < 2; ++k) dump["trees"].push_back({{"root", trees_.root[k]}, {"parent", trees_.parent[k]}});
-  const topo::AllReduceModel& m = allReduceModel_;
-  dump["tuner"] = {{"allReduceDirectMaxBytes", directMaxFor()},
-                   {"allReduceTreeMaxBytes", treeMaxBytes_},
+  const AllReduceModel& m = tuner_.model();
+  dump["tuner"] = {{"allReduceDirectMaxBytes", tuner_.directMaxBytes()},
+                   {"allReduceTreeMaxBytes", tuner_.treeMaxBytes()},
                    {"ringLatencyUs", m.ringLatencyUs},
                    {"treeLatencyUs", m.treeLatencyUs},
                    {"bwGBs", m.bwGBs}};

@@ -15,23 +15,6 @@
 namespace chorus {
 namespace {
 
-constexpr uint64_t kRingTagBase = 1ull << 40;
-constexpr uint64_t kP2pTag = 2ull << 40;
-constexpr uint64_t kDirectTag = 3ull << 40;
-constexpr uint64_t kGatherTag = 4ull << 40;
-// Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
-// steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
-constexpr int kDirectMaxRanks = 8;
-// Below this the slice all-reduce's three exchanges (descriptors, results, done) cost more than
-// the ring's copies save: at 4 ranks the ring is faster at 64 KiB, even at 128 KiB, and slower
-// from 192 KiB (docs/PERFORMANCE.md).
-constexpr size_t kSliceMinBytes = 128 * 1024;
-
-bool usesRing(CollType c) {
-  return c == CollType::kAllReduce || c == CollType::kBroadcast || c == CollType::kReduce ||
-         c == CollType::kAllGather || c == CollType::kReduceScatter;
-}
-
 // A byte transfer between this rank and `peer`, from expanding one op.
 struct P2pPart {
   bool send;
@@ -77,28 +60,11 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
 
 }  // namespace
 
-bool Communicator::useDirect(const OpInfo& op) const {
-  if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
-  if (config_.algo == "ring" || config_.algo == "slice" || config_.algo == "tree") return false;
-  if (config_.algo == "direct") return true;
-  return op.count * typeSize(op.type) <= directMaxFor();
-}
-
-size_t Communicator::directMaxFor() const {
-  // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
-  // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
-  // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
-  // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
-  if (nranks_ < 2 || nranks_ > kDirectMaxRanks) return 0;
-  const size_t limit = singleHost_ ? config_.directMaxBytes : config_.directMaxBytes / 2;
-  return limit / static_cast<size_t>(nranks_ - 1);
-}
-
-bool Communicator::useTree(const OpInfo& op) const {
-  if (op.coll != CollType::kAllReduce || nranks_ < 2) return false;
-  if (config_.algo == "tree") return true;
-  // Unforced, the tuner's crossing (src/topo, allReduceModel) decides past the direct sizes.
-  return config_.algo.empty() && !useDirect(op) && op.count * typeSize(op.type) <= treeMaxBytes_;
+Algo Communicator::algoFor(const OpInfo& op, const Tuner::Choice& c) const {
+  if (!c.sliceIfRegistered) return c.algo;
+  const size_t bytes = op.count * typeSize(op.type);
+  const bool registered = memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes);
+  return registered ? Algo::kSlice : c.algo;
 }
 
 bool Communicator::treeNeighbour(int tree, int peer) const {
@@ -114,87 +80,62 @@ std::vector<int> Communicator::treeChildren(int tree) const {
   return children;
 }
 
-bool Communicator::sliceForced(const OpInfo& op) const {
-  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo == "slice";
-}
-
-bool Communicator::sliceEligible(const OpInfo& op) const {
-  return op.coll == CollType::kAllReduce && nranks_ >= 2 && config_.algo.empty() && !useDirect(op) && singleHost_ &&
-         nranks_ <= kDirectMaxRanks && op.count * typeSize(op.type) >= kSliceMinBytes;
-}
-
-Communicator::SliceChoice Communicator::useSlice(const OpInfo& op) const {
-  if (sliceForced(op)) return SliceChoice::kAgreed;
-  if (!sliceEligible(op)) return SliceChoice::kNo;
-  // One reducer per slice, reading every rank's input in place where it can. Ranks that are
-  // threads of this process can read every buffer. Between processes only registered memory is
-  // readable, and without it the slice schedule moves as many bytes as the ring and was measured
-  // no faster (docs/PERFORMANCE.md): a rank takes it when its own buffers are registered, as
-  // NCCL expects registration on every rank, and its neighbours check that they agree.
-  if (oneProcess_) return SliceChoice::kAgreed;
-  const size_t bytes = op.count * typeSize(op.type);
-  if (memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes)) {
-    return SliceChoice::kLocal;
-  }
-  return SliceChoice::kNo;
-}
-
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
-  std::vector<ConnNeed> needs;
+  // Connections follow what every rank knows alike (the tuner's choice), never one rank's
+  // registrations: where a rank may run the slice all-reduce on its own, every rank connects for
+  // both it and the ring.
   bool ring = false;
-  bool direct = false;
-  bool slice = false;
-  bool p2p = false;
+  bool direct = false;  // to every peer
+  bool gather = false;  // to every peer
   bool tree = false;
+  bool p2p = false;
   for (const auto& op : ops) {
-    const bool d = useDirect(op);
-    tree = tree || useTree(op);
-    // Connections follow what every rank knows alike, never one rank's registrations: where a
-    // process may pick the slice schedule for itself, every rank connects for both it and the
-    // ring (the slice run's hello goes over the ring).
-    const bool eligible = sliceEligible(op);
-    const bool sl = sliceForced(op) || eligible;
-    const bool either = eligible && !oneProcess_;
-    direct = direct || d || sl;
-    slice = slice || sl;
-    ring = ring || either || (!d && !sl && usesRing(op.coll) && nranks_ > 1);
-    p2p = p2p || !usesRing(op.coll);
+    if (!runsOnChannels(op.coll)) {
+      p2p = true;
+      continue;
+    }
+    if (nranks_ < 2) continue;
+    const Tuner::Choice c = choose(op);
+    ring = ring || c.ringConnections;
+    direct = direct || c.algo == Algo::kDirect || c.sliceConnections;
+    gather = gather || c.sliceConnections;
+    tree = tree || c.algo == Algo::kTree;
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops.
-  std::vector<char> sendTo(p2p ? nranks_ : 0, 0);
-  std::vector<char> recvFrom(p2p ? nranks_ : 0, 0);
+  std::vector<char> withPeer(p2p ? nranks_ : 0, 0);
   for (const auto& op : ops) {
-    if (usesRing(op.coll)) continue;
+    if (runsOnChannels(op.coll)) continue;
     std::vector<P2pPart> parts;
     expandP2p(op, rank_, nranks_, &parts);
+    // Both directions with a peer, always: a send and a receive between two ranks issued as
+    // separate calls (one stream, each rank sending first) then connect in one exchange, where
+    // one direction each would have both ranks wait in phase 2 for the other's phase 1.
     for (const auto& p : parts) {
-      if (p.peer == rank_) continue;
-      // Both directions with a peer, always: a send and a receive between two ranks issued as
-      // separate calls (one stream, each rank sending first) then connect in one exchange, where
-      // one direction each would have both ranks wait in phase 2 for the other's phase 1.
-      sendTo[p.peer] = 1;
-      recvFrom[p.peer] = 1;
+      if (p.peer != rank_) withPeer[p.peer] = 1;
     }
   }
+  std::vector<ConnNeed> needs;
+  auto want = [&](ConnFamily f, int index, int peer) {
+    for (bool send : {true, false}) {
+      const ConnKey k{f, index, peer, send};
+      if (!conns_.has(k)) needs.push_back(k);
+    }
+  };
   if (ring) {
     for (int c = 0; c < config_.nChannels; ++c) {
       const int next = rings_[c][(ringPos_[c] + 1) % nranks_];
       const int prev = rings_[c][(ringPos_[c] - 1 + nranks_) % nranks_];
-      if (!ringSend_[c]) needs.push_back({next, true, kRingTagBase | static_cast<uint64_t>(c), c});
-      if (!ringRecv_[c]) needs.push_back({prev, false, kRingTagBase | static_cast<uint64_t>(c), c});
+      if (!conns_.send(ConnFamily::kRing, c)) needs.push_back({ConnFamily::kRing, c, next, true});
+      if (!conns_.recv(ConnFamily::kRing, c)) needs.push_back({ConnFamily::kRing, c, prev, false});
     }
   }
   for (int p = 0; p < nranks_; ++p) {
-    if (p2p && sendTo[p] && !p2pSend_[p]) needs.push_back({p, true, kP2pTag, kP2pChannel});
-    if (p2p && recvFrom[p] && !p2pRecv_[p]) needs.push_back({p, false, kP2pTag, kP2pChannel});
+    if (p == rank_) continue;
+    if (p2p && withPeer[p]) want(ConnFamily::kP2p, p, p);
     // The trees use the direct connections (tree 0) and the gather ones (tree 1) to their
     // neighbours only.
-    const bool wantDirect = p != rank_ && (direct || (tree && treeNeighbour(0, p)));
-    const bool wantGather = p != rank_ && (slice || (tree && treeNeighbour(1, p)));
-    if (wantDirect && !directSend_[p]) needs.push_back({p, true, kDirectTag, kDirectChannel});
-    if (wantDirect && !directRecv_[p]) needs.push_back({p, false, kDirectTag, kDirectChannel});
-    if (wantGather && !gatherSend_[p]) needs.push_back({p, true, kGatherTag, kGatherChannel});
-    if (wantGather && !gatherRecv_[p]) needs.push_back({p, false, kGatherTag, kGatherChannel});
+    if (direct || (tree && treeNeighbour(0, p))) want(ConnFamily::kDirect, p, p);
+    if (gather || (tree && treeNeighbour(1, p))) want(ConnFamily::kGather, p, p);
   }
   return needs;
 }
@@ -210,7 +151,8 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   // that talks to every peer holds n-1 of them each way.
   std::vector<std::unique_ptr<Config>> peerConfigs;
   auto ctxFor = [&peerConfigs](Communicator* c, const ConnNeed& need) {
-    const int channel = need.channel;
+    // Rings by channel (0, 1, ...); the per-peer families below them (-1, -2, -3).
+    const int channel = need.family == ConnFamily::kRing ? need.index : -static_cast<int>(need.family);
     ConnectContext ctx;
     ctx.bootstrap = c->bootstrap_.get();
     ctx.config = &c->config_;
@@ -236,8 +178,10 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       ConnectContext ctx = ctxFor(c, n);
       Transport& t = transportFor(chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]));
       std::vector<char> handle;
-      CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), &handle));
-      CHORUS_TRY(c->bootstrap_->send(n.peer, makeTag(TagSpace::kConnect, n.tag), handle.data(), handle.size()));
+      CHORUS_ASSIGN_OR_RETURN(
+          auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), &handle));
+      CHORUS_TRY(c->bootstrap_->send(n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle.data(),
+                                     handle.size()));
       pending.push_back({c, n, conn.get()});
       {
         std::lock_guard<std::mutex> g(c->connMu_);
@@ -252,28 +196,23 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       ConnectContext ctx = ctxFor(c, n);
       const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
-                              c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, n.tag)));
-      CHORUS_ASSIGN_OR_RETURN(auto conn,
-                              transportFor(kind).connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, n.tag), handle));
+                              c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index))));
+      CHORUS_ASSIGN_OR_RETURN(
+          auto conn,
+          transportFor(kind).connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle));
       auto cursor = std::make_unique<SendCursor>();
       cursor->fifo = conn->fifo();
       cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
       cursor->headSeen = conn->fifo().ctrl->head.load(std::memory_order_acquire);
       cursor->peer = n.peer;
       cursor->viaProxy = kind == TransportKind::kSocket;
-      if (n.channel >= 0) {
-        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.channel, c->rank_, n.peer, transportName(kind));
-        c->ringSend_[n.channel] = std::move(cursor);
-      } else if (n.channel == kDirectChannel) {
-        c->log_.info(kSubsysInit, "Direct : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
-        c->directSend_[n.peer] = std::move(cursor);
-      } else if (n.channel == kGatherChannel) {
-        c->log_.info(kSubsysInit, "Slice gather : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
-        c->gatherSend_[n.peer] = std::move(cursor);
+      if (n.family == ConnFamily::kRing) {
+        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.index, c->rank_, n.peer, transportName(kind));
       } else {
-        c->log_.info(kSubsysP2p, "P2P : {} -> {} via {}", c->rank_, n.peer, transportName(kind));
-        c->p2pSend_[n.peer] = std::move(cursor);
+        c->log_.info(n.family == ConnFamily::kP2p ? kSubsysP2p : kSubsysInit, "{} : {} -> {} via {}",
+                     connFamilyName(n.family), c->rank_, n.peer, transportName(kind));
       }
+      c->conns_.put(n.family, n.index, std::move(cursor));
       {
         std::lock_guard<std::mutex> g(c->connMu_);
         c->connections_.push_back(std::move(conn));
@@ -285,21 +224,14 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     Communicator* c = p.comm;
     ConnectContext ctx = ctxFor(c, p.need);
     const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[p.need.peer]);
-    CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, p.need.tag)));
+    CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer,
+                                             makeTag(TagSpace::kConnect, connTag(p.need.family, p.need.index))));
     auto cursor = std::make_unique<RecvCursor>();
     cursor->fifo = p.conn->fifo();
     cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
     cursor->peer = p.need.peer;
     cursor->headerPublishes = kind != TransportKind::kSocket;
-    if (p.need.channel >= 0) {
-      c->ringRecv_[p.need.channel] = std::move(cursor);
-    } else if (p.need.channel == kDirectChannel) {
-      c->directRecv_[p.need.peer] = std::move(cursor);
-    } else if (p.need.channel == kGatherChannel) {
-      c->gatherRecv_[p.need.peer] = std::move(cursor);
-    } else {
-      c->p2pRecv_[p.need.peer] = std::move(cursor);
-    }
+    c->conns_.put(p.need.family, p.need.index, std::move(cursor));
   }
   return Status::ok();
 }
@@ -309,7 +241,7 @@ Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
   std::vector<size_t> sendBytes;
   std::vector<size_t> recvBytes;
   for (const auto& op : ops) {
-    if (usesRing(op.coll)) continue;
+    if (runsOnChannels(op.coll)) continue;
     parts.clear();
     expandP2p(op, rank_, nranks_, &parts);
     for (const auto& p : parts) {
@@ -420,7 +352,10 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
 
 Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  if (!useDirect(op) || !directSend_[(rank_ + 1) % nranks_]) return Status::ok();
+  if (op.coll != CollType::kAllReduce || nranks_ < 2 || choose(op).algo != Algo::kDirect ||
+      !conns_.send(ConnFamily::kDirect, (rank_ + 1) % nranks_)) {
+    return Status::ok();
+  }
   if (!tryAcquireExec()) return Status::ok();
   *ran = true;
   LaneArgs a = collArgs(op);
@@ -435,7 +370,8 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo direct (inline)", collName(op.coll), a.seq,
               op.count, typeName(op.type));
   }
-  DirectLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data());
+  DirectLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect), conns_.recvs(ConnFamily::kDirect),
+                  directScratch_.data());
   const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
@@ -527,7 +463,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     return id;
   };
   for (const auto& op : ops) {
-    if (!usesRing(op.coll)) {
+    if (!runsOnChannels(op.coll)) {
       std::vector<P2pPart> parts;
       expandP2p(op, rank_, nranks_, &parts);
       uint64_t firstSeq = 0;
@@ -543,36 +479,34 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         if (!firstSeq) firstSeq = a.seq;
         std::vector<Step> steps;
         if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
-        task->addToQueue(queueFor(p.peer, p.send), Lane(a, std::move(steps), p.send ? p2pSend_[p.peer].get() : nullptr,
-                                                        p.send ? nullptr : p2pRecv_[p.peer].get()));
+        task->addToQueue(queueFor(p.peer, p.send),
+                         Lane(a, std::move(steps), p.send ? conns_.send(ConnFamily::kP2p, p.peer) : nullptr,
+                              p.send ? nullptr : conns_.recv(ConnFamily::kP2p, p.peer)));
       }
       record(op, firstSeq, "p2p");
       continue;
     }
-    const bool direct = useDirect(op);
-    const bool tree = useTree(op);
-    const SliceChoice sliceChoice = direct || tree ? SliceChoice::kNo : useSlice(op);
-    const bool slice = sliceChoice != SliceChoice::kNo;
+    const Tuner::Choice choice = choose(op);
+    const Algo algo = nranks_ < 2 ? Algo::kRing : algoFor(op, choice);
+    const bool direct = algo == Algo::kDirect;
+    const bool tree = algo == Algo::kTree;
+    const bool slice = algo == Algo::kSlice;
+    const bool sliceOnItsOwn = slice && choice.sliceIfRegistered;
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
       log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
-                typeName(op.type),
-                direct                               ? "direct"
-                : tree                               ? "tree"
-                : sliceChoice == SliceChoice::kLocal ? "slice (buffers registered)"
-                : slice                              ? "slice"
-                                                     : "ring");
+                typeName(op.type), sliceOnItsOwn ? "slice (buffers registered)" : algoName(algo));
     }
     LaneArgs a = collArgs(op);
     a.seq = ++collSeq_;
     a.slotBytes = slotBytes;
-    const uint64_t flight = record(op, a.seq, direct ? "direct" : tree ? "tree" : slice ? "slice" : "ring");
+    const uint64_t flight = record(op, a.seq, algoName(algo));
     if (direct) {
       a.slotBytes = config_.peerSlots();
       if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
       a.status = &channelStatus_[0];
-      task->addStage(
-          DirectLane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), directScratch_.data()),
-          flight);
+      task->addStage(DirectLane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
+                                conns_.recvs(ConnFamily::kDirect), directScratch_.data()),
+                     flight);
       continue;
     }
     if (tree) {
@@ -582,9 +516,9 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       std::vector<TreeLane> lanes;
       for (int t = 0; t < 2; ++t) {
         const Block b = partition(op.count, 2, t);
-        lanes.emplace_back(a, b.offset, b.count, trees_.parent[t][rank_], treeChildren(t),
-                           t == 0 ? directSend_.data() : gatherSend_.data(),
-                           t == 0 ? directRecv_.data() : gatherRecv_.data());
+        const ConnFamily f = t == 0 ? ConnFamily::kDirect : ConnFamily::kGather;
+        lanes.emplace_back(a, b.offset, b.count, trees_.parent[t][rank_], treeChildren(t), conns_.sends(f),
+                           conns_.recvs(f));
       }
       task->addStage(std::move(lanes), flight);
       continue;
@@ -592,9 +526,9 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     if (slice) {
       a.slotBytes = config_.peerSlots();
       a.status = &channelStatus_[0];
-      SliceLane lane(a, rank_, nranks_, op.count, directSend_.data(), directRecv_.data(), gatherSend_.data(),
-                     gatherRecv_.data(), memShare_.get());
-      if (sliceChoice == SliceChoice::kLocal) lane.checkNeighbours(ringSend_[0].get(), ringRecv_[0].get());
+      SliceLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect), conns_.recvs(ConnFamily::kDirect),
+                     conns_.sends(ConnFamily::kGather), conns_.recvs(ConnFamily::kGather), memShare_.get());
+      if (sliceOnItsOwn) lane.checkNeighbours(conns_.send(ConnFamily::kRing, 0), conns_.recv(ConnFamily::kRing, 0));
       task->addStage(std::move(lane), flight);
       continue;
     }
@@ -633,8 +567,8 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         }
       }
       a.status = &channelStatus_[c];
-      lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? ringSend_[c].get() : nullptr,
-                         nranks_ > 1 ? ringRecv_[c].get() : nullptr);
+      lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? conns_.send(ConnFamily::kRing, c) : nullptr,
+                         nranks_ > 1 ? conns_.recv(ConnFamily::kRing, c) : nullptr);
     }
     task->addStage(std::move(lanes), flight);
   }

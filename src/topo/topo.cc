@@ -682,23 +682,6 @@ AllReduceModel allReduceModel(const std::vector<RankPlace>& ranks, const Channel
   return m;
 }
 
-double ringAllReduceUs(const AllReduceModel& m, double bytes) {
-  if (m.nranks < 2) return 0;
-  return m.ringLatencyUs + 2.0 * (m.nranks - 1) / m.nranks * bytes / (m.bwGBs * 1e3);
-}
-
-double treeAllReduceUs(const AllReduceModel& m, double bytes) {
-  if (m.nranks < 2) return 0;
-  return m.treeLatencyUs + 2.0 * bytes / (m.bwGBs * 1e3);
-}
-
-size_t treeMaxBytes(const AllReduceModel& m) {
-  // ring - tree = (ringLatency - treeLatency) - bytes * 2 / (n * bw): positive below the crossing.
-  const double gain = m.ringLatencyUs - m.treeLatencyUs;
-  if (m.nranks < 3 || gain <= 0 || m.bwGBs <= 0) return 0;
-  return static_cast<size_t>(gain * m.nranks * m.bwGBs * 1e3 / 2);
-}
-
 namespace {
 
 // "0000:04:00.0", "00000000:04:00.0" or "0000:04:00" in either case -> "0000:04:00.0"; empty if

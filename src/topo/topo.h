@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/algo/tuner.h"
 #include "src/common/status.h"
 
 namespace chorus::topo {
@@ -147,23 +148,9 @@ DoubleTree buildDoubleTree(int n);
 // rank of `ring`; the host's other ranks hang below it in ring order (a chain), as in NCCL.
 DoubleTree buildRankTrees(const std::vector<RankPlace>& ranks, const std::vector<int>& ring);
 
-// The tuner's cost model for all-reduce (docs/topology.md, "The tuner"): a schedule's time is its
-// latency (the hops its data crosses one after another) plus the bytes the busiest rank sends over
-// the slowest link. The ring takes 2(n-1) steps, and a step's data has crossed one ring hop, so its
-// latency is 2(n-1)/n of a lap's hop latencies; each rank sends 2(n-1)/n of the message. The
-// double tree goes up and down the deeper tree (latency twice its deepest path); a rank inner in
-// one tree is a leaf of the other and sends twice the message in all. Same inputs, same answer
-// on every rank.
-struct AllReduceModel {
-  int nranks = 0;
-  double ringLatencyUs = 0;
-  double treeLatencyUs = 0;
-  double bwGBs = 0;  // the slowest hop's bandwidth, which both schedules cross
-};
+// The inputs of the tuner's all-reduce cost model (src/algo/tuner.h) for these ranks, this ring
+// and these trees: the ring's and the deeper tree's latencies, and the slowest hop's bandwidth.
+// Same inputs, same answer on every rank.
 AllReduceModel allReduceModel(const std::vector<RankPlace>& ranks, const ChannelPlan& ring, const DoubleTree& trees);
-double ringAllReduceUs(const AllReduceModel& m, double bytes);
-double treeAllReduceUs(const AllReduceModel& m, double bytes);
-// The largest message the tree is estimated faster for (the two lines cross there); 0 if never.
-size_t treeMaxBytes(const AllReduceModel& m);
 
 }  // namespace chorus::topo

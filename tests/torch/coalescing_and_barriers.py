@@ -86,7 +86,8 @@ def absent_rank(rank, world, port):
         os._exit(0)
     took, msg = harness.expect_failure(lambda: pg.monitored_barrier(timedelta(seconds=2), wait_all_ranks=True),
                                        "monitored_barrier without rank 1")
-    if "Rank 1 failed to pass monitoredBarrier" not in msg or not 1.5 <= took <= 6:
+    # The 2 s timeout, not rank 1's exit at 12 s, ends it (a loaded machine adds seconds).
+    if "Rank 1 failed to pass monitoredBarrier" not in msg or not 1.5 <= took <= 10:
         raise AssertionError(f"monitored_barrier: {msg} after {took:.1f} s")
     took, msg = harness.expect_failure(dist.barrier, "barrier without rank 1")
     if not re.search(" (Timed out|closed|timeout) ", msg):
@@ -95,8 +96,8 @@ def absent_rank(rank, world, port):
 
 
 if __name__ == "__main__":
-    port = harness.free_port(29)
-    harness.spawn(p2p_and_coalesced, 2, 2, port)
-    harness.spawn(p2p_and_coalesced, 3, 3, port + 1)
-    harness.spawn(absent_rank, 2, 2, port + 2)
+    # A fresh port for each job: each uses its port (the store) and the next (Chorus's root).
+    harness.spawn(p2p_and_coalesced, 2, 2, harness.free_port())
+    harness.spawn(p2p_and_coalesced, 3, 3, harness.free_port())
+    harness.spawn(absent_rank, 2, 2, harness.free_port())
     print("PASS: coalescing, all_gather_coalesced, monitored_barrier and timeouts")

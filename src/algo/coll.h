@@ -1,0 +1,27 @@
+// The operations a communicator runs, as the algorithms see them.
+#pragma once
+
+namespace chorus {
+
+enum class CollType {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv
+};
+const char* collName(CollType c);
+
+// Collectives that run as schedules over the channels (ring, chain, or an all-reduce algorithm);
+// the others are sends and receives between pairs of ranks.
+inline bool runsOnChannels(CollType c) {
+  return c == CollType::kAllReduce || c == CollType::kBroadcast || c == CollType::kReduce ||
+         c == CollType::kAllGather || c == CollType::kReduceScatter;
+}
+
+}  // namespace chorus

@@ -1,0 +1,40 @@
+// The connections algorithms run over, named so that the core keeps them in one table and
+// makes them without knowing which algorithm asked.
+//
+// A family is the set of FIFOs one kind of algorithm uses, apart from every other family's so
+// that two algorithms never meet in one FIFO. Ring connections are one pair per channel (to the
+// next rank of the channel's ring, from the previous); the others one per peer and direction.
+#pragma once
+
+#include <cstdint>
+
+namespace chorus {
+
+enum class ConnFamily : unsigned char {
+  kRing,    // ring and chain collectives, one pair per channel
+  kP2p,     // sends and receives (and the collectives made of them)
+  kDirect,  // the direct all-reduce; the slice all-reduce's inputs; the first tree
+  kGather,  // the slice all-reduce's results; the second tree
+};
+constexpr int kConnFamilies = 4;
+
+// For the log: "Channel 01", "P2P", "Direct", "Gather".
+const char* connFamilyName(ConnFamily f);
+
+// One connection: its family, its index in the family (the channel for kRing, the peer
+// otherwise), the peer, and which end this rank holds.
+struct ConnKey {
+  ConnFamily family;
+  int index;
+  int peer;
+  bool send;
+};
+
+// The bootstrap tag of a connection's setup exchange: one per family and channel, so setups of
+// several families between the same two ranks never mix.
+inline uint64_t connTag(ConnFamily f, int index) {
+  const uint64_t base = (static_cast<uint64_t>(f) + 1) << 40;
+  return f == ConnFamily::kRing ? base | static_cast<uint64_t>(index) : base;
+}
+
+}  // namespace chorus

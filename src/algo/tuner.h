@@ -1,0 +1,90 @@
+// The tuner: which algorithm runs a collective, chosen from what every rank knows alike (the
+// call, the settings, where the ranks are), so all ranks agree without talking. It owns the
+// all-reduce cost model (docs/topology.md, "The tuner"); the topology layer measures the model's
+// inputs.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "src/algo/coll.h"
+#include "src/common/status.h"
+
+namespace chorus {
+
+// The algorithms an all-reduce can run; the other collectives on channels run the ring (chain
+// for the rooted ones).
+enum class Algo : unsigned char { kRing, kDirect, kTree, kSlice };
+const char* algoName(Algo a);
+// CHORUS_ALGO, parsed once: empty means "chosen per call"; an unknown name is an error that
+// lists the ones this build has.
+Result<std::optional<Algo>> parseAlgoSetting(const std::string& value);
+
+// The all-reduce cost model: a schedule's time is its latency (the hops its data crosses one
+// after another) plus the bytes the busiest rank sends over the slowest link. The ring takes
+// 2(n-1) steps, and a step's data has crossed one ring hop, so its latency is 2(n-1)/n of a lap's
+// hop latencies; each rank sends 2(n-1)/n of the message. The double tree goes up and down the
+// deeper tree (latency twice its deepest path); a rank inner in one tree is a leaf of the other
+// and sends twice the message in all.
+struct AllReduceModel {
+  int nranks = 0;
+  double ringLatencyUs = 0;
+  double treeLatencyUs = 0;
+  double bwGBs = 0;  // the slowest hop's bandwidth, which both schedules cross
+};
+double ringAllReduceUs(const AllReduceModel& m, double bytes);
+double treeAllReduceUs(const AllReduceModel& m, double bytes);
+// The largest message the tree is estimated faster for (the two lines cross there); 0 if never.
+size_t treeMaxBytes(const AllReduceModel& m);
+
+// What the tuner decides from.
+struct TunerFacts {
+  int nranks = 1;
+  bool singleHost = true;                // every rank on one host
+  bool oneProcess = false;               // every rank a thread of one process
+  size_t directMaxBytesSetting = 65536;  // CHORUS_DIRECT_MAX_BYTES
+  std::optional<Algo> forced;            // CHORUS_ALGO
+  AllReduceModel model;
+};
+
+class Tuner {
+ public:
+  // Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
+  // steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
+  static constexpr int kDirectMaxRanks = 8;
+  // Below this the slice all-reduce's three exchanges (descriptors, results, done) cost more than
+  // the ring's copies save (docs/PERFORMANCE.md).
+  static constexpr size_t kSliceMinBytes = 128 * 1024;
+
+  Tuner() = default;
+  explicit Tuner(const TunerFacts& facts);
+
+  struct Choice {
+    Algo algo = Algo::kRing;
+    // Ring chosen, but a rank whose buffers are registered between processes may run the slice
+    // all-reduce instead (it then checks that its neighbours did the same).
+    bool sliceIfRegistered = false;
+    // The slice all-reduce is possible for this call (forced, or eligible): its connections are
+    // made whichever algorithm runs, so every rank connects alike.
+    bool sliceConnections = false;
+    // The ring's connections are needed: it runs, or a rank may run the slice all-reduce on its
+    // own (its hello to the next rank goes over the ring).
+    bool ringConnections = true;
+  };
+  // The algorithm of a collective of `bytes` on channels (runsOnChannels(coll)).
+  Choice choose(CollType coll, size_t bytes) const;
+
+  // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.
+  size_t directMaxBytes() const;
+  // All-reduces past the direct sizes and up to this take the tree unforced.
+  size_t treeMaxBytes() const { return treeMax_; }
+  std::optional<Algo> forced() const { return f_.forced; }
+  const AllReduceModel& model() const { return f_.model; }
+
+ private:
+  TunerFacts f_;
+  size_t treeMax_ = 0;
+};
+
+}  // namespace chorus
