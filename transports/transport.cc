@@ -26,6 +26,8 @@ std::string hostIdentity() {
   return id;
 }
 
+}  // namespace
+
 // Random per process, fixed for its lifetime: tells threads of one process from processes that
 // happen to share a pid in different pid namespaces. Made again in a child after fork(), which
 // would otherwise inherit its parent's.
@@ -41,8 +43,6 @@ uint64_t currentProcessNonce() {
   return nonce;
 }
 
-}  // namespace
-
 PeerInfo PeerInfo::local(const Config& config) {
   PeerInfo p;
   const std::string host = hostIdentity();
@@ -56,37 +56,18 @@ PeerInfo PeerInfo::local(const Config& config) {
   return p;
 }
 
-const char* transportName(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kInProc:
-      return "inproc";
-    case TransportKind::kShm:
-      return "shm";
-    case TransportKind::kSocket:
-      return "socket";
-  }
-  return "?";
+bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
+  return sameHost(a, b) && a.processNonce == b.processNonce && a.pid == b.pid;
 }
 
-TransportKind chooseTransport(const PeerInfo& a, const PeerInfo& b) {
-  const uint32_t flags = a.flags | b.flags;
-  const bool sameHost = a.hostHash == b.hostHash;
-  const bool sameProcess = sameHost && a.processNonce == b.processNonce && a.pid == b.pid;
-  if (sameProcess && !(flags & PeerInfo::kP2pDisabled)) return TransportKind::kInProc;
-  if (sameHost && !(flags & PeerInfo::kShmDisabled)) return TransportKind::kShm;
-  return TransportKind::kSocket;
-}
+bool sameHost(const PeerInfo& a, const PeerInfo& b) { return a.hostHash == b.hostHash; }
 
-Transport& transportFor(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kInProc:
-      return inProcTransport();
-    case TransportKind::kShm:
-      return shmTransport();
-    case TransportKind::kSocket:
-      break;
-  }
-  return socketTransport();
+std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env) {
+  std::vector<std::unique_ptr<Transport>> all;
+  all.push_back(makeInProcTransport(env));
+  all.push_back(makeShmTransport(env));
+  all.push_back(makeSocketTransport(env));
+  return all;
 }
 
 }  // namespace chorus

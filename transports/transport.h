@@ -1,14 +1,17 @@
 // The transport interface: how two ranks get a FIFO between them.
 //
-// Which transport connects a pair is decided by chooseTransport() from the two ranks' allgathered
+// A communicator makes one instance of every registered transport (makeTransports) and, for each
+// peer, uses the first that says it can connect the pair, from the two ranks' allgathered
 // PeerInfo records, so both sides always agree. Setting up one direction (sender -> receiver)
 // takes three phases, run for all connections of a launch at once so that no rank can wait on
 // a phase another rank has not reached:
 //   1. the receiver calls setupRecv() and sends the handle it returns to the sender (bootstrap);
 //   2. the sender receives the handle and calls connectSend();
 //   3. the receiver calls finishRecv().
-// A Connection owns whatever backs its FIFO (heap block, shared mapping, socket) and is destroyed
-// only when the communicator is. Algorithms see only the FifoView.
+// A transport gets the FIFO shape to build and a narrow out-of-band interface, and owns whatever
+// threads it needs. A Connection owns whatever backs its FIFO (heap block, shared mapping, socket)
+// and is destroyed only when the communicator is, after its transports. Algorithms see only the
+// FifoView and the connection's capabilities.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "src/bootstrap/out_of_band.h"
 #include "src/common/status.h"
 #include "transports/fifo.h"
 
 namespace chorus {
 
-class Bootstrap;
 class Logger;
-class SocketProxy;
 struct Config;
 
-// What each rank tells every other at init; the inputs of chooseTransport().
+// What each rank tells every other at init; the inputs of each transport's canConnect().
 struct PeerInfo {
   uint64_t hostHash = 0;      // hostname + boot id + network namespace, or CHORUS_HOSTID
   uint64_t processNonce = 0;  // random per process: equal means threads of one process
@@ -42,44 +44,54 @@ struct PeerInfo {
   static PeerInfo local(const Config& config);
 };
 
-enum class TransportKind : uint8_t { kInProc = 0, kShm = 1, kSocket = 2 };
-const char* transportName(TransportKind kind);
-
-// The same answer on both sides: a setting that disables a transport on either rank disables it
-// for the pair.
-TransportKind chooseTransport(const PeerInfo& a, const PeerInfo& b);
+// Random per process, fixed for its lifetime (made again in a child after fork()).
+uint64_t currentProcessNonce();
+// Whether two ranks are threads of one process, and whether they run on one host.
+bool sameProcess(const PeerInfo& a, const PeerInfo& b);
+bool sameHost(const PeerInfo& a, const PeerInfo& b);
 
 class Connection {
  public:
-  Connection(TransportKind kind, int peer) : kind_(kind), peer_(peer) {}
+  explicit Connection(int peer) : peer_(peer) {}
   virtual ~Connection() = default;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   const FifoView& fifo() const { return fifo_; }
-  TransportKind kind() const { return kind_; }
   int peer() const { return peer_; }
+  // The producer writes each slot header's `ready` word last, with release order, straight into
+  // the consumer's FIFO: a consumer may take a slot on seeing its header, without the tail.
+  virtual bool headerPublishes() const { return true; }
+  // Published slots leave through a thread of the transport: published is not yet sent.
+  virtual bool viaProxy() const { return false; }
 
  protected:
   FifoView fifo_;
 
  private:
-  TransportKind kind_;
   int peer_;
 };
 
+// What one connection's setup gets: the FIFO to build and the out-of-band channel to the peer.
 struct ConnectContext {
-  Bootstrap* bootstrap = nullptr;
-  const Config* config = nullptr;
-  const Logger* log = nullptr;
-  SocketProxy* proxy = nullptr;  // present when any socket connection may be made
+  OutOfBand* oob = nullptr;
+  uint32_t nslots = 0;
+  uint32_t slotBytes = 0;
   int rank = -1;
+};
+
+// What a communicator's transports are made with.
+struct TransportEnv {
+  const Logger* log = nullptr;
+  int socketThreads = 1;  // CHORUS_SOCKET_NTHREADS
 };
 
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual TransportKind kind() const = 0;
+  virtual const char* name() const = 0;
+  // Whether this transport connects the two ranks; both answer alike.
+  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
   // Phase 1 (receiver).
   virtual Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                         std::vector<char>* handle) = 0;
@@ -88,12 +100,16 @@ class Transport {
                                                           const std::vector<char>& handle) = 0;
   // Phase 3 (receiver).
   virtual Status finishRecv(ConnectContext& ctx, Connection& conn, int peer, uint64_t tag) = 0;
+  // After a failure or an abort: stops moving data on this transport's connections, closing them,
+  // and returns once its threads no longer touch the callers' buffers.
+  virtual void stopTraffic() {}
 };
 
-// The built-in transports; each is stateless and shared.
-Transport& inProcTransport();
-Transport& shmTransport();
-Transport& socketTransport();
-Transport& transportFor(TransportKind kind);
+// The registry: one instance of each transport, in the order they are preferred (in-process,
+// shared memory, sockets). Adding a transport is a factory here and its file.
+std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env);
+std::unique_ptr<Transport> makeInProcTransport(const TransportEnv& env);
+std::unique_ptr<Transport> makeShmTransport(const TransportEnv& env);
+std::unique_ptr<Transport> makeSocketTransport(const TransportEnv& env);
 
 }  // namespace chorus

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "include/chorus/chorus.h"
+#include "src/bootstrap/out_of_band.h"
 #include "src/bootstrap/socket.h"
 #include "src/common/log.h"
 #include "src/common/os.h"
@@ -116,9 +117,9 @@ inline uint64_t makeTag(TagSpace space, uint64_t value) {
 
 // One rank's endpoint in one clique: listener, accept thread, mailbox, address table.
 // Thread-safe. Destroying it stops the accept thread.
-class Bootstrap {
+class Bootstrap : public OutOfBand {
  public:
-  ~Bootstrap();
+  ~Bootstrap() override;
 
   // How long joining may take, and when to say that it takes long.
   struct JoinTiming {
@@ -160,19 +161,20 @@ class Bootstrap {
 
   // Data connections for the socket transport: connect to `peer` and identify as (rank, tag);
   // the peer's accept thread files the descriptor, and takeConnection returns it.
-  Result<UniqueFd> openConnection(int peer, uint64_t tag);
-  Result<UniqueFd> takeConnection(int peer, uint64_t tag);
+  Result<UniqueFd> openConnection(int peer, uint64_t tag) override;
+  Result<UniqueFd> takeConnection(int peer, uint64_t tag) override;
+  std::string peerAddress(int peer) const override { return peers_[peer].toString(); }
 
   // Descriptor passing for shared memory on one host: exportFd offers `fd` to `peer` under
   // `token` (claimable once); importFd fetches it from the exporter's server, whose name
   // (fdServerName() on the exporting rank) travels in the connection handle.
-  void exportFd(int peer, uint64_t token, UniqueFd fd);
+  void exportFd(int peer, uint64_t token, UniqueFd fd) override;
   // Takes back an offer nobody claimed (no effect once claimed).
   void withdrawFd(uint64_t token);
   // Waits until `peer` has claimed the offer of `token` (within the timeout, unless aborted).
-  Status awaitClaim(int peer, uint64_t token);
-  Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token);
-  const std::string& fdServerName() const { return fdServerName_; }
+  Status awaitClaim(int peer, uint64_t token) override;
+  Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token) override;
+  const std::string& fdServerName() const override { return fdServerName_; }
 
   // Failure notices: a rank whose communicator failed tells every other rank why, so ranks that
   // wait on someone else than the failed one hear of it at once instead of at their timeout. The

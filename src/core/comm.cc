@@ -64,7 +64,7 @@ uint64_t mix(uint64_t a, uint64_t b) {
 Communicator::~Communicator() {
   // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
-  if (!proxies_.empty() && !aborted()) {
+  if (!aborted()) {
     const int64_t deadline = nowNs() + config_.timeoutNs;
     auto unsent = [](const SendCursor& c) {
       return c.viaProxy && !c.fifo.closed() && c.fifo.ctrl->head.load(std::memory_order_acquire) != c.tail;
@@ -75,9 +75,9 @@ Communicator::~Communicator() {
   }
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   stopFlight();
-  // Order matters: the proxy moves bytes of connections; the connections' FIFOs belong to lanes
-  // that are all done by now; the bootstrap serves descriptors for connections and memory.
-  proxies_.clear();
+  // Order matters: transports' threads move bytes of connections; the connections' FIFOs belong
+  // to lanes that are all done by now; the bootstrap serves descriptors for connections and memory.
+  transports_.clear();
   connections_.clear();
   memShare_.reset();
   bootstrap_.reset();
@@ -172,27 +172,38 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   const CpuIsa isa = config_.cpuIsa ? *config_.cpuIsa : bestCpuIsa();
   kernels_ = *hostKernelsFor(isa);
 
-  bool anySocket = false;
+  // The first transport of the registry that can connect a pair does, on both sides alike.
+  TransportEnv env;
+  env.log = &log_;
+  env.socketThreads = config_.socketThreads;
+  transports_ = makeTransports(env);
+  peerTransport_.assign(nranks_, nullptr);
   for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_) continue;
-    const TransportKind k = chooseTransport(peers_[rank_], peers_[r]);
-    anySocket = anySocket || k == TransportKind::kSocket;
-  }
-  if (anySocket) {
-    for (int t = 0; t < config_.socketThreads; ++t) {
-      proxies_.push_back(std::make_unique<SocketProxy>(log_));
-      CHORUS_TRY(proxies_.back()->start());
+    for (auto& t : transports_) {
+      if (t->canConnect(peers_[rank_], peers_[r])) {
+        peerTransport_[r] = t.get();
+        break;
+      }
     }
+    if (!peerTransport_[r]) return internalError("no transport can connect to " + describePeer(r));
   }
 
   {
-    std::vector<TransportKind> kinds(nranks_);
+    // Memory is shared as the FIFOs are: by pointer between threads, by mapping on one host,
+    // and the settings that turn those off for FIFOs turn them off here too.
+    std::vector<MemShare::Reach> reach(nranks_, MemShare::Reach::kNone);
     oneProcess_ = true;
+    const PeerInfo& me = peers_[rank_];
     for (int r = 0; r < nranks_; ++r) {
-      kinds[r] = chooseTransport(peers_[rank_], peers_[r]);
-      oneProcess_ = oneProcess_ && peers_[r].processNonce == peers_[rank_].processNonce;
+      const uint32_t flags = me.flags | peers_[r].flags;
+      if (sameProcess(me, peers_[r]) && !(flags & PeerInfo::kP2pDisabled)) {
+        reach[r] = MemShare::Reach::kAddressSpace;
+      } else if (sameHost(me, peers_[r]) && !(flags & PeerInfo::kShmDisabled)) {
+        reach[r] = MemShare::Reach::kSharedMapping;
+      }
+      oneProcess_ = oneProcess_ && peers_[r].processNonce == me.processNonce;
     }
-    memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(kinds));
+    memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(reach));
   }
   singleHost_ = true;
   for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
@@ -215,7 +226,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     for (int r = 0; r < nranks_; ++r) {
       if (r == rank_) continue;
       log_.info(kSubsysInit, "peer rank {} ({} pid {}) via {}", r, peers_[r].host, peers_[r].pid,
-                transportName(chooseTransport(peers_[rank_], peers_[r])));
+                peerTransport_[r]->name());
     }
   }
   setState(State::kReady);
@@ -455,7 +466,7 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     std::lock_guard<std::mutex> g(connMu_);
     for (auto& c : connections_) c->fifo().close();
   }
-  stopSocketTraffic();
+  stopTraffic();
 }
 
 void Communicator::logEnvironment() const {
@@ -515,18 +526,11 @@ Status Communicator::checkPeers(int64_t now, bool force) {
   return Status::ok();
 }
 
-void Communicator::stopSocketTraffic() {
-  // Socket proxies may send from and receive into the caller's buffers (by reference): once an
-  // operation has failed or been aborted, close their FIFOs and wait until the proxies are past
-  // any call in flight, so the caller may free its buffers when the failed call returns.
-  if (proxies_.empty()) return;
-  {
-    std::lock_guard<std::mutex> g(connMu_);
-    for (auto& c : connections_) {
-      if (c->kind() == TransportKind::kSocket) c->fifo().close();
-    }
-  }
-  for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
+void Communicator::stopTraffic() {
+  // A transport's threads may send from and receive into the caller's buffers (by reference):
+  // once an operation has failed or been aborted, they stop, so the caller may free its buffers
+  // when the failed call returns.
+  for (auto& t : transports_) t->stopTraffic();
 }
 
 std::string Communicator::describePeer(int peer) const {
@@ -736,7 +740,7 @@ void Communicator::abort() {
     std::lock_guard<std::mutex> g(connMu_);
     for (auto& c : connections_) c->fifo().close();
   }
-  stopSocketTraffic();
+  stopTraffic();
 }
 
 }  // namespace chorus

@@ -28,7 +28,6 @@
 #include "src/core/memshare.h"
 #include "src/core/task.h"
 #include "src/topo/topo.h"
-#include "transports/socket/socket_proxy.h"
 #include "transports/transport.h"
 
 namespace chorus {
@@ -178,8 +177,8 @@ class Communicator : public TaskOwner {
   // the rings (one per channel) and trees (comm_topo.cc).
   Status detectMachine(std::string* description, topo::TopoRecord* record);
   Status buildTopology(const std::string& mine, const std::vector<topo::TopoRecord>& records);
-  // Closes the socket connections and waits for the proxies to let go of them (comm.cc).
-  void stopSocketTraffic();
+  // Has every transport stop moving data and let go of the callers' buffers (comm.cc).
+  void stopTraffic();
   Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
                       const std::vector<int>& localRank) const;
   ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
@@ -196,7 +195,9 @@ class Communicator : public TaskOwner {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::shared_ptr<Engine> engine_;
-  std::vector<std::unique_ptr<SocketProxy>> proxies_;  // CHORUS_SOCKET_NTHREADS, when any peer is remote
+  // One of each transport (they own their threads), and the one that reaches each peer.
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<Transport*> peerTransport_;
   HostKernels kernels_{};
 
   // Connections and this rank's positions in them.

@@ -149,25 +149,12 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   std::vector<PendingRecv> pending;
   // Per-peer connections (point-to-point, direct) get smaller slots than rings: a communicator
   // that talks to every peer holds n-1 of them each way.
-  std::vector<std::unique_ptr<Config>> peerConfigs;
-  auto ctxFor = [&peerConfigs](Communicator* c, const ConnNeed& need) {
-    // Rings by channel (0, 1, ...); the per-peer families below them (-1, -2, -3).
-    const int channel = need.family == ConnFamily::kRing ? need.index : -static_cast<int>(need.family);
+  auto ctxFor = [](Communicator* c, const ConnNeed& need) {
     ConnectContext ctx;
-    ctx.bootstrap = c->bootstrap_.get();
-    ctx.config = &c->config_;
-    if (channel < 0) {
-      peerConfigs.push_back(std::make_unique<Config>(c->config_));
-      peerConfigs.back()->slotBytes = c->config_.peerSlots();
-      ctx.config = peerConfigs.back().get();
-    }
-    ctx.log = &c->log_;
-    // Connections spread over the proxy threads (CHORUS_SOCKET_NTHREADS), each direction of a
-    // pair on its own; all three phases of one connection pick the same thread.
-    if (!c->proxies_.empty()) {
-      const size_t slot = static_cast<size_t>(need.peer) * 2 + (need.send ? 1 : 0) + static_cast<size_t>(channel + 8);
-      ctx.proxy = c->proxies_[slot % c->proxies_.size()].get();
-    }
+    ctx.oob = c->bootstrap_.get();
+    ctx.nslots = static_cast<uint32_t>(c->config_.slots);
+    ctx.slotBytes =
+        static_cast<uint32_t>(need.family == ConnFamily::kRing ? c->config_.slotBytes : c->config_.peerSlots());
     ctx.rank = c->rank_;
     return ctx;
   };
@@ -176,7 +163,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     for (const auto& n : needs) {
       if (n.send) continue;
       ConnectContext ctx = ctxFor(c, n);
-      Transport& t = transportFor(chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]));
+      Transport& t = *c->peerTransport_[n.peer];
       std::vector<char> handle;
       CHORUS_ASSIGN_OR_RETURN(
           auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), &handle));
@@ -194,23 +181,22 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     for (const auto& n : needs) {
       if (!n.send) continue;
       ConnectContext ctx = ctxFor(c, n);
-      const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[n.peer]);
+      Transport& t = *c->peerTransport_[n.peer];
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
                               c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index))));
       CHORUS_ASSIGN_OR_RETURN(
-          auto conn,
-          transportFor(kind).connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle));
+          auto conn, t.connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle));
       auto cursor = std::make_unique<SendCursor>();
       cursor->fifo = conn->fifo();
       cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
       cursor->headSeen = conn->fifo().ctrl->head.load(std::memory_order_acquire);
       cursor->peer = n.peer;
-      cursor->viaProxy = kind == TransportKind::kSocket;
+      cursor->viaProxy = conn->viaProxy();
       if (n.family == ConnFamily::kRing) {
-        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.index, c->rank_, n.peer, transportName(kind));
+        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.index, c->rank_, n.peer, t.name());
       } else {
         c->log_.info(n.family == ConnFamily::kP2p ? kSubsysP2p : kSubsysInit, "{} : {} -> {} via {}",
-                     connFamilyName(n.family), c->rank_, n.peer, transportName(kind));
+                     connFamilyName(n.family), c->rank_, n.peer, t.name());
       }
       c->conns_.put(n.family, n.index, std::move(cursor));
       {
@@ -223,14 +209,14 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& p : pending) {
     Communicator* c = p.comm;
     ConnectContext ctx = ctxFor(c, p.need);
-    const TransportKind kind = chooseTransport(c->peers_[c->rank_], c->peers_[p.need.peer]);
-    CHORUS_TRY(transportFor(kind).finishRecv(ctx, *p.conn, p.need.peer,
-                                             makeTag(TagSpace::kConnect, connTag(p.need.family, p.need.index))));
+    Transport& t = *c->peerTransport_[p.need.peer];
+    CHORUS_TRY(
+        t.finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, connTag(p.need.family, p.need.index))));
     auto cursor = std::make_unique<RecvCursor>();
     cursor->fifo = p.conn->fifo();
     cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
     cursor->peer = p.need.peer;
-    cursor->headerPublishes = kind != TransportKind::kSocket;
+    cursor->headerPublishes = p.conn->headerPublishes();
     c->conns_.put(p.need.family, p.need.index, std::move(cursor));
   }
   return Status::ok();

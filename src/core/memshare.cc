@@ -58,8 +58,8 @@ Status sharedFree(void* ptr) {
   return Status::ok();
 }
 
-MemShare::MemShare(Bootstrap* bootstrap, int rank, std::vector<TransportKind> kinds)
-    : bootstrap_(bootstrap), rank_(rank), kinds_(std::move(kinds)), peers_(kinds_.size()) {}
+MemShare::MemShare(Bootstrap* bootstrap, int rank, std::vector<Reach> reach)
+    : bootstrap_(bootstrap), rank_(rank), reach_(std::move(reach)), peers_(reach_.size()) {}
 
 MemShare::~MemShare() {
   for (auto& p : peers_) {
@@ -135,12 +135,12 @@ bool MemShare::registered(const void* ptr, size_t bytes) {
 bool MemShare::describe(int peer, const void* ptr, size_t bytes, MemDesc* d) {
   *d = MemDesc{};
   d->bytes = bytes;
-  if (kinds_[peer] == TransportKind::kInProc) {
+  if (reach_[peer] == Reach::kAddressSpace) {
     d->kind = MemDesc::kPointer;
     d->addr = reinterpret_cast<uintptr_t>(ptr);
     return true;
   }
-  if (kinds_[peer] != TransportKind::kShm) return false;
+  if (reach_[peer] != Reach::kSharedMapping) return false;
   const auto* p = static_cast<const char*>(ptr);
   std::lock_guard<std::mutex> g(mu_);
   if (regs_.empty()) return false;
@@ -181,7 +181,7 @@ bool MemShare::describe(int peer, const void* ptr, size_t bytes, MemDesc* d) {
 
 Result<const char*> MemShare::resolve(int peer, const MemDesc& d) {
   if (d.kind == MemDesc::kPointer) {
-    if (kinds_[peer] != TransportKind::kInProc) {
+    if (reach_[peer] != Reach::kAddressSpace) {
       return internalError("rank " + std::to_string(peer) + " described a pointer but is not in this process");
     }
     return reinterpret_cast<const char*>(static_cast<uintptr_t>(d.addr));

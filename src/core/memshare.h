@@ -52,8 +52,13 @@ struct MemDesc {
 // communicator's work; a mutex orders them.
 class MemShare {
  public:
-  // `kinds[p]`: the transport to peer p (kInProc peers share the address space).
-  MemShare(Bootstrap* bootstrap, int rank, std::vector<TransportKind> kinds);
+  // How this rank can let each peer read its memory.
+  enum class Reach : uint8_t {
+    kAddressSpace,   // a thread of this process: by pointer
+    kSharedMapping,  // a process of this host: memory from chorusMemAlloc, mapped there
+    kNone,
+  };
+  MemShare(Bootstrap* bootstrap, int rank, std::vector<Reach> reach);
   ~MemShare();
 
   // chorusCommRegister / chorusCommDeregister. The handle is opaque to the user.
@@ -92,7 +97,7 @@ class MemShare {
 
   Bootstrap* bootstrap_;
   int rank_;
-  std::vector<TransportKind> kinds_;
+  std::vector<Reach> reach_;
   std::mutex mu_;
   std::map<uint64_t, Registration> regs_;  // by handle id
   uint64_t nextHandle_ = 1;

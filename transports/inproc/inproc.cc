@@ -5,9 +5,9 @@
 // last one to go frees the block.
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <new>
 
-#include "src/common/config.h"
 #include "transports/transport.h"
 
 namespace chorus {
@@ -42,10 +42,7 @@ struct Handle {
 
 class InProcConnection : public Connection {
  public:
-  InProcConnection(int peer, InProcBlock* block, FifoView fifo)
-      : Connection(TransportKind::kInProc, peer), block_(block) {
-    fifo_ = fifo;
-  }
+  InProcConnection(int peer, InProcBlock* block, FifoView fifo) : Connection(peer), block_(block) { fifo_ = fifo; }
   ~InProcConnection() override {
     fifo_.close();
     block_->unref();
@@ -55,30 +52,32 @@ class InProcConnection : public Connection {
   InProcBlock* block_;
 };
 
-uint64_t processNonce(const Config& config) { return PeerInfo::local(config).processNonce; }
-
 class InProcTransport : public Transport {
  public:
-  TransportKind kind() const override { return TransportKind::kInProc; }
+  const char* name() const override { return "inproc"; }
+  // Threads of one process, unless CHORUS_P2P_DISABLE is set on either.
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return sameProcess(self, peer) && !((self.flags | peer.flags) & PeerInfo::kP2pDisabled);
+  }
 
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
                                                 std::vector<char>* handle) override {
-    const auto nslots = static_cast<uint32_t>(ctx.config->slots);
-    const auto slotBytes = static_cast<uint32_t>(ctx.config->slotBytes);
+    const uint32_t nslots = ctx.nslots;
+    const uint32_t slotBytes = ctx.slotBytes;
     InProcBlock* block = InProcBlock::make(fifoBytes(nslots, slotBytes));
     FifoView fifo = FifoView::layout(block->mem, nslots, slotBytes);
-    Handle h{processNonce(*ctx.config), reinterpret_cast<uint64_t>(block), nslots, slotBytes};
+    Handle h{currentProcessNonce(), reinterpret_cast<uint64_t>(block), nslots, slotBytes};
     handle->resize(sizeof(h));
     std::memcpy(handle->data(), &h, sizeof(h));
     return std::unique_ptr<Connection>(new InProcConnection(peer, block, fifo));
   }
 
-  Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t,
+  Result<std::unique_ptr<Connection>> connectSend(ConnectContext&, int peer, uint64_t,
                                                   const std::vector<char>& handle) override {
     Handle h{};
     if (handle.size() != sizeof(h)) return internalError("in-process connection handle has the wrong size");
     std::memcpy(&h, handle.data(), sizeof(h));
-    if (h.nonce != processNonce(*ctx.config)) {
+    if (h.nonce != currentProcessNonce()) {
       return internalError("in-process connection handle from rank " + std::to_string(peer) +
                            " belongs to another process");
     }
@@ -97,9 +96,6 @@ class InProcTransport : public Transport {
 
 }  // namespace
 
-Transport& inProcTransport() {
-  static InProcTransport t;
-  return t;
-}
+std::unique_ptr<Transport> makeInProcTransport(const TransportEnv&) { return std::make_unique<InProcTransport>(); }
 
 }  // namespace chorus

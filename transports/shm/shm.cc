@@ -5,9 +5,8 @@
 // is ever named in /dev/shm, so nothing is left behind when a process is killed: the segment
 // lives exactly as long as some process maps it.
 #include <cstring>
+#include <memory>
 
-#include "src/bootstrap/bootstrap.h"
-#include "src/common/config.h"
 #include "src/common/os.h"
 #include "transports/transport.h"
 
@@ -24,7 +23,7 @@ struct Handle {
 class ShmConnection : public Connection {
  public:
   ShmConnection(int peer, Mapping mapping, FifoView fifo, uint64_t token = 0)
-      : Connection(TransportKind::kShm, peer), map_(std::move(mapping)), token_(token) {
+      : Connection(peer), map_(std::move(mapping)), token_(token) {
     fifo_ = fifo;
   }
   ~ShmConnection() override { fifo_.close(); }
@@ -37,19 +36,23 @@ class ShmConnection : public Connection {
 
 class ShmTransport : public Transport {
  public:
-  TransportKind kind() const override { return TransportKind::kShm; }
+  const char* name() const override { return "shm"; }
+  // Processes of one host, unless CHORUS_SHM_DISABLE is set on either.
+  bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override {
+    return sameHost(self, peer) && !((self.flags | peer.flags) & PeerInfo::kShmDisabled);
+  }
 
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                 std::vector<char>* handle) override {
-    const auto nslots = static_cast<uint32_t>(ctx.config->slots);
-    const auto slotBytes = static_cast<uint32_t>(ctx.config->slotBytes);
+    const uint32_t nslots = ctx.nslots;
+    const uint32_t slotBytes = ctx.slotBytes;
     const size_t bytes = fifoBytes(nslots, slotBytes);
     CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, makeMemfd("chorus-fifo", bytes));
     CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), bytes));
     FifoView fifo = FifoView::layout(m.data(), nslots, slotBytes);
     Handle h{randomU64() ^ tag, nslots, slotBytes, {0}};
-    std::snprintf(h.server, sizeof(h.server), "%s", ctx.bootstrap->fdServerName().c_str());
-    ctx.bootstrap->exportFd(peer, h.token, std::move(fd));
+    std::snprintf(h.server, sizeof(h.server), "%s", ctx.oob->fdServerName().c_str());
+    ctx.oob->exportFd(peer, h.token, std::move(fd));
     handle->resize(sizeof(h));
     std::memcpy(handle->data(), &h, sizeof(h));
     return std::unique_ptr<Connection>(new ShmConnection(peer, std::move(m), fifo, h.token));
@@ -61,8 +64,7 @@ class ShmTransport : public Transport {
     if (handle.size() != sizeof(h)) return internalError("shared-memory connection handle has the wrong size");
     std::memcpy(&h, handle.data(), sizeof(h));
     CHORUS_ASSIGN_OR_RETURN(
-        UniqueFd fd,
-        ctx.bootstrap->importFd(peer, std::string(h.server, strnlen(h.server, sizeof(h.server))), h.token));
+        UniqueFd fd, ctx.oob->importFd(peer, std::string(h.server, strnlen(h.server, sizeof(h.server))), h.token));
     const size_t bytes = fifoBytes(h.nslots, h.slotBytes);
     CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(fd.get(), bytes));
     FifoView fifo;
@@ -77,15 +79,12 @@ class ShmTransport : public Transport {
   // over (a broadcast root that filled its slots) could destroy the communicator, and with it the
   // descriptor server, while its peer still has to fetch the memfd.
   Status finishRecv(ConnectContext& ctx, Connection& conn, int peer, uint64_t) override {
-    return ctx.bootstrap->awaitClaim(peer, static_cast<ShmConnection&>(conn).token());
+    return ctx.oob->awaitClaim(peer, static_cast<ShmConnection&>(conn).token());
   }
 };
 
 }  // namespace
 
-Transport& shmTransport() {
-  static ShmTransport t;
-  return t;
-}
+std::unique_ptr<Transport> makeShmTransport(const TransportEnv&) { return std::make_unique<ShmTransport>(); }
 
 }  // namespace chorus

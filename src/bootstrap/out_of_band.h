@@ -1,0 +1,33 @@
+// What a transport may ask of the bootstrap network while it connects two ranks, and nothing
+// more: the byte streams and descriptors a connection is built from. The Bootstrap implements it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "src/common/os.h"
+#include "src/common/status.h"
+
+namespace chorus {
+
+class OutOfBand {
+ public:
+  virtual ~OutOfBand() = default;
+
+  // A data stream to `peer`, matched by `tag`: the sender opens it (through the peer's bootstrap
+  // listener) and the receiver takes the one the peer opened.
+  virtual Result<UniqueFd> openConnection(int peer, uint64_t tag) = 0;
+  virtual Result<UniqueFd> takeConnection(int peer, uint64_t tag) = 0;
+  // Where `peer` is, for messages ("host:port").
+  virtual std::string peerAddress(int peer) const = 0;
+
+  // Descriptor passing on one host: exportFd offers `fd` to `peer` under `token` (claimable
+  // once); importFd fetches it from the exporter's server, whose name (fdServerName() on the
+  // exporting rank) travels in the connection's handle; awaitClaim waits until the peer took it.
+  virtual const std::string& fdServerName() const = 0;
+  virtual void exportFd(int peer, uint64_t token, UniqueFd fd) = 0;
+  virtual Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token) = 0;
+  virtual Status awaitClaim(int peer, uint64_t token) = 0;
+};
+
+}  // namespace chorus
