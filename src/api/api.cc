@@ -18,6 +18,7 @@
 #include "src/common/guard.h"
 #include "src/common/handles.h"
 #include "src/common/os.h"
+#include "src/core/clique.h"
 #include "src/core/comm.h"
 #include "src/core/group.h"
 #include "src/core/init_env.h"
@@ -222,19 +223,6 @@ Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, in
   return s;
 }
 
-// A private id: never CHORUS_COMM_ID, which names a clique spanning processes. Its root runs in
-// this process.
-Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
-  BootstrapId id;
-  id.secret[0] = randomU64();
-  id.secret[1] = randomU64();
-  id.cliqueId = randomU64();
-  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, cfg.initTimeout(), cfg.initWarnNs());
-  return id;
-}
-
 void joinInit(CommHandle& h) {
   if (h.initThread.joinable()) h.initThread.join();
 }
@@ -326,36 +314,11 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
     if (!comms) return invalidArgument("comms is NULL");
     if (ndev < 1) return invalidArgument("ndev must be at least 1, not " + std::to_string(ndev));
     if (inGroup()) return invalidUsage("chorusCommInitAll cannot be called inside a group");
-    CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makePrivateBootstrapId(cfg));
-    std::vector<std::shared_ptr<CommHandle>> handles(ndev);
-    std::vector<std::thread> threads;
-    std::vector<Status> results(ndev);
-    // The first rank to fail stops the others' wait for the root (which would otherwise last the
-    // whole timeout), and its error is the one returned: the others' are echoes of it.
-    std::atomic<bool> cancel{false};
-    std::atomic<int> first{-1};
-    CommOptions options;
-    options.cancelJoin = &cancel;
-    for (int r = 0; r < ndev; ++r) {
-      handles[r] = std::make_shared<CommHandle>();
-      InitJob job{handles[r], id, r, ndev, options};
-      threads.emplace_back([job, &results, &cancel, &first, r] {
-        results[r] = runInit(job);
-        int none = -1;
-        if (!results[r].isOk() && first.compare_exchange_strong(none, r)) cancel.store(true, std::memory_order_release);
-      });
-    }
-    for (auto& t : threads) t.join();
-    if (first.load() >= 0) {
-      const Status bad = results[first.load()];
+    std::vector<std::shared_ptr<CommHandle>> handles;
+    Status s = initClique(&handles, ndev);
+    if (!s.isOk()) {
       for (int r = 0; r < ndev; ++r) comms[r] = nullptr;
-      std::string msg = "rank " + std::to_string(first.load()) + " of " + std::to_string(ndev) + ": " + bad.message();
-      if (msg.find("too many open files") != std::string::npos) {
-        msg += "; " + std::to_string(ndev) + " ranks in one process need about " +
-               std::to_string(ndev * (kFdsPerRank + 1)) + " descriptors while they start";
-      }
-      return Status(bad.code(), msg);
+      return s;
     }
     for (int r = 0; r < ndev; ++r) comms[r] = publish(handles[r]);
     return Status::ok();

@@ -109,7 +109,7 @@ namespace {
 // back, which is most of a small operation's time. Returns false, having changed nothing, when a
 // token is held (the engine or another thread runs that communicator): the caller then submits
 // to the engines. The idle policy and the deadlines are the engine's.
-bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
+bool runInline(std::vector<std::unique_ptr<Task>>& tasks, const IdlePolicy& policy) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i]->owner()->tryAcquireExec()) {
       tasks[i]->holdsExec = true;
@@ -121,7 +121,6 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
     }
     return false;
   }
-  const IdlePolicy policy(static_cast<Communicator*>(tasks[0]->owner())->config());
   size_t left = tasks.size();
   int64_t idleSince = 0;
   int idleTurns = 0;
@@ -161,19 +160,17 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks) {
   return true;
 }
 
-void submitToEngines(std::vector<std::unique_ptr<Task>>& tasks) {
-  for (auto& t : tasks) {
-    auto* c = static_cast<Communicator*>(t->owner());
-    c->engine().submit(std::move(t));
-  }
-}
-
 // The ops of one communicator in one launch, in issue order.
 struct CommOps {
   Communicator* comm;
   std::shared_ptr<Stream> stream;
   std::vector<OpInfo> ops;
 };
+
+// tasks[i] belongs to work[i].comm.
+void submitToEngines(std::vector<CommOps>& work, std::vector<std::unique_ptr<Task>>& tasks) {
+  for (size_t i = 0; i < tasks.size(); ++i) work[i].comm->engine().submit(std::move(tasks[i]));
+}
 
 // Plans the tasks of the communicators that share one stream and runs them: inline when their
 // execution tokens are free, else on their engines. Runs on the stream's worker (or, for the
@@ -200,14 +197,14 @@ Status planAndRun(std::vector<CommOps>& work) {
     return failed;
   }
   LaunchLatch latch(static_cast<int>(tasks.size()));
-  for (auto& t : tasks) {
-    auto* c = static_cast<Communicator*>(t->owner());
-    t->setOnDone([c, &latch](const Status& st) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Communicator* c = work[i].comm;
+    tasks[i]->setOnDone([c, &latch](const Status& st) {
       latch.done(st);
       c->taskFinished();
     });
   }
-  if (!runInline(tasks)) submitToEngines(tasks);
+  if (!runInline(tasks, IdlePolicy(work[0].comm->config()))) submitToEngines(work, tasks);
   return latch.wait();
 }
 
