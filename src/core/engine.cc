@@ -66,8 +66,7 @@ void IdlePolicy::step(const WaitInfo& wait, int64_t idleNs, int* yields, std::at
 void Engine::loop() {
   // Per communicator, its tasks in submission order; only the first of each runs.
   std::map<TaskOwner*, std::deque<std::unique_ptr<Task>>> queues;
-  int64_t idleSince = 0;
-  int yields = 0;
+  IdleLoop idle(policy_);
   while (true) {
     {
       std::unique_lock<std::mutex> lk(mu_);
@@ -82,7 +81,8 @@ void Engine::loop() {
     }
     bool movedAny = false;
     WaitInfo firstWait;
-    const int64_t now = nowNs();
+    idle.refreshClock();  // the engine's turns check deadlines every time
+    const int64_t now = idle.now();
     bool skipped = false;
     for (auto it = queues.begin(); it != queues.end();) {
       auto& q = it->second;
@@ -114,18 +114,12 @@ void Engine::loop() {
       }
       ++it;
     }
-    if (movedAny || queues.empty()) {
-      idleSince = 0;
-      yields = 0;
-      continue;
-    }
-    if (idleSince == 0) idleSince = now;
-    if (!firstWait.word && skipped) {
+    if (!movedAny && !queues.empty() && !firstWait.word && skipped) {
       // Only tokens held elsewhere: nothing of ours to wait on, so nap briefly.
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
-    policy_.step(firstWait, now - idleSince, &yields, &sleepingOn_, &pending_);
+    idle.after(movedAny || queues.empty(), firstWait, &sleepingOn_, &pending_);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "src/common/config.h"
+#include "src/common/os.h"
 #include "src/core/task.h"
 
 namespace chorus {
@@ -37,6 +38,40 @@ struct IdlePolicy {
   // to the word slept on so submitters can wake it, and the nap is skipped while *pending > 0.
   void step(const WaitInfo& wait, int64_t idleNs, int* yields, std::atomic<std::atomic<uint32_t>*>* announce = nullptr,
             const std::atomic<int>* pending = nullptr) const;
+};
+
+// The waiting half of every run loop (the engine thread, a launch run inline, the inline direct
+// all-reduce): after a turn that moved nothing, wait as the policy says on the word the first
+// blocked lane waits for; after a turn that moved, start over. The clock is read only while
+// nothing moves, on the first idle turn and every 16th after (a busy loop would otherwise spend a
+// tenth of a small operation's time in clock_gettime), or when the loop asks (refreshClock).
+class IdleLoop {
+ public:
+  explicit IdleLoop(const IdlePolicy& policy) : policy_(policy), now_(nowNs()) {}
+  int64_t now() const { return now_; }
+  void refreshClock() { now_ = nowNs(); }
+  // Ends a turn. `announce` and `pending` as IdlePolicy::step.
+  void after(bool moved, const WaitInfo& wait, std::atomic<std::atomic<uint32_t>*>* announce = nullptr,
+             const std::atomic<int>* pending = nullptr) {
+    if (moved) {
+      idleSince_ = 0;
+      idleTurns_ = 0;
+      yields_ = 0;
+      return;
+    }
+    if (idleTurns_++ % 16 == 0) now_ = nowNs();
+    if (idleSince_ == 0) idleSince_ = now_;
+    policy_.step(wait, now_ - idleSince_, &yields_, announce, pending);
+  }
+  // The time the current idle spell began (0: the last turn moved).
+  int64_t idleSince() const { return idleSince_; }
+
+ private:
+  const IdlePolicy& policy_;
+  int64_t now_;
+  int64_t idleSince_ = 0;
+  int idleTurns_ = 0;
+  int yields_ = 0;
 };
 
 class Engine {

@@ -122,13 +122,8 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks, const IdlePolicy& poli
     return false;
   }
   size_t left = tasks.size();
-  int64_t idleSince = 0;
-  int idleTurns = 0;
-  int yields = 0;
-  // The clock is read only while nothing moves, and then every 16th turn: a busy loop would
-  // otherwise spend a tenth of a small operation's time in clock_gettime.
-  int64_t now = nowNs();
-  for (auto& t : tasks) t->lastProgressNs = now;
+  IdleLoop idle(policy);
+  for (auto& t : tasks) t->lastProgressNs = idle.now();
   while (left > 0) {
     bool movedAny = false;
     WaitInfo first;
@@ -136,7 +131,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks, const IdlePolicy& poli
       if (tasks[i]->finished) continue;
       WaitInfo w;
       bool moved = false;
-      Status s = tasks[i]->advance(now, &w, &moved);
+      Status s = tasks[i]->advance(idle.now(), &w, &moved);
       movedAny = movedAny || moved;
       if (s.inProgress()) {
         if (!first.word) first = w;
@@ -147,15 +142,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks, const IdlePolicy& poli
       --left;
       movedAny = true;
     }
-    if (movedAny || left == 0) {
-      idleSince = 0;
-      idleTurns = 0;
-      yields = 0;
-      continue;
-    }
-    if (idleTurns++ % 16 == 0) now = nowNs();
-    if (idleSince == 0) idleSince = now;
-    policy.step(first, now - idleSince, &yields);
+    if (left > 0) idle.after(movedAny, first);
   }
   return true;
 }

@@ -362,11 +362,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   const IdlePolicy policy(config_);
-  int64_t now = 0;
-  int64_t lastProgress = 0;
-  int64_t idleSince = 0;
-  int idleTurns = 0;  // the clock is read on the first idle turn and every 16th after
-  int yields = 0;
+  IdleLoop idle(policy);
   Status s;
   while (true) {
     if (failed_.load(std::memory_order_acquire)) {
@@ -385,27 +381,19 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
       if (!s.isOk()) s = explainFailure(*this, s, w);
       break;
     }
-    if (moved) {
-      idleSince = 0;
-      idleTurns = 0;
-      yields = 0;
-      continue;
-    }
-    if (idleTurns++ % 16 == 0) now = nowNs();
-    if (idleSince == 0) {
-      idleSince = now;
-      lastProgress = now;
-    }
-    if (now - lastProgress > kPeerCheckAfterNs) {
-      s = checkPeers(now);
+    // Nothing has moved since the idle spell began: past a while, check the peers and warn;
+    // past the timeout, give up.
+    const int64_t stalled = idle.idleSince() == 0 ? 0 : idle.now() - idle.idleSince();
+    if (!moved && stalled > kPeerCheckAfterNs) {
+      s = checkPeers(idle.now());
       if (!s.isOk()) break;
-      noteStall(w, now - lastProgress, &nextWarn);
-      if (now - lastProgress > config_.timeoutNs) {
-        s = systemError(describeStall(*this, w, now - lastProgress));
+      noteStall(w, stalled, &nextWarn);
+      if (stalled > config_.timeoutNs) {
+        s = systemError(describeStall(*this, w, stalled));
         break;
       }
     }
-    policy.step(w, now - idleSince, &yields);
+    idle.after(moved, w);
   }
   releaseExec();
   flightMark(flight, flight, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed, s.code());
