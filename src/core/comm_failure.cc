@@ -1,0 +1,139 @@
+// Failure handling: the error that broke a communicator, notices to and from peers, watching
+// the peers of this host, and what a hang report says.
+#include "src/core/comm.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace chorus {
+namespace {
+
+// How long the failure notices may take, and how often a stalled wait polls the peers' pidfds.
+constexpr int64_t kNoticeNs = int64_t(2) * 1000000000;
+constexpr int64_t kPeerCheckEveryNs = int64_t(50) * 1000000;
+
+}  // namespace
+
+Status Communicator::asyncError() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();  // every call asks: keep it lock-free
+  std::lock_guard<std::mutex> g(errMu_);
+  return asyncError_;
+}
+
+void Communicator::fail(const Status& s, bool tellPeers) {
+  {
+    std::lock_guard<std::mutex> g(errMu_);
+    if (!asyncError_.isOk()) return;
+    asyncError_ = s;
+    failed_.store(true, std::memory_order_release);
+  }
+  log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  if (flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
+    const auto entries = flight_->snapshot();
+    if (!entries.empty()) {
+      log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(entries, 8));
+    }
+  }
+  (void)writeDump("failure: " + s.message());
+  // The notice goes before the connections close: a peer that sees a connection to this rank
+  // close then finds the reason already told, instead of blaming this rank for the closing. On
+  // the failing thread itself: one poll over every rank's connection, over at once where the
+  // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
+  if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) tellFailure(s);
+  {
+    // A peer waiting on this rank over shared memory sees its connection close at once.
+    std::lock_guard<std::mutex> g(connMu_);
+    for (auto& c : connections_) c->fifo().close();
+  }
+  stopTraffic();
+}
+
+void Communicator::tellFailure(const Status& s) {
+  // A failure about another rank (waited for in vain, found dead) leads with that rank: this
+  // rank only noticed it, and every rank it tells should name the same culprit.
+  const bool aboutOther = s.subject() >= 0 && s.subject() != rank_;
+  const std::string text = aboutOther ? s.message() + " (noticed by " + describePeer(rank_) + ")"
+                                      : describePeer(rank_) + " failed: " + s.message();
+  const int told = bootstrap_->noticeAll(text, nowNs() + kNoticeNs);
+  log_.info(kSubsysAll, "failure notice sent to {} of {} other ranks", told, nranks_ - 1);
+}
+
+void Communicator::watchPeers() {
+  // Only processes this process can see by pid (same boot and pid namespace), and only when the
+  // pid still names the process that joined (its start time matches).
+  peerPidfd_.clear();
+  peerPidfd_.resize(nranks_);
+  const PeerInfo& me = peers_[rank_];
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers_[r];
+    if (r == rank_ || p.processNonce == me.processNonce || p.pidSpace != me.pidSpace || p.startTicks == 0) continue;
+    UniqueFd fd = openPidfd(p.pid);
+    if (fd.valid() && processStartTicks(p.pid) == p.startTicks) peerPidfd_[r] = std::move(fd);
+  }
+  bootstrap_->setNoticeHandler([this](int src, const std::string& text) {
+    fail(remoteError(text + " (reported by rank " + std::to_string(src) + ")"), false);
+  });
+  // A notice that came while init ran (before the handler): this communicator is failed already.
+  if (std::string early = bootstrap_->earlyNotice(); !early.empty()) fail(remoteError(early), false);
+}
+
+Status Communicator::checkPeers(int64_t now, bool force) {
+  if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
+  lastPeerCheckNs_.store(now, std::memory_order_relaxed);
+  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
+    if (peerPidfd_[r].valid() && pidfdExited(peerPidfd_[r].get())) {
+      // A rank that failed on its own tells the others before its process ends, but the notice
+      // may still sit unread on this rank's listener: give it a moment to say more than this.
+      for (int i = 0; i < 20 && !failed_.load(std::memory_order_acquire); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      Status told = asyncError();
+      if (!told.isOk()) return told;
+      return remoteError(describePeer(r) + " is gone: its process exited or was killed").about(r);
+    }
+  }
+  return Status::ok();
+}
+
+void Communicator::stopTraffic() {
+  // A transport's threads may send from and receive into the caller's buffers (by reference):
+  // once an operation has failed or been aborted, they stop, so the caller may free its buffers
+  // when the failed call returns.
+  for (auto& t : transports_) t->stopTraffic();
+}
+
+std::string Communicator::describePeer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
+  return "rank " + std::to_string(peer) + " (host " + peers_[peer].host + ", pid " + std::to_string(peers_[peer].pid) +
+         ")";
+}
+
+std::string Communicator::stoppedPeers() const {
+  std::string s;
+  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
+    if (!peerPidfd_[r].valid()) continue;  // only processes this rank watches: same host, same pid space
+    const char state = processState(peers_[r].pid);
+    if (state == 'T' || state == 't') s += (s.empty() ? "" : ", ") + describePeer(r);
+  }
+  return s;
+}
+
+int64_t Communicator::timeoutGraceNs(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peerPidfd_.size()) || !peerPidfd_[peer].valid()) return 0;
+  if (pidfdExited(peerPidfd_[peer].get())) return 0;
+  const char state = processState(peers_[peer].pid);
+  if (state == 'T' || state == 't' || state == 'Z' || state == 'X') return 0;
+  return std::min<int64_t>(2000000000, config_.timeoutNs / 4);
+}
+
+std::string Communicator::describeChannels() const {
+  std::string s;
+  for (int c = 0; c <= config_.nChannels; ++c) {
+    if (!s.empty()) s += "; ";
+    s += (c < config_.nChannels ? "channel " + std::to_string(c) : std::string("p2p")) + ": " +
+         channelStatus_[c].describe();
+  }
+  return s;
+}
+
+}  // namespace chorus

@@ -1,0 +1,158 @@
+// Custom reduction operators (chorusRedOpCreatePreMulSum) and the reduction a call runs.
+#include "src/core/comm.h"
+
+#include <cstring>
+
+namespace chorus {
+
+Result<chorusRedOp_t> Communicator::createPreMulSum(const void* scalar, chorusDataType_t type,
+                                                    chorusScalarResidence_t residence) {
+  PreMulOp op;
+  op.live = true;
+  op.type = type;
+  op.residence = residence;
+  if (residence == chorusScalarHostImmediate) {
+    std::memcpy(op.value, scalar, typeSize(type));
+  } else {
+    op.ptr = scalar;
+  }
+  std::lock_guard<std::mutex> g(redOpMu_);
+  for (size_t i = 0; i < redOps_.size(); ++i) {
+    if (!redOps_[i].live) {
+      redOps_[i] = op;
+      return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(i));
+    }
+  }
+  if (redOps_.size() >= 1u << 20) return invalidUsage("too many live custom reduction operators; destroy some");
+  redOps_.push_back(op);
+  return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(redOps_.size() - 1));
+}
+
+Status Communicator::destroyRedOp(chorusRedOp_t op) {
+  std::lock_guard<std::mutex> g(redOpMu_);
+  const int idx = static_cast<int>(op) - chorusNumOps;
+  if (op < chorusNumOps) {
+    return invalidArgument("operator " + std::to_string(op) +
+                           " is built in; only operators made by "
+                           "chorusRedOpCreatePreMulSum can be destroyed");
+  }
+  if (idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+    return invalidArgument("operator " + std::to_string(op) +
+                           " was not created on this communicator or was already "
+                           "destroyed");
+  }
+  redOps_[idx].live = false;
+  return Status::ok();
+}
+
+Status Communicator::checkRedOp(chorusRedOp_t op, chorusDataType_t type) const {
+  if (op >= 0 && op < chorusNumOps) return Status::ok();
+  std::lock_guard<std::mutex> g(redOpMu_);
+  const int idx = static_cast<int>(op) - chorusNumOps;
+  if (op < 0 || idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+    return invalidArgument("reduction operator " + std::to_string(op) +
+                           " is neither built in (sum, prod, max, min, avg) nor a live operator of this communicator "
+                           "(destroyed, or created on another communicator?)");
+  }
+  if (redOps_[idx].type != type) {
+    return invalidArgument(std::string("reduction operator ") + std::to_string(op) + " was created for " +
+                           typeName(redOps_[idx].type) + " but is used with " + typeName(type));
+  }
+  return Status::ok();
+}
+
+ReduceSpec Communicator::reduceSpec(chorusRedOp_t op, chorusDataType_t type) const {
+  ReduceSpec s;
+  const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
+                       type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
+  switch (op) {
+    case chorusSum:
+      s.kind = RedKind::kSum;
+      return s;
+    case chorusProd:
+      s.kind = RedKind::kProd;
+      return s;
+    case chorusMax:
+      s.kind = RedKind::kMax;
+      return s;
+    case chorusMin:
+      s.kind = RedKind::kMin;
+      return s;
+    case chorusAvg:
+      s.kind = RedKind::kSum;
+      if (isFloat) {
+        s.hasPre = true;
+        s.scaleF = 1.0 / nranks_;
+      } else {
+        s.hasPostDiv = true;
+        s.divisor = static_cast<uint64_t>(nranks_);
+      }
+      return s;
+    default:
+      break;
+  }
+  // Pre-multiplied sum: the scalar is read now (at launch), in its own type.
+  PreMulOp p;
+  {
+    std::lock_guard<std::mutex> g(redOpMu_);
+    p = redOps_[static_cast<int>(op) - chorusNumOps];
+  }
+  unsigned char v[8] = {0};
+  std::memcpy(v, p.residence == chorusScalarHostImmediate ? p.value : p.ptr, typeSize(type));
+  s.kind = RedKind::kSum;
+  s.hasPre = true;
+  switch (type) {
+    case chorusInt8: {
+      int8_t x;
+      std::memcpy(&x, v, 1);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      break;
+    }
+    case chorusUint8:
+      s.scaleI = v[0];
+      break;
+    case chorusInt32: {
+      int32_t x;
+      std::memcpy(&x, v, 4);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      break;
+    }
+    case chorusUint32: {
+      uint32_t x;
+      std::memcpy(&x, v, 4);
+      s.scaleI = x;
+      break;
+    }
+    case chorusInt64:
+    case chorusUint64:
+      std::memcpy(&s.scaleI, v, 8);
+      break;
+    case chorusFloat16:
+      s.scaleF = toFloat(Half{static_cast<uint16_t>(v[0] | (v[1] << 8))});
+      break;
+    case chorusBfloat16:
+      s.scaleF = toFloat(BFloat16{static_cast<uint16_t>(v[0] | (v[1] << 8))});
+      break;
+    case chorusFloat8e4m3:
+      s.scaleF = toFloat(Fp8E4M3{v[0]});
+      break;
+    case chorusFloat8e5m2:
+      s.scaleF = toFloat(Fp8E5M2{v[0]});
+      break;
+    case chorusFloat32: {
+      float x;
+      std::memcpy(&x, v, 4);
+      s.scaleF = x;
+      break;
+    }
+    default: {
+      double x;
+      std::memcpy(&x, v, 8);
+      s.scaleF = x;
+      break;
+    }
+  }
+  return s;
+}
+
+}  // namespace chorus
