@@ -77,7 +77,6 @@ struct ConnectContext {
   OutOfBand* oob = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
-  int rank = -1;
 };
 
 // What a communicator's transports are made with.
@@ -92,6 +91,9 @@ class Transport {
   virtual const char* name() const = 0;
   // Whether this transport connects the two ranks; both answer alike.
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // How the peers it connects may read each other's memory besides its FIFOs (MemShare).
+  enum class MemoryReach : uint8_t { kNone, kAddressSpace, kSharedMapping };
+  virtual MemoryReach memoryReach() const { return MemoryReach::kNone; }
   // Phase 1 (receiver).
   virtual Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                         std::vector<char>* handle) = 0;

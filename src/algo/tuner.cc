@@ -47,16 +47,15 @@ size_t treeMaxBytes(const AllReduceModel& m) {
   return static_cast<size_t>(gain * m.nranks * m.bwGBs * 1e3 / 2);
 }
 
-Tuner::Tuner(const TunerFacts& facts) : f_(facts), treeMax_(chorus::treeMaxBytes(facts.model)) {}
-
-size_t Tuner::directMaxBytes() const {
+Tuner::Tuner(const TunerFacts& facts) : f_(facts), treeMax_(chorus::treeMaxBytes(facts.model)) {
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
   // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
   // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
   // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
-  if (f_.nranks < 2 || f_.nranks > kDirectMaxRanks) return 0;
-  const size_t limit = f_.singleHost ? f_.directMaxBytesSetting : f_.directMaxBytesSetting / 2;
-  return limit / static_cast<size_t>(f_.nranks - 1);
+  if (f_.nranks >= 2 && f_.nranks <= kDirectMaxRanks) {
+    const size_t limit = f_.singleHost ? f_.directMaxBytesSetting : f_.directMaxBytesSetting / 2;
+    directMax_ = limit / static_cast<size_t>(f_.nranks - 1);
+  }
 }
 
 Tuner::Choice Tuner::choose(CollType coll, size_t bytes) const {
@@ -68,7 +67,7 @@ Tuner::Choice Tuner::choose(CollType coll, size_t bytes) const {
     c.ringConnections = c.algo == Algo::kRing;
     return c;
   }
-  if (bytes <= directMaxBytes()) {
+  if (bytes <= directMax_) {
     c.algo = Algo::kDirect;
     c.ringConnections = false;
     return c;

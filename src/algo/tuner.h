@@ -76,7 +76,7 @@ class Tuner {
   Choice choose(CollType coll, size_t bytes) const;
 
   // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.
-  size_t directMaxBytes() const;
+  size_t directMaxBytes() const { return directMax_; }
   // All-reduces past the direct sizes and up to this take the tree unforced.
   size_t treeMaxBytes() const { return treeMax_; }
   std::optional<Algo> forced() const { return f_.forced; }
@@ -84,6 +84,7 @@ class Tuner {
 
  private:
   TunerFacts f_;
+  size_t directMax_ = 0;
   size_t treeMax_ = 0;
 };
 

@@ -140,8 +140,12 @@ Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
 }
 
 Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
-  BootstrapId id;
   if (const char* fixed = std::getenv("CHORUS_COMM_ID"); fixed && *fixed) return fixedBootstrapId(fixed);
+  return makeRandomBootstrapId(ifnameSpec, timeoutNs, warnNs);
+}
+
+Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
+  BootstrapId id;
   id.secret[0] = randomU64();
   id.secret[1] = randomU64();
   id.cliqueId = randomU64();

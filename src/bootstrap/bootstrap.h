@@ -56,6 +56,8 @@ static_assert(sizeof(BootstrapId) <= CHORUS_UNIQUE_ID_BYTES, "BootstrapId must f
 Result<BootstrapId> fixedBootstrapId(const std::string& hostPort);
 // Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id).
 Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
+// A random id with a running root in this process, whatever CHORUS_COMM_ID says.
+Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
 
 // Runs the root on `listenFd` in a detached thread until nranks ranks have joined, or the
 // timeout (the init timeout) passes; every `warnNs` (doubling) it tells the joined ranks which

@@ -72,12 +72,12 @@ struct Config {
   std::vector<std::string> envSettings;
 
   static Result<Config> fromEnv();
-  // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.
   // How long an operation may make no progress before its rank logs what it waits for.
   int64_t stallWarnNs() const {
     if (warnAfterNs > 0) return warnAfterNs;
     return timeoutNs / 2 < int64_t(60) * 1000000000 ? timeoutNs / 2 : int64_t(60) * 1000000000;
   }
+  // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.
   size_t peerSlots() const { return peerSlotBytes < slotBytes ? peerSlotBytes : slotBytes; }
   // How long ranks may take to find each other at init: CHORUS_INIT_TIMEOUT, else the shorter of
   // 10 minutes and the communicator's timeout.

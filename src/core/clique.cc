@@ -9,14 +9,7 @@
 namespace chorus {
 
 Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
-  BootstrapId id;
-  id.secret[0] = randomU64();
-  id.secret[1] = randomU64();
-  id.cliqueId = randomU64();
-  CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(cfg.socketIfname, nullptr));
-  CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, cfg.initTimeout(), cfg.initWarnNs());
-  return id;
+  return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs());
 }
 
 Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n) {

@@ -177,19 +177,12 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   }
 
   {
-    // Memory is shared as the FIFOs are: by pointer between threads, by mapping on one host,
-    // and the settings that turn those off for FIFOs turn them off here too.
-    std::vector<MemShare::Reach> reach(nranks_, MemShare::Reach::kNone);
+    // Memory is shared as the FIFOs are: the transport to each peer says how.
+    std::vector<MemShare::Reach> reach(nranks_);
     oneProcess_ = true;
-    const PeerInfo& me = peers_[rank_];
     for (int r = 0; r < nranks_; ++r) {
-      const uint32_t flags = me.flags | peers_[r].flags;
-      if (sameProcess(me, peers_[r]) && !(flags & PeerInfo::kP2pDisabled)) {
-        reach[r] = MemShare::Reach::kAddressSpace;
-      } else if (sameHost(me, peers_[r]) && !(flags & PeerInfo::kShmDisabled)) {
-        reach[r] = MemShare::Reach::kSharedMapping;
-      }
-      oneProcess_ = oneProcess_ && peers_[r].processNonce == me.processNonce;
+      reach[r] = peerTransport_[r]->memoryReach();
+      oneProcess_ = oneProcess_ && sameProcess(peers_[rank_], peers_[r]);
     }
     memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(reach));
   }
@@ -205,6 +198,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   startFlight();
   redOps_.clear();
 
+  idlePolicy_ = IdlePolicy(config_);
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
   log_.info(kSubsysInit,
             "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE", commId_,

@@ -1,5 +1,5 @@
 // The Communicator: one rank's membership in a clique, and the owner of everything it uses
-// (configuration, logger, bootstrap, connections, socket proxy, a share of a progress engine).
+// (configuration, logger, bootstrap, transports, connections, a share of a progress engine).
 //
 // Thread-compatible for the calls a user makes on one communicator (as NCCL: one thread issues a
 // communicator's calls at a time); the TaskOwner side (abort flag, async error) is thread-safe
@@ -159,6 +159,7 @@ class Communicator : public TaskOwner {
   // communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
   Engine& engine() { return *engine_; }
+  const IdlePolicy& idlePolicy() const { return idlePolicy_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
 
   // Work accounting so destroy/finalize wait for what was launched.
@@ -210,6 +211,7 @@ class Communicator : public TaskOwner {
   topo::DoubleTree trees_;
   std::optional<Algo> forcedAlgo_;  // CHORUS_ALGO, parsed when the communicator is created
   Tuner tuner_;                     // which algorithm each call runs (built with the topology)
+  IdlePolicy idlePolicy_;           // how threads running this communicator's work wait
   // Per channel, then one record for point-to-point (the last); read by hang reports.
   std::unique_ptr<ChannelStatus[]> channelStatus_;
   ConnTable conns_;

@@ -119,11 +119,8 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
   // out by mistake then hears of it at once instead of at its timeout. Survivors must be reached.
   const uint64_t tag = makeTag(TagSpace::kShrink, mine.seq);
   std::vector<int> others;
-  std::vector<int> survivors;
   for (int r = 0; r < n; ++r) {
-    if (r == parent.rank_) continue;
-    others.push_back(r);
-    if (!std::binary_search(list.begin(), list.end(), r)) survivors.push_back(r);
+    if (r != parent.rank_) others.push_back(r);
   }
   const int64_t reachBy = nowNs() + std::min<int64_t>(parent.config_.timeoutNs, int64_t(10) * 1000000000);
   const auto told = parent.bootstrap_->sendAllAtOnce(

@@ -66,7 +66,7 @@ void IdlePolicy::step(const WaitInfo& wait, int64_t idleNs, int* yields, std::at
 void Engine::loop() {
   // Per communicator, its tasks in submission order; only the first of each runs.
   std::map<TaskOwner*, std::deque<std::unique_ptr<Task>>> queues;
-  IdleLoop idle(policy_);
+  IdleLoop idle(policy_, /*clockEveryTurn=*/true);
   while (true) {
     {
       std::unique_lock<std::mutex> lk(mu_);

@@ -29,10 +29,11 @@ namespace chorus {
 // times, then nap on a futex on the awaited word for at most sleepMaxNs. Used by the engine and by
 // threads that run a launch inline.
 struct IdlePolicy {
+  IdlePolicy() = default;
   explicit IdlePolicy(const Config& c) : spinNs(c.spinNs), yieldIters(c.yieldIters), sleepMaxNs(c.sleepMaxNs) {}
-  int64_t spinNs;
-  int yieldIters;
-  int64_t sleepMaxNs;
+  int64_t spinNs = 0;
+  int yieldIters = 0;
+  int64_t sleepMaxNs = 0;
 
   // One step of waiting, `idleNs` into the idle spell. When napping, `announce` (if given) is set
   // to the word slept on so submitters can wake it, and the nap is skipped while *pending > 0.
@@ -47,7 +48,11 @@ struct IdlePolicy {
 // tenth of a small operation's time in clock_gettime), or when the loop asks (refreshClock).
 class IdleLoop {
  public:
-  explicit IdleLoop(const IdlePolicy& policy) : policy_(policy), now_(nowNs()) {}
+  // `clockEveryTurn`: the loop reads the clock itself at the start of every turn (refreshClock),
+  // so idle turns need not.
+  explicit IdleLoop(const IdlePolicy& policy, bool clockEveryTurn = false)
+      : policy_(policy), clockEveryTurn_(clockEveryTurn) {}
+  // The time of the last read (0 before any: the loop reads it when it first goes idle).
   int64_t now() const { return now_; }
   void refreshClock() { now_ = nowNs(); }
   // Ends a turn. `announce` and `pending` as IdlePolicy::step.
@@ -59,7 +64,7 @@ class IdleLoop {
       yields_ = 0;
       return;
     }
-    if (idleTurns_++ % 16 == 0) now_ = nowNs();
+    if (!clockEveryTurn_ && idleTurns_++ % 16 == 0) now_ = nowNs();
     if (idleSince_ == 0) idleSince_ = now_;
     policy_.step(wait, now_ - idleSince_, &yields_, announce, pending);
   }
@@ -67,8 +72,9 @@ class IdleLoop {
   int64_t idleSince() const { return idleSince_; }
 
  private:
-  const IdlePolicy& policy_;
-  int64_t now_;
+  const IdlePolicy policy_;
+  const bool clockEveryTurn_;
+  int64_t now_ = 0;
   int64_t idleSince_ = 0;
   int idleTurns_ = 0;
   int yields_ = 0;

@@ -123,6 +123,7 @@ bool runInline(std::vector<std::unique_ptr<Task>>& tasks, const IdlePolicy& poli
   }
   size_t left = tasks.size();
   IdleLoop idle(policy);
+  idle.refreshClock();
   for (auto& t : tasks) t->lastProgressNs = idle.now();
   while (left > 0) {
     bool movedAny = false;
@@ -191,7 +192,7 @@ Status planAndRun(std::vector<CommOps>& work) {
       c->taskFinished();
     });
   }
-  if (!runInline(tasks, IdlePolicy(work[0].comm->config()))) submitToEngines(work, tasks);
+  if (!runInline(tasks, work[0].comm->idlePolicy())) submitToEngines(work, tasks);
   return latch.wait();
 }
 

@@ -155,7 +155,6 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     ctx.nslots = static_cast<uint32_t>(c->config_.slots);
     ctx.slotBytes =
         static_cast<uint32_t>(need.family == ConnFamily::kRing ? c->config_.slotBytes : c->config_.peerSlots());
-    ctx.rank = c->rank_;
     return ctx;
   };
   // Phase 1: every receiver prepares its FIFO and tells the sender how to reach it.
@@ -338,7 +337,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
 
 Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  if (op.coll != CollType::kAllReduce || nranks_ < 2 || choose(op).algo != Algo::kDirect ||
+  if (op.coll != CollType::kAllReduce || choose(op).algo != Algo::kDirect ||
       !conns_.send(ConnFamily::kDirect, (rank_ + 1) % nranks_)) {
     return Status::ok();
   }
@@ -361,8 +360,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
-  const IdlePolicy policy(config_);
-  IdleLoop idle(policy);
+  IdleLoop idle(idlePolicy_);
   Status s;
   while (true) {
     if (failed_.load(std::memory_order_acquire)) {
@@ -461,7 +459,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       continue;
     }
     const Tuner::Choice choice = choose(op);
-    const Algo algo = nranks_ < 2 ? Algo::kRing : algoFor(op, choice);
+    const Algo algo = algoFor(op, choice);
     const bool direct = algo == Algo::kDirect;
     const bool tree = algo == Algo::kTree;
     const bool slice = algo == Algo::kSlice;

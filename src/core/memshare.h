@@ -52,12 +52,10 @@ struct MemDesc {
 // communicator's work; a mutex orders them.
 class MemShare {
  public:
-  // How this rank can let each peer read its memory.
-  enum class Reach : uint8_t {
-    kAddressSpace,   // a thread of this process: by pointer
-    kSharedMapping,  // a process of this host: memory from chorusMemAlloc, mapped there
-    kNone,
-  };
+  // How this rank can let each peer read its memory, as the transport to the peer says: by
+  // pointer (threads of this process), by mapping memory from chorusMemAlloc (a process of this
+  // host), or not at all.
+  using Reach = Transport::MemoryReach;
   MemShare(Bootstrap* bootstrap, int rank, std::vector<Reach> reach);
   ~MemShare();
 

@@ -60,6 +60,8 @@ class InProcTransport : public Transport {
     return sameProcess(self, peer) && !((self.flags | peer.flags) & PeerInfo::kP2pDisabled);
   }
 
+  MemoryReach memoryReach() const override { return MemoryReach::kAddressSpace; }
+
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
                                                 std::vector<char>* handle) override {
     const uint32_t nslots = ctx.nslots;

@@ -42,6 +42,8 @@ class ShmTransport : public Transport {
     return sameHost(self, peer) && !((self.flags | peer.flags) & PeerInfo::kShmDisabled);
   }
 
+  MemoryReach memoryReach() const override { return MemoryReach::kSharedMapping; }
+
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                 std::vector<char>* handle) override {
     const uint32_t nslots = ctx.nslots;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "src/common/os.h"
@@ -61,27 +62,26 @@ class SocketTransport : public Transport {
   const char* name() const override { return "socket"; }
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
 
-  Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
+  Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                 std::vector<char>* handle) override {
     handle->clear();
-    CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer));
+    CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer, false, tag));
     conn->enableDests();
     return std::unique_ptr<Connection>(std::move(conn));
   }
 
   Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t tag,
                                                   const std::vector<char>&) override {
-    CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer));
+    CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer, true, tag));
     conn->enableRefs();
     CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.oob->openConnection(peer, tag));
-    conn->proxy()->add(std::move(fd), conn->fifo(), true, peer, ctx.oob->peerAddress(peer));
+    serve(*conn, std::move(fd), true, peer, ctx.oob->peerAddress(peer));
     return std::unique_ptr<Connection>(std::move(conn));
   }
 
   Status finishRecv(ConnectContext& ctx, Connection& conn, int peer, uint64_t tag) override {
     CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.oob->takeConnection(peer, tag));
-    auto& sc = static_cast<SocketConnection&>(conn);
-    sc.proxy()->add(std::move(fd), sc.fifo(), false, peer, ctx.oob->peerAddress(peer));
+    serve(static_cast<SocketConnection&>(conn), std::move(fd), false, peer, ctx.oob->peerAddress(peer));
     return Status::ok();
   }
 
@@ -89,36 +89,46 @@ class SocketTransport : public Transport {
   // FIFOs and wait until the proxies are past any call in flight.
   void stopTraffic() override {
     std::lock_guard<std::mutex> g(mu_);
-    for (const FifoView& f : fifos_) f.close();
+    for (const FifoView& f : served_) f.close();
     for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
   }
 
  private:
   // A FIFO in this process's memory, served by one of the proxies: connections spread over them
-  // in turn, each direction of a pair on its own.
-  Result<std::unique_ptr<SocketConnection>> makeLocalFifo(ConnectContext& ctx, int peer) {
+  // by peer, direction and family/channel (the tag), so the two directions of a pair and the
+  // channels to one peer land on different threads where there are enough.
+  Result<std::unique_ptr<SocketConnection>> makeLocalFifo(ConnectContext& ctx, int peer, bool isSend, uint64_t tag) {
     std::lock_guard<std::mutex> g(mu_);
     if (proxies_.empty()) {
+      std::vector<std::unique_ptr<SocketProxy>> started;
       for (int t = 0; t < nthreads_; ++t) {
-        auto p = std::make_unique<SocketProxy>(*log_);
-        CHORUS_TRY(p->start());
-        proxies_.push_back(std::move(p));
+        started.push_back(std::make_unique<SocketProxy>(*log_));
+        CHORUS_TRY(started.back()->start());
       }
+      proxies_ = std::move(started);  // all of them, or none (the next connection tries again)
     }
-    SocketProxy* proxy = proxies_[next_++ % proxies_.size()].get();
+    const uint64_t slot = static_cast<uint64_t>(peer) * 2 + (isSend ? 1 : 0) + (tag ^ (tag >> 40));
+    SocketProxy* proxy = proxies_[slot % proxies_.size()].get();
     CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(-1, fifoBytes(ctx.nslots, ctx.slotBytes)));
     FifoView fifo = FifoView::layout(m.data(), ctx.nslots, ctx.slotBytes);
     fifo.notifyFd = proxy->notifyFd();
-    fifos_.push_back(fifo);
     return std::make_unique<SocketConnection>(peer, std::move(m), fifo, proxy);
+  }
+
+  // Hands the connection's FIFO and socket to its proxy. Only from here on may stopTraffic
+  // touch the FIFO: the connection is the communicator's by then and outlives this transport
+  // (a connection whose setup failed earlier was freed with nothing of it kept here).
+  void serve(SocketConnection& conn, UniqueFd fd, bool isSend, int peer, const std::string& peerName) {
+    conn.proxy()->add(std::move(fd), conn.fifo(), isSend, peer, peerName);
+    std::lock_guard<std::mutex> g(mu_);
+    served_.push_back(conn.fifo());
   }
 
   const Logger* log_;
   int nthreads_;
-  std::mutex mu_;  // proxies_ and fifos_, against stopTraffic from a failing thread
+  std::mutex mu_;  // proxies_ and served_, against stopTraffic from a failing thread
   std::vector<std::unique_ptr<SocketProxy>> proxies_;
-  std::vector<FifoView> fifos_;  // every FIFO made, for stopTraffic (the connections outlive this)
-  size_t next_ = 0;
+  std::vector<FifoView> served_;  // the FIFOs handed to a proxy, for stopTraffic
 };
 
 }  // namespace
