@@ -24,6 +24,9 @@ out=$(PASS_ME=yes "$run" -np 2 -x FOO=bar -x PASS_ME bash -c 'echo "$CHORUS_RANK
 [ $? -eq 3 ] || fail "a rank's exit code 3 was not passed on"
 "$run" -np 2 bash -c '[ "$CHORUS_RANK" = 1 ] && kill -SEGV $$; sleep 5' > /dev/null 2>&1
 [ $? -eq $((128 + 11)) ] || fail "a rank's SIGSEGV was not passed on as 139"
+# Entries naming this host are one machine: local ranks 0, 1, 2 of 3. Ranks read /dev/null.
+out=$("$run" -n 3 -H localhost:2,127.0.0.1:1 -- sh -c 'read -r line; echo "$CHORUS_LOCAL_RANK/$CHORUS_LOCAL_SIZE ${line:-eof}"' 2>&1)
+[ "$(sort <<< "$out" | tr '\n' ' ')" = "0/3 eof 1/3 eof 2/3 eof " ] || fail "-H with two names of this host: got '$out'"
 # What a rank started goes with it: the other rank's child (a shell's sleep) is stopped too.
 "$run" -np 2 sh -c '[ "$CHORUS_RANK" = 1 ] && exit 4; sleep 61.25' > /dev/null 2>&1
 [ $? -eq 4 ] || fail "a rank's exit code 4 was not passed on"

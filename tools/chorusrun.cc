@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -124,9 +125,7 @@ bool parseHostfile(const std::string& path, std::vector<Host>* hosts, std::strin
 
 bool isLocalHost(const std::string& name) {
   if (name == "localhost" || name == "127.0.0.1" || name == "::1") return true;
-  char self[256] = {0};
-  ::gethostname(self, sizeof(self) - 1);
-  const std::string me = self;
+  const std::string me = chorus::hostName();
   return name == me || name == me.substr(0, me.find('.')) || me == name.substr(0, name.find('.'));
 }
 
@@ -185,7 +184,7 @@ std::string remoteCommand(const std::vector<std::string>& env, const std::vector
   script += " 3<&- & p=$!; { while read -r _; do :; done; kill -s TERM -- -$p || kill -s TERM $p; sleep " +
             std::string(g) +
             "; kill -s KILL -- -$p || kill -s KILL $p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
-            "wait $p; rc=$?; kill $w 2>/dev/null; "
+            "wait $p; rc=$?; kill -s KILL -- -$p 2>/dev/null; kill $w 2>/dev/null; "
             "if [ $rc -gt 128 ] && [ $rc -lt 160 ]; then kill -$((rc - 128)) $$; fi; exit $rc";
   return "sh -c " + shellQuote(script);
 }
@@ -293,6 +292,7 @@ int main(int argc, char** argv) {
     slots += h.slots;
   }
   if (n == 0) n = slots;
+  if (n > 4096) return usageError(std::to_string(n) + " ranks: at most 4096 (give -n)");
   if (n > slots && !oversubscribe) {
     return usageError(std::to_string(n) + " ranks but the hosts have " + std::to_string(slots) +
                       " slots: give more slots (host:N, slots=N) or --oversubscribe");
@@ -303,9 +303,13 @@ int main(int argc, char** argv) {
       for (int k = 0; k < hosts[h].slots && static_cast<int>(hostOf.size()) < n; ++k) hostOf.push_back(int(h));
     }
   }
+  // Local rank and size per machine: every entry naming this host is one machine, and so are
+  // entries repeating a name.
+  std::vector<std::string> machineOf(hosts.size());
+  for (size_t h = 0; h < hosts.size(); ++h) machineOf[h] = hosts[h].local ? std::string() : hosts[h].name;
+  std::map<std::string, int> machineSize;
   std::vector<int> localRank(n);
-  std::vector<int> localSize(hosts.size(), 0);
-  for (int r = 0; r < n; ++r) localRank[r] = localSize[hostOf[r]]++;
+  for (int r = 0; r < n; ++r) localRank[r] = machineSize[machineOf[hostOf[r]]]++;
   std::vector<std::string> rshWords = splitWords(rsh);
   bool allLocal = true;
   for (int h : hostOf) allLocal = allLocal && hosts[h].local;
@@ -324,9 +328,7 @@ int main(int argc, char** argv) {
     if (allLocal) {
       rootName = "127.0.0.1";
     } else {
-      char self[256] = {0};
-      ::gethostname(self, sizeof(self) - 1);
-      rootName = self;
+      rootName = chorus::hostName();
     }
   } else {
     port = 20000 + static_cast<int>(chorus::randomU64() % 40000);
@@ -351,7 +353,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> env = {"CHORUS_COMM_ID=" + commId, "CHORUS_RANK=" + std::to_string(r),
                                     "CHORUS_NRANKS=" + std::to_string(n),
                                     "CHORUS_LOCAL_RANK=" + std::to_string(localRank[r]),
-                                    "CHORUS_LOCAL_SIZE=" + std::to_string(localSize[hostOf[r]])};
+                                    "CHORUS_LOCAL_SIZE=" + std::to_string(machineSize[machineOf[hostOf[r]]])};
     std::vector<std::string> argvOf = cmd;
     if (!host.local) {
       env.insert(env.end(), passed.begin(), passed.end());
@@ -396,6 +398,10 @@ int main(int argc, char** argv) {
         ::dup2(errPipe[1], 2);
       }
       if (host.local) {
+        // Its own process group is in the background of any terminal: reading one would stop it
+        // (SIGTTIN). Ranks read nothing, as mpirun gives its ranks but rank 0.
+        const int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (devNull >= 0) ::dup2(devNull, 0);
         ::setenv("CHORUS_COMM_SECRET", secret, 1);
         for (const std::string& e : env) {
           const size_t eq = e.find('=');
@@ -441,8 +447,8 @@ int main(int argc, char** argv) {
   auto terminateAll = [&](int sig) {
     for (auto& c : children) {
       // A remote rank is stopped by its own shell when its input closes; the remote-shell
-      // process alone is signalled, not its group (which holds that watching shell). A local
-      // rank's whole group is signalled.
+      // process alone is signalled, not its group (with a local template such as `ip netns
+      // exec`, that group holds the watching shell). A local rank's whole group is signalled.
       c.in.reset();
       if (c.running) ::kill(c.remote ? c.pid : -c.pid, sig);
     }

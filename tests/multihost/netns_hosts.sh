@@ -42,7 +42,12 @@ netns_hosts() {
   for h in $(seq 0 $((count - 1))); do
     addr="198.18.0.$((h + 1))"
     ns="${tag}h$h"
-    [ $byaddr -eq 1 ] && ns=$addr
+    if [ $byaddr -eq 1 ]; then
+      # Named by address, one run at a time: a namespace left by a run that was killed before
+      # its EXIT trap (a ctest timeout) is removed first.
+      ns=$addr
+      ip netns del "$ns" 2> /dev/null
+    fi
     ip netns add "$ns" || { echo "ip netns add $ns failed" >&2; exit 1; }
     netns_made+=("$ns")
     ip link add "${tag}h${h}a" type veth peer name "${tag}h${h}b" || { echo "veth creation failed" >&2; exit 1; }
