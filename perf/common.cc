@@ -5,22 +5,14 @@
 // CHORUS_COMM_ID when set); otherwise `-t N` runs N ranks as threads of this process.
 #include "perf/harness.h"
 
-#include <sched.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -247,7 +239,7 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
   if (print) {
     rssBefore = residentBytes();
     std::lock_guard<std::mutex> g(sh.mu);
-    sh.userBytes = static_cast<int64_t>(sendBytes + recvBytes) * (o.threads > 1 ? o.threads : 1);
+    sh.userBytes = static_cast<int64_t>(sendBytes + recvBytes) * o.threads;
   }
   std::vector<char> expectBytes(8);
   int64_t wrong = 0;
@@ -261,7 +253,7 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
   }
   // -I: host-clock stamps taken on the stream between iterations (the host-stream counterpart
   // of nccl-tests' CUDA events).
-  std::vector<double> stamps(static_cast<size_t>(o.iters) * 2 + 2);
+  std::vector<double> stamps(static_cast<size_t>(o.iters) * 2);
   struct Stamp {
     double* at;
   };
@@ -318,15 +310,9 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
               // One outer iteration: -m operations, in a group when more than one.
               auto launch = [&] {
                 if (o.agg > 1) chorusGroupStart();
-                for (int a = 0; a < o.agg; ++a) {
-                  check(d.run(sb, rb, per, t.type, op.op, root, comm, stream), d.name);
-                  if (o.blocking == 1 || o.blocking == 2) {
-                    if (o.agg <= 1) sync();
-                    if (o.blocking == 1 && o.agg <= 1) barrier(comm);
-                  }
-                }
+                for (int a = 0; a < o.agg; ++a) check(d.run(sb, rb, per, t.type, op.op, root, comm, stream), d.name);
                 if (o.agg > 1) check(chorusGroupEnd(), "chorusGroupEnd");
-                if ((o.blocking == 1 || o.blocking == 2) && o.agg > 1) {
+                if (o.blocking == 1 || o.blocking == 2) {
                   sync();
                   if (o.blocking == 1) barrier(comm);
                 }
@@ -423,7 +409,6 @@ void rankMain(Shared& sh, chorusComm_t comm, bool print) {
 int runPerf(const CollDesc& desc, int argc, char** argv) {
   Shared sh;
   sh.desc = &desc;
-  sh.argc = argc;
   sh.argv = argv;
   Options& o = sh.o;
   std::string minB = "32M";
@@ -470,21 +455,25 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
     std::fprintf(stderr, "%s\n", msg.c_str());
     return 2;
   };
-  if (!parseSize(minB, &o.minBytes)) {
-    return usage("invalid size '" + minB +
-                 "' for -b (minbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
-  }
-  if (!parseSize(maxB, &o.maxBytes)) {
-    return usage("invalid size '" + maxB +
-                 "' for -e (maxbytes): give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
-  }
-  if (!parseSize(stepB, &o.stepBytes)) {
-    return usage("invalid size '" + stepB + "' for -i (stepbytes): give bytes, optionally with K, M or G");
+  const struct {
+    const char* flag;
+    const std::string& text;
+    size_t* bytes;
+  } sizes[] = {{"-b (minbytes)", minB, &o.minBytes},
+               {"-e (maxbytes)", maxB, &o.maxBytes},
+               {"-i (stepbytes)", stepB, &o.stepBytes}};
+  for (const auto& s : sizes) {
+    if (!parseSize(s.text, s.bytes)) {
+      return usage("invalid size '" + s.text + "' for " + s.flag +
+                   ": give bytes, optionally with K, M or G, e.g. 8, 64K, 1M");
+    }
   }
   if (o.minBytes > o.maxBytes) {
     return usage("invalid sizes: -b " + std::to_string(o.minBytes) + " is more than -e " + std::to_string(o.maxBytes));
   }
-  if (!std::isfinite(o.stepFactor) || o.stepFactor < 0) return usage("-f (stepfactor) must be 1 or more");
+  if (!std::isfinite(o.stepFactor) || o.stepFactor < 0) {
+    return usage("-f (stepfactor) must not be negative (1 or less: steps of -i bytes)");
+  }
   if (o.stepFactor <= 1 && o.stepBytes == 0) return usage("-i 0 without -f: the sweep would not advance");
   if (o.iters < 1) return usage("-n (iters) must be at least 1");
   if (o.warmup < 0) return usage("-w (warmup_iters) must be 0 or more");
@@ -548,7 +537,7 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
   }
   if (sh.ops.empty()) return usage("unknown -o " + o.op + "; the ops are sum prod max min avg and all");
 
-  const int64_t rssStart = residentBytes();
+  int64_t rssStart = residentBytes();
   std::vector<chorusComm_t> comms;
   bool usedMpi = false;
 #ifdef CHORUS_PERF_MPI
@@ -571,7 +560,8 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
 #endif
   if (!usedMpi) {
     // Under a launcher, this process's rank of the job; with none, a job of one rank. -t then
-    // asks for that many ranks as threads instead.
+    // asks for that many ranks as threads instead: the library alone knows launchers, so this
+    // one-rank communicator is how the tool asks (a few milliseconds, left out of -M's figures).
     comms.resize(1);
     check(chorusCommInitFromEnv(&comms[0], nullptr), "chorusCommInitFromEnv");
     int n = 0;
@@ -582,6 +572,7 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
         return usage("-t above 1 is for runs without a launcher; under a launcher each process is one rank");
       }
       check(chorusCommDestroy(comms[0]), "chorusCommDestroy");
+      rssStart = residentBytes();
       comms.assign(o.threads, nullptr);
       if (o.parallelInit) {
         chorusUniqueId id;
@@ -622,10 +613,9 @@ int runPerf(const CollDesc& desc, int argc, char** argv) {
                   memString(sh.initBytes + sh.userBytes + sh.collBytes).c_str());
     }
     std::printf("#\n");
-    const char* prog = std::strrchr(argv[0], '/') ? std::strrchr(argv[0], '/') + 1 : argv[0];
-    std::printf("# Collective test concluded: %s\n#\n", prog);
+    std::printf("# Collective test concluded: %s\n#\n", programName(argv[0]));
     std::fflush(stdout);
-    jsonReport().finish(sh.wrongTotal, avgBw, minBw, {});
+    jsonReport().finish(sh.wrongTotal, avgBw, minBw >= 0, !bwLow, {});
   }
 #ifdef CHORUS_PERF_MPI
   if (usedMpi) MPI_Finalize();

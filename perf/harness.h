@@ -2,7 +2,9 @@
 // table and writes the -J file): the options, what is measured, and the report.
 #pragma once
 
+#include <sys/types.h>
 #include <cstdint>
+
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -75,7 +77,6 @@ struct Measured {
 struct Shared {
   const CollDesc* desc;
   Options o;
-  int argc;
   char** argv;
   std::vector<TypeInfo> types;
   std::vector<OpInfo> ops;
@@ -100,94 +101,24 @@ class JsonReport {
   using Json = nlohmann::ordered_json;
 
   // As nccl-tests: never overwrites; an existing PATH becomes PATH.0, PATH.1, ...
-  bool open(const std::string& path, int argc, char** argv) {
-    std::string tryPath = path;
-    for (int i = 0; (f_ = std::fopen(tryPath.c_str(), "wx")) == nullptr; ++i) {
-      if (errno != EEXIST || i > 1000) {
-        std::printf("# skipping json output; %s not accessible: %s\n", tryPath.c_str(), std::strerror(errno));
-        return false;
-      }
-      tryPath = path + "." + std::to_string(i);
-    }
-    std::printf("# Writing JSON output to %s\n", tryPath.c_str());
-    Json head;
-    head["version"] = 3;
-    head["start_time"] = nowString();
-    head["args"] = Json::array();
-    for (int i = 0; i < argc; ++i) head["args"].push_back(argv[i]);
-    head["env"] = Json::array();
-    for (char** e = environ; e && *e; ++e) head["env"].push_back(redacted(*e));
-    int version = 0;
-    chorusGetVersion(&version);
-    head["chorus_version"] = version;
-    head_ = head;
-    return true;
-  }
-  bool active() const { return f_ != nullptr; }
-
-  void config(Json config) {
-    if (!f_) return;
-    head_["config"] = std::move(config);
-    std::string text = head_.dump();
-    text.pop_back();  // the closing brace: results follow
-    std::fputs(text.c_str(), f_);
-    std::fputs(",\"results\":[", f_);
-    writeTail();
-  }
-
-  void row(const Json& row) {
-    if (!f_) return;
-    std::lock_guard<std::mutex> g(mu_);
-    std::fseek(f_, tailAt_, SEEK_SET);
-    if (rows_++ > 0) std::fputc(',', f_);
-    std::fputs(row.dump().c_str(), f_);
-    writeTail();
-  }
-
-  // The summary after the results; `errors` holds what made the run fail, if it did.
-  void finish(int64_t wrong, double avgBusBw, double minBw, const std::vector<std::string>& errors) {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!f_) return;
-    std::fseek(f_, tailAt_, SEEK_SET);
-    Json foot;
-    foot["out_of_bounds"] = {{"count", wrong}, {"okay", wrong == 0 ? "true" : "false"}};
-    foot["average_bus_bandwidth"] = {{"bandwidth", avgBusBw},
-                                     {"okay", minBw < 0 ? "unchecked" : (avgBusBw >= minBw * 0.9 ? "true" : "false")}};
-    foot["errors"] = errors;
-    foot["end_time"] = nowString();
-    std::string text = foot.dump();
-    text[0] = ',';  // joins the top-level object
-    std::fputs("]", f_);
-    std::fputs(text.c_str(), f_);
-    std::fputc('\n', f_);
-    std::fflush(f_);
-    if (ftruncate(fileno(f_), std::ftell(f_)) != 0) std::perror("ftruncate of the JSON output");
-    std::fclose(f_);
-    f_ = nullptr;
-  }
+  bool open(const std::string& path, int argc, char** argv);
+  // The run's settings and devices, before the first row.
+  void config(Json config);
+  void row(const Json& row);
+  // The summary after the results; `errors` holds what made the run fail, if it did. Also
+  // without config() (a run that failed before its header): the document is whole either way.
+  void finish(int64_t wrong, double avgBusBw, bool bwChecked, bool bwOk, const std::vector<std::string>& errors);
 
  private:
-  // The environment is recorded as nccl-tests does, without the values of secrets.
-  static std::string redacted(const std::string& kv) {
-    const size_t eq = kv.find('=');
-    std::string name = kv.substr(0, eq);
-    std::string upper = name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    for (const char* word : {"SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"}) {
-      if (upper.find(word) != std::string::npos && eq != std::string::npos) return name + "=<redacted>";
-    }
-    return kv;
-  }
-  // Closes the document after what is written so far, then remembers where the next row goes.
-  void writeTail() {
-    tailAt_ = std::ftell(f_);
-    std::fputs("]}\n", f_);
-    std::fflush(f_);
-  }
+  // Writes `text` where the closing brackets are, then the closing brackets after it, in one
+  // write: the file is a whole JSON document before and after.
+  void append(const std::string& text, const char* close);
+  void writeHead();  // the head and the config, once
 
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
   Json head_;
-  long tailAt_ = 0;
+  bool headWritten_ = false;
+  off_t tailAt_ = 0;
   int rows_ = 0;
   std::mutex mu_;
 };
@@ -196,6 +127,8 @@ JsonReport& jsonReport();
 // A failed call ends the run: the message goes to stderr and into the JSON file's "errors".
 void check(chorusResult_t r, const char* what);
 double wallNow();
+// "all_reduce_perf" of "build/perf/all_reduce_perf".
+const char* programName(const char* argv0);
 std::string versionString(int code);
 // nccl-tests' number cells: two decimals while they fit the width, then fewer, then exponent.
 std::string cell(double v, int width);

@@ -1,8 +1,10 @@
 // The perf tools' table and JSON report, in nccl-tests' layout.
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,11 @@
 #include "perf/harness.h"
 
 namespace chorus::perf {
+
+const char* programName(const char* argv0) {
+  const char* slash = std::strrchr(argv0, '/');
+  return slash ? slash + 1 : argv0;
+}
 
 double wallNow() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -66,6 +73,92 @@ std::string memString(int64_t bytes) {
   return buf;
 }
 
+namespace {
+
+// The environment is recorded as nccl-tests does, without the values of secrets.
+std::string redacted(const std::string& kv) {
+  const size_t eq = kv.find('=');
+  std::string name = kv.substr(0, eq);
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const char* word : {"SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"}) {
+    if (upper.find(word) != std::string::npos && eq != std::string::npos) return name + "=<redacted>";
+  }
+  return kv;
+}
+
+}  // namespace
+
+bool JsonReport::open(const std::string& path, int argc, char** argv) {
+  std::string tryPath = path;
+  for (int i = 0; (fd_ = ::open(tryPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0; ++i) {
+    if (errno != EEXIST || i > 1000) {
+      std::printf("# skipping json output; %s not accessible: %s\n", tryPath.c_str(), std::strerror(errno));
+      return false;
+    }
+    tryPath = path + "." + std::to_string(i);
+  }
+  std::printf("# Writing JSON output to %s\n", tryPath.c_str());
+  head_["version"] = 3;
+  head_["start_time"] = nowString();
+  head_["args"] = Json::array();
+  for (int i = 0; i < argc; ++i) head_["args"].push_back(argv[i]);
+  head_["env"] = Json::array();
+  for (char** e = environ; e && *e; ++e) head_["env"].push_back(redacted(*e));
+  int version = 0;
+  chorusGetVersion(&version);
+  head_["chorus_version"] = version;
+  return true;
+}
+
+void JsonReport::append(const std::string& text, const char* close) {
+  const std::string out = text + close;
+  if (::pwrite(fd_, out.data(), out.size(), tailAt_) != static_cast<ssize_t>(out.size())) {
+    std::perror("writing the JSON output");
+  }
+  tailAt_ += static_cast<off_t>(text.size());
+}
+
+void JsonReport::writeHead() {
+  if (headWritten_) return;
+  headWritten_ = true;
+  std::string text = head_.dump();
+  text.pop_back();  // the closing brace: results follow
+  append(text + ",\"results\":[", "]}\n");
+}
+
+void JsonReport::config(Json config) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fd_ < 0) return;
+  head_["config"] = std::move(config);
+  writeHead();
+}
+
+void JsonReport::row(const Json& row) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fd_ < 0) return;
+  writeHead();
+  append((rows_++ > 0 ? "," : "") + row.dump(), "]}\n");
+}
+
+void JsonReport::finish(int64_t wrong, double avgBusBw, bool bwChecked, bool bwOk,
+                        const std::vector<std::string>& errors) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fd_ < 0) return;
+  writeHead();
+  Json foot;
+  foot["out_of_bounds"] = {{"count", wrong}, {"okay", wrong == 0 ? "true" : "false"}};
+  foot["average_bus_bandwidth"] = {{"bandwidth", avgBusBw},
+                                   {"okay", !bwChecked ? "unchecked" : (bwOk ? "true" : "false")}};
+  foot["errors"] = errors;
+  foot["end_time"] = nowString();
+  std::string text = foot.dump();
+  text[0] = ',';  // joins the top-level object
+  append("]" + text, "\n");
+  ::close(fd_);
+  fd_ = -1;
+}
+
 JsonReport& jsonReport() {
   static JsonReport r;
   return r;
@@ -79,7 +172,7 @@ void check(chorusResult_t r, const char* what) {
   std::fprintf(stderr, "%s\n", msg.c_str());
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
-  jsonReport().finish(0, 0, -1, {msg});
+  jsonReport().finish(0, 0, false, false, {msg});
   std::fflush(stdout);
   std::_Exit(1);
 }
@@ -116,15 +209,14 @@ void printHeader(Shared& sh, int n, const std::vector<std::string>& lines) {
   const Options& o = sh.o;
   int version = 0;
   chorusGetVersion(&version);
-  const char* prog = sh.argv[0];
-  if (const char* slash = std::strrchr(prog, '/')) prog = slash + 1;
+  const char* prog = programName(sh.argv[0]);
   std::printf("# Chorus perf tests (nccl-tests flags and table), chorus-headers=%s chorus-library=%s\n",
               versionString(CHORUS_VERSION_CODE).c_str(), versionString(version).c_str());
   std::printf("# Collective test starting: %s\n", prog);
   std::printf(
-      "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+      "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d agg iters: %d "
       "validation: %d graph: %d unalign: %d\n",
-      o.threads, o.gpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? static_cast<size_t>(o.stepFactor) : o.stepBytes,
+      o.threads, o.gpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : static_cast<double>(o.stepBytes),
       o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg, o.check, o.graphLaunches, o.unalign);
   if (o.blocking == 1) std::printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
   if (o.blocking == 2) std::printf("# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");

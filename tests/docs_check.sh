@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the commands the docs show, as written: every fenced shell block in README.md and docs/*.md
 # that follows a line "<!-- doc-test -->" (or "<!-- doc-test timeout=S -->", default 300 s) runs
-# with bash -e from a copy of the source tree whose build/ is the build under test, so paths like
+# with bash -e from a directory of links to the source tree's entries (so what a block writes at
+# its top level stays out of the tree) whose build/ is the build under test, so paths like
 # build/perf/all_reduce_perf work unchanged. A block that fails is reported with its file and line.
 # Open MPI refuses root and more ranks than cores unless told; the variables it reads for both are
 # set here, as the docs say to do on such machines.
@@ -21,10 +22,10 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 ran=0
 failures=0
+mkdir -p "$work/blocks"
 for md in "$src"/README.md "$src"/docs/*.md; do
   rel=${md#"$src"/}
-  # Emits "LINE TIMEOUT" for each marked block and writes its text to $work/blocks/<n>.sh.
-  mkdir -p "$work/blocks"
+  # Emits "LINE TIMEOUT FILE" for each marked block and writes its text to FILE.
   while read -r line limit file; do
     if grep -q "build/python" "$file" && [ ! -d "$build/python/chorus_torch" ]; then
       echo "skip: $rel:$line (the PyTorch backend is not built here)"

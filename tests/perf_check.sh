@@ -107,8 +107,8 @@ PY
 CHORUS_COMM_SECRET=hunter2 "$ar" -t 2 -b 8 -e 8K -f 2 -n 2 -w 0 -N 0 -J "$dir/stream.json" > "$dir/stream" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do
-  [ "$(grep -c '"size"' "$dir/stream.json" 2> /dev/null || echo 0)" -gt 0 ] &&
-    python3 -c "import json,sys; sys.exit(len(json.load(open('$dir/stream.json'))['results']) < 20)" 2> /dev/null && break
+  python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['results']) < 20)" "$dir/stream.json" \
+    2> /dev/null && break
   sleep 0.1
 done
 kill -9 $pid 2> /dev/null
