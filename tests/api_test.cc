@@ -458,7 +458,7 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   INFO(log);
   // The warning, before the timeout: the collective, its sequence number, the step, the peer.
   CHECK(log.find("AllReduce #4 (count 1000 float32, algo") != std::string::npos);
-  CHECK(log.find("has made no progress for 0.") != std::string::npos);
+  CHECK(log.find("has made no progress for ") != std::string::npos);
   CHECK(log.find("data from rank 1 (host") != std::string::npos);
   CHECK(log.find("channel 0: operation #4 step") != std::string::npos);
 
@@ -608,7 +608,10 @@ TEST_CASE("without CHORUS_CHECK a mismatched count is an error that writes nothi
   // its own heap block, so ASan sees a read past the shorter one.
   const std::pair<size_t, size_t> pairs[] = {{1000, 10}, {65536, 10}, {1 << 20, 65536}};
   for (auto [big, small] : pairs) {
-    setenv("CHORUS_TIMEOUT", "5", 1);
+    // Where the check must end the call, the timeout is far above the bound on how long it took, so
+    // a loaded machine cannot make the one look like the other.
+    const bool checkEndsIt = small != 10 || big == 1000;
+    setenv("CHORUS_TIMEOUT", checkEndsIt ? "60" : "5", 1);
     World w(2);
     unsetenv("CHORUS_TIMEOUT");
     REQUIRE(w.ok());
@@ -626,7 +629,7 @@ TEST_CASE("without CHORUS_CHECK a mismatched count is an error that writes nothi
     // Failed by the check, not by the 5 s timeout, where both ranks ran one schedule (at 65536
     // against 10 one rank runs slice and the other direct, on different connections: the
     // timeout ends it, or CHORUS_CHECK at once).
-    if (small != 10 || big == 1000) CHECK(took < 4.0);
+    if (checkEndsIt) CHECK(took < 20.0);
     for (int r = 0; r < 2; ++r) {
       for (size_t i = n[r]; i < out[r].size(); ++i) REQUIRE(out[r][i] == 5.0f);
       for (size_t i = 0; i < n[r]; ++i) REQUIRE(in[r][i] == 3.0f);
@@ -704,7 +707,7 @@ TEST_CASE("chorusCommShrink: the survivors go on without the excluded rank", "[a
 }
 
 TEST_CASE("chorusCommShrink: survivors whose exclude lists differ all fail, naming the lists", "[api][shrink]") {
-  setenv("CHORUS_TIMEOUT", "20", 1);
+  setenv("CHORUS_TIMEOUT", "60", 1);
   World w(4);
   unsetenv("CHORUS_TIMEOUT");
   REQUIRE(w.ok());
@@ -728,7 +731,7 @@ TEST_CASE("chorusCommShrink: survivors whose exclude lists differ all fail, nami
     CHECK(msg[r].find("[3]") != std::string::npos);
     CHECK(msg[r].find("[]") != std::string::npos);
   }
-  CHECK(took < 5);  // at once, not at the timeout
+  CHECK(took < 20);  // at once, not at the 60 s timeout
   for (int r = 0; r < 4; ++r) chorusCommAbort(w.release(r));
 }
 

@@ -114,7 +114,7 @@ TEST_CASE("abort from a watchdog thread ends a collective blocked on another thr
   constexpr size_t kCount = 1 << 20;
   for (int round = 0; round < 8; ++round) {
     INFO("round " << round);
-    setenv("CHORUS_TIMEOUT", "20", 1);
+    setenv("CHORUS_TIMEOUT", "60", 1);
     World w(2);
     unsetenv("CHORUS_TIMEOUT");
     REQUIRE(w.ok());
@@ -144,8 +144,9 @@ TEST_CASE("abort from a watchdog thread ends a collective blocked on another thr
     const double callTook = secondsSince(t0);
     CHECK(returned.load());
     CHECK(rc.load() != chorusSuccess);
-    CHECK(abortTook < 3.0);
-    CHECK(callTook < 3.0);
+    // Far below the 60 s timeout: the abort ended the call, not the clock.
+    CHECK(abortTook < 15.0);
+    CHECK(callTook < 15.0);
     // The aborted handle is dead; rank 1, which never called, aborts too.
     CHECK(chorusCommAbort(c0) == chorusInvalidArgument);
     CHECK(chorusCommAbort(w.release(1)) == chorusSuccess);
@@ -183,7 +184,7 @@ TEST_CASE("abort while another thread keeps calling on the communicator", "[api]
 
 TEST_CASE("running out of descriptors during init is reported at once, with the numbers", "[api][init][fds]") {
   // Twenty ranks in this process with room for about sixty more descriptors: they cannot all
-  // start. Every rank must stop within seconds (not at the 20 s timeout), and the error must say
+  // start. Every rank must stop within seconds (not at the 60 s timeout), and the error must say
   // "too many open files" and how many descriptors the job needs.
   int open = 0;
   for (int fd = 0; fd < 4096; ++fd) open += fcntl(fd, F_GETFD) != -1;
@@ -192,7 +193,7 @@ TEST_CASE("running out of descriptors during init is reported at once, with the 
   rlimit tight = saved;
   tight.rlim_cur = static_cast<rlim_t>(open + 59);
   REQUIRE(setrlimit(RLIMIT_NOFILE, &tight) == 0);
-  setenv("CHORUS_TIMEOUT", "20", 1);
+  setenv("CHORUS_TIMEOUT", "60", 1);
   std::vector<chorusComm_t> comms(20, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const chorusResult_t rc = chorusCommInitAll(comms.data(), 20, nullptr);
@@ -202,7 +203,7 @@ TEST_CASE("running out of descriptors during init is reported at once, with the 
   REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
   INFO(msg);
   CHECK(rc == chorusSystemError);
-  CHECK(took < 5.0);
+  CHECK(took < 20.0);
   CHECK(msg.find("too many open files") != std::string::npos);
   CHECK(msg.find("need about") != std::string::npos);
   for (chorusComm_t c : comms) CHECK(c == nullptr);
