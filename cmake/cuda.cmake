@@ -16,11 +16,13 @@ if(CHORUS_ENABLE_CUDA)
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()
-    add_library(chorus_device STATIC kernels/reduce_device.cu)
+    # The device layer: the element reductions and the primitives' kernel (src/device), which sees
+    # common, kernels and algo only.
+    add_library(chorus_device STATIC kernels/reduce_device.cu src/device/prims_device.cu)
     set_target_properties(chorus_device PROPERTIES CUDA_ARCHITECTURES "${CHORUS_CUDA_ARCHITECTURES}"
                                                    POSITION_INDEPENDENT_CODE ON)
     set_target_properties(chorus_device PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
-    target_include_directories(chorus_device PUBLIC ${PROJECT_SOURCE_DIR})
+    target_include_directories(chorus_device PUBLIC ${PROJECT_BINARY_DIR}/layers/device)
     target_link_libraries(chorus_device PUBLIC CUDA::cudart_static)
     set(CHORUS_CUDA_FOUND ON)
     message(STATUS "Chorus: CUDA ${CUDAToolkit_VERSION} found; device code for architectures ${CHORUS_CUDA_ARCHITECTURES}")

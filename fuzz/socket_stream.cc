@@ -16,7 +16,7 @@
 
 #include "src/bootstrap/socket.h"
 #include "src/common/os.h"
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 #include "transports/socket/socket_proxy.h"
 
 namespace {

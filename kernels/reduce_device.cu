@@ -5,7 +5,6 @@
 
 #include "kernels/reduce.h"
 #include "kernels/reduce_device.h"
-#include "kernels/step_program_device.cuh"
 
 namespace chorus::device {
 namespace {
@@ -43,12 +42,6 @@ int launchReduce(const ReduceSpec& s, int type, void* dst, const void* recv, con
   dispatchType(type, [&]<typename T>() {
     reduceKernel<T><<<gridFor(n), kThreadsPerBlock, 0, st>>>(s, dst, recv, local, n, last);
   });
-  return static_cast<int>(cudaGetLastError());
-}
-
-int launchStepProgram(int type, const DeviceLaneArgs& args, unsigned threads, void* stream) {
-  auto st = static_cast<cudaStream_t>(stream);
-  dispatchType(type, [&]<typename T>() { stepProgramKernel<T><<<1, threads, 0, st>>>(args); });
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -16,8 +16,4 @@ int launchPre(const ReduceSpec& s, int type, void* dst, const void* src, size_t 
 int launchReduce(const ReduceSpec& s, int type, void* dst, const void* recv, const void* local, size_t n, bool last,
                  void* stream);
 
-struct DeviceLaneArgs;
-// Runs one channel's step program (kernels/step_program_device.cuh) as one thread block.
-int launchStepProgram(int type, const DeviceLaneArgs& args, unsigned threads, void* stream);
-
 }  // namespace chorus::device

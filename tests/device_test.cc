@@ -1,5 +1,6 @@
 // The device reductions against the host's scalar path, bit for bit, for every type and op, and
-// a two-rank ring all-reduce run by the device step program.
+// a two-rank ring all-reduce run by the primitives' kernel (src/device/prims_device.cuh): two
+// channels per rank, one thread block each.
 // Needs a CUDA device: without one it says so and exits with 77, which ctest reports as skipped.
 #include <cuda_runtime.h>
 
@@ -11,10 +12,17 @@
 #include "include/chorus/chorus.h"
 #include "kernels/reduce_device.h"
 #include "kernels/reduce_host.h"
-#include "kernels/step_program_device.cuh"
+#include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
+#include "src/device/prims_device.h"
 
 using namespace chorus;
+
+namespace {
+struct DeviceChannelSet {
+  device::DeviceChannel* channels = nullptr;
+};
+}  // namespace
 
 int main() {
   int devices = 0;
@@ -62,68 +70,82 @@ int main() {
     cudaFree(db);
     cudaFree(dout);
   }
-  // Two ranks' step programs, one thread block each on its own stream, run a ring all-reduce of
-  // floats through FIFOs in mapped host memory.
+  // Two ranks, each a kernel of two channels (one block per channel) on its own stream, run a
+  // ring all-reduce of floats through FIFOs in mapped host memory: channel c of each rank takes
+  // its half of the elements.
   {
     const size_t count = 50001;
+    const int kChannels = 2;
     const uint32_t nslots = 8;
     const uint32_t slotBytes = 4096;
     const size_t fifoBytesEach = fifoBytes(nslots, slotBytes);
     char* fifoMem = nullptr;
-    cudaHostAlloc(reinterpret_cast<void**>(&fifoMem), 2 * fifoBytesEach, cudaHostAllocMapped);
-    std::memset(fifoMem, 0, 2 * fifoBytesEach);
-    FifoView fifo[2] = {FifoView::layout(fifoMem, nslots, slotBytes),
-                        FifoView::layout(fifoMem + fifoBytesEach, nslots, slotBytes)};  // fifo[r]: r -> 1-r
+    cudaHostAlloc(reinterpret_cast<void**>(&fifoMem), 2 * kChannels * fifoBytesEach, cudaHostAllocMapped);
+    std::memset(fifoMem, 0, 2 * kChannels * fifoBytesEach);
+    // fifo[c][r]: rank r -> rank 1-r on channel c.
+    FifoView fifo[kChannels][2];
+    for (int c = 0; c < kChannels; ++c) {
+      for (int r = 0; r < 2; ++r) {
+        fifo[c][r] = FifoView::layout(fifoMem + (2 * c + r) * fifoBytesEach, nslots, slotBytes);
+      }
+    }
     float *in[2], *out[2];
     uint32_t* result;
-    Step* steps[2];
-    cudaMallocManaged(&result, 6 * sizeof(uint32_t));
-    std::vector<std::vector<Step>> hostSteps(2);
+    cudaMallocManaged(&result, 2 * kChannels * 4 * sizeof(uint32_t));
+    DeviceChannelSet sets[2];
     cudaStream_t streams[2];
     for (int r = 0; r < 2; ++r) {
       cudaMallocManaged(&in[r], count * sizeof(float));
       cudaMallocManaged(&out[r], count * sizeof(float));
       for (size_t i = 0; i < count; ++i) in[r][i] = float((i + r) % 7);
-      hostSteps[r] = ringAllReduce(2, r, count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
-      cudaMalloc(&steps[r], hostSteps[r].size() * sizeof(Step));
-      cudaMemcpy(steps[r], hostSteps[r].data(), hostSteps[r].size() * sizeof(Step), cudaMemcpyHostToDevice);
+      cudaMallocManaged(&sets[r].channels, kChannels * sizeof(device::DeviceChannel));
+      for (int c = 0; c < kChannels; ++c) {
+        const Block part = partition(count, kChannels, c);
+        std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
+        Step* dsteps = nullptr;
+        cudaMalloc(&dsteps, steps.size() * sizeof(Step));
+        cudaMemcpy(dsteps, steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
+        device::DeviceChannel& ch = sets[r].channels[c];
+        ch = device::DeviceChannel{};
+        ch.steps = dsteps;
+        ch.nsteps = static_cast<uint32_t>(steps.size());
+        ch.input = reinterpret_cast<const char*>(in[r] + part.offset);
+        ch.output = reinterpret_cast<char*>(out[r] + part.offset);
+        ch.commId = 1;
+        ch.seq = 1;
+        const FifoView& s = fifo[c][r];
+        const FifoView& rv = fifo[c][1 - r];
+        ch.send = {reinterpret_cast<uint32_t*>(&s.ctrl->tail), reinterpret_cast<uint32_t*>(&s.ctrl->head), s.slots,
+                   nslots, slotBytes, 0};
+        ch.recv = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail), reinterpret_cast<uint32_t*>(&rv.ctrl->head), rv.slots,
+                   nslots, slotBytes, 0};
+        ch.result = result + 4 * (kChannels * r + c);
+      }
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
     }
     for (int r = 0; r < 2; ++r) {
-      device::DeviceLaneArgs a;
-      a.steps = steps[r];
-      a.nsteps = static_cast<uint32_t>(hostSteps[r].size());
-      a.input = reinterpret_cast<const char*>(in[r]);
-      a.output = reinterpret_cast<char*>(out[r]);
-      a.commId = 1;
-      a.seq = 1;
-      const FifoView& s = fifo[r];
-      const FifoView& rv = fifo[1 - r];
-      a.send = {reinterpret_cast<uint32_t*>(&s.ctrl->tail),
-                reinterpret_cast<uint32_t*>(&s.ctrl->head),
-                s.slots,
-                nslots,
-                slotBytes,
-                0};
-      a.recv = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail),
-                reinterpret_cast<uint32_t*>(&rv.ctrl->head),
-                rv.slots,
-                nslots,
-                slotBytes,
-                0};
-      a.result = result + 3 * r;
-      device::launchStepProgram(chorusFloat32, a, 256, streams[r]);
+      const int e = device::launchPrims(chorusFloat32, sets[r].channels, kChannels, 256, streams[r]);
+      if (e != 0) {
+        std::printf("FAIL: launching rank %d's kernel: %s\n", r, cudaGetErrorString(static_cast<cudaError_t>(e)));
+        ++failures;
+      }
     }
     cudaDeviceSynchronize();
     for (int r = 0; r < 2; ++r) {
-      if (result[3 * r] != 0) {
-        std::printf("FAIL: step program of rank %d stopped with status %u\n", r, result[3 * r]);
-        ++failures;
-        continue;
+      bool ok = true;
+      for (int c = 0; c < kChannels; ++c) {
+        const uint32_t* res = result + 4 * (kChannels * r + c);
+        if (res[0] != 0) {
+          std::printf("FAIL: rank %d channel %d stopped with result %u at step %u\n", r, c, res[0], res[1]);
+          ++failures;
+          ok = false;
+        }
       }
+      if (!ok) continue;
       for (size_t i = 0; i < count; ++i) {
         if (out[r][i] != in[0][i] + in[1][i]) {
-          std::printf("FAIL: device ring all-reduce, rank %d element %zu\n", r, i);
+          std::printf("FAIL: device ring all-reduce, rank %d element %zu: %g, not %g\n", r, i, double(out[r][i]),
+                      double(in[0][i] + in[1][i]));
           ++failures;
           break;
         }

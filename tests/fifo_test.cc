@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "src/core/lane.h"
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 
 using namespace chorus;
 

@@ -9,13 +9,14 @@ cxx=${CXX:-c++}
 declare -A header=(
   [common]=src/common/status.h [kernels]=kernels/reduce_host.h [algo]=src/algo/schedule.h
   [bootstrap]=src/bootstrap/bootstrap.h [topo]=src/topo/topo.h [transports]=transports/transport.h
-  [core]=src/core/comm.h [api]=src/api/streams.h [ddp]=src/ddp/reducer.h)
+  [core]=src/core/comm.h [api]=src/api/streams.h [ddp]=src/ddp/reducer.h
+  [device]=src/device/prims_device.h)
 # What each layer may use besides itself.
 declare -A may=(
   [common]="" [kernels]="common" [algo]="common kernels" [bootstrap]="common kernels algo"
   [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo"
   [core]="common kernels algo bootstrap topo transports" [api]="common kernels algo bootstrap topo transports core"
-  [ddp]="common kernels")
+  [ddp]="common kernels" [device]="common kernels algo")
 failures=0
 checks=0
 for layer in "${!may[@]}"; do

@@ -68,7 +68,7 @@ sanitized() {
   rm -f "$dir.configure.log"
   cmake --build "$dir" -j "$jobs" --target "$@"
 }
-threads='grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree)'
+threads='grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree|workers)'
 [ "${CHORUS_TEST_TIER:-default}" = extended ] && threads='grid_threads_.*'
 
 sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_test strangers \

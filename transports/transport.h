@@ -21,7 +21,7 @@
 
 #include "src/bootstrap/out_of_band.h"
 #include "src/common/status.h"
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 
 namespace chorus {
 

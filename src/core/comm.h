@@ -27,6 +27,7 @@
 #include "src/core/lane.h"
 #include "src/core/memshare.h"
 #include "src/core/task.h"
+#include "src/core/workers.h"
 #include "src/topo/topo.h"
 #include "transports/transport.h"
 
@@ -213,6 +214,8 @@ class Communicator : public TaskOwner {
   Tuner tuner_;                     // which algorithm each call runs (built with the topology)
   IdlePolicy idlePolicy_;           // how threads running this communicator's work wait
   // Per channel, then one record for point-to-point (the last); read by hang reports.
+  // The threads that move each piece with the progress thread (CHORUS_WORKERS_PER_CHANNEL > 1).
+  std::unique_ptr<WorkerGroup> workers_;
   std::unique_ptr<ChannelStatus[]> channelStatus_;
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "src/common/os.h"
+#include "src/core/host_exec.h"
 #include "src/core/lane_wait.h"
 
 namespace chorus {
@@ -74,135 +75,92 @@ void Lane::postAhead(uint32_t limit) {
   }
 }
 
+class Lane::Exec {
+ public:
+  Exec(Lane& lane, bool* moved) : l_(lane), moved_(moved) {}
+
+  bool waitData() const { return l_.recv_->fifo.hasData(l_.recv_->head); }
+  bool waitSpace() const { return l_.send_->hasSpace(); }
+  const SlotHeader* recvHeader() const { return l_.recv_->fifo.header(l_.recv_->head); }
+  const char* recvPayload(char* dst) const {
+    const RecvCursor* rc = l_.recv_;
+    // Already in the output when the proxy took the destination this lane posted.
+    if (l_.posting_ && rc->fifo.dests[rc->head % rc->fifo.nslots].load(std::memory_order_acquire) ==
+                           reinterpret_cast<uintptr_t>(dst)) {
+      return dst;
+    }
+    return rc->fifo.payload(rc->head);
+  }
+  SlotHeader* sendHeader() const { return l_.send_->fifo.header(l_.send_->tail); }
+  char* sendPayload(Prim p, const char* in, const char* out) {
+    // The proxy sends from `ref_`; every copy into the slot is skipped.
+    ref_ = l_.send_->fifo.refs ? l_.sendSource(p, in, out) : nullptr;
+    return ref_ ? nullptr : l_.send_->fifo.payload(l_.send_->tail);
+  }
+  void move(const PieceMove& m, size_t n) const { hostMove(l_.a_, m, n); }
+  static bool leader() { return true; }
+  void publish() const {
+    SendCursor* sc = l_.send_;
+    if (sc->fifo.refs) {
+      sc->fifo.refs[sc->tail % sc->fifo.nslots] = ref_;
+      l_.refsOut_ = l_.refsOut_ || ref_;
+    }
+    sc->fifo.publish(++sc->tail);
+  }
+  void release() const {
+    RecvCursor* rc = l_.recv_;
+    if (!l_.posting_) {
+      rc->consume();
+      return;
+    }
+    // Forget this slot's destination and post the one for the same slot a lap ahead before the
+    // proxy may start on it.
+    rc->fifo.dests[rc->head % rc->fifo.nslots].store(0, std::memory_order_relaxed);
+    l_.postAhead(rc->head + rc->fifo.nslots + 1);
+    rc->fifo.release(++rc->head);
+  }
+  void moved() const {
+    *moved_ = true;
+    if (l_.a_.status) l_.a_.status->running();
+  }
+
+ private:
+  Lane& l_;
+  bool* moved_;
+  const char* ref_ = nullptr;
+};
+
 Status Lane::progress(WaitInfo* wait, bool* moved) {
-  const size_t es = a_.elemSize;
-  const bool posts = a_.sendByRef && recv_ && recv_->fifo.dests;
-  if (posts) {
+  if (a_.sendByRef && recv_ && recv_->fifo.dests) {
     if (!posting_) {
       posting_ = true;
       postSlot_ = recv_->head;
     }
     postAhead(recv_->head + recv_->fifo.nslots);
   }
-  while (stepIdx_ < steps_.size()) {
-    const Step& st = steps_[stepIdx_];
-    if (st.prim == Prim::kLocal) {
-      const char* in = a_.in(st.inOff);
-      char* out = a_.out(st.outOff);
-      // A single rank: its own contribution is the result (an integer avg divides by 1).
-      if (a_.spec.hasPre) {
-        a_.kernels->pre(a_.spec, a_.type, out, in, st.count);
-      } else if (in != out) {
-        std::memmove(out, in, st.count * es);
-      }
-      ++stepIdx_;
-      *moved = true;
-      continue;
-    }
-    const bool rx = primReceives(st.prim);
-    const bool tx = primSends(st.prim);
-    const size_t npieces = (st.count + slotElems_ - 1) / slotElems_;
-    while (piece_ < npieces) {
-      const size_t off = piece_ * slotElems_;
-      const size_t n = std::min(slotElems_, st.count - off);
-      const size_t bytes = n * es;
-      const char* rslot = nullptr;
-      if (rx) {
-        if (!recv_->fifo.hasData(recv_->head)) {
-          Status w = waitForData(recv_, wait, st.prim, stepIdx_, a_.seq);
-          if (w.inProgress() && a_.status) a_.status->blocked(*wait);
-          return w;
-        }
-        const SlotHeader* h = recv_->fifo.header(recv_->head);
-        CHORUS_TRY(recvCheck(*h, bytes));
-        rslot = recv_->fifo.payload(recv_->head);
-        // Already in the output when the proxy took the destination this lane posted.
-        char* dst = a_.out(st.outOff + off);
-        if (posts && recv_->fifo.dests[recv_->head % recv_->fifo.nslots].load(std::memory_order_acquire) ==
-                         reinterpret_cast<uintptr_t>(dst)) {
-          rslot = dst;
-        }
-      }
-      char* sslot = nullptr;
-      if (tx) {
-        if (!send_->hasSpace()) {
-          Status w = waitForSpace(send_, wait, stepIdx_, a_.seq, st.prim);
-          if (w.inProgress() && a_.status) a_.status->blocked(*wait);
-          return w;
-        }
-        sslot = send_->fifo.payload(send_->tail);
-      }
-      const char* in = a_.in(st.inOff + off);
-      char* out = a_.out(st.outOff + off);
-      const HostKernels& k = *a_.kernels;
-      const char* ref = tx && send_->fifo.refs ? sendSource(st.prim, in, out) : nullptr;
-      if (ref) sslot = nullptr;  // the proxy sends from `ref`; every copy into the slot is skipped
-      switch (st.prim) {
-        case Prim::kSend:
-          if (ref) break;
-          if (a_.spec.hasPre) {
-            k.pre(a_.spec, a_.type, sslot, in, n);
-          } else {
-            std::memcpy(sslot, in, bytes);
-          }
-          break;
-        case Prim::kRecv:
-          if (rslot != out) std::memcpy(out, rslot, bytes);
-          break;
-        case Prim::kCopySend:
-          if (out != in) std::memmove(out, in, bytes);
-          if (!ref) std::memcpy(sslot, in, bytes);
-          break;
-        case Prim::kRecvReduceSend:
-          k.reduce(a_.spec, a_.type, sslot, rslot, in, n, false);
-          break;
-        case Prim::kRecvReduceCopySend:
-          k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
-          if (!ref) std::memcpy(sslot, out, bytes);
-          break;
-        case Prim::kRecvCopySend:
-          if (rslot != out) std::memcpy(out, rslot, bytes);
-          if (!ref) std::memcpy(sslot, rslot, bytes);
-          break;
-        case Prim::kRecvReduceCopy:
-          k.reduce(a_.spec, a_.type, out, rslot, in, n, true);
-          break;
-        case Prim::kLocal:
-          break;
-      }
-      if (tx) {
-        SlotHeader* h = send_->fifo.header(send_->tail);
-        h->commId = a_.commId;
-        h->seq = a_.seq;
-        h->step = static_cast<uint32_t>(stepIdx_);
-        h->bytes = static_cast<uint32_t>(bytes);
-        if (send_->fifo.refs) {
-          send_->fifo.refs[send_->tail % send_->fifo.nslots] = ref;
-          refsOut_ = refsOut_ || ref;
-        }
-        send_->fifo.publish(++send_->tail);
-      }
-      if (rx && posts) {
-        // Forget this slot's destination and post the one for the same slot a lap ahead before
-        // the proxy may start on it.
-        recv_->fifo.dests[recv_->head % recv_->fifo.nslots].store(0, std::memory_order_relaxed);
-        postAhead(recv_->head + recv_->fifo.nslots + 1);
-        recv_->fifo.release(++recv_->head);
-      } else if (rx) {
-        recv_->consume();
-      }
-      ++piece_;
-      *moved = true;
-      if (a_.status) a_.status->running();
-    }
-    ++stepIdx_;
-    piece_ = 0;
+  Exec ex(*this, moved);
+  Primitives<Exec> prims(ex, SlotTag{a_.commId, a_.seq}, a_.elemSize, slotElems_, a_.input, a_.output);
+  const PrimStop stop = prims.run(steps_.data(), steps_.size(), &at_);
+  Status w;
+  switch (stop.status) {
+    case PrimStatus::kDone:
+      break;
+    case PrimStatus::kNeedData:
+      w = waitForData(recv_, wait, steps_[at_.step].prim, at_.step, a_.seq);
+      if (w.inProgress() && a_.status) a_.status->blocked(*wait);
+      return w;
+    case PrimStatus::kNeedSpace:
+      w = waitForSpace(send_, wait, at_.step, a_.seq, steps_[at_.step].prim);
+      if (w.inProgress() && a_.status) a_.status->blocked(*wait);
+      return w;
+    case PrimStatus::kMismatch:
+      return recvCheck(*recv_->fifo.header(recv_->head), stop.bytes);
   }
   if (refsOut_) {
     // The input and output are the caller's again once this operation completes: wait until the
     // proxy has handed every slot to the kernel.
     if (send_->fifo.ctrl->head.load(std::memory_order_acquire) != send_->tail) {
-      Status w = waitForSpace(send_, wait, steps_.size() - 1, a_.seq, steps_.back().prim);
+      w = waitForSpace(send_, wait, steps_.size() - 1, a_.seq, steps_.back().prim);
       if (w.inProgress() && a_.status) a_.status->blocked(*wait);
       return w;
     }

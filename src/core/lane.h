@@ -1,7 +1,7 @@
 // A Lane runs one rank's schedule (a list of Steps) over at most one send FIFO and one receive
-// FIFO, resumably: progress() does all it can without blocking and, when it must wait, says on
-// which counter and for which peer. Progress-thread-only (one lane is never progressed by two
-// threads at once).
+// FIFO with the primitives of src/algo/prims.h, resumably: progress() does all it can without
+// blocking and, when it must wait, says on which counter and for which peer. Progress-thread-only
+// (one lane is never progressed by two threads at once; its worker group helps move each piece).
 #pragma once
 
 #include <atomic>
@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "kernels/reduce_host.h"
+#include "src/algo/prims.h"
 #include "src/algo/schedule.h"
 #include "src/common/status.h"
 #include "src/core/memshare.h"
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 
 namespace chorus {
+
+class WorkerGroup;
 
 // A FIFO end with this rank's position in it; positions persist across operations.
 struct SendCursor {
@@ -94,6 +97,7 @@ struct LaneArgs {
   uint64_t seq = 0;
   size_t slotBytes = 0;
   ChannelStatus* status = nullptr;  // this lane's channel record, if any
+  WorkerGroup* workers = nullptr;   // the threads that move each piece with the lane's thread; null: that one alone
   // Collectives: a send FIFO whose proxy can read this process's memory (fifo.refs) gets data that
   // already sits in the input or output by reference, not copied into the slot; the lane is then
   // done only when the proxy has put all of it on the wire. Off for point-to-point, whose sends
@@ -112,9 +116,11 @@ class Lane {
 
   // ok: finished. inProgress: blocked (see *wait). Anything else: failed.
   Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return stepIdx_ >= steps_.size() && !refsOut_; }
+  bool done() const { return at_.step >= steps_.size() && !refsOut_; }
 
  private:
+  class Exec;  // the host executor of the primitives over this lane's cursors
+
   Status recvCheck(const SlotHeader& h, size_t bytes) const;
   // Where the piece a send primitive would copy into the slot already is, or null.
   const char* sendSource(Prim p, const char* in, const char* out) const;
@@ -129,8 +135,7 @@ class Lane {
   SendCursor* send_;
   RecvCursor* recv_;
   size_t slotElems_;
-  size_t stepIdx_ = 0;
-  size_t piece_ = 0;
+  PrimCursor at_;
   bool refsOut_ = false;  // slots published by reference may not all be on the wire yet
   bool posting_ = false;  // postAhead's cursor below is set
   size_t postStep_ = 0;   // the next receive piece to post for: step, piece, and its slot

@@ -327,6 +327,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   a.elemSize = typeSize(op.type);
   a.type = op.type;
   a.kernels = &kernels_;
+  a.workers = workers_.get();
   a.commId = commId_;
   const bool reduces =
       op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
@@ -422,6 +423,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.elemSize = 1;
   bytesArgs.type = chorusUint8;
   bytesArgs.kernels = &kernels_;
+  bytesArgs.workers = workers_.get();
   bytesArgs.commId = commId_;
   bytesArgs.slotBytes = config_.peerSlots();
   bytesArgs.status = &channelStatus_[nch];

@@ -17,7 +17,7 @@
 
 #include "src/common/log.h"
 #include "src/common/os.h"
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 
 namespace chorus {
 

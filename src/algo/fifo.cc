@@ -1,4 +1,4 @@
-#include "transports/fifo.h"
+#include "src/algo/fifo.h"
 
 #include <unistd.h>
 

@@ -1,0 +1,175 @@
+// Primitives: the named operations every schedule is made of, written once for every executor.
+//
+// A schedule (src/algo/schedule.h) is a list of Steps, each a primitive over a run of elements.
+// Primitives<Exec, Proto>::run walks the steps piece by piece (a piece is what one slot holds). For
+// each piece it
+//   1. waits until the receive slot has data and the send slot has room (the executor's wait),
+//   2. checks the received slot's header against this operation (the protocol),
+//   3. moves the data: every thread of the executor does its share of the primitive's copy or
+//      reduction (primMove says which sources and destinations),
+//   4. stamps the sent slot's header (the protocol), publishes it and frees the received slot.
+// The executor is a group of threads and the way it waits:
+//   - the host executor (src/core/host_exec.h): the progress thread and its worker group. It never
+//     blocks: a wait that is not over stops run() with kNeedData or kNeedSpace, and a later call
+//     resumes at the same piece (the cursor says where).
+//   - the device executor (kernels/prims_device.cuh): one CUDA thread block per channel. Thread 0
+//     polls the counters, bounded, and the block shares the answer; a wait past the bound stops
+//     run() the same way, so a stuck peer fails loudly instead of hanging the device.
+// The protocol says how a piece sits in a slot. ProtoSimple: a SlotHeader, then the payload; the
+// tail counter publishes both. (A line-flag protocol, NCCL's LL, would be a second Proto.)
+//
+// Exec provides, called by every thread of the group in the same order:
+//   bool waitData(); bool waitSpace();              ready, or not (host: not yet; device: gave up)
+//   const SlotHeader* recvHeader(); const char* recvPayload(char* dst);
+//   SlotHeader* sendHeader(); char* sendPayload(Prim, const char* in, const char* out);
+//   void move(const PieceMove&, size_t n);          every thread its share, all done on return
+//   bool leader();                                  the one thread that stamps headers
+//   void publish(); void release();                 the sent slot goes out; the received one is free
+//   void moved();                                   a piece is done (progress, for the caller)
+// recvPayload may return `dst` (the payload already sits where this piece's output goes) and
+// sendPayload may return null (the executor sends the piece from the user's buffer instead).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/hd.h"
+#include "src/algo/fifo.h"
+#include "src/algo/schedule.h"
+
+namespace chorus {
+
+// Which operation a slot belongs to.
+struct SlotTag {
+  uint64_t commId = 0;
+  uint64_t seq = 0;
+};
+
+struct ProtoSimple {
+  CHORUS_HD static void stamp(SlotHeader* h, const SlotTag& t, uint32_t step, uint32_t bytes) {
+    h->commId = t.commId;
+    h->seq = t.seq;
+    h->step = step;
+    h->bytes = bytes;
+  }
+  CHORUS_HD static bool accepts(const SlotHeader& h, const SlotTag& t, uint32_t bytes) {
+    return h.commId == t.commId && h.seq == t.seq && h.bytes == bytes;
+  }
+};
+
+// How a piece's result r is made from its sources a and b.
+enum class Fold : uint8_t {
+  kCopy,        // r = a
+  kPre,         // r = pre(a)                 (a rank's own contribution)
+  kReduce,      // r = a OP pre(b)            (b is this rank's input)
+  kReducePost,  // r = post(a OP pre(b))      (the last contribution)
+};
+
+// One piece's data movement: r goes to dst and, when not null, to dst2. A null dst (a send that
+// left by reference) leaves only dst2; kCopy onto its own source writes nothing.
+struct PieceMove {
+  Fold fold;
+  const char* a;
+  const char* b;
+  char* dst;
+  char* dst2;
+};
+
+// What primitive p does with one piece: `in` and `out` are this piece in the user's buffers,
+// `rslot` the received payload, `sslot` the payload to send.
+CHORUS_HD PieceMove primMove(Prim p, const char* in, char* out, const char* rslot, char* sslot) {
+  switch (p) {
+    case Prim::kSend:
+      return {Fold::kPre, in, nullptr, sslot, nullptr};
+    case Prim::kRecv:
+      return {Fold::kCopy, rslot, nullptr, out, nullptr};
+    case Prim::kCopySend:
+      return {Fold::kCopy, in, nullptr, out, sslot};
+    case Prim::kRecvReduceSend:
+      return {Fold::kReduce, rslot, in, sslot, nullptr};
+    case Prim::kRecvReduceCopySend:
+      return {Fold::kReducePost, rslot, in, out, sslot};
+    case Prim::kRecvCopySend:
+      return {Fold::kCopy, rslot, nullptr, out, sslot};
+    case Prim::kRecvReduceCopy:
+      return {Fold::kReducePost, rslot, in, out, nullptr};
+    case Prim::kLocal:
+      break;
+  }
+  return {Fold::kPre, in, nullptr, out, nullptr};  // kLocal: a single rank's contribution is the result
+}
+
+// Where a run of a schedule stands.
+struct PrimCursor {
+  size_t step = 0;
+  size_t piece = 0;
+};
+
+enum class PrimStatus : uint8_t {
+  kDone,
+  kNeedData,   // the receive slot of the piece at the cursor has no data (yet)
+  kNeedSpace,  // the send slot has no room (yet)
+  kMismatch,   // the received slot's header is not this operation's piece of `bytes` bytes
+};
+struct PrimStop {
+  PrimStatus status = PrimStatus::kDone;
+  uint32_t bytes = 0;  // kMismatch: what the piece should have held
+};
+
+template <class Exec, class Proto = ProtoSimple>
+class Primitives {
+ public:
+  // `input`/`output` may be null on a rank that has no buffer on that side (a broadcast's
+  // non-root input); its schedule then never reads or writes it.
+  CHORUS_HD Primitives(Exec& ex, const SlotTag& tag, size_t elemSize, size_t slotElems, const char* input,
+                       char* output)
+      : ex_(ex), tag_(tag), es_(elemSize), slotElems_(slotElems), input_(input), output_(output) {}
+
+  // Runs steps [at->step, nsteps) from piece at->piece on, until they are done or a piece cannot go.
+  CHORUS_HD PrimStop run(const Step* steps, size_t nsteps, PrimCursor* at) {
+    while (at->step < nsteps) {
+      const Step st = steps[at->step];
+      const bool rx = primReceives(st.prim);
+      const bool tx = primSends(st.prim);
+      // A single rank's step is one piece of any size: it touches no slot.
+      const size_t chunk = st.prim == Prim::kLocal && st.count > 0 ? st.count : slotElems_;
+      const size_t npieces = (st.count + chunk - 1) / chunk;
+      while (at->piece < npieces) {
+        const size_t off = at->piece * chunk;
+        const size_t n = st.count - off < chunk ? st.count - off : chunk;
+        const uint32_t bytes = static_cast<uint32_t>(n * es_);
+        if (rx && !ex_.waitData()) return PrimStop{PrimStatus::kNeedData, bytes};
+        if (tx && !ex_.waitSpace()) return PrimStop{PrimStatus::kNeedSpace, bytes};
+        const char* in = input_ ? input_ + (st.inOff + off) * es_ : nullptr;
+        char* out = output_ ? output_ + (st.outOff + off) * es_ : nullptr;
+        const char* rslot = nullptr;
+        if (rx) {
+          if (!Proto::accepts(*ex_.recvHeader(), tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
+          rslot = ex_.recvPayload(out);
+        }
+        char* sslot = tx ? ex_.sendPayload(st.prim, in, out) : nullptr;
+        ex_.move(primMove(st.prim, in, out, rslot, sslot), n);
+        if (tx) {
+          if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
+          ex_.publish();
+        }
+        if (rx) ex_.release();
+        ++at->piece;
+        ex_.moved();
+      }
+      ++at->step;
+      at->piece = 0;
+    }
+    return PrimStop{};
+  }
+
+ private:
+  Exec& ex_;
+  const SlotTag tag_;
+  const size_t es_;
+  const size_t slotElems_;
+  const char* const input_;
+  char* const output_;
+};
+
+}  // namespace chorus

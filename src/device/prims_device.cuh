@@ -1,0 +1,130 @@
+// The primitives (src/algo/prims.h) on the device: BlockExec is the executor of one CUDA thread
+// block, and primsKernel runs one channel per block with the same Primitives template the host
+// lanes run.
+//
+// Per piece: thread 0 waits for the receive slot's data and the send slot's room, reading the
+// counters with acquire loads at system scope, bounded by spinLimit polls; the block shares the
+// answer through shared memory. Every thread moves a strided share of the piece with the element
+// functions of kernels/reduce.h; after a block barrier thread 0 stamps the header and publishes
+// with a release store at system scope.
+#pragma once
+
+#include <cuda/atomic>
+
+#include "kernels/reduce.h"
+#include "src/algo/prims.h"
+#include "src/device/prims_device.h"
+
+namespace chorus::device {
+
+__device__ inline uint32_t acquireLoad(uint32_t* p) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).load(cuda::memory_order_acquire);
+}
+__device__ inline void releaseStore(uint32_t* p, uint32_t v) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+}
+
+template <typename T>
+class BlockExec {
+ public:
+  // `flag`: a word of shared memory for the block's waits.
+  __device__ BlockExec(const DeviceChannel& c, uint32_t* flag) : c_(c), send_(c.send), recv_(c.recv), flag_(flag) {}
+
+  __device__ bool waitData() {
+    if (leader()) {
+      uint64_t spins = 0;
+      while (static_cast<int32_t>(acquireLoad(recv_.tail) - recv_.position) <= 0 && ++spins < c_.spinLimit) {
+      }
+      *flag_ = spins < c_.spinLimit;
+    }
+    return share();
+  }
+  __device__ bool waitSpace() {
+    if (leader()) {
+      uint64_t spins = 0;
+      while (send_.position - acquireLoad(send_.head) >= send_.nslots && ++spins < c_.spinLimit) {
+      }
+      *flag_ = spins < c_.spinLimit;
+    }
+    return share();
+  }
+  __device__ const SlotHeader* recvHeader() const { return header(recv_); }
+  __device__ const char* recvPayload(char*) const { return reinterpret_cast<const char*>(header(recv_) + 1); }
+  __device__ SlotHeader* sendHeader() const { return header(send_); }
+  __device__ char* sendPayload(Prim, const char*, const char*) const {
+    return reinterpret_cast<char*>(header(send_) + 1);
+  }
+  __device__ void move(const PieceMove& m, size_t n) const {
+    const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+      T v;
+      switch (m.fold) {
+        case Fold::kCopy:
+          v = loadElem<T>(m.a, i);
+          break;
+        case Fold::kPre:
+          v = ElemOps<T>::pre(c_.spec, loadElem<T>(m.a, i));
+          break;
+        case Fold::kReduce:
+          v = reduceOne<T>(c_.spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), false);
+          break;
+        default:
+          v = reduceOne<T>(c_.spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), true);
+          break;
+      }
+      if (toDst) storeElem<T>(m.dst, i, v);
+      if (m.dst2) storeElem<T>(m.dst2, i, v);
+    }
+    __syncthreads();  // every thread's writes to the slot and the output precede the publish
+  }
+  __device__ bool leader() const { return threadIdx.x == 0; }
+  __device__ void publish() {
+    ++send_.position;
+    if (leader()) releaseStore(send_.tail, send_.position);
+  }
+  __device__ void release() {
+    ++recv_.position;
+    if (leader()) releaseStore(recv_.head, recv_.position);
+  }
+  __device__ void moved() {}
+
+  __device__ uint32_t sendPosition() const { return send_.position; }
+  __device__ uint32_t recvPosition() const { return recv_.position; }
+
+ private:
+  __device__ static SlotHeader* header(const DeviceFifo& f) {
+    return reinterpret_cast<SlotHeader*>(f.slots + size_t(f.position % f.nslots) * (sizeof(SlotHeader) + f.slotBytes));
+  }
+  // Thread 0's answer, for every thread; the second barrier keeps the next wait from overwriting it early.
+  __device__ bool share() const {
+    __syncthreads();
+    const bool ok = *flag_ != 0;
+    __syncthreads();
+    return ok;
+  }
+
+  const DeviceChannel& c_;
+  DeviceFifo send_;
+  DeviceFifo recv_;
+  uint32_t* flag_;
+};
+
+template <typename T>
+__global__ void primsKernel(const DeviceChannel* channels) {
+  __shared__ uint32_t flag;
+  const DeviceChannel& c = channels[blockIdx.x];
+  BlockExec<T> ex(c, &flag);
+  const uint32_t slotBytes = c.send.slotBytes ? c.send.slotBytes : c.recv.slotBytes;
+  const size_t slotElems = slotBytes >= sizeof(T) ? slotBytes / sizeof(T) : 1;
+  Primitives<BlockExec<T>> prims(ex, SlotTag{c.commId, c.seq}, sizeof(T), slotElems, c.input, c.output);
+  PrimCursor at;
+  const PrimStop stop = prims.run(c.steps, c.nsteps, &at);
+  if (threadIdx.x == 0 && c.result) {
+    c.result[0] = static_cast<uint32_t>(stop.status);
+    c.result[1] = static_cast<uint32_t>(at.step);
+    c.result[2] = ex.sendPosition();
+    c.result[3] = ex.recvPosition();
+  }
+}
+
+}  // namespace chorus::device

@@ -1,0 +1,176 @@
+// The primitives (src/algo/prims.h) run by the host executor: a ring all-reduce of three ranks
+// stepped by one thread through FIFOs too small to hold a step, with and without a worker group,
+// checked element by element; the worker group's parts; and the split of a piece among workers.
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "src/algo/fifo.h"
+#include "src/algo/prims.h"
+#include "src/algo/schedule.h"
+#include "src/core/host_exec.h"
+#include "src/core/lane.h"
+#include "src/core/workers.h"
+
+using namespace chorus;
+
+namespace {
+
+struct AlignedFifo {
+  explicit AlignedFifo(uint32_t nslots, uint32_t slotBytes) : mem(fifoBytes(nslots, slotBytes) + 64, 0) {
+    void* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+    view = FifoView::layout(base, nslots, slotBytes);
+  }
+  std::vector<char> mem;
+  FifoView view;
+};
+
+// Runs a ring all-reduce of `count` int32 on `n` ranks, every lane progressed in turn by this
+// thread; returns each rank's output.
+std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGroup* workers) {
+  const uint32_t nslots = 2;
+  const uint32_t slotBytes = 4096;
+  const HostKernels kernels = *hostKernelsFor(CpuIsa::kScalar);
+  std::vector<std::unique_ptr<AlignedFifo>> fifos;  // fifos[r]: r -> r+1
+  for (int r = 0; r < n; ++r) fifos.push_back(std::make_unique<AlignedFifo>(nslots, slotBytes));
+  std::vector<SendCursor> sends(n);
+  std::vector<RecvCursor> recvs(n);
+  std::vector<std::vector<int32_t>> in(n), out(n, std::vector<int32_t>(count, -1));
+  std::vector<Lane> lanes;
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count);
+    for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<int32_t>((i * 7 + r * 1000003) % 65537) - 30000;
+    sends[r].fifo = fifos[r]->view;
+    sends[r].peer = (r + 1) % n;
+    recvs[r].fifo = fifos[(r + n - 1) % n]->view;
+    recvs[r].peer = (r + n - 1) % n;
+  }
+  for (int r = 0; r < n; ++r) {
+    LaneArgs a;
+    a.input = reinterpret_cast<const char*>(in[r].data());
+    a.output = reinterpret_cast<char*>(out[r].data());
+    a.elemSize = 4;
+    a.type = chorusInt32;
+    a.kernels = &kernels;
+    a.commId = 9;
+    a.seq = 1;
+    a.slotBytes = slotBytes;
+    a.workers = workers;
+    lanes.emplace_back(a, ringAllReduce(n, r, count, ringLoopChunk(slotBytes, nslots, 4)), &sends[r], &recvs[r]);
+  }
+  for (int turn = 0; turn < 1000000; ++turn) {
+    bool all = true;
+    bool movedAny = false;
+    for (int r = 0; r < n; ++r) {
+      if (lanes[r].done()) continue;
+      WaitInfo w;
+      bool moved = false;
+      const Status s = lanes[r].progress(&w, &moved);
+      REQUIRE((s.isOk() || s.inProgress()));
+      all = all && s.isOk();
+      movedAny = movedAny || moved;
+    }
+    if (all) break;
+    REQUIRE(movedAny);  // a ring whose lanes all wait on each other is a deadlock
+  }
+  for (int r = 0; r < n; ++r) REQUIRE(lanes[r].done());
+  // The sum, computed here in 64 bits and wrapped as the library's integer sum wraps.
+  std::vector<int32_t> want(count);
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t sum = 0;
+    for (int r = 0; r < n; ++r) sum += static_cast<uint32_t>(in[r][i]);
+    want[i] = static_cast<int32_t>(sum);
+  }
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      INFO("rank " << r << " element " << i);
+      REQUIRE(out[r][i] == want[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("primitives: a ring all-reduce resumes across full FIFOs, with and without workers", "[prims]") {
+  WorkerGroup two(2);
+  WorkerGroup three(3);
+  for (size_t count : {size_t(1), size_t(1023), size_t(5000), size_t(40000)}) {
+    INFO("count " << count);
+    const auto alone = ringOnOneThread(3, count, nullptr);
+    CHECK(ringOnOneThread(3, count, &two) == alone);
+    CHECK(ringOnOneThread(3, count, &three) == alone);
+  }
+}
+
+TEST_CASE("primitives: each primitive's sources and destinations", "[prims]") {
+  char in[1], out[1], r[1], s[1];
+  const PieceMove send = primMove(Prim::kSend, in, out, r, s);
+  CHECK((send.fold == Fold::kPre && send.a == in && send.dst == s && !send.dst2));
+  const PieceMove rrcs = primMove(Prim::kRecvReduceCopySend, in, out, r, s);
+  CHECK((rrcs.fold == Fold::kReducePost && rrcs.a == r && rrcs.b == in && rrcs.dst == out && rrcs.dst2 == s));
+  const PieceMove rrs = primMove(Prim::kRecvReduceSend, in, out, r, s);
+  CHECK((rrs.fold == Fold::kReduce && rrs.a == r && rrs.b == in && rrs.dst == s && !rrs.dst2));
+  const PieceMove rcs = primMove(Prim::kRecvCopySend, in, out, r, s);
+  CHECK((rcs.fold == Fold::kCopy && rcs.a == r && rcs.dst == out && rcs.dst2 == s));
+  const PieceMove local = primMove(Prim::kLocal, in, out, nullptr, nullptr);
+  CHECK((local.fold == Fold::kPre && local.a == in && local.dst == out));
+}
+
+TEST_CASE("a worker group calls every part once per run", "[prims][workers]") {
+  WorkerGroup g(4);
+  REQUIRE(g.size() == 4);
+  std::atomic<int> calls[4] = {};
+  struct Ctx {
+    std::atomic<int>* calls;
+  } ctx{calls};
+  for (int run = 0; run < 2000; ++run) {
+    g.run(
+        [](const void* c, int part, int parts) {
+          REQUIRE(parts == 4);
+          static_cast<const Ctx*>(c)->calls[part].fetch_add(1, std::memory_order_relaxed);
+        },
+        &ctx);
+  }
+  for (auto& c : calls) CHECK(c.load() == 2000);
+}
+
+TEST_CASE("a piece split among workers gives the bits of one thread", "[prims][workers]") {
+  const HostKernels kernels = *hostKernelsFor(CpuIsa::kScalar);
+  WorkerGroup g(3);
+  for (size_t n : {size_t(1024), size_t(1037), size_t(4099)}) {
+    std::vector<float> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = 0.1f * float(i % 97);
+      b[i] = 1.0f / float(1 + i % 13);
+    }
+    for (Fold fold : {Fold::kCopy, Fold::kPre, Fold::kReduce, Fold::kReducePost}) {
+      LaneArgs args;
+      args.elemSize = 4;
+      args.type = chorusFloat32;
+      args.kernels = &kernels;
+      args.spec.hasPre = true;
+      args.spec.scaleF = 0.5;
+      std::vector<float> one(n, -1.0f), one2(n, -1.0f), split(n, -2.0f), split2(n, -2.0f);
+      auto mv = [&](std::vector<float>& d, std::vector<float>& d2) {
+        return PieceMove{fold, reinterpret_cast<const char*>(a.data()), reinterpret_cast<const char*>(b.data()),
+                         reinterpret_cast<char*>(d.data()), reinterpret_cast<char*>(d2.data())};
+      };
+      hostMove(args, mv(one, one2), n);
+      args.workers = &g;
+      hostMove(args, mv(split, split2), n);
+      INFO("n " << n << " fold " << int(fold));
+      CHECK(split == one);
+      CHECK(split2 == one);
+      // Against the definitions, element by element.
+      for (size_t i = 0; i < n; ++i) {
+        const float pb = b[i] * 0.5f;
+        const float want = fold == Fold::kCopy ? a[i] : fold == Fold::kPre ? a[i] * 0.5f : a[i] + pb;
+        REQUIRE(one[i] == want);
+      }
+    }
+  }
+}
