@@ -56,6 +56,7 @@ class BlockExec {
   }
   __device__ void move(const PieceMove& m, size_t n) const {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
+    const ReduceSpec spec = c_.spec;  // a register copy: the stores below may alias global memory
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       T v;
       switch (m.fold) {
@@ -63,13 +64,13 @@ class BlockExec {
           v = loadElem<T>(m.a, i);
           break;
         case Fold::kPre:
-          v = ElemOps<T>::pre(c_.spec, loadElem<T>(m.a, i));
+          v = ElemOps<T>::pre(spec, loadElem<T>(m.a, i));
           break;
         case Fold::kReduce:
-          v = reduceOne<T>(c_.spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), false);
+          v = reduceOne<T>(spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), false);
           break;
         default:
-          v = reduceOne<T>(c_.spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), true);
+          v = reduceOne<T>(spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), true);
           break;
       }
       if (toDst) storeElem<T>(m.dst, i, v);
