@@ -14,9 +14,9 @@
 #include <memory>
 #include <vector>
 
+#include "src/algo/fifo.h"
 #include "src/bootstrap/socket.h"
 #include "src/common/os.h"
-#include "src/algo/fifo.h"
 #include "transports/socket/socket_proxy.h"
 
 namespace {

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "src/core/lane.h"
 #include "src/algo/fifo.h"
+#include "src/core/lane.h"
 
 using namespace chorus;
 

@@ -1,8 +1,8 @@
 // The primitives (src/algo/prims.h) run by the host executor: a ring all-reduce of three ranks
 // stepped by one thread through FIFOs too small to hold a step, with and without a worker group,
 // checked element by element; the worker group's parts; and the split of a piece among workers.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "src/algo/fifo.h"
 #include "src/bootstrap/out_of_band.h"
 #include "src/common/status.h"
-#include "src/algo/fifo.h"
 
 namespace chorus {
 

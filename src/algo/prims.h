@@ -121,8 +121,7 @@ class Primitives {
  public:
   // `input`/`output` may be null on a rank that has no buffer on that side (a broadcast's
   // non-root input); its schedule then never reads or writes it.
-  CHORUS_HD Primitives(Exec& ex, const SlotTag& tag, size_t elemSize, size_t slotElems, const char* input,
-                       char* output)
+  CHORUS_HD Primitives(Exec& ex, const SlotTag& tag, size_t elemSize, size_t slotElems, const char* input, char* output)
       : ex_(ex), tag_(tag), es_(elemSize), slotElems_(slotElems), input_(input), output_(output) {}
 
   // Runs steps [at->step, nsteps) from piece at->piece on, until they are done or a piece cannot go.

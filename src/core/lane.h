@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "kernels/reduce_host.h"
+#include "src/algo/fifo.h"
 #include "src/algo/prims.h"
 #include "src/algo/schedule.h"
 #include "src/common/status.h"
 #include "src/core/memshare.h"
-#include "src/algo/fifo.h"
 
 namespace chorus {
 

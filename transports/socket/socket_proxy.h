@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "src/algo/fifo.h"
 #include "src/common/log.h"
 #include "src/common/os.h"
-#include "src/algo/fifo.h"
 
 namespace chorus {
 
