@@ -115,18 +115,18 @@ int main() {
         ch.seq = 1;
         const FifoView& s = fifo[c][r];
         const FifoView& rv = fifo[c][1 - r];
-        ch.send = {reinterpret_cast<uint32_t*>(&s.ctrl->tail),
-                   reinterpret_cast<uint32_t*>(&s.ctrl->head),
-                   s.slots,
-                   nslots,
-                   slotBytes,
-                   0};
-        ch.recv = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail),
-                   reinterpret_cast<uint32_t*>(&rv.ctrl->head),
-                   rv.slots,
-                   nslots,
-                   slotBytes,
-                   0};
+        ch.send[0] = {reinterpret_cast<uint32_t*>(&s.ctrl->tail),
+                      reinterpret_cast<uint32_t*>(&s.ctrl->head),
+                      s.slots,
+                      nslots,
+                      slotBytes,
+                      0};
+        ch.recv[0] = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail),
+                      reinterpret_cast<uint32_t*>(&rv.ctrl->head),
+                      rv.slots,
+                      nslots,
+                      slotBytes,
+                      0};
         ch.result = result + 4 * (kChannels * r + c);
       }
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);

@@ -106,17 +106,116 @@ TEST_CASE("primitives: a ring all-reduce resumes across full FIFOs, with and wit
   }
 }
 
+namespace {
+
+// One tree of seven ranks (rank r's children are 2r+1 and 2r+2), every lane progressed in turn by
+// this thread, int32 with `spec`; returns each rank's output.
+std::vector<std::vector<int32_t>> treeOnOneThread(const ReduceSpec& spec, size_t count, WorkerGroup* workers) {
+  const int n = 7;
+  const uint32_t nslots = 2;
+  const uint32_t slotBytes = 4096;
+  const HostKernels kernels = *hostKernelsFor(CpuIsa::kScalar);
+  // One FIFO per tree edge and direction: up[r] carries r -> parent, down[r] parent -> r.
+  std::vector<std::unique_ptr<AlignedFifo>> up, down;
+  std::vector<SendCursor> upSend(n), downSend(n);
+  std::vector<RecvCursor> upRecv(n), downRecv(n);
+  for (int r = 0; r < n; ++r) {
+    up.push_back(std::make_unique<AlignedFifo>(nslots, slotBytes));
+    down.push_back(std::make_unique<AlignedFifo>(nslots, slotBytes));
+    upSend[r].fifo = upRecv[r].fifo = up[r]->view;
+    downSend[r].fifo = downRecv[r].fifo = down[r]->view;
+  }
+  std::vector<std::vector<int32_t>> in(n), out(n, std::vector<int32_t>(count, -1));
+  std::vector<Lane> lanes;
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count);
+    for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<int32_t>((i * 13 + r * 101) % 2001) - 1000;
+  }
+  for (int r = 0; r < n; ++r) {
+    LaneConnectors conns;
+    int k = 0;
+    if (r > 0) {
+      conns.send[k] = &upSend[r];
+      conns.recv[k++] = &downRecv[r];
+    }
+    int children = 0;
+    for (int c = 2 * r + 1; c <= 2 * r + 2 && c < n; ++c, ++children) {
+      conns.send[k] = &downSend[c];
+      conns.recv[k++] = &upRecv[c];
+    }
+    LaneArgs a;
+    a.input = reinterpret_cast<const char*>(in[r].data());
+    a.output = reinterpret_cast<char*>(out[r].data());
+    a.elemSize = 4;
+    a.type = chorusInt32;
+    a.spec = spec;
+    a.kernels = &kernels;
+    a.commId = 9;
+    a.seq = 1;
+    a.slotBytes = slotBytes;
+    a.workers = workers;
+    lanes.emplace_back(a, treeAllReduce(r > 0, children, 0, count, slotBytes / 4), conns);
+  }
+  bool all = false;
+  for (int turn = 0; turn < 1000000 && !all; ++turn) {
+    all = true;
+    bool movedAny = false;
+    for (int r = 0; r < n; ++r) {
+      if (lanes[r].done()) continue;
+      WaitInfo w;
+      bool moved = false;
+      const Status s = lanes[r].progress(&w, &moved);
+      REQUIRE((s.isOk() || s.inProgress()));
+      all = all && s.isOk();
+      movedAny = movedAny || moved;
+    }
+    if (!all) REQUIRE(movedAny);
+  }
+  REQUIRE(all);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t sum = 0;
+    for (int r = 0; r < n; ++r) sum += spec.hasPre ? int64_t(in[r][i]) * int64_t(spec.scaleI) : in[r][i];
+    const int64_t want = spec.hasPostDiv ? sum / int64_t(spec.divisor) : sum;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " element " << i);
+      REQUIRE(out[r][i] == want);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("primitives: a tree all-reduce folds children's partial results once, with and without workers", "[prims]") {
+  // The pre-op must touch each rank's input once (not a child's partial result again) and the
+  // post-op must run once, at the root.
+  ReduceSpec premul;
+  premul.hasPre = true;
+  premul.scaleI = 3;
+  ReduceSpec avg;
+  avg.hasPostDiv = true;
+  avg.divisor = 7;
+  WorkerGroup two(2);
+  for (const ReduceSpec& spec : {ReduceSpec{}, premul, avg}) {
+    for (size_t count : {size_t(1), size_t(1025), size_t(9000)}) {
+      INFO("count " << count << " pre " << spec.hasPre << " div " << spec.hasPostDiv);
+      const auto alone = treeOnOneThread(spec, count, nullptr);
+      CHECK(treeOnOneThread(spec, count, &two) == alone);
+    }
+  }
+}
+
 TEST_CASE("primitives: each primitive's sources and destinations", "[prims]") {
   char in[1], out[1], r[1], s[1];
-  const PieceMove send = primMove(Prim::kSend, in, out, r, s);
+  const PieceMove send = primMove(Prim::kSend, 0, in, out, r, s);
   CHECK((send.fold == Fold::kPre && send.a == in && send.dst == s && !send.dst2));
-  const PieceMove rrcs = primMove(Prim::kRecvReduceCopySend, in, out, r, s);
+  const PieceMove rrcs = primMove(Prim::kRecvReduceCopySend, 0, in, out, r, s);
   CHECK((rrcs.fold == Fold::kReducePost && rrcs.a == r && rrcs.b == in && rrcs.dst == out && rrcs.dst2 == s));
-  const PieceMove rrs = primMove(Prim::kRecvReduceSend, in, out, r, s);
+  const PieceMove rrs = primMove(Prim::kRecvReduceSend, 0, in, out, r, s);
   CHECK((rrs.fold == Fold::kReduce && rrs.a == r && rrs.b == in && rrs.dst == s && !rrs.dst2));
-  const PieceMove rcs = primMove(Prim::kRecvCopySend, in, out, r, s);
+  const PieceMove rcs = primMove(Prim::kRecvCopySend, 0, in, out, r, s);
   CHECK((rcs.fold == Fold::kCopy && rcs.a == r && rcs.dst == out && rcs.dst2 == s));
-  const PieceMove local = primMove(Prim::kLocal, in, out, nullptr, nullptr);
+  const PieceMove local = primMove(Prim::kLocal, 0, in, out, nullptr, nullptr);
   CHECK((local.fold == Fold::kPre && local.a == in && local.dst == out));
 }
 

@@ -19,6 +19,7 @@
 // tail counter publishes both. (A line-flag protocol, NCCL's LL, would be a second Proto.)
 //
 // Exec provides, called by every thread of the group in the same order:
+//   void select(int sendTo, int recvFrom);          the connectors of the next step (Step::sendTo, recvFrom)
 //   bool waitData(); bool waitSpace();              ready, or not (host: not yet; device: gave up)
 //   const SlotHeader* recvHeader(); const char* recvPayload(char* dst);
 //   SlotHeader* sendHeader(); char* sendPayload(Prim, const char* in, const char* out);
@@ -66,37 +67,43 @@ enum class Fold : uint8_t {
 };
 
 // One piece's data movement: r goes to dst and, when not null, to dst2. A null dst (a send that
-// left by reference) leaves only dst2; kCopy onto its own source writes nothing.
+// left by reference) leaves only dst2; kCopy onto its own source writes nothing. `noPre`: the
+// local operand is a partial result, so the pre-op is not applied again.
 struct PieceMove {
   Fold fold;
   const char* a;
   const char* b;
   char* dst;
   char* dst2;
+  bool noPre = false;
 };
 
-// What primitive p does with one piece: `in` and `out` are this piece in the user's buffers,
-// `rslot` the received payload, `sslot` the payload to send.
-CHORUS_HD PieceMove primMove(Prim p, const char* in, char* out, const char* rslot, char* sslot) {
+// What primitive p does with one piece: `local` is this rank's operand (its input, or its output
+// when the step says so), `out` this piece of the output, `rslot` the received payload, `sslot`
+// the payload to send; `flags` are the step's (StepFlag).
+CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out, const char* rslot, char* sslot) {
+  const bool noPre = (flags & kLocalNoPre) != 0;
+  const Fold last = (flags & kNoPost) ? Fold::kReduce : Fold::kReducePost;
   switch (p) {
     case Prim::kSend:
-      return {Fold::kPre, in, nullptr, sslot, nullptr};
+      return {noPre ? Fold::kCopy : Fold::kPre, local, nullptr, sslot, nullptr, noPre};
     case Prim::kRecv:
-      return {Fold::kCopy, rslot, nullptr, out, nullptr};
+      return {Fold::kCopy, rslot, nullptr, out, nullptr, noPre};
     case Prim::kCopySend:
-      return {Fold::kCopy, in, nullptr, out, sslot};
+      return {Fold::kCopy, local, nullptr, out, sslot, noPre};
     case Prim::kRecvReduceSend:
-      return {Fold::kReduce, rslot, in, sslot, nullptr};
+      return {Fold::kReduce, rslot, local, sslot, nullptr, noPre};
     case Prim::kRecvReduceCopySend:
-      return {Fold::kReducePost, rslot, in, out, sslot};
+      return {last, rslot, local, out, sslot, noPre};
     case Prim::kRecvCopySend:
-      return {Fold::kCopy, rslot, nullptr, out, sslot};
+      return {Fold::kCopy, rslot, nullptr, out, sslot, noPre};
     case Prim::kRecvReduceCopy:
-      return {Fold::kReducePost, rslot, in, out, nullptr};
+      return {last, rslot, local, out, nullptr, noPre};
     case Prim::kLocal:
       break;
   }
-  return {Fold::kPre, in, nullptr, out, nullptr};  // kLocal: a single rank's contribution is the result
+  // kLocal: a single rank's contribution is the result.
+  return {noPre ? Fold::kCopy : Fold::kPre, local, nullptr, out, nullptr, noPre};
 }
 
 // Where a run of a schedule stands.
@@ -133,21 +140,22 @@ class Primitives {
       // A single rank's step is one piece of any size: it touches no slot.
       const size_t chunk = st.prim == Prim::kLocal && st.count > 0 ? st.count : slotElems_;
       const size_t npieces = (st.count + chunk - 1) / chunk;
+      ex_.select(st.sendTo, st.recvFrom);
       while (at->piece < npieces) {
         const size_t off = at->piece * chunk;
         const size_t n = st.count - off < chunk ? st.count - off : chunk;
         const uint32_t bytes = static_cast<uint32_t>(n * es_);
         if (rx && !ex_.waitData()) return PrimStop{PrimStatus::kNeedData, bytes};
         if (tx && !ex_.waitSpace()) return PrimStop{PrimStatus::kNeedSpace, bytes};
-        const char* in = input_ ? input_ + (st.inOff + off) * es_ : nullptr;
         char* out = output_ ? output_ + (st.outOff + off) * es_ : nullptr;
+        const char* in = (st.flags & kLocalIsOutput) ? out : input_ ? input_ + (st.inOff + off) * es_ : nullptr;
         const char* rslot = nullptr;
         if (rx) {
           if (!Proto::accepts(*ex_.recvHeader(), tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
           rslot = ex_.recvPayload(out);
         }
         char* sslot = tx ? ex_.sendPayload(st.prim, in, out) : nullptr;
-        ex_.move(primMove(st.prim, in, out, rslot, sslot), n);
+        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot), n);
         if (tx) {
           if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
           ex_.publish();

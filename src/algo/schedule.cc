@@ -161,4 +161,48 @@ std::vector<Step> chainReduce(int n, int pos, int rootPos, size_t count, size_t 
   return s;
 }
 
+std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, size_t count, size_t pieceElems) {
+  std::vector<Step> s;
+  const uint8_t parent = 0;
+  const auto child = [&](int i) { return static_cast<uint8_t>((hasParent ? 1 : 0) + i); };
+  const uint8_t partial = kLocalIsOutput | kLocalNoPre;  // the output holds what came up so far
+  if (!hasParent && nchildren == 0) {
+    push(s, Prim::kLocal, offset, offset, count);
+    return s;
+  }
+  // Up: acc = c0 OP pre(in), then acc = c_i OP acc; the partial result waits in the output.
+  for (size_t o = offset; o < offset + count; o += pieceElems) {
+    const size_t n = std::min(pieceElems, offset + count - o);
+    if (nchildren == 0) {
+      s.push_back(Step{Prim::kSend, o, o, n, parent, 0, 0});
+      continue;
+    }
+    for (int i = 0; i < nchildren; ++i) {
+      const bool last = i + 1 == nchildren;
+      const uint8_t local = i == 0 ? 0 : partial;
+      if (last && hasParent) {
+        s.push_back(Step{Prim::kRecvReduceSend, o, o, n, parent, child(i), local});
+      } else {
+        s.push_back(
+            Step{Prim::kRecvReduceCopy, o, o, n, 0, child(i), static_cast<uint8_t>(local | (last ? 0 : kNoPost))});
+      }
+    }
+  }
+  // Down: the root's result, received from the parent into the output and passed to each child.
+  for (size_t o = offset; o < offset + count; o += pieceElems) {
+    const size_t n = std::min(pieceElems, offset + count - o);
+    int first = 0;
+    if (hasParent) {
+      if (nchildren == 0) {
+        s.push_back(Step{Prim::kRecv, o, o, n, 0, parent, 0});
+      } else {
+        s.push_back(Step{Prim::kRecvCopySend, o, o, n, child(0), parent, 0});
+        first = 1;
+      }
+    }
+    for (int i = first; i < nchildren; ++i) s.push_back(Step{Prim::kSend, o, o, n, child(i), 0, partial});
+  }
+  return s;
+}
+
 }  // namespace chorus

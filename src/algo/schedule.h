@@ -40,11 +40,24 @@ CHORUS_HD bool primSends(Prim p) {
          p == Prim::kRecvCopySend;
 }
 
+// Step::flags.
+enum StepFlag : uint8_t {
+  kLocalIsOutput = 1,  // the local operand (a send's source, a reduction's own side) is the output
+  kLocalNoPre = 2,     // the local operand is a partial result, already pre-multiplied
+  kNoPost = 4,         // not the last contribution: a reduction into the output skips the post-op
+};
+
+// A lane talks to at most this many peers each way (a tree: its parent and two children).
+constexpr int kMaxLanePeers = 3;
+
 struct Step {
   Prim prim;
-  size_t inOff;   // element offset into the input buffer
-  size_t outOff;  // element offset into the output buffer
-  size_t count;   // elements
+  size_t inOff;          // element offset into the input buffer
+  size_t outOff;         // element offset into the output buffer
+  size_t count;          // elements
+  uint8_t sendTo = 0;    // which of the lane's send connectors (ring and chain: the only one)
+  uint8_t recvFrom = 0;  // which of its receive connectors
+  uint8_t flags = 0;     // StepFlag
 };
 
 struct Block {
@@ -74,5 +87,12 @@ std::vector<Step> ringAllGather(int n, int pos, const std::vector<int>& blockOf,
 std::vector<Step> chainBroadcast(int n, int pos, int rootPos, size_t count, size_t loopChunk);
 // Reduce up the chain rootPos+1 -> ... -> rootPos.
 std::vector<Step> chainReduce(int n, int pos, int rootPos, size_t count, size_t loopChunk);
+
+// One tree of the double-binary-tree all-reduce over the elements [offset, offset + count), in
+// pieces of `pieceElems`: first every piece up the tree (this rank's input with its pre-op, then
+// each child's partial result in order, to the parent; the root applies the post-op into its
+// output), then every piece down it (the root's result to every rank, forwarded to the children).
+// Connectors: index 0 is the parent when there is one; the children follow in order.
+std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, size_t count, size_t pieceElems);
 
 }  // namespace chorus

@@ -40,14 +40,21 @@ inline void hostMoveRange(const LaneArgs& a, const PieceMove& m, size_t lo, size
     dst2 = nullptr;
   }
   if (!dst) return;
+  const ReduceSpec* spec = &a.spec;
+  ReduceSpec plain;
+  if (m.noPre && a.spec.hasPre) {
+    plain = a.spec;
+    plain.hasPre = false;
+    spec = &plain;
+  }
   if (m.fold == Fold::kPre) {
-    if (a.spec.hasPre) {
-      a.kernels->pre(a.spec, a.type, dst, src, n);
+    if (spec->hasPre) {
+      a.kernels->pre(*spec, a.type, dst, src, n);
     } else if (dst != src) {
       std::memmove(dst, src, bytes);
     }
   } else {
-    a.kernels->reduce(a.spec, a.type, dst, src, m.b + off, n, m.fold == Fold::kReducePost);
+    a.kernels->reduce(*spec, a.type, dst, src, m.b + off, n, m.fold == Fold::kReducePost);
   }
   if (dst2) std::memcpy(dst2, dst, bytes);
 }

@@ -36,8 +36,15 @@ std::string ChannelStatus::describe() const {
 }
 
 Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv)
-    : a_(args), steps_(std::move(steps)), send_(send), recv_(recv) {
+    : Lane(args, std::move(steps), LaneConnectors{{send}, {recv}}) {}
+
+Lane::Lane(const LaneArgs& args, std::vector<Step> steps, const LaneConnectors& conns)
+    : a_(args), steps_(std::move(steps)), conns_(conns) {
   slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
+  // References and posted destinations are tracked for one connector each way.
+  if (conns_.send[1]) a_.sendByRef = false;
+  send_ = conns_.send[0];
+  recv_ = conns_.recv[0];
 }
 
 Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
@@ -79,6 +86,10 @@ class Lane::Exec {
  public:
   Exec(Lane& lane, bool* moved) : l_(lane), moved_(moved) {}
 
+  void select(int sendTo, int recvFrom) const {
+    l_.send_ = l_.conns_.send[sendTo];
+    l_.recv_ = l_.conns_.recv[recvFrom];
+  }
   bool waitData() const { return l_.recv_->fifo.hasData(l_.recv_->head); }
   bool waitSpace() const { return l_.send_->hasSpace(); }
   const SlotHeader* recvHeader() const { return l_.recv_->fifo.header(l_.recv_->head); }
@@ -131,7 +142,7 @@ class Lane::Exec {
 };
 
 Status Lane::progress(WaitInfo* wait, bool* moved) {
-  if (a_.sendByRef && recv_ && recv_->fifo.dests) {
+  if (a_.sendByRef && conns_.recv[0] && conns_.recv[0]->fifo.dests && !conns_.recv[1]) {
     if (!posting_) {
       posting_ = true;
       postSlot_ = recv_->head;

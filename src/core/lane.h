@@ -110,9 +110,20 @@ struct LaneArgs {
   char* out(size_t i) const { return output ? output + i * elemSize : nullptr; }
 };
 
+// The connectors of a lane, by the index its steps name (Step::sendTo, Step::recvFrom).
+struct LaneConnectors {
+  SendCursor* send[kMaxLanePeers] = {};
+  RecvCursor* recv[kMaxLanePeers] = {};
+};
+
 class Lane {
  public:
+  // One send and one receive connector (rings, chains, point-to-point); either may be null when
+  // no step uses it.
   Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, RecvCursor* recv);
+  // Several (trees). Sending by reference and posting receive destinations (sockets) are for lanes
+  // with one connector each way only.
+  Lane(const LaneArgs& args, std::vector<Step> steps, const LaneConnectors& conns);
 
   // ok: finished. inProgress: blocked (see *wait). Anything else: failed.
   Status progress(WaitInfo* wait, bool* moved);
@@ -132,8 +143,9 @@ class Lane {
 
   LaneArgs a_;
   std::vector<Step> steps_;
-  SendCursor* send_;
-  RecvCursor* recv_;
+  LaneConnectors conns_;
+  SendCursor* send_ = nullptr;  // the connectors of the step at the cursor
+  RecvCursor* recv_ = nullptr;
   size_t slotElems_;
   PrimCursor at_;
   bool refsOut_ = false;  // slots published by reference may not all be on the wire yet
@@ -177,43 +189,6 @@ class DirectLane {
   int sent_ = 0;    // peers this piece went to
   int folded_ = 0;  // ranks whose contribution to this piece is in the output
   bool stashed_ = false;
-};
-
-// One tree of the double-binary-tree all-reduce (src/topo buildRankTrees), over the elements
-// [offset, offset + count): per slot-sized piece, up the tree (this rank's input with its pre-op,
-// then each child's partial result in the order given, sent to the parent; the root applies the
-// post-op into its output), then, once every piece has gone up, down it (the root's result to
-// every rank, forwarded to the children). Every rank ends with the root's bits. The connections
-// are one per ordered pair of tree neighbours and direction, used by nothing else while the lane
-// runs: the two trees of one all-reduce use different sets (direct and gather) and run at once.
-class TreeLane {
- public:
-  TreeLane(const LaneArgs& args, size_t offset, size_t count, int parent, std::vector<int> children,
-           const std::unique_ptr<SendCursor>* sends, const std::unique_ptr<RecvCursor>* recvs);
-
-  Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return down_ && piece_ >= npieces_; }
-
- private:
-  Status up(WaitInfo* wait, bool* moved);
-  Status down(WaitInfo* wait, bool* moved);
-  Status take(int peer, size_t bytes, const char** data, WaitInfo* wait);
-  SlotHeader* stamp(SendCursor* sc, size_t bytes) const;
-
-  LaneArgs a_;
-  ReduceSpec noPre_;
-  size_t offset_;
-  size_t count_;
-  int parent_;
-  std::vector<int> children_;
-  const std::unique_ptr<SendCursor>* sends_;  // indexed by rank
-  const std::unique_ptr<RecvCursor>* recvs_;
-  size_t slotElems_;
-  size_t npieces_;
-  bool down_ = false;   // the up phase is over
-  size_t piece_ = 0;    // piece of the current phase
-  size_t folded_ = 0;   // up: children folded into this piece; down: children sent to
-  bool taken_ = false;  // down: this piece has come from the parent (or this rank is the root)
 };
 
 // The slice all-reduce of one rank (intra-host, large messages): each rank reduces one slice

@@ -487,12 +487,28 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
       // Half the elements down each tree, at once, over disjoint connections.
       a.slotBytes = config_.peerSlots();
       a.status = &channelStatus_[0];
-      std::vector<TreeLane> lanes;
+      const size_t pieceElems = std::max<size_t>(1, a.slotBytes / a.elemSize);
+      std::vector<Lane> lanes;
       for (int t = 0; t < 2; ++t) {
         const Block b = partition(op.count, 2, t);
+        if (b.count == 0) continue;
         const ConnFamily f = t == 0 ? ConnFamily::kDirect : ConnFamily::kGather;
-        lanes.emplace_back(a, b.offset, b.count, trees_.parent[t][rank_], treeChildren(t), conns_.sends(f),
-                           conns_.recvs(f));
+        // Connector 0 is the parent (when there is one), the children follow.
+        LaneConnectors conns;
+        int k = 0;
+        const int parent = trees_.parent[t][rank_];
+        if (parent >= 0) {
+          conns.send[k] = conns_.send(f, parent);
+          conns.recv[k++] = conns_.recv(f, parent);
+        }
+        const std::vector<int> children = treeChildren(t);
+        CHORUS_CHECK(k + static_cast<int>(children.size()) <= kMaxLanePeers);
+        for (int c : children) {
+          conns.send[k] = conns_.send(f, c);
+          conns.recv[k++] = conns_.recv(f, c);
+        }
+        lanes.emplace_back(
+            a, treeAllReduce(parent >= 0, static_cast<int>(children.size()), b.offset, b.count, pieceElems), conns);
       }
       task->addStage(std::move(lanes), flight);
       continue;

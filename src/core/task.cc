@@ -53,10 +53,6 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       Status s = run(*sl);
       if (!s.isOk()) return s;
     }
-    for (auto& lane : stages_[stage_].trees) {
-      Status s = run(lane);
-      if (!s.isOk()) return s;
-    }
     if (!stageDone) break;
     if (stages_[stage_].flight)
       owner_->flightMark(stages_[stage_].flight, stages_[stage_].flight, FlightEntry::State::kDone, 0);

@@ -28,12 +28,22 @@ template <typename T>
 class BlockExec {
  public:
   // `flag`: a word of shared memory for the block's waits.
-  __device__ BlockExec(const DeviceChannel& c, uint32_t* flag) : c_(c), send_(c.send), recv_(c.recv), flag_(flag) {}
+  __device__ BlockExec(const DeviceChannel& c, uint32_t* flag) : c_(c), flag_(flag) {
+    for (int i = 0; i < kMaxLanePeers; ++i) {
+      sends_[i] = c.send[i];
+      recvs_[i] = c.recv[i];
+    }
+  }
+
+  __device__ void select(int sendTo, int recvFrom) {
+    curSend_ = sendTo;
+    curRecv_ = recvFrom;
+  }
 
   __device__ bool waitData() {
     if (leader()) {
       uint64_t spins = 0;
-      while (static_cast<int32_t>(acquireLoad(recv_.tail) - recv_.position) <= 0 && ++spins < c_.spinLimit) {
+      while (static_cast<int32_t>(acquireLoad(recvEnd().tail) - recvEnd().position) <= 0 && ++spins < c_.spinLimit) {
       }
       *flag_ = spins < c_.spinLimit;
     }
@@ -42,21 +52,22 @@ class BlockExec {
   __device__ bool waitSpace() {
     if (leader()) {
       uint64_t spins = 0;
-      while (send_.position - acquireLoad(send_.head) >= send_.nslots && ++spins < c_.spinLimit) {
+      while (sendEnd().position - acquireLoad(sendEnd().head) >= sendEnd().nslots && ++spins < c_.spinLimit) {
       }
       *flag_ = spins < c_.spinLimit;
     }
     return share();
   }
-  __device__ const SlotHeader* recvHeader() const { return header(recv_); }
-  __device__ const char* recvPayload(char*) const { return reinterpret_cast<const char*>(header(recv_) + 1); }
-  __device__ SlotHeader* sendHeader() const { return header(send_); }
+  __device__ const SlotHeader* recvHeader() const { return header(recvEnd()); }
+  __device__ const char* recvPayload(char*) const { return reinterpret_cast<const char*>(header(recvEnd()) + 1); }
+  __device__ SlotHeader* sendHeader() const { return header(sendEnd()); }
   __device__ char* sendPayload(Prim, const char*, const char*) const {
-    return reinterpret_cast<char*>(header(send_) + 1);
+    return reinterpret_cast<char*>(header(sendEnd()) + 1);
   }
   __device__ void move(const PieceMove& m, size_t n) const {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
-    const ReduceSpec spec = c_.spec;  // a register copy: the stores below may alias global memory
+    ReduceSpec spec = c_.spec;  // a register copy: the stores below may alias global memory
+    if (m.noPre) spec.hasPre = false;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       T v;
       switch (m.fold) {
@@ -80,19 +91,23 @@ class BlockExec {
   }
   __device__ bool leader() const { return threadIdx.x == 0; }
   __device__ void publish() {
-    ++send_.position;
-    if (leader()) releaseStore(send_.tail, send_.position);
+    ++sendEnd().position;
+    if (leader()) releaseStore(sendEnd().tail, sendEnd().position);
   }
   __device__ void release() {
-    ++recv_.position;
-    if (leader()) releaseStore(recv_.head, recv_.position);
+    ++recvEnd().position;
+    if (leader()) releaseStore(recvEnd().head, recvEnd().position);
   }
   __device__ void moved() {}
 
-  __device__ uint32_t sendPosition() const { return send_.position; }
-  __device__ uint32_t recvPosition() const { return recv_.position; }
+  __device__ uint32_t sendPosition() const { return sends_[0].position; }
+  __device__ uint32_t recvPosition() const { return recvs_[0].position; }
 
  private:
+  __device__ DeviceFifo& sendEnd() { return sends_[curSend_]; }
+  __device__ const DeviceFifo& sendEnd() const { return sends_[curSend_]; }
+  __device__ DeviceFifo& recvEnd() { return recvs_[curRecv_]; }
+  __device__ const DeviceFifo& recvEnd() const { return recvs_[curRecv_]; }
   __device__ static SlotHeader* header(const DeviceFifo& f) {
     return reinterpret_cast<SlotHeader*>(f.slots + size_t(f.position % f.nslots) * (sizeof(SlotHeader) + f.slotBytes));
   }
@@ -105,8 +120,10 @@ class BlockExec {
   }
 
   const DeviceChannel& c_;
-  DeviceFifo send_;
-  DeviceFifo recv_;
+  DeviceFifo sends_[kMaxLanePeers];
+  DeviceFifo recvs_[kMaxLanePeers];
+  int curSend_ = 0;
+  int curRecv_ = 0;
   uint32_t* flag_;
 };
 
@@ -115,7 +132,7 @@ __global__ void primsKernel(const DeviceChannel* channels) {
   __shared__ uint32_t flag;
   const DeviceChannel& c = channels[blockIdx.x];
   BlockExec<T> ex(c, &flag);
-  const uint32_t slotBytes = c.send.slotBytes ? c.send.slotBytes : c.recv.slotBytes;
+  const uint32_t slotBytes = c.send[0].slotBytes ? c.send[0].slotBytes : c.recv[0].slotBytes;
   const size_t slotElems = slotBytes >= sizeof(T) ? slotBytes / sizeof(T) : 1;
   Primitives<BlockExec<T>> prims(ex, SlotTag{c.commId, c.seq}, sizeof(T), slotElems, c.input, c.output);
   PrimCursor at;

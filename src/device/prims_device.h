@@ -34,12 +34,13 @@ struct DeviceChannel {
   ReduceSpec spec;
   uint64_t commId = 0;
   uint64_t seq = 0;
-  DeviceFifo send;
-  DeviceFifo recv;
+  // By the index the steps name (Step::sendTo, Step::recvFrom); unused entries stay empty.
+  DeviceFifo send[kMaxLanePeers];
+  DeviceFifo recv[kMaxLanePeers];
   // Polls of a counter without progress before the block gives up on a wait and returns.
   uint64_t spinLimit = 1ull << 32;
   // Written by the kernel, when not null: DeviceResult, the step it stopped at, and the final
-  // send and receive positions.
+  // positions of send connector 0 and receive connector 0.
   uint32_t* result = nullptr;
 };
 
