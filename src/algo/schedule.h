@@ -47,8 +47,9 @@ enum StepFlag : uint8_t {
   kNoPost = 4,         // not the last contribution: a reduction into the output skips the post-op
 };
 
-// A lane talks to at most this many peers each way (a tree: its parent and two children).
-constexpr int kMaxLanePeers = 3;
+// A lane talks to at most this many peers each way: a tree rank's parent and children (two
+// child hosts and the next rank of its own host's chain).
+constexpr int kMaxLanePeers = 4;
 
 struct Step {
   Prim prim;

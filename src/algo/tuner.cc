@@ -1,34 +1,6 @@
 #include "src/algo/tuner.h"
 
-#include <cctype>
-
 namespace chorus {
-
-const char* algoName(Algo a) {
-  switch (a) {
-    case Algo::kRing:
-      return "ring";
-    case Algo::kDirect:
-      return "direct";
-    case Algo::kTree:
-      return "tree";
-    case Algo::kSlice:
-      return "slice";
-  }
-  return "?";
-}
-
-Result<std::optional<Algo>> parseAlgoSetting(const std::string& value) {
-  if (value.empty()) return std::optional<Algo>();
-  std::string lower = value;
-  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (Algo a : {Algo::kRing, Algo::kDirect, Algo::kSlice, Algo::kTree}) {
-    if (lower == algoName(a)) return std::optional<Algo>(a);
-  }
-  return invalidArgument("CHORUS_ALGO=" + value +
-                         " is not an algorithm this build has (ring, direct, slice, tree); unset it to let Chorus "
-                         "choose");
-}
 
 double ringAllReduceUs(const AllReduceModel& m, double bytes) {
   if (m.nranks < 2) return 0;

@@ -8,18 +8,14 @@
 #include <optional>
 #include <string>
 
+#include "src/algo/algorithm.h"
 #include "src/algo/coll.h"
 #include "src/common/status.h"
 
 namespace chorus {
 
-// The algorithms an all-reduce can run; the other collectives on channels run the ring (chain
-// for the rooted ones).
-enum class Algo : unsigned char { kRing, kDirect, kTree, kSlice };
-const char* algoName(Algo a);
-// CHORUS_ALGO, parsed once: empty means "chosen per call"; an unknown name is an error that
-// lists the ones this build has.
-Result<std::optional<Algo>> parseAlgoSetting(const std::string& value);
+// An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
+// collectives on channels run the ring (chain for the rooted ones).
 
 // The all-reduce cost model: a schedule's time is its latency (the hops its data crosses one
 // after another) plus the bytes the busiest rank sends over the slowest link. The ring takes

@@ -141,8 +141,8 @@ class Communicator : public TaskOwner {
   // The algorithm this rank runs: the tuner's choice, or the slice all-reduce where the tuner
   // leaves it to this rank's registered buffers (then its neighbours check that they agree).
   Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
-  bool treeNeighbour(int tree, int peer) const;
-  std::vector<int> treeChildren(int tree) const;
+  // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
+  AlgoContext algoContext() const;
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);

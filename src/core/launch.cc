@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "src/common/os.h"
 #include "src/core/comm.h"
@@ -67,27 +69,26 @@ Algo Communicator::algoFor(const OpInfo& op, const Tuner::Choice& c) const {
   return registered ? Algo::kSlice : c.algo;
 }
 
-bool Communicator::treeNeighbour(int tree, int peer) const {
-  const std::vector<int>& parent = trees_.parent[tree];
-  return peer != rank_ && (parent[rank_] == peer || parent[peer] == rank_);
-}
-
-std::vector<int> Communicator::treeChildren(int tree) const {
-  std::vector<int> children;
-  for (int r = 0; r < nranks_; ++r) {
-    if (trees_.parent[tree][r] == rank_) children.push_back(r);
-  }
-  return children;
+AlgoContext Communicator::algoContext() const {
+  AlgoContext ctx;
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.nChannels = config_.nChannels;
+  ctx.rings = &rings_;
+  ctx.ringPos = &ringPos_;
+  ctx.treeParent[0] = &trees_.parent[0];
+  ctx.treeParent[1] = &trees_.parent[1];
+  ctx.slotBytes = config_.slotBytes;
+  ctx.peerSlotBytes = config_.peerSlots();
+  ctx.slots = config_.slots;
+  return ctx;
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
   // Connections follow what every rank knows alike (the tuner's choice), never one rank's
   // registrations: where a rank may run the slice all-reduce on its own, every rank connects for
   // both it and the ring.
-  bool ring = false;
-  bool direct = false;  // to every peer
-  bool gather = false;  // to every peer
-  bool tree = false;
+  std::vector<char> algos(static_cast<size_t>(algorithmCount()), 0);
   bool p2p = false;
   for (const auto& op : ops) {
     if (!runsOnChannels(op.coll)) {
@@ -96,10 +97,9 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
     if (nranks_ < 2) continue;
     const Tuner::Choice c = choose(op);
-    ring = ring || c.ringConnections;
-    direct = direct || c.algo == Algo::kDirect || c.sliceConnections;
-    gather = gather || c.sliceConnections;
-    tree = tree || c.algo == Algo::kTree;
+    algos[static_cast<size_t>(c.algo)] = 1;
+    if (c.ringConnections) algos[static_cast<size_t>(Algo::kRing)] = 1;
+    if (c.sliceConnections) algos[static_cast<size_t>(Algo::kSlice)] = 1;
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops.
   std::vector<char> withPeer(p2p ? nranks_ : 0, 0);
@@ -115,27 +115,20 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
   }
   std::vector<ConnNeed> needs;
-  auto want = [&](ConnFamily f, int index, int peer) {
-    for (bool send : {true, false}) {
-      const ConnKey k{f, index, peer, send};
-      if (!conns_.has(k)) needs.push_back(k);
-    }
+  std::set<std::tuple<ConnFamily, int, bool>> seen;  // two algorithms may want one connection
+  auto want = [&](const ConnKey& k) {
+    if (!conns_.has(k) && seen.emplace(k.family, k.index, k.send).second) needs.push_back(k);
   };
-  if (ring) {
-    for (int c = 0; c < config_.nChannels; ++c) {
-      const int next = rings_[c][(ringPos_[c] + 1) % nranks_];
-      const int prev = rings_[c][(ringPos_[c] - 1 + nranks_) % nranks_];
-      if (!conns_.send(ConnFamily::kRing, c)) needs.push_back({ConnFamily::kRing, c, next, true});
-      if (!conns_.recv(ConnFamily::kRing, c)) needs.push_back({ConnFamily::kRing, c, prev, false});
-    }
+  const AlgoContext ctx = algoContext();
+  std::vector<ConnKey> keys;
+  for (int a = 0; a < algorithmCount(); ++a) {
+    if (algos[static_cast<size_t>(a)]) algorithm(static_cast<Algo>(a)).connections(ctx, &keys);
   }
+  for (const ConnKey& k : keys) want(k);
   for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_) continue;
-    if (p2p && withPeer[p]) want(ConnFamily::kP2p, p, p);
-    // The trees use the direct connections (tree 0) and the gather ones (tree 1) to their
-    // neighbours only.
-    if (direct || (tree && treeNeighbour(0, p))) want(ConnFamily::kDirect, p, p);
-    if (gather || (tree && treeNeighbour(1, p))) want(ConnFamily::kGather, p, p);
+    if (p == rank_ || !p2p || !withPeer[p]) continue;
+    want(ConnKey{ConnFamily::kP2p, p, p, true});
+    want(ConnKey{ConnFamily::kP2p, p, p, false});
   }
   return needs;
 }
@@ -405,7 +398,6 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   auto task = std::make_unique<Task>(this);
   task->reserveStages(ops.size());
   const int nch = config_.nChannels;
-  const size_t slotBytes = config_.slotBytes;
 
   // Point-to-point queues: one per (peer, direction), plus one for copies to self.
   std::map<std::pair<int, bool>, size_t> queueOf;
@@ -428,6 +420,8 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.slotBytes = config_.peerSlots();
   bytesArgs.status = &channelStatus_[nch];
 
+  const AlgoContext ctx = algoContext();
+  std::vector<LanePlan> lanePlans;
   uint64_t flightFirst = 0;
   uint64_t flightLast = 0;
   auto record = [&](const OpInfo& op, uint64_t seq, const char* algo) {
@@ -462,105 +456,51 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     }
     const Tuner::Choice choice = choose(op);
     const Algo algo = algoFor(op, choice);
-    const bool direct = algo == Algo::kDirect;
-    const bool tree = algo == Algo::kTree;
-    const bool slice = algo == Algo::kSlice;
-    const bool sliceOnItsOwn = slice && choice.sliceIfRegistered;
+    const bool sliceOnItsOwn = algo == Algo::kSlice && choice.sliceIfRegistered;
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
       log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
                 typeName(op.type), sliceOnItsOwn ? "slice (buffers registered)" : algoName(algo));
     }
     LaneArgs a = collArgs(op);
     a.seq = ++collSeq_;
-    a.slotBytes = slotBytes;
     const uint64_t flight = record(op, a.seq, algoName(algo));
-    if (direct) {
-      a.slotBytes = config_.peerSlots();
-      if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
-      a.status = &channelStatus_[0];
-      task->addStage(DirectLane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
-                                conns_.recvs(ConnFamily::kDirect), directScratch_.data()),
-                     flight);
-      continue;
-    }
-    if (tree) {
-      // Half the elements down each tree, at once, over disjoint connections.
-      a.slotBytes = config_.peerSlots();
-      a.status = &channelStatus_[0];
-      const size_t pieceElems = std::max<size_t>(1, a.slotBytes / a.elemSize);
-      std::vector<Lane> lanes;
-      for (int t = 0; t < 2; ++t) {
-        const Block b = partition(op.count, 2, t);
-        if (b.count == 0) continue;
-        const ConnFamily f = t == 0 ? ConnFamily::kDirect : ConnFamily::kGather;
-        // Connector 0 is the parent (when there is one), the children follow.
-        LaneConnectors conns;
-        int k = 0;
-        const int parent = trees_.parent[t][rank_];
-        if (parent >= 0) {
-          conns.send[k] = conns_.send(f, parent);
-          conns.recv[k++] = conns_.recv(f, parent);
-        }
-        const std::vector<int> children = treeChildren(t);
-        CHORUS_CHECK(k + static_cast<int>(children.size()) <= kMaxLanePeers);
-        for (int c : children) {
-          conns.send[k] = conns_.send(f, c);
-          conns.recv[k++] = conns_.recv(f, c);
-        }
-        lanes.emplace_back(
-            a, treeAllReduce(parent >= 0, static_cast<int>(children.size()), b.offset, b.count, pieceElems), conns);
-      }
-      task->addStage(std::move(lanes), flight);
-      continue;
-    }
-    if (slice) {
-      a.slotBytes = config_.peerSlots();
-      a.status = &channelStatus_[0];
-      SliceLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect), conns_.recvs(ConnFamily::kDirect),
-                     conns_.sends(ConnFamily::kGather), conns_.recvs(ConnFamily::kGather), memShare_.get());
-      if (sliceOnItsOwn) lane.checkNeighbours(conns_.send(ConnFamily::kRing, 0), conns_.recv(ConnFamily::kRing, 0));
-      task->addStage(std::move(lane), flight);
-      continue;
-    }
-    const size_t loop = ringLoopChunk(slotBytes, config_.slots, a.elemSize);
+    // The algorithm plans the call; the lanes it names are built here over the connections it
+    // asked for (connectionsNeeded made them).
+    lanePlans.clear();
+    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, a.elemSize, op.root}, &lanePlans);
     std::vector<Lane> lanes;
-    for (int c = 0; c < nch; ++c) {
-      const Block b = partition(op.count, nch, c);
-      if (b.count == 0) continue;
-      // Position p of this channel's ring holds rank blockOf[p]; its block is its rank's.
-      const std::vector<int>& blockOf = rings_[c];
-      const int pos = ringPos_[c];
-      int rootPos = 0;
-      while (rootPos < nranks_ && blockOf[rootPos] != op.root) ++rootPos;
-      std::vector<Step> steps;
-      switch (op.coll) {
-        case CollType::kAllReduce:
-          steps = ringAllReduce(nranks_, pos, b.count, loop);
+    for (const LanePlan& lp : lanePlans) {
+      a.slotBytes = lp.slotBytes;
+      a.status = &channelStatus_[lp.channel];
+      switch (lp.kind) {
+        case LanePlan::Kind::kSteps: {
+          LaneConnectors conns;
+          for (int i = 0; i < kMaxLanePeers; ++i) {
+            if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
+            if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
+          }
+          lanes.emplace_back(a, lp.steps, conns);
           break;
-        case CollType::kBroadcast:
-          steps = chainBroadcast(nranks_, pos, rootPos, b.count, loop);
+        }
+        case LanePlan::Kind::kDirect:
+          if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
+          task->addStage(DirectLane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
+                                    conns_.recvs(ConnFamily::kDirect), directScratch_.data()),
+                         flight);
           break;
-        case CollType::kReduce:
-          steps = chainReduce(nranks_, pos, rootPos, b.count, loop);
+        case LanePlan::Kind::kSlice: {
+          SliceLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
+                         conns_.recvs(ConnFamily::kDirect), conns_.sends(ConnFamily::kGather),
+                         conns_.recvs(ConnFamily::kGather), memShare_.get());
+          if (sliceOnItsOwn) {
+            lane.checkNeighbours(conns_.send(ConnFamily::kRing, 0), conns_.recv(ConnFamily::kRing, 0));
+          }
+          task->addStage(std::move(lane), flight);
           break;
-        case CollType::kAllGather:
-          steps = ringAllGather(nranks_, pos, blockOf, op.count, b.offset, b.count, loop);
-          break;
-        default:
-          steps = ringReduceScatter(nranks_, pos, blockOf, op.count, b.offset, b.count, loop);
-          break;
-      }
-      if (op.coll == CollType::kAllReduce || op.coll == CollType::kBroadcast || op.coll == CollType::kReduce) {
-        for (auto& s : steps) {
-          s.inOff += b.offset;
-          s.outOff += b.offset;
         }
       }
-      a.status = &channelStatus_[c];
-      lanes.emplace_back(a, std::move(steps), nranks_ > 1 ? conns_.send(ConnFamily::kRing, c) : nullptr,
-                         nranks_ > 1 ? conns_.recv(ConnFamily::kRing, c) : nullptr);
     }
-    task->addStage(std::move(lanes), flight);
+    if (!lanes.empty() || lanePlans.empty()) task->addStage(std::move(lanes), flight);
   }
 
   // checkOps() made sure sends and receives to self pair up.

@@ -1,0 +1,88 @@
+// Algorithms as units. Each algorithm says which collectives it runs, which connections it needs
+// and how it plans one call into lanes; the registry (algorithm.cc) lists them in a fixed order
+// that every rank shares, and the tuner (tuner.h) picks one per call. Adding an algorithm is a file
+// that defines its Algorithm and one line in the registry: the core builds whatever lanes a plan
+// names over whatever connections it asks for, without knowing which algorithm asked.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/algo/coll.h"
+#include "src/algo/connections.h"
+#include "src/algo/schedule.h"
+#include "src/common/status.h"
+
+namespace chorus {
+
+// An algorithm: its index in the registry. The built-in ones the tuner chooses come first.
+enum class Algo : unsigned char { kRing = 0, kDirect = 1, kTree = 2, kSlice = 3 };
+
+// What every rank knows alike about its communicator, for planning.
+struct AlgoContext {
+  int rank = 0;
+  int nranks = 1;
+  int nChannels = 1;
+  const std::vector<std::vector<int>>* rings = nullptr;  // (*rings)[c][position]: the rank there
+  const std::vector<int>* ringPos = nullptr;             // this rank's position on each ring
+  const std::vector<int>* treeParent[2] = {};            // (*treeParent[t])[rank]: its parent, or -1
+  size_t slotBytes = 0;                                  // ring FIFOs' slot payload
+  size_t peerSlotBytes = 0;                              // per-peer FIFOs' slot payload
+  int slots = 0;                                         // slots per FIFO
+
+  int ringNext(int c) const { return (*rings)[c][((*ringPos)[c] + 1) % nranks]; }
+  int ringPrev(int c) const { return (*rings)[c][((*ringPos)[c] - 1 + nranks) % nranks]; }
+  std::vector<int> treeChildren(int t) const;
+};
+
+// One call, as an algorithm plans it.
+struct AlgoCall {
+  CollType coll = CollType::kAllReduce;
+  size_t count = 0;
+  size_t elemSize = 1;
+  int root = 0;
+};
+
+// A connection a lane uses, by its place in the connection table; index -1: none.
+struct ConnRef {
+  ConnFamily family = ConnFamily::kRing;
+  int index = -1;
+};
+
+// One lane of a plan. kSteps: a schedule the primitives run over up to kMaxLanePeers connectors
+// each way (a step's sendTo and recvFrom index send[] and recv[]). kDirect and kSlice: the direct
+// and slice all-reduces, whose lanes the core still writes by hand (they talk to every peer).
+struct LanePlan {
+  enum class Kind : unsigned char { kSteps, kDirect, kSlice };
+  Kind kind = Kind::kSteps;
+  std::vector<Step> steps;
+  ConnRef send[kMaxLanePeers];
+  ConnRef recv[kMaxLanePeers];
+  int channel = 0;       // whose status record the lane keeps
+  size_t slotBytes = 0;  // its connections' slot payload
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  // Lower case, as CHORUS_ALGO names it.
+  virtual const char* name() const = 0;
+  // Whether it can run `coll` (CHORUS_ALGO applies to all-reduces; the others always take the ring).
+  virtual bool runs(CollType coll) const = 0;
+  // The connections this rank needs to run it: appended to *out, both ends this rank holds.
+  virtual void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const = 0;
+  // The lanes of one call, appended to *lanes (runs(call.coll) holds).
+  virtual void plan(const AlgoContext& ctx, const AlgoCall& call, std::vector<LanePlan>* lanes) const = 0;
+};
+
+// The registry.
+int algorithmCount();
+const Algorithm& algorithm(Algo a);
+const char* algoName(Algo a);
+// CHORUS_ALGO, parsed once: empty means "chosen per call"; a name the registry lacks, or one that
+// cannot run an all-reduce, is an error that lists the ones this build has.
+Result<std::optional<Algo>> parseAlgoSetting(const std::string& value);
+
+}  // namespace chorus
