@@ -4,12 +4,14 @@
 
 namespace chorus {
 
-// The registry, in the order of Algo: one line per algorithm, each defined in its own file.
+// The registry, in the order of Algo: one line per algorithm, each defined in its own file of
+// src/algo (the build takes every file there).
 #define CHORUS_ALGORITHMS(X) \
   X(ringAlgorithm)           \
   X(directAlgorithm)         \
   X(treeAlgorithm)           \
-  X(sliceAlgorithm)
+  X(sliceAlgorithm)          \
+  /* the registry ends here */
 
 #define CHORUS_DECLARE_ALGORITHM(f) const Algorithm& f();
 CHORUS_ALGORITHMS(CHORUS_DECLARE_ALGORITHM)
@@ -25,9 +27,7 @@ int algorithmCount() { return static_cast<int>(sizeof(kRegistry) / sizeof(kRegis
 
 const Algorithm& algorithm(Algo a) { return kRegistry[static_cast<size_t>(a)](); }
 
-const char* algoName(Algo a) {
-  return static_cast<int>(a) < algorithmCount() ? algorithm(a).name() : "?";
-}
+const char* algoName(Algo a) { return static_cast<int>(a) < algorithmCount() ? algorithm(a).name() : "?"; }
 
 Result<std::optional<Algo>> parseAlgoSetting(const std::string& value) {
   if (value.empty()) return std::optional<Algo>();
