@@ -469,7 +469,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     lanePlans.clear();
     algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, a.elemSize, op.root}, &lanePlans);
     std::vector<Lane> lanes;
-    for (const LanePlan& lp : lanePlans) {
+    for (LanePlan& lp : lanePlans) {
       a.slotBytes = lp.slotBytes;
       a.status = &channelStatus_[lp.channel];
       switch (lp.kind) {
@@ -479,7 +479,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
             if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
             if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
           }
-          lanes.emplace_back(a, lp.steps, conns);
+          lanes.emplace_back(a, std::move(lp.steps), conns);
           break;
         }
         case LanePlan::Kind::kDirect:
