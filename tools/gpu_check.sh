@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one script, in two halves: build here, run on a GPU machine.
+#
+#   tools/gpu_check.sh prepare [DIR]      on a machine with the CUDA toolkit (no GPU needed): builds
+#                                         the GPU checks for sm_90 in DIR/build (default: gpu-check),
+#                                         copies the stripped programs to DIR/bin and the shared
+#                                         libraries a bare machine lacks to DIR/lib
+#   tools/gpu_check.sh run OUT [DIR]      on the GPU machine: runs every check with DIR's programs,
+#                                         writes each one's full log and the device's description
+#                                         under OUT, and prints a table last; exits 1 if any failed
+#
+# DIR/bin and DIR/lib are what travels (the build tree stays behind). A check that finds no GPU
+# exits 77 and shows as "skipped", never as passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# The checks: name, then the program and its arguments (from DIR/bin).
+checks=(
+  "device_test|device_test"
+)
+
+mode=${1:-}
+case "$mode" in
+  prepare)
+    dir=${2:-gpu-check}
+    set -e
+    cmake -S . -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_ENABLE_CUDA=ON \
+      -DCHORUS_CUDA_ARCHITECTURES=90 > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+    rm -f "$dir.configure.log"
+    targets=()
+    for c in "${checks[@]}"; do
+      prog=${c#*|}
+      targets+=("${prog%% *}")
+    done
+    cmake --build "$dir/build" --target "${targets[@]}"
+    mkdir -p "$dir/bin" "$dir/lib"
+    for t in "${targets[@]}"; do
+      found=$(find "$dir/build" -type f -name "$t" -perm -u+x | head -1)
+      [ -n "$found" ] || { echo "gpu_check: $t was not built"; exit 1; }
+      cp "$found" "$dir/bin/$t"
+      strip "$dir/bin/$t"
+      # Every shared library but the C runtime's and the driver's goes along.
+      ldd "$dir/bin/$t" | awk '/=> \// {print $3}' | while read -r lib; do
+        case "$(basename "$lib")" in
+          libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libcuda.so.*) ;;
+          *) cp -L "$lib" "$dir/lib/" ;;
+        esac
+      done
+    done
+    du -sh "$dir/bin" "$dir/lib"
+    ;;
+  run)
+    out=${2:?usage: tools/gpu_check.sh run OUT [DIR]}
+    dir=${3:-gpu-check}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    { date -u; nvidia-smi 2>&1; } > "$out/device.txt"
+    results=()
+    failed=0
+    for c in "${checks[@]}"; do
+      name=${c%%|*}
+      prog=${c#*|}
+      start=$(date +%s)
+      # shellcheck disable=SC2086
+      timeout -k 10 600 "$dir/bin/"$prog > "$out/$name.log" 2>&1
+      rc=$?
+      took=$(($(date +%s) - start))
+      case $rc in
+        0) verdict=passed ;;
+        77) verdict=skipped ;;
+        *) verdict="FAILED (exit $rc)"; failed=1 ;;
+      esac
+      results+=("$(printf '%-24s %-20s %5s s  %s' "$name" "$verdict" "$took" "$(tail -1 "$out/$name.log")")")
+    done
+    echo "== GPU checks ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1))"
+    printf '%s\n' "${results[@]}"
+    exit $failed
+    ;;
+  *)
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
