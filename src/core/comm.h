@@ -213,9 +213,9 @@ class Communicator : public TaskOwner {
   std::optional<Algo> forcedAlgo_;  // CHORUS_ALGO, parsed when the communicator is created
   Tuner tuner_;                     // which algorithm each call runs (built with the topology)
   IdlePolicy idlePolicy_;           // how threads running this communicator's work wait
-  // Per channel, then one record for point-to-point (the last); read by hang reports.
   // The threads that move each piece with the progress thread (CHORUS_WORKERS_PER_CHANNEL > 1).
   std::unique_ptr<WorkerGroup> workers_;
+  // Per channel, then one record for point-to-point (the last); read by hang reports.
   std::unique_ptr<ChannelStatus[]> channelStatus_;
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
