@@ -343,13 +343,16 @@ TEST_CASE("memory from chorusMemAlloc works in collectives", "[api][mem]") {
 
 TEST_CASE("a timeout names the peer that did not answer", "[api][timeout]") {
   // A 2 s timeout. First both ranks run a collective (connections exist); then only rank 0 calls
-  // one: it fails, naming rank 1 and what each channel was doing.
+  // one: it fails, naming rank 1 and what each channel was doing. Joining gets a minute of its own:
+  // on a loaded machine, two ranks' start may take longer than the timeout under test.
   setenv("CHORUS_TIMEOUT", "2", 1);
+  setenv("CHORUS_INIT_TIMEOUT", "60", 1);
   chorusUniqueId id;
   REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
   std::vector<chorusComm_t> c(2);
   auto rc = onRanks(2, [&](int r) { return chorusCommInitRank(&c[r], 2, id, r); });
   unsetenv("CHORUS_TIMEOUT");
+  unsetenv("CHORUS_INIT_TIMEOUT");
   REQUIRE(rc[0] == chorusSuccess);
   REQUIRE(rc[1] == chorusSuccess);
   std::vector<float> x(2, 1.0f);
@@ -407,6 +410,7 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   REQUIRE(::mkdtemp(dir) != nullptr);
   const std::string prefix = std::string(dir) + "/fr";
   setenv("CHORUS_TIMEOUT", "3", 1);
+  setenv("CHORUS_INIT_TIMEOUT", "60", 1);  // joining is not what this test times
   setenv("CHORUS_WARN_AFTER_MS", "300", 1);
   setenv("CHORUS_FLIGHT_DUMP", prefix.c_str(), 1);
   setenv("CHORUS_FLIGHT_TRACE", "1", 1);
@@ -418,7 +422,8 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
     config.commName = "hang";
     return chorusCommInitRankConfig(&c[r], 2, id, r, &config);
   });
-  for (const char* v : {"CHORUS_TIMEOUT", "CHORUS_WARN_AFTER_MS", "CHORUS_FLIGHT_DUMP", "CHORUS_FLIGHT_TRACE"}) {
+  for (const char* v :
+       {"CHORUS_TIMEOUT", "CHORUS_INIT_TIMEOUT", "CHORUS_WARN_AFTER_MS", "CHORUS_FLIGHT_DUMP", "CHORUS_FLIGHT_TRACE"}) {
     unsetenv(v);
   }
   REQUIRE(rc[0] == chorusSuccess);
@@ -612,8 +617,10 @@ TEST_CASE("without CHORUS_CHECK a mismatched count is an error that writes nothi
     // a loaded machine cannot make the one look like the other.
     const bool checkEndsIt = small != 10 || big == 1000;
     setenv("CHORUS_TIMEOUT", checkEndsIt ? "60" : "5", 1);
+    setenv("CHORUS_INIT_TIMEOUT", "60", 1);
     World w(2);
     unsetenv("CHORUS_TIMEOUT");
+    unsetenv("CHORUS_INIT_TIMEOUT");
     REQUIRE(w.ok());
     const size_t n[2] = {big, small};
     std::vector<std::vector<float>> in{std::vector<float>(big, 3.0f), std::vector<float>(small, 3.0f)};
