@@ -28,6 +28,27 @@ struct AlignedFifo {
   FifoView view;
 };
 
+// Progresses every lane in turn, on this thread, until all are done; a turn in which none moves
+// while some still wait is a deadlock.
+void stepUntilDone(std::vector<Lane>& lanes) {
+  for (int turn = 0; turn < 1000000; ++turn) {
+    bool all = true;
+    bool movedAny = false;
+    for (Lane& lane : lanes) {
+      if (lane.done()) continue;
+      WaitInfo w;
+      bool moved = false;
+      const Status s = lane.progress(&w, &moved);
+      REQUIRE((s.isOk() || s.inProgress()));
+      all = all && s.isOk();
+      movedAny = movedAny || moved;
+    }
+    if (all) break;
+    REQUIRE(movedAny);
+  }
+  for (const Lane& lane : lanes) REQUIRE(lane.done());
+}
+
 // Runs a ring all-reduce of `count` int32 on `n` ranks, every lane progressed in turn by this
 // thread; returns each rank's output.
 std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGroup* workers) {
@@ -61,22 +82,7 @@ std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGro
     a.workers = workers;
     lanes.emplace_back(a, ringAllReduce(n, r, count, ringLoopChunk(slotBytes, nslots, 4)), &sends[r], &recvs[r]);
   }
-  for (int turn = 0; turn < 1000000; ++turn) {
-    bool all = true;
-    bool movedAny = false;
-    for (int r = 0; r < n; ++r) {
-      if (lanes[r].done()) continue;
-      WaitInfo w;
-      bool moved = false;
-      const Status s = lanes[r].progress(&w, &moved);
-      REQUIRE((s.isOk() || s.inProgress()));
-      all = all && s.isOk();
-      movedAny = movedAny || moved;
-    }
-    if (all) break;
-    REQUIRE(movedAny);  // a ring whose lanes all wait on each other is a deadlock
-  }
-  for (int r = 0; r < n; ++r) REQUIRE(lanes[r].done());
+  stepUntilDone(lanes);
   // The sum, computed here in 64 bits and wrapped as the library's integer sum wraps.
   std::vector<int32_t> want(count);
   for (size_t i = 0; i < count; ++i) {
@@ -156,22 +162,7 @@ std::vector<std::vector<int32_t>> treeOnOneThread(const ReduceSpec& spec, size_t
     a.workers = workers;
     lanes.emplace_back(a, treeAllReduce(r > 0, children, 0, count, slotBytes / 4), conns);
   }
-  bool all = false;
-  for (int turn = 0; turn < 1000000 && !all; ++turn) {
-    all = true;
-    bool movedAny = false;
-    for (int r = 0; r < n; ++r) {
-      if (lanes[r].done()) continue;
-      WaitInfo w;
-      bool moved = false;
-      const Status s = lanes[r].progress(&w, &moved);
-      REQUIRE((s.isOk() || s.inProgress()));
-      all = all && s.isOk();
-      movedAny = movedAny || moved;
-    }
-    if (!all) REQUIRE(movedAny);
-  }
-  REQUIRE(all);
+  stepUntilDone(lanes);
   for (size_t i = 0; i < count; ++i) {
     int64_t sum = 0;
     for (int r = 0; r < n; ++r) sum += spec.hasPre ? int64_t(in[r][i]) * int64_t(spec.scaleI) : in[r][i];

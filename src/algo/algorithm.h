@@ -77,6 +77,18 @@ class Algorithm {
   virtual void plan(const AlgoContext& ctx, const AlgoCall& call, std::vector<LanePlan>* lanes) const = 0;
 };
 
+// Both ends of the per-peer connection of family `f` with `peer` (per-peer families are indexed
+// by rank), and the same with every other rank.
+inline void connectPeer(ConnFamily f, int peer, std::vector<ConnKey>* out) {
+  out->push_back(ConnKey{f, peer, peer, true});
+  out->push_back(ConnKey{f, peer, peer, false});
+}
+inline void connectEveryPeer(const AlgoContext& ctx, ConnFamily f, std::vector<ConnKey>* out) {
+  for (int p = 0; p < ctx.nranks; ++p) {
+    if (p != ctx.rank) connectPeer(f, p, out);
+  }
+}
+
 // The registry.
 int algorithmCount();
 const Algorithm& algorithm(Algo a);

@@ -13,11 +13,7 @@ class Direct final : public Algorithm {
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
-    for (int p = 0; p < ctx.nranks; ++p) {
-      if (p == ctx.rank) continue;
-      out->push_back(ConnKey{ConnFamily::kDirect, p, p, true});
-      out->push_back(ConnKey{ConnFamily::kDirect, p, p, false});
-    }
+    connectEveryPeer(ctx, ConnFamily::kDirect, out);
   }
 
   void plan(const AlgoContext& ctx, const AlgoCall&, std::vector<LanePlan>* lanes) const override {

@@ -14,13 +14,8 @@ class Slice final : public Algorithm {
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
-    for (int p = 0; p < ctx.nranks; ++p) {
-      if (p == ctx.rank) continue;
-      for (ConnFamily f : {ConnFamily::kDirect, ConnFamily::kGather}) {
-        out->push_back(ConnKey{f, p, p, true});
-        out->push_back(ConnKey{f, p, p, false});
-      }
-    }
+    connectEveryPeer(ctx, ConnFamily::kDirect, out);
+    connectEveryPeer(ctx, ConnFamily::kGather, out);
   }
 
   void plan(const AlgoContext& ctx, const AlgoCall&, std::vector<LanePlan>* lanes) const override {

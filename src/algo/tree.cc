@@ -19,9 +19,7 @@ class Tree final : public Algorithm {
     for (int t = 0; t < 2; ++t) {
       const std::vector<int>& parent = *ctx.treeParent[t];
       for (int p = 0; p < ctx.nranks; ++p) {
-        if (p == ctx.rank || (parent[ctx.rank] != p && parent[p] != ctx.rank)) continue;
-        out->push_back(ConnKey{treeFamily(t), p, p, true});
-        out->push_back(ConnKey{treeFamily(t), p, p, false});
+        if (p != ctx.rank && (parent[ctx.rank] == p || parent[p] == ctx.rank)) connectPeer(treeFamily(t), p, out);
       }
     }
   }
