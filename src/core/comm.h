@@ -143,6 +143,7 @@ class Communicator : public TaskOwner {
   Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
+  static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
@@ -237,6 +238,8 @@ class Communicator : public TaskOwner {
   bool oneProcess_ = false;  // every rank a thread of this process
   std::mutex planMu_;        // plan() may run on several streams' workers
   uint64_t collSeq_ = 0;
+  // Algorithms (a bit each, algoBit) whose connections all exist: connectionsNeeded skips them.
+  mutable std::atomic<uint32_t> connectedAlgos_{0};
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;
   uint64_t splitSeq_ = 0;

@@ -88,7 +88,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   // Connections follow what every rank knows alike (the tuner's choice), never one rank's
   // registrations: where a rank may run the slice all-reduce on its own, every rank connects for
   // both it and the ring.
-  std::vector<char> algos(static_cast<size_t>(algorithmCount()), 0);
+  uint32_t algos = 0;  // a bit per registered algorithm
   bool p2p = false;
   for (const auto& op : ops) {
     if (!runsOnChannels(op.coll)) {
@@ -97,9 +97,9 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
     if (nranks_ < 2) continue;
     const Tuner::Choice c = choose(op);
-    algos[static_cast<size_t>(c.algo)] = 1;
-    if (c.ringConnections) algos[static_cast<size_t>(Algo::kRing)] = 1;
-    if (c.sliceConnections) algos[static_cast<size_t>(Algo::kSlice)] = 1;
+    algos |= algoBit(c.algo);
+    if (c.ringConnections) algos |= algoBit(Algo::kRing);
+    if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops.
   std::vector<char> withPeer(p2p ? nranks_ : 0, 0);
@@ -119,12 +119,24 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   auto want = [&](const ConnKey& k) {
     if (!conns_.has(k) && seen.emplace(k.family, k.index, k.send).second) needs.push_back(k);
   };
-  const AlgoContext ctx = algoContext();
-  std::vector<ConnKey> keys;
-  for (int a = 0; a < algorithmCount(); ++a) {
-    if (algos[static_cast<size_t>(a)]) algorithm(static_cast<Algo>(a)).connections(ctx, &keys);
+  // An algorithm whose connections all exist needs no look again: connections are only added
+  // while the communicator lives, so a launch after the first asks nothing of the registry.
+  const uint32_t todo = algos & ~connectedAlgos_.load(std::memory_order_relaxed);
+  if (todo) {
+    const AlgoContext ctx = algoContext();
+    std::vector<ConnKey> keys;
+    for (int a = 0; a < algorithmCount(); ++a) {
+      if (!(todo & algoBit(static_cast<Algo>(a)))) continue;
+      keys.clear();
+      algorithm(static_cast<Algo>(a)).connections(ctx, &keys);
+      bool all = true;
+      for (const ConnKey& k : keys) {
+        all = all && conns_.has(k);
+        want(k);
+      }
+      if (all) connectedAlgos_.fetch_or(algoBit(static_cast<Algo>(a)), std::memory_order_relaxed);
+    }
   }
-  for (const ConnKey& k : keys) want(k);
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_ || !p2p || !withPeer[p]) continue;
     want(ConnKey{ConnFamily::kP2p, p, p, true});
