@@ -50,8 +50,18 @@ if [ "$mode" = run ]; then
   exec "$build/chorusrun" -n 4 -- "$build/perf/all_reduce_perf" -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
 fi
 
+# Runs a command (ctest) in a build tree; when it fails, the output ends with each failed test's
+# failed checks, so that the tail of a CI log says what failed.
+in_tree() {
+  local dir=$1
+  shift
+  (cd "$dir" && "$@") && return 0
+  python3 tools/ctest_failures.py "$dir"
+  return 1
+}
+
 echo "== tests (tier: ${CHORUS_TEST_TIER:-default})"
-(cd "$build" && ctest -j 2 --output-on-failure --timeout 3600)
+in_tree "$build" ctest -j 2 --output-on-failure --timeout 3600
 
 # The sanitizer builds, with clang 14, each in a build tree of its own (neither runs under mpirun).
 #  - AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests, the API and DDP-layer tests, a thread-per-rank
@@ -76,9 +86,9 @@ sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_
 # hwloc loads its PCI plugin, and with it libpciaccess, for every topology and unloads it after:
 # what libpciaccess keeps in its globals then looks leaked from an unknown module. Loaded once for
 # the whole run, it stays reachable.
-(cd "${build}-asan" && LD_PRELOAD=$(ls /usr/lib/*/libpciaccess.so.0 | head -1) \
+in_tree "${build}-asan" env LD_PRELOAD="$(ls /usr/lib/*/libpciaccess.so.0 | head -1)" \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$")
+  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$"
 
 sanitized "${build}-tsan" thread OFF api_test ddp_test grid_test
-(cd "${build}-tsan" && TSAN_OPTIONS="halt_on_error=1" ctest -j 2 --output-on-failure -R "^(api_test|ddp_test|$threads)\$")
+in_tree "${build}-tsan" env TSAN_OPTIONS=halt_on_error=1 ctest -j 2 --output-on-failure -R "^(api_test:.*|ddp_test|$threads)\$"
