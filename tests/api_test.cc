@@ -414,6 +414,12 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   setenv("CHORUS_WARN_AFTER_MS", "300", 1);
   setenv("CHORUS_FLIGHT_DUMP", prefix.c_str(), 1);
   setenv("CHORUS_FLIGHT_TRACE", "1", 1);
+  // SIGUSR1 blocked in this thread and so in every thread it starts, the ranks' included, as
+  // launchers and programs often leave it: the dump must still come on `kill -USR1 PID`.
+  sigset_t usr1, savedMask;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  REQUIRE(::pthread_sigmask(SIG_BLOCK, &usr1, &savedMask) == 0);
   chorusUniqueId id;
   REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
   std::vector<chorusComm_t> c(2);
@@ -451,8 +457,8 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
     std::this_thread::sleep_for(std::chrono::milliseconds(800));
     // On request, from another thread while the operation hangs.
     CHECK(chorusCommDumpState(c[0], asked.c_str()) == chorusSuccess);
-    // On a signal (CHORUS_FLIGHT_SIGNAL, SIGUSR1 by default).
-    ::raise(SIGUSR1);
+    // On a signal to the process (CHORUS_FLIGHT_SIGNAL, SIGUSR1 by default).
+    ::kill(::getpid(), SIGUSR1);
     for (int i = 0; i < 100 && readFile(prefix + ".hang.0.txt").find("== signal") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -506,6 +512,7 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   CHECK(chorusCommDestroy(c[1]) == chorusSuccess);
   // Destroy writes the final trace of rank 1 too.
   CHECK(nlohmann::json::parse(readFile(prefix + ".hang.1.json")).size() == 5);
+  REQUIRE(::pthread_sigmask(SIG_SETMASK, &savedMask, nullptr) == 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -44,8 +44,15 @@ void startDumpThread(int sig) {
   if (r.started) return;
   if (::pipe2(r.pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
   r.started = true;
-  std::thread([&r] {
+  std::thread([&r, sig] {
     setThreadName("chorus-dump");
+    // The thread inherits the mask of whichever thread made the first communicator. Programs and
+    // launchers often block signals in their threads; unblocked here, a process-directed signal
+    // (kill -USR1 PID) always has this thread to land on.
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    ::pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
     while (true) {
       pollfd p{r.pipe[0], POLLIN, 0};
       if (::poll(&p, 1, -1) <= 0) continue;
