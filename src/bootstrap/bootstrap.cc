@@ -196,15 +196,23 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
 
   const std::string rootName = "the bootstrap root at " + id.root.toString();
   // Connecting retries while nothing listens yet (rank 0 may start later); past `warnNs` this
-  // rank says so, doubling, until the init timeout.
+  // rank says so, doubling, until the init timeout. connectTo retries such failures itself until
+  // the time it is given: one it returns sooner will not mend by trying again (no descriptor for a
+  // socket, an address that cannot be used) and ends the join at once.
   UniqueFd c;
   for (int64_t nextWarn = start + warnNs, every = warnNs;;) {
-    Result<UniqueFd> conn = connectTo(id.root, std::min(deadline, nextWarn), rootName, stop);
+    const int64_t until = std::min(deadline, nextWarn);
+    Result<UniqueFd> conn = connectTo(id.root, until, rootName, stop);
     if (conn.isOk()) {
       c = conn.take();
       break;
     }
-    if (nowNs() >= deadline || (stop && stop->load(std::memory_order_acquire))) {
+    const bool stopped = stop && stop->load(std::memory_order_acquire);
+    if (!stopped && nowNs() < until) {
+      return Status(conn.status().code(),
+                    "rank " + std::to_string(rank) + " cannot connect to " + rootName + ": " + conn.status().message());
+    }
+    if (nowNs() >= deadline || stopped) {
       return Status(conn.status().code(), conn.status().message() + " (init timeout " +
                                               std::to_string(timing.timeoutNs / 1000000000) +
                                               " s, CHORUS_INIT_TIMEOUT): is rank 0 running, and is CHORUS_COMM_ID "

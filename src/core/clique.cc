@@ -12,34 +12,44 @@ Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
   return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs());
 }
 
+namespace {
+
+// A clique's ranks share one process, and so its descriptor limit: a failure for want of
+// descriptors says how many the whole clique needs.
+Status withDescriptorNeed(const Status& s, int n) {
+  if (s.isOk() || s.message().find("too many open files") == std::string::npos) return s;
+  return Status(s.code(), s.message() + "; " + std::to_string(n) + " ranks in one process need about " +
+                              std::to_string(n * (kFdsPerRank + 1)) + " descriptors while they start");
+}
+
+}  // namespace
+
 Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n) {
   CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-  CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makePrivateBootstrapId(cfg));
+  Result<BootstrapId> id = makePrivateBootstrapId(cfg);
+  if (!id.isOk()) return withDescriptorNeed(id.status(), n);
   handles->assign(n, nullptr);
   std::vector<std::thread> threads;
   std::vector<Status> results(n);
-  std::atomic<bool> cancel{false};
+  InitCancel cancel;
   std::atomic<int> first{-1};
   CommOptions options;
-  options.cancelJoin = &cancel;
+  options.cancel = &cancel;
   for (int r = 0; r < n; ++r) {
     (*handles)[r] = std::make_shared<CommHandle>();
-    InitJob job{(*handles)[r], id, r, n, options};
+    InitJob job{(*handles)[r], id.value(), r, n, options};
     threads.emplace_back([job, &results, &cancel, &first, r] {
       results[r] = runInit(job);
       int none = -1;
-      if (!results[r].isOk() && first.compare_exchange_strong(none, r)) cancel.store(true, std::memory_order_release);
+      if (!results[r].isOk() && first.compare_exchange_strong(none, r)) cancel.cancel();
     });
   }
   for (auto& t : threads) t.join();
   if (first.load() < 0) return Status::ok();
   const Status bad = results[first.load()];
-  std::string msg = "rank " + std::to_string(first.load()) + " of " + std::to_string(n) + ": " + bad.message();
-  if (msg.find("too many open files") != std::string::npos) {
-    msg += "; " + std::to_string(n) + " ranks in one process need about " + std::to_string(n * (kFdsPerRank + 1)) +
-           " descriptors while they start";
-  }
-  return Status(bad.code(), msg);
+  return withDescriptorNeed(
+      Status(bad.code(), "rank " + std::to_string(first.load()) + " of " + std::to_string(n) + ": " + bad.message()),
+      n);
 }
 
 }  // namespace chorus

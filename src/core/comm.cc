@@ -74,29 +74,54 @@ Communicator::~Communicator() {
 Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id, int rank, int nranks,
                                                            const CommOptions& options, std::shared_ptr<Engine> engine) {
   std::unique_ptr<Communicator> c(new Communicator());
-  CHORUS_ASSIGN_OR_RETURN(c->config_, Config::fromEnv());
-  CHORUS_ASSIGN_OR_RETURN(c->forcedAlgo_, parseAlgoSetting(c->config_.algo));
-  if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
-  c->blocking_ = options.blocking;
-  c->name_ = options.name;
-  c->rank_ = rank;
-  c->nranks_ = nranks;
-  c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
-  c->logEnvironment();
-  c->commId_ = id.cliqueId;
-  const Bootstrap::JoinTiming timing{c->config_.initTimeout(), c->config_.initWarnNs()};
-  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, c->config_.socketIfname, c->config_.timeoutNs,
-                                                     timing, c->log_, &c->abort_, options.cancelJoin));
-  Status s = c->initCommon(std::move(boot), std::move(engine));
-  if (!s.isOk()) {
-    // The others may be waiting for this rank inside init: tell them why it stops, unless it
-    // stops because of what they told it.
-    if (c->bootstrap_ && c->nranks_ > 1 && c->bootstrap_->earlyNotice().empty() && !c->failed_.load()) {
-      c->tellFailure(s);
-    }
-    return s;
-  }
+  if (options.cancel) options.cancel->enroll(&c->abort_);
+  Status s = c->build(id, rank, nranks, options, std::move(engine));
+  if (options.cancel) options.cancel->leave(&c->abort_);
+  if (!s.isOk()) return s;
   return c;
+}
+
+Status Communicator::build(const BootstrapId& id, int rank, int nranks, const CommOptions& options,
+                           std::shared_ptr<Engine> engine) {
+  CHORUS_ASSIGN_OR_RETURN(config_, Config::fromEnv());
+  CHORUS_ASSIGN_OR_RETURN(forcedAlgo_, parseAlgoSetting(config_.algo));
+  if (options.timeoutNs > 0) config_.timeoutNs = options.timeoutNs;
+  blocking_ = options.blocking;
+  name_ = options.name;
+  rank_ = rank;
+  nranks_ = nranks;
+  log_ = Logger(config_.logLevel, config_.logSubsys, rank);
+  logEnvironment();
+  commId_ = id.cliqueId;
+  const Bootstrap::JoinTiming timing{config_.initTimeout(), config_.initWarnNs()};
+  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, config_.socketIfname, config_.timeoutNs,
+                                                     timing, log_, &abort_,
+                                                     options.cancel ? options.cancel->flag() : nullptr));
+  Status s = initCommon(std::move(boot), std::move(engine));
+  // The others may be waiting for this rank inside init: tell them why it stops, unless it stops
+  // because of what they told it, or its clique stopped it (the others are stopped too).
+  if (!s.isOk() && bootstrap_ && nranks_ > 1 && bootstrap_->earlyNotice().empty() && !failed_.load() &&
+      !(options.cancel && options.cancel->cancelled())) {
+    tellFailure(s);
+  }
+  return s;
+}
+
+void InitCancel::enroll(std::atomic<bool>* abortFlag) {
+  std::lock_guard<std::mutex> g(mu_);
+  flags_.push_back(abortFlag);
+  if (cancelled()) abortFlag->store(true, std::memory_order_release);
+}
+
+void InitCancel::leave(std::atomic<bool>* abortFlag) {
+  std::lock_guard<std::mutex> g(mu_);
+  flags_.erase(std::remove(flags_.begin(), flags_.end(), abortFlag), flags_.end());
+}
+
+void InitCancel::cancel() {
+  std::lock_guard<std::mutex> g(mu_);
+  cancelled_.store(true, std::memory_order_release);
+  for (std::atomic<bool>* f : flags_) f->store(true, std::memory_order_release);
 }
 
 Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine) {

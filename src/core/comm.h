@@ -50,12 +50,31 @@ struct OpInfo {
 };
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
+// The inits of one clique (chorusCommInitAll), threads of one process: the first to fail ends
+// the others' whole init at once, every wait in it, through their abort flags. A rank that fails
+// for want of descriptors cannot tell the others over a socket, and they would otherwise wait for
+// it until the timeout.
+class InitCancel {
+ public:
+  // A communicator under construction; set at once if the clique is already cancelled.
+  void enroll(std::atomic<bool>* abortFlag);
+  void leave(std::atomic<bool>* abortFlag);
+  void cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  const std::atomic<bool>* flag() const { return &cancelled_; }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::atomic<bool>*> flags_;  // guarded by mu_
+  std::atomic<bool> cancelled_{false};
+};
+
 struct CommOptions {
   bool blocking = true;
   int64_t timeoutNs = 0;  // 0: from the environment
   std::string name;
-  // Set by another thread to end the wait for the bootstrap root (chorusCommInitAll).
-  const std::atomic<bool>* cancelJoin = nullptr;
+  // Set for the ranks of one clique (chorusCommInitAll); see InitCancel.
+  InitCancel* cancel = nullptr;
 };
 Result<CommOptions> readUserConfig(const chorusConfig_t* config);
 
@@ -174,6 +193,9 @@ class Communicator : public TaskOwner {
 
  private:
   Communicator() = default;
+  // create's work on a communicator already made (and enrolled with its clique's InitCancel).
+  Status build(const BootstrapId& id, int rank, int nranks, const CommOptions& options,
+               std::shared_ptr<Engine> engine);
   Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
   // This rank's machine (hwloc or CHORUS_TOPO_FILE) as text, and the record that goes with it in
   // the init allgather; then, with every rank's record, allgathers the descriptions and builds
