@@ -83,12 +83,16 @@ threads='grid_threads_(streams|shm|socket|nchannels2|direct|slice|tree|workers)'
 
 sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_test strangers \
   fuzz_bootstrap_reader fuzz_socket_stream fuzz_unique_id fuzz_machine
+# Not under UBSan: running a process out of descriptors (api_test's [fds] case). UBSan's vptr
+# check opens a pipe to probe memory it has not seen, and with no descriptor left it reports a
+# valid object as having an invalid vptr; the plain build and TSan run that case.
 # hwloc loads its PCI plugin, and with it libpciaccess, for every topology and unloads it after:
 # what libpciaccess keeps in its globals then looks leaked from an unknown module. Loaded once for
 # the whole run, it stays reachable.
 in_tree "${build}-asan" env LD_PRELOAD="$(ls /usr/lib/*/libpciaccess.so.0 | head -1)" \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$"
+  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$" \
+  -E "^api_test:running out of descriptors"
 
 sanitized "${build}-tsan" thread OFF api_test ddp_test grid_test
 in_tree "${build}-tsan" env TSAN_OPTIONS=halt_on_error=1 ctest -j 2 --output-on-failure -R "^(api_test:.*|ddp_test|$threads)\$"
