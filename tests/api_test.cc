@@ -205,6 +205,94 @@ TEST_CASE("a receive shorter than the matching send is an error, not an overflow
   for (int i = 50; i < 60; ++i) CHECK(small[i] == -1);
 }
 
+TEST_CASE("chorusRecvAny receives from whichever rank sends, each sender's messages in order", "[api][p2p][any]") {
+  // Ranks 1-3 each send rank 0 two messages of 5000 int32 (more than the FIFO holds), first on a
+  // fresh communicator (no connection exists: the first send asks to connect), then again on the
+  // same one (the connections exist), the second time received on a host stream. Every message
+  // is told apart by its values, checked element by element.
+  constexpr int kRanks = 4, kPerSender = 2, kCount = 5000;
+  World w(kRanks);
+  REQUIRE(w.ok());
+  auto value = [](int sender, int msg, int i) { return sender * 1000000 + msg * 10000 + i; };
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    const int total = (kRanks - 1) * kPerSender;
+    std::vector<std::vector<int32_t>> got(total, std::vector<int32_t>(kCount, -1));
+    std::vector<int> source(total, -1);
+    auto rc = onRanks(kRanks, [&](int r) -> chorusResult_t {
+      if (r != 0) {
+        std::vector<int32_t> out(kCount);
+        for (int m = 0; m < kPerSender; ++m) {
+          for (int i = 0; i < kCount; ++i) out[i] = value(r, m, i);
+          chorusResult_t e = chorusSend(out.data(), kCount, chorusInt32, 0, w[r], nullptr);
+          if (e != chorusSuccess) return e;
+        }
+        return chorusSuccess;
+      }
+      if (round == 0) {
+        for (int k = 0; k < total; ++k) {
+          chorusResult_t e = chorusRecvAny(got[k].data(), kCount, chorusInt32, &source[k], w[0], nullptr);
+          if (e != chorusSuccess) return e;
+        }
+        return chorusSuccess;
+      }
+      chorusStream_t s = nullptr;
+      chorusResult_t e = chorusStreamCreate(&s);
+      for (int k = 0; k < total && e == chorusSuccess; ++k) {
+        e = chorusRecvAny(got[k].data(), kCount, chorusInt32, &source[k], w[0], s);
+      }
+      if (e == chorusSuccess) e = chorusStreamSynchronize(s);
+      chorusStreamDestroy(s);
+      return e;
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("rank " << r << ": " << chorusGetLastError(w[r]));
+      REQUIRE(rc[r] == chorusSuccess);
+    }
+    std::vector<int> seen(kRanks, 0);
+    for (int k = 0; k < total; ++k) {
+      INFO("receive " << k << " from " << source[k]);
+      REQUIRE(source[k] >= 1);
+      REQUIRE(source[k] < kRanks);
+      const int msg = seen[source[k]]++;  // a sender's messages come in the order it sent them
+      for (int i = 0; i < kCount; ++i) REQUIRE(got[k][i] == value(source[k], msg, i));
+    }
+    for (int r = 1; r < kRanks; ++r) CHECK(seen[r] == kPerSender);
+  }
+}
+
+TEST_CASE("chorusRecvAny refuses what it cannot do, and times out naming the wait", "[api][p2p][any][misuse]") {
+  int32_t x[4] = {0, 0, 0, 0};
+  int src = -7;
+  {
+    World one(1);
+    REQUIRE(one.ok());
+    CHECK(chorusRecvAny(x, 4, chorusInt32, &src, one[0], nullptr) == chorusInvalidUsage);
+    CHECK(std::string(chorusGetLastError(one[0])).find("one rank") != std::string::npos);
+    CHECK(src == -7);
+  }
+  setenv("CHORUS_TIMEOUT", "2", 1);
+  World w(2);
+  unsetenv("CHORUS_TIMEOUT");
+  REQUIRE(w.ok());
+  CHECK(chorusRecvAny(x, 4, chorusInt32, nullptr, w[0], nullptr) == chorusInvalidArgument);
+  CHECK(chorusRecvAny(nullptr, 4, chorusInt32, &src, w[0], nullptr) == chorusInvalidArgument);
+  CHECK(chorusRecvAny(x, 4, static_cast<chorusDataType_t>(99), &src, w[0], nullptr) == chorusInvalidArgument);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  CHECK(chorusRecvAny(x, 4, chorusInt32, &src, w[0], nullptr) == chorusInvalidUsage);
+  CHECK(std::string(chorusGetLastError(nullptr)).find("cannot be part of a group") != std::string::npos);
+  CHECK(chorusGroupEnd() != chorusSuccess);  // the group failed with it, and launches nothing
+  CHECK(src == -7);
+  // Nobody sends: the timeout ends the wait and says what it waited for.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(chorusRecvAny(x, 4, chorusInt32, &src, w[0], nullptr) == chorusSystemError);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took >= 1.9);
+  CHECK(took < 15.0);
+  CHECK(std::string(chorusGetLastError(w[0])).find("no rank sent to rank 0") != std::string::npos);
+  CHECK(src == -7);
+}
+
 TEST_CASE("streams, events and host callbacks run in order", "[api][stream]") {
   const int n = 3;
   World w(n);

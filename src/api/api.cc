@@ -640,6 +640,37 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
   });
 }
 
+chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t datatype, int* source, chorusComm_t comm,
+                             chorusStream_t stream) {
+  return guard("chorusRecvAny", [&]() -> Status {
+    if (!source) return invalidArgument("source (where the sender's rank is written) is NULL");
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, usableComm(comm));
+    CHORUS_TRY(checkType(datatype));
+    CHORUS_TRY(checkBytes(count, 1, datatype));
+    CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (inGroup()) {
+      return invalidUsage(
+          "chorusRecvAny cannot be part of a group: its source is chosen when it runs, and a group plans every "
+          "receive before any runs; call it outside the group, or chorusRecv with the peer inside");
+    }
+    if (c->config().logLevel >= LogLevel::kInfo) {
+      c->log().info(kSubsysColl, "RecvAny: recvbuff {} count {} datatype {} stream {}", recvbuff, count,
+                    typeName(datatype), static_cast<void*>(stream));
+    }
+    // Chooses the source, then receives from it as chorusRecv does, on the calling thread.
+    auto run = [comm = c.get(), recvbuff, count, datatype, source]() -> Status {
+      CHORUS_ASSIGN_OR_RETURN(int peer, comm->firstSender());
+      CHORUS_TRY(submitOp(OpInfo{CollType::kRecv, nullptr, recvbuff, count, datatype, chorusSum, peer, comm, nullptr}));
+      *source = peer;
+      return Status::ok();
+    };
+    if (!s) return run();
+    s->enqueue(run);
+    return Status::ok();
+  });
+}
+
 chorusResult_t chorusGroupStart(void) {
   return guard("chorusGroupStart", []() -> Status {
     groupStart();

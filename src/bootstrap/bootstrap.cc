@@ -720,6 +720,12 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
   }
 }
 
+bool Bootstrap::pending(int peer, uint64_t tag) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = messages_.find({peer, tag});
+  return it != messages_.end() && !it->second.empty();
+}
+
 Status Bootstrap::recvInto(int peer, uint64_t tag, void* data, size_t bytes) {
   CHORUS_ASSIGN_OR_RETURN(std::vector<char> m, recv(peer, tag));
   if (m.size() != bytes) {

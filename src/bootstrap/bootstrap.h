@@ -155,6 +155,8 @@ class Bootstrap : public OutOfBand {
 
   Status send(int peer, uint64_t tag, const void* data, size_t bytes);
   Result<std::vector<char>> recv(int peer, uint64_t tag);
+  // Whether a message from `peer` with `tag` waits in the mailbox (nothing is taken, nothing waits).
+  bool pending(int peer, uint64_t tag);
   // Like recv, into a buffer of exactly `bytes` bytes (a different size is an error).
   Status recvInto(int peer, uint64_t tag, void* data, size_t bytes);
   // Every rank's `bytes` bytes, in rank order, into all (nranks * bytes).

@@ -164,6 +164,11 @@ class Communicator : public TaskOwner {
   AlgoContext algoContext() const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
+  // chorusRecvAny: the rank whose point-to-point message to this rank is first to wait, without
+  // taking it (src/core/comm_anysource.cc). A peer not yet connected asks to connect when it first
+  // sends here; that request is answered here as a receive from it would. Ends at the timeout, on
+  // abort or when the communicator fails.
+  Result<int> firstSender();
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
   // The fast path of a lone small all-reduce: runs it as a DirectLane on the calling thread, with
@@ -264,6 +269,7 @@ class Communicator : public TaskOwner {
   mutable std::atomic<uint32_t> connectedAlgos_{0};
   std::vector<uint64_t> p2pSendSeq_;
   std::vector<uint64_t> p2pRecvSeq_;
+  std::atomic<int> anyNext_{0};  // where firstSender's next scan starts
   uint64_t splitSeq_ = 0;
   uint64_t checkSeq_ = 0;  // collectives compared under CHORUS_CHECK
   uint64_t shrinkSeq_ = 0;

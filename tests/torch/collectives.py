@@ -285,6 +285,32 @@ class Checker:
             same(got, make(prv, 41, dtype, salt=90), dtype, "SUM", f"batch_isend_irecv {dtype}")
             self.count += 1
 
+    def any_source(self):
+        # As PyTorch's test_send_recv_any_source: every rank sends every other rank a tensor filled
+        # with its rank, twice, and receives world - 1 of them twice without naming the source
+        # (dist.recv and irecv without src): each other rank must come exactly twice, with its data.
+        reqs = [dist.isend(torch.full((10,), float(self.rank)), p) for p in range(self.world) if p != self.rank]
+        counts = {}
+        for _ in range(self.world - 1):
+            got = torch.zeros(10)
+            src = dist.recv(got)
+            assert src != self.rank and torch.equal(got, torch.full((10,), float(src))), (src, got)
+            counts[src] = counts.get(src, 0) + 1
+        for r in reqs:
+            r.wait()
+        reqs = [dist.isend(torch.full((10,), float(self.rank)), p) for p in range(self.world) if p != self.rank]
+        for _ in range(self.world - 1):
+            got = torch.zeros(10)
+            w = dist.irecv(got)
+            w.wait()
+            src = w._source_rank()
+            assert src != self.rank and torch.equal(got, torch.full((10,), float(src))), (src, got)
+            counts[src] = counts.get(src, 0) + 1
+        for r in reqs:
+            r.wait()
+        assert counts == {p: 2 for p in range(self.world) if p != self.rank}, counts
+        self.count += 1
+
     def misuse(self):
         cases = [
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
@@ -309,7 +335,7 @@ def run(rank, world, port):
     gloo = dist.new_group(backend="gloo")
     c = Checker(rank, world, gloo)
     for part in ("allreduce", "coalesced", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
-                 "misuse"):
+                 "any_source", "misuse"):
         getattr(c, part)()
         if rank == 0:
             print(f"{part}: ok ({c.count} cases so far)", flush=True)

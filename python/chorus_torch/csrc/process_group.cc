@@ -178,6 +178,11 @@ WorkChorus::WorkChorus(int rank, c10d::OpType type, const char* name, std::vecto
       keepAlive_(std::move(keepAlive)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
+int WorkChorus::sourceRank() const {
+  TORCH_CHECK(source_ >= 0, "chorus: sourceRank() is known only for a completed recv from any source");
+  return source_;
+}
+
 void WorkChorus::complete(std::exception_ptr error) {
   // The future first: a thread woken by finish() may read it at once.
   if (error) {
@@ -258,8 +263,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs,
                                                           std::vector<at::Tensor> keepAlive,
                                                           const std::function<chorusResult_t()>& issue,
-                                                          std::function<void()> after, chorusRedOp_t customOp) {
+                                                          std::function<void()> after, chorusRedOp_t customOp,
+                                                          int** source) {
   auto work = c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive));
+  if (source) *source = work->sourceSlot();
   std::lock_guard<std::mutex> g(launchMu_);
   const chorusResult_t rc = issue();
   if (rc != chorusSuccess) {
@@ -536,6 +543,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>&
   checkRank(srcRank, size_, "recv peer");
   return launch(c10d::OpType::RECV, "recv", tensors, tensors,
                 [&] { return chorusRecv(t.data_ptr(), t.numel(), dataType(t, "recv"), srcRank, comm_, stream_); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors, int) {
+  const at::Tensor& t = single(tensors, "recv");
+  {
+    std::lock_guard<std::mutex> g(launchMu_);
+    TORCH_CHECK(!coalescing_, "chorus: a recv without a source cannot be part of batch_isend_irecv or a coalescing "
+                              "block (its source is chosen when it runs); give the source");
+  }
+  int* source = nullptr;
+  return launch(
+      c10d::OpType::RECVANYSOURCE, "recv", tensors, tensors,
+      [&] { return chorusRecvAny(t.data_ptr(), t.numel(), dataType(t, "recv"), source, comm_, stream_); }, nullptr,
+      chorusNumOps, &source);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {

@@ -29,8 +29,12 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   // On the Chorus thread, once the operation is over.
   void complete(std::exception_ptr error);
+  // recvAnysource: where chorusRecvAny writes the sender's rank, read by sourceRank() after wait().
+  int* sourceSlot() { return &source_; }
+  int sourceRank() const override;
 
  private:
+  int source_ = -1;
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;  // inputs and staging the operation reads or writes
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -77,6 +81,8 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  // dist.recv without a source: chorusRecvAny; the Work's sourceRank() names the sender.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
@@ -97,7 +103,8 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   // runs `after` and finishes the Work. Serialised, so every rank's operations keep their order.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive, const std::function<chorusResult_t()>& issue,
-                                        std::function<void()> after = nullptr, chorusRedOp_t customOp = chorusNumOps);
+                                        std::function<void()> after = nullptr, chorusRedOp_t customOp = chorusNumOps,
+                                        int** source = nullptr);
 
   // A Chorus operator for a torch one on tensors of this type; PREMUL_SUM makes a custom one.
   chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective);
