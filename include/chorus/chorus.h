@@ -273,8 +273,8 @@ chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatyp
  *  type. *source is the rank received from: set when the call returns on the NULL stream, else
  *  once the stream has run it (after chorusStreamSynchronize). Sends from one rank are received
  *  in the order they were sent. Not inside a group: the source is chosen when the receive runs. */
-chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t datatype, int* source,
-                             chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t datatype, int* source, chorusComm_t comm,
+                             chorusStream_t stream);
 
 /** Group calls nest; state is per thread. Nothing starts until the outermost chorusGroupEnd. */
 chorusResult_t chorusGroupStart(void);

@@ -199,8 +199,7 @@ class Communicator : public TaskOwner {
  private:
   Communicator() = default;
   // create's work on a communicator already made (and enrolled with its clique's InitCancel).
-  Status build(const BootstrapId& id, int rank, int nranks, const CommOptions& options,
-               std::shared_ptr<Engine> engine);
+  Status build(const BootstrapId& id, int rank, int nranks, const CommOptions& options, std::shared_ptr<Engine> engine);
   Status initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine);
   // This rank's machine (hwloc or CHORUS_TOPO_FILE) as text, and the record that goes with it in
   // the init allgather; then, with every rank's record, allgathers the descriptions and builds

@@ -42,8 +42,8 @@ Result<int> Communicator::firstSender() {
         }
       } else if (bootstrap_->pending(p, connectTag)) {
         std::vector<std::pair<Communicator*, std::vector<ConnNeed>>> work;
-        work.emplace_back(this, std::vector<ConnNeed>{ConnKey{ConnFamily::kP2p, p, p, true},
-                                                      ConnKey{ConnFamily::kP2p, p, p, false}});
+        work.emplace_back(
+            this, std::vector<ConnNeed>{ConnKey{ConnFamily::kP2p, p, p, true}, ConnKey{ConnFamily::kP2p, p, p, false}});
         Status s = connect(work);
         if (!s.isOk()) {
           setAsyncError(s);

@@ -259,12 +259,9 @@ chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tens
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, const char* name,
-                                                          std::vector<at::Tensor> outputs,
-                                                          std::vector<at::Tensor> keepAlive,
-                                                          const std::function<chorusResult_t()>& issue,
-                                                          std::function<void()> after, chorusRedOp_t customOp,
-                                                          int** source) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
+    c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
+    const std::function<chorusResult_t()>& issue, std::function<void()> after, chorusRedOp_t customOp, int** source) {
   auto work = c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive));
   if (source) *source = work->sourceSlot();
   std::lock_guard<std::mutex> g(launchMu_);
@@ -549,8 +546,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at:
   const at::Tensor& t = single(tensors, "recv");
   {
     std::lock_guard<std::mutex> g(launchMu_);
-    TORCH_CHECK(!coalescing_, "chorus: a recv without a source cannot be part of batch_isend_irecv or a coalescing "
-                              "block (its source is chosen when it runs); give the source");
+    TORCH_CHECK(!coalescing_,
+                "chorus: a recv without a source cannot be part of batch_isend_irecv or a coalescing "
+                "block (its source is chosen when it runs); give the source");
   }
   int* source = nullptr;
   return launch(
