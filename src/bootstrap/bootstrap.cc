@@ -144,14 +144,15 @@ Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeo
   return makeRandomBootstrapId(ifnameSpec, timeoutNs, warnNs);
 }
 
-Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
+Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
+                                          std::shared_ptr<const std::atomic<bool>> stop) {
   BootstrapId id;
   id.secret[0] = randomU64();
   id.secret[1] = randomU64();
   id.cliqueId = randomU64();
   CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
   CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, timeoutNs, warnNs);
+  startBootstrapRoot(std::move(fd), id, timeoutNs, warnNs, std::move(stop));
   return id;
 }
 

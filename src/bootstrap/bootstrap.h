@@ -56,13 +56,18 @@ static_assert(sizeof(BootstrapId) <= CHORUS_UNIQUE_ID_BYTES, "BootstrapId must f
 Result<BootstrapId> fixedBootstrapId(const std::string& hostPort);
 // Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id).
 Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
-// A random id with a running root in this process, whatever CHORUS_COMM_ID says.
-Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
+// A random id with a running root in this process, whatever CHORUS_COMM_ID says. `stop`, when
+// given, ends the root early (see startBootstrapRoot).
+Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
+                                          std::shared_ptr<const std::atomic<bool>> stop = nullptr);
 
 // Runs the root on `listenFd` in a detached thread until nranks ranks have joined, or the
 // timeout (the init timeout) passes; every `warnNs` (doubling) it tells the joined ranks which
-// ranks are still missing. The thread owns everything it uses.
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs);
+// ranks are still missing. The thread owns everything it uses. Setting `stop` (the ranks that
+// would join have all given up, as a failed chorusCommInitAll's) ends it within 100 ms, and its
+// listener and connections close with it.
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+                        std::shared_ptr<const std::atomic<bool>> stop = nullptr);
 
 // The header in front of every bootstrap message on the wire.
 struct BootstrapHeader {

@@ -29,7 +29,8 @@ namespace {
 // the joined ranks hear which ranks are still missing, and at the init deadline, or when one rank's
 // arguments make the job impossible (nranks differ, a rank joins twice), every joined rank gets the
 // final reason instead of waiting out its own timeout.
-void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs) {
+void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+             const std::shared_ptr<const std::atomic<bool>>& stop) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs;
   int64_t nextWarn = start + std::max<int64_t>(warnNs, 100000000);
@@ -151,6 +152,11 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
   int64_t warnEvery = nextWarn - start;
   while (nranks < 0 || joined < nranks) {
     if (fatal) return;
+    // Everyone that would join has given up: the ranks that did are told, and the listener closes.
+    if (stop && stop->load(std::memory_order_acquire)) {
+      tellJoined(chorusSystemError, "the ranks of this process stopped their init (one of them failed)");
+      return;
+    }
     const int64_t now = nowNs();
     if (now > deadline) {
       const std::string why =
@@ -270,9 +276,10 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
 
 }  // namespace
 
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs) {
-  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs]() mutable {
-    runRoot(std::move(fd), id, timeoutNs, warnNs);
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+                        std::shared_ptr<const std::atomic<bool>> stop) {
+  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs, stop = std::move(stop)]() mutable {
+    runRoot(std::move(fd), id, timeoutNs, warnNs, stop);
   }).detach();
 }
 

@@ -8,8 +8,8 @@
 
 namespace chorus {
 
-Result<BootstrapId> makePrivateBootstrapId(const Config& cfg) {
-  return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs());
+Result<BootstrapId> makePrivateBootstrapId(const Config& cfg, std::shared_ptr<const std::atomic<bool>> stop) {
+  return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs(), std::move(stop));
 }
 
 namespace {
@@ -26,12 +26,12 @@ Status withDescriptorNeed(const Status& s, int n) {
 
 Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n) {
   CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-  Result<BootstrapId> id = makePrivateBootstrapId(cfg);
+  InitCancel cancel;
+  Result<BootstrapId> id = makePrivateBootstrapId(cfg, cancel.rootStop());
   if (!id.isOk()) return withDescriptorNeed(id.status(), n);
   handles->assign(n, nullptr);
   std::vector<std::thread> threads;
   std::vector<Status> results(n);
-  InitCancel cancel;
   std::atomic<int> first{-1};
   CommOptions options;
   options.cancel = &cancel;

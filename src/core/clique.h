@@ -11,11 +11,11 @@
 
 namespace chorus {
 
-// A bootstrap id whose root runs in this process.
-Result<BootstrapId> makePrivateBootstrapId(const Config& cfg);
+// A bootstrap id whose root runs in this process; `stop` ends that root early.
+Result<BootstrapId> makePrivateBootstrapId(const Config& cfg, std::shared_ptr<const std::atomic<bool>> stop = nullptr);
 
 // `n` ranks of a new clique, each initialised on a thread of its own into handles[r]. The first
-// rank to fail stops the others' wait for the root (which would otherwise last the whole
+// rank to fail stops the others' init and the clique's root (which would otherwise wait out the
 // timeout), and its error is the one returned: the others' are echoes of it.
 Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n);
 

@@ -120,6 +120,7 @@ void InitCancel::leave(std::atomic<bool>* abortFlag) {
 void InitCancel::cancel() {
   std::lock_guard<std::mutex> g(mu_);
   cancelled_.store(true, std::memory_order_release);
+  rootStop_->store(true, std::memory_order_release);
   for (std::atomic<bool>* f : flags_) f->store(true, std::memory_order_release);
 }
 

@@ -62,11 +62,15 @@ class InitCancel {
   void cancel();
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
   const std::atomic<bool>* flag() const { return &cancelled_; }
+  // For the clique's bootstrap root in this process, which outlives the clique's init: set with
+  // the rest, so the root lets go of its listener and connections at once.
+  std::shared_ptr<const std::atomic<bool>> rootStop() const { return rootStop_; }
 
  private:
   std::mutex mu_;
   std::vector<std::atomic<bool>*> flags_;  // guarded by mu_
   std::atomic<bool> cancelled_{false};
+  std::shared_ptr<std::atomic<bool>> rootStop_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 struct CommOptions {
