@@ -649,6 +649,7 @@ chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t data
     CHORUS_TRY(checkBytes(count, 1, datatype));
     CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
     CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (c->nranks() == 1) return invalidUsage("chorusRecvAny on a communicator of one rank: no other rank can send");
     if (inGroup()) {
       return invalidUsage(
           "chorusRecvAny cannot be part of a group: its source is chosen when it runs, and a group plans every "

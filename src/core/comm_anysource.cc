@@ -19,7 +19,6 @@
 namespace chorus {
 
 Result<int> Communicator::firstSender() {
-  if (nranks_ == 1) return invalidUsage("chorusRecvAny on a communicator of one rank: no other rank can send");
   const uint64_t connectTag = makeTag(TagSpace::kConnect, connTag(ConnFamily::kP2p, 0));
   const int64_t start = nowNs();
   const int64_t deadline = start + config_.timeoutNs;
@@ -65,7 +64,7 @@ Result<int> Communicator::firstSender() {
                 static_cast<double>(now - start) / 1e9);
       nextWarn = now + 2 * (now - start);
     }
-    // Spin briefly (a send often follows at once), then sleep longer and longer, up to 1 ms.
+    // Looks again at once (a send often follows at once), then after 2 us, doubling up to 1 ms.
     if (pauseNs > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(pauseNs));
     pauseNs = pauseNs == 0 ? 2000 : std::min<int64_t>(pauseNs * 2, 1000000);
   }
