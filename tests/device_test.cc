@@ -18,12 +18,6 @@
 
 using namespace chorus;
 
-namespace {
-struct DeviceChannelSet {
-  device::DeviceChannel* channels = nullptr;
-};
-}  // namespace
-
 int main() {
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
@@ -92,20 +86,20 @@ int main() {
     float *in[2], *out[2];
     uint32_t* result;
     cudaMallocManaged(&result, 2 * kChannels * 4 * sizeof(uint32_t));
-    DeviceChannelSet sets[2];
+    device::DeviceChannel* channels[2];
     cudaStream_t streams[2];
     for (int r = 0; r < 2; ++r) {
       cudaMallocManaged(&in[r], count * sizeof(float));
       cudaMallocManaged(&out[r], count * sizeof(float));
       for (size_t i = 0; i < count; ++i) in[r][i] = float((i + r) % 7);
-      cudaMallocManaged(&sets[r].channels, kChannels * sizeof(device::DeviceChannel));
+      cudaMallocManaged(&channels[r], kChannels * sizeof(device::DeviceChannel));
       for (int c = 0; c < kChannels; ++c) {
         const Block part = partition(count, kChannels, c);
         std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
         Step* dsteps = nullptr;
         cudaMalloc(&dsteps, steps.size() * sizeof(Step));
         cudaMemcpy(dsteps, steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
-        device::DeviceChannel& ch = sets[r].channels[c];
+        device::DeviceChannel& ch = channels[r][c];
         ch = device::DeviceChannel{};
         ch.steps = dsteps;
         ch.nsteps = static_cast<uint32_t>(steps.size());
@@ -113,26 +107,14 @@ int main() {
         ch.output = reinterpret_cast<char*>(out[r] + part.offset);
         ch.commId = 1;
         ch.seq = 1;
-        const FifoView& s = fifo[c][r];
-        const FifoView& rv = fifo[c][1 - r];
-        ch.send[0] = {reinterpret_cast<uint32_t*>(&s.ctrl->tail),
-                      reinterpret_cast<uint32_t*>(&s.ctrl->head),
-                      s.slots,
-                      nslots,
-                      slotBytes,
-                      0};
-        ch.recv[0] = {reinterpret_cast<uint32_t*>(&rv.ctrl->tail),
-                      reinterpret_cast<uint32_t*>(&rv.ctrl->head),
-                      rv.slots,
-                      nslots,
-                      slotBytes,
-                      0};
+        ch.send[0] = device::deviceFifo(fifo[c][r]);
+        ch.recv[0] = device::deviceFifo(fifo[c][1 - r]);
         ch.result = result + 4 * (kChannels * r + c);
       }
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
     }
     for (int r = 0; r < 2; ++r) {
-      const int e = device::launchPrims(chorusFloat32, sets[r].channels, kChannels, 256, streams[r]);
+      const int e = device::launchPrims(chorusFloat32, channels[r], kChannels, 256, streams[r]);
       if (e != 0) {
         std::printf("FAIL: launching rank %d's kernel: %s\n", r, cudaGetErrorString(static_cast<cudaError_t>(e)));
         ++failures;

@@ -49,6 +49,23 @@ void stepUntilDone(std::vector<Lane>& lanes) {
   for (const Lane& lane : lanes) REQUIRE(lane.done());
 }
 
+// The arguments of one rank's int32 all-reduce lane from `in` into `out`.
+LaneArgs int32Lane(const std::vector<int32_t>& in, std::vector<int32_t>& out, const HostKernels& kernels,
+                   uint32_t slotBytes, WorkerGroup* workers, const ReduceSpec& spec = ReduceSpec()) {
+  LaneArgs a;
+  a.input = reinterpret_cast<const char*>(in.data());
+  a.output = reinterpret_cast<char*>(out.data());
+  a.elemSize = 4;
+  a.type = chorusInt32;
+  a.spec = spec;
+  a.kernels = &kernels;
+  a.commId = 9;
+  a.seq = 1;
+  a.slotBytes = slotBytes;
+  a.workers = workers;
+  return a;
+}
+
 // Runs a ring all-reduce of `count` int32 on `n` ranks, every lane progressed in turn by this
 // thread; returns each rank's output.
 std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGroup* workers) {
@@ -70,17 +87,8 @@ std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGro
     recvs[r].peer = (r + n - 1) % n;
   }
   for (int r = 0; r < n; ++r) {
-    LaneArgs a;
-    a.input = reinterpret_cast<const char*>(in[r].data());
-    a.output = reinterpret_cast<char*>(out[r].data());
-    a.elemSize = 4;
-    a.type = chorusInt32;
-    a.kernels = &kernels;
-    a.commId = 9;
-    a.seq = 1;
-    a.slotBytes = slotBytes;
-    a.workers = workers;
-    lanes.emplace_back(a, ringAllReduce(n, r, count, ringLoopChunk(slotBytes, nslots, 4)), &sends[r], &recvs[r]);
+    lanes.emplace_back(int32Lane(in[r], out[r], kernels, slotBytes, workers),
+                       ringAllReduce(n, r, count, ringLoopChunk(slotBytes, nslots, 4)), &sends[r], &recvs[r]);
   }
   stepUntilDone(lanes);
   // The sum, computed here in 64 bits and wrapped as the library's integer sum wraps.
@@ -149,18 +157,8 @@ std::vector<std::vector<int32_t>> treeOnOneThread(const ReduceSpec& spec, size_t
       conns.send[k] = &downSend[c];
       conns.recv[k++] = &upRecv[c];
     }
-    LaneArgs a;
-    a.input = reinterpret_cast<const char*>(in[r].data());
-    a.output = reinterpret_cast<char*>(out[r].data());
-    a.elemSize = 4;
-    a.type = chorusInt32;
-    a.spec = spec;
-    a.kernels = &kernels;
-    a.commId = 9;
-    a.seq = 1;
-    a.slotBytes = slotBytes;
-    a.workers = workers;
-    lanes.emplace_back(a, treeAllReduce(r > 0, children, 0, count, slotBytes / 4), conns);
+    lanes.emplace_back(int32Lane(in[r], out[r], kernels, slotBytes, workers, spec),
+                       treeAllReduce(r > 0, children, 0, count, slotBytes / 4), conns);
   }
   stepUntilDone(lanes);
   for (size_t i = 0; i < count; ++i) {

@@ -159,12 +159,10 @@ Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t
 Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int rank, int nranks,
                                                    const std::string& ifnameSpec, int64_t timeoutNs,
                                                    const JoinTiming& timing, const Logger& log,
-                                                   const std::atomic<bool>* abortFlag,
-                                                   const std::atomic<bool>* cancelJoin) {
+                                                   const std::atomic<bool>* abortFlag) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timing.timeoutNs;
   const int64_t warnNs = std::max<int64_t>(timing.warnNs, 100000000);
-  const std::atomic<bool>* stop = cancelJoin ? cancelJoin : abortFlag;
   if (id.rootByRank0 && rank == 0) {
     // CHORUS_COMM_ID: rank 0 hosts the root at the fixed port, on every local address (the name
     // others use for this host may resolve differently here, e.g. to 127.0.1.1).
@@ -203,12 +201,12 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   UniqueFd c;
   for (int64_t nextWarn = start + warnNs, every = warnNs;;) {
     const int64_t until = std::min(deadline, nextWarn);
-    Result<UniqueFd> conn = connectTo(id.root, until, rootName, stop);
+    Result<UniqueFd> conn = connectTo(id.root, until, rootName, abortFlag);
     if (conn.isOk()) {
       c = conn.take();
       break;
     }
-    const bool stopped = stop && stop->load(std::memory_order_acquire);
+    const bool stopped = abortFlag && abortFlag->load(std::memory_order_acquire);
     if (!stopped && nowNs() < until) {
       return Status(conn.status().code(),
                     "rank " + std::to_string(rank) + " cannot connect to " + rootName + ": " + conn.status().message());
@@ -235,7 +233,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   h.secret[1] = id.secret[1];
   h.cliqueId = id.cliqueId;
   h.listen = myAddr;
-  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, stop));
+  CHORUS_TRY(sendAll(c.get(), &h, sizeof(h), deadline, rootName, abortFlag));
   // The root answers a hello at once (in progress), says which ranks are missing while it waits,
   // and ends with the table or the reason it cannot give one.
   constexpr int64_t kAnswerNs = 5ll * 1000000000;
@@ -246,7 +244,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
   RootReply r{};
   while (true) {
     const int64_t until = answered ? verdictDeadline : std::min(deadline, nowNs() + kAnswerNs);
-    Status st = recvAll(c.get(), &r, sizeof(r), until, rootName + " (waiting for all ranks to join)", stop);
+    Status st = recvAll(c.get(), &r, sizeof(r), until, rootName + " (waiting for all ranks to join)", abortFlag);
     if (!st.isOk()) {
       if (!answered && nowNs() >= until && until < deadline && nowNs() < deadline) {
         return systemError("connected to " + id.root.toString() +
@@ -268,7 +266,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
                   std::string("bootstrap root refused rank ") + std::to_string(rank) + ": " + r.message);
   }
   std::vector<SockAddr> peers(nranks);
-  CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, stop));
+  CHORUS_TRY(recvAll(c.get(), peers.data(), sizeof(SockAddr) * nranks, deadline, rootName, abortFlag));
   for (int r = 0; r < nranks; ++r) {
     if (!peers[r].valid())
       return systemError(rootName + " sent an address table with no valid address for rank " + std::to_string(r));

@@ -134,14 +134,12 @@ class Bootstrap : public OutOfBand {
     int64_t warnNs;     // the first word about a slow join (CHORUS_WARN_AFTER_MS)
   };
   // Joins the clique: start a listener, register with the root, receive the address table.
-  // `timeoutNs` bounds the bootstrap's later waits. `abortFlag` ends them for its whole life;
-  // `cancelJoin`, when given, also ends the wait for the root (the ranks of one
-  // chorusCommInitAll stop when one of them fails).
+  // `timeoutNs` bounds the bootstrap's later waits. `abortFlag` ends them, the wait for the root
+  // included, for its whole life (a chorusCommInitAll whose rank failed sets it for the others).
   static Result<std::unique_ptr<Bootstrap>> join(const BootstrapId& id, int rank, int nranks,
                                                  const std::string& ifnameSpec, int64_t timeoutNs,
                                                  const JoinTiming& timing, const Logger& log,
-                                                 const std::atomic<bool>* abortFlag,
-                                                 const std::atomic<bool>* cancelJoin = nullptr);
+                                                 const std::atomic<bool>* abortFlag);
   // A new clique from known addresses (split/shrink): `peers` are the new ranks' listeners, and
   // `listener` this rank's already-listening socket, bound at `peers[rank]`.
   static Result<std::unique_ptr<Bootstrap>> fromTable(uint64_t cliqueId, const uint64_t secret[2], int rank,

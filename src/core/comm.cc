@@ -94,8 +94,8 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   logEnvironment();
   commId_ = id.cliqueId;
   const Bootstrap::JoinTiming timing{config_.initTimeout(), config_.initWarnNs()};
-  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, config_.socketIfname, config_.timeoutNs, timing,
-                                                     log_, &abort_, options.cancel ? options.cancel->flag() : nullptr));
+  CHORUS_ASSIGN_OR_RETURN(
+      auto boot, Bootstrap::join(id, rank, nranks, config_.socketIfname, config_.timeoutNs, timing, log_, &abort_));
   Status s = initCommon(std::move(boot), std::move(engine));
   // The others may be waiting for this rank inside init: tell them why it stops, unless it stops
   // because of what they told it, or its clique stopped it (the others are stopped too).

@@ -61,7 +61,6 @@ class InitCancel {
   void leave(std::atomic<bool>* abortFlag);
   void cancel();
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
-  const std::atomic<bool>* flag() const { return &cancelled_; }
   // For the clique's bootstrap root in this process, which outlives the clique's init: set with
   // the rest, so the root lets go of its listener and connections at once.
   std::shared_ptr<const std::atomic<bool>> rootStop() const { return rootStop_; }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/reduce.h"
+#include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
 
 namespace chorus::device {
@@ -21,6 +22,16 @@ struct DeviceFifo {
   uint32_t slotBytes = 0;
   uint32_t position = 0;  // this side's tail (send) or head (receive) at launch
 };
+
+// The device's view of a FIFO laid out by FifoView::layout, starting at `position`.
+inline DeviceFifo deviceFifo(const FifoView& f, uint32_t position = 0) {
+  return DeviceFifo{reinterpret_cast<uint32_t*>(&f.ctrl->tail),
+                    reinterpret_cast<uint32_t*>(&f.ctrl->head),
+                    f.slots,
+                    f.nslots,
+                    f.slotBytes,
+                    position};
+}
 
 // How a channel's run ended (DeviceChannel::result[0]).
 enum class DeviceResult : uint32_t { kDone = 0, kNeedData = 1, kNeedSpace = 2, kMismatch = 3 };
