@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -194,6 +195,118 @@ TEST_CASE("primitives: a tree all-reduce folds children's partial results once, 
   }
 }
 
+namespace {
+
+// The direct all-reduce of `n` ranks over float32 with `spec`, every lane progressed in turn by
+// this thread, one FIFO per ordered pair of ranks; `inPlace`: each rank's output is its input.
+// `headerPublishes`: whether consumers may take a slot on its ready word (in-process and shared
+// memory) or must read the tail counter (socket proxies). Returns each rank's output.
+std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const ReduceSpec& spec, bool inPlace,
+                                                  bool headerPublishes, uint32_t slotBytes, WorkerGroup* workers) {
+  const uint32_t nslots = 2;
+  const HostKernels kernels = *hostKernelsFor(CpuIsa::kScalar);
+  std::vector<std::unique_ptr<AlignedFifo>> fifos;  // fifos[s * n + d]: s -> d
+  std::vector<SendCursor> sends(n * n);
+  std::vector<RecvCursor> recvs(n * n);
+  for (int i = 0; i < n * n; ++i) {
+    fifos.push_back(std::make_unique<AlignedFifo>(nslots, slotBytes));
+    sends[i].fifo = recvs[i].fifo = fifos.back()->view;
+    sends[i].peer = i % n;
+    recvs[i].peer = i / n;
+    recvs[i].headerPublishes = headerPublishes;
+  }
+  std::vector<std::vector<float>> in(n), out(n);
+  std::vector<std::vector<char>> scratch(n, std::vector<char>(slotBytes));
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(count);
+    // Values whose sums round, so a different fold order gives different bits; -0.0 and +0.0
+    // meet at element 3 (max and min must pick the same one on every rank).
+    for (size_t i = 0; i < count; ++i) in[r][i] = 1.0f / float(1 + (i * 7 + size_t(r) * 13) % 29) - 0.3f;
+    if (count > 3) in[r][3] = r % 2 ? -0.0f : 0.0f;
+    out[r].assign(count, -7.0f);
+  }
+  std::vector<Lane> lanes;
+  for (int r = 0; r < n; ++r) {
+    LaneConnectors conns;
+    for (int k = 0; k < n - 1; ++k) conns.send[k] = &sends[r * n + directSendPeer(n, r, k)];
+    for (int p = 0; p < n; ++p) {
+      if (p != r) conns.recv[directRecvIndex(r, p)] = &recvs[p * n + r];
+    }
+    std::vector<float>& dst = inPlace ? in[r] : out[r];
+    if (inPlace) out[r] = in[r];  // the inputs, kept for the reference
+    LaneArgs a;
+    a.input = reinterpret_cast<const char*>(in[r].data());
+    a.output = reinterpret_cast<char*>(dst.data());
+    a.elemSize = 4;
+    a.type = chorusFloat32;
+    a.spec = spec;
+    a.kernels = &kernels;
+    a.commId = 9;
+    a.seq = 5;
+    a.slotBytes = slotBytes;
+    a.workers = workers;
+    a.proto = ProtoKind::kFlag;
+    a.scratch = scratch[r].data();
+    lanes.emplace_back(a, directAllReduce(n, r, count, slotBytes / 4, inPlace), conns);
+  }
+  std::vector<std::vector<float>> inputs = inPlace ? out : in;
+  stepUntilDone(lanes);
+  std::vector<std::vector<float>>& result = inPlace ? in : out;
+  // The reference: every rank's contribution, pre-multiplied, folded in rank order.
+  const auto op = [&](float x, float y) {
+    switch (spec.kind) {
+      case RedKind::kSum:
+        return x + y;
+      case RedKind::kProd:
+        return x * y;
+      case RedKind::kMax:
+        return x > y ? x : y;
+      default:
+        return x < y ? x : y;
+    }
+  };
+  const auto pre = [&](float x) { return spec.hasPre ? float(double(x) * spec.scaleF) : x; };
+  for (size_t i = 0; i < count; ++i) {
+    float want = op(pre(inputs[0][i]), pre(inputs[1][i]));
+    for (int r = 2; r < n; ++r) want = op(want, pre(inputs[r][i]));
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " element " << i);
+      REQUIRE(std::memcmp(&result[r][i], &want, 4) == 0);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("primitives: the direct all-reduce folds in rank order, the same bits on every rank", "[prims]") {
+  ReduceSpec premul;
+  premul.hasPre = true;
+  premul.scaleF = 0.75;
+  ReduceSpec maxSpec;
+  maxSpec.kind = RedKind::kMax;
+  ReduceSpec minSpec;
+  minSpec.kind = RedKind::kMin;
+  WorkerGroup two(2);
+  for (int n = 2; n <= kMaxLanePeers + 1; ++n) {
+    for (const ReduceSpec& spec : {ReduceSpec{}, premul, maxSpec, minSpec}) {
+      // Inline pieces (up to 32 bytes), one piece, and several through two-slot FIFOs.
+      for (size_t count : {size_t(5), size_t(8), size_t(300), size_t(2500)}) {
+        for (bool inPlace : {false, true}) {
+          for (bool headerPublishes : {true, false}) {
+            INFO("n " << n << " kind " << int(spec.kind) << " pre " << spec.hasPre << " count " << count << " in place "
+                      << inPlace << " header publishes " << headerPublishes);
+            const auto alone = directOnOneThread(n, count, spec, inPlace, headerPublishes, 1024, nullptr);
+            if (count == 2500 && headerPublishes) {
+              CHECK(directOnOneThread(n, count, spec, inPlace, headerPublishes, 8192, &two) == alone);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("primitives: each primitive's sources and destinations", "[prims]") {
   char in[1], out[1], r[1], s[1];
   const PieceMove send = primMove(Prim::kSend, 0, in, out, r, s);
@@ -206,6 +319,16 @@ TEST_CASE("primitives: each primitive's sources and destinations", "[prims]") {
   CHECK((rcs.fold == Fold::kCopy && rcs.a == r && rcs.dst == out && rcs.dst2 == s));
   const PieceMove local = primMove(Prim::kLocal, 0, in, out, nullptr, nullptr);
   CHECK((local.fold == Fold::kPre && local.a == in && local.dst == out));
+  // The direct all-reduce's folds: own input first, onto the output, two received, own last.
+  char r0[1];
+  const PieceMove own = primMove(Prim::kRecvReduceCopy, kOwnFirst | kNoPost, in, out, r, nullptr);
+  CHECK((own.fold == Fold::kReduce && own.a == in && own.b == r && own.dst == out && own.preA));
+  const PieceMove onto = primMove(Prim::kRecvReduceCopy, kFoldIntoOutput, in, out, r, nullptr);
+  CHECK((onto.fold == Fold::kReducePost && onto.a == out && onto.b == r && onto.dst == out && onto.noPre));
+  const PieceMove pair = primMove(Prim::kRecvPairReduceCopy, kNoPost, in, out, r, nullptr, r0);
+  CHECK((pair.fold == Fold::kReduce && pair.a == r0 && pair.b == r && pair.dst == out && pair.noPre));
+  const PieceMove mine = primMove(Prim::kLocalReduce, 0, in, out, nullptr, nullptr);
+  CHECK((mine.fold == Fold::kReducePost && mine.a == out && mine.b == in && mine.dst == out && !mine.noPre));
 }
 
 TEST_CASE("a worker group calls every part once per run", "[prims][workers]") {

@@ -12,6 +12,7 @@
 
 #include "src/algo/coll.h"
 #include "src/algo/connections.h"
+#include "src/algo/prims.h"
 #include "src/algo/schedule.h"
 #include "src/common/status.h"
 
@@ -43,6 +44,7 @@ struct AlgoCall {
   size_t count = 0;
   size_t elemSize = 1;
   int root = 0;
+  bool inPlace = false;  // the output is the input
 };
 
 // A connection a lane uses, by its place in the connection table; index -1: none.
@@ -52,16 +54,18 @@ struct ConnRef {
 };
 
 // One lane of a plan. kSteps: a schedule the primitives run over up to kMaxLanePeers connectors
-// each way (a step's sendTo and recvFrom index send[] and recv[]). kDirect and kSlice: the direct
-// and slice all-reduces, whose lanes the core still writes by hand (they talk to every peer).
+// each way (a step's sendTo and recvFrom index send[] and recv[]), with protocol `proto`. kSlice:
+// the slice all-reduce, whose lane the core still writes by hand.
 struct LanePlan {
-  enum class Kind : unsigned char { kSteps, kDirect, kSlice };
+  enum class Kind : unsigned char { kSteps, kSlice };
   Kind kind = Kind::kSteps;
   std::vector<Step> steps;
   ConnRef send[kMaxLanePeers];
   ConnRef recv[kMaxLanePeers];
   int channel = 0;       // whose status record the lane keeps
   size_t slotBytes = 0;  // its connections' slot payload
+  ProtoKind proto = ProtoKind::kSimple;
+  bool scratch = false;  // its steps stash pieces (a slot of scratch)
 };
 
 class Algorithm {

@@ -1,6 +1,9 @@
 // The direct all-reduce (intra-host or few ranks, small messages): every rank sends its input to
-// every peer and folds all contributions in rank order (DirectLane, src/core/lane.h), over one
-// connection per peer and direction of the "direct" family.
+// every peer and folds all contributions in rank order (directAllReduce, src/algo/schedule.h),
+// over one connection per peer and direction of the "direct" family, with the flag protocol
+// (ProtoFlag: a small piece is one cache line).
+#include <algorithm>
+
 #include "src/algo/algorithm.h"
 
 namespace chorus {
@@ -16,10 +19,19 @@ class Direct final : public Algorithm {
     connectEveryPeer(ctx, ConnFamily::kDirect, out);
   }
 
-  void plan(const AlgoContext& ctx, const AlgoCall&, std::vector<LanePlan>* lanes) const override {
+  void plan(const AlgoContext& ctx, const AlgoCall& call, std::vector<LanePlan>* lanes) const override {
     LanePlan lane;
-    lane.kind = LanePlan::Kind::kDirect;
     lane.slotBytes = ctx.peerSlotBytes;
+    lane.proto = ProtoKind::kFlag;
+    lane.scratch = call.inPlace;
+    const size_t pieceElems = std::max<size_t>(1, ctx.peerSlotBytes / call.elemSize);
+    lane.steps = directAllReduce(ctx.nranks, ctx.rank, call.count, pieceElems, call.inPlace);
+    for (int k = 0; k < ctx.nranks - 1; ++k) {
+      lane.send[k] = ConnRef{ConnFamily::kDirect, directSendPeer(ctx.nranks, ctx.rank, k)};
+    }
+    for (int p = 0; p < ctx.nranks; ++p) {
+      if (p != ctx.rank) lane.recv[directRecvIndex(ctx.rank, p)] = ConnRef{ConnFamily::kDirect, p};
+    }
     lanes->push_back(std::move(lane));
   }
 };

@@ -33,10 +33,10 @@ struct alignas(64) SlotHeader {
   uint32_t step;   // step of the schedule, for diagnostics and mismatch checks
   uint32_t bytes;  // payload bytes that follow
   // Written last, with release order, by producers that let the consumer act on the header alone
-  // (direct connections: see DirectLane): (seq << 32) | step, unique within a FIFO lap.
+  // (ProtoFlag, src/algo/prims.h): slotReadyFlag(seq, position), unique within a FIFO lap.
   uint64_t ready;
-  // Up to 32 payload bytes may travel here instead (direct connections), so a tiny message is one
-  // cache line.
+  // Up to 32 payload bytes may travel here instead (ProtoFlag), so a tiny message is one cache
+  // line.
   unsigned char inlineData[32];
 };
 constexpr size_t kSlotInlineBytes = sizeof(SlotHeader::inlineData);
@@ -78,8 +78,8 @@ struct FifoView {
   bool hasSpace(uint32_t tail) const { return tail - ctrl->head.load(std::memory_order_acquire) < nslots; }
   void publish(uint32_t newTail) const;
   // Consumer side.
-  // A signed difference, not !=: a consumer that took a slot on seeing its header (see
-  // DirectLane) may run ahead of a tail store it has not seen yet.
+  // A signed difference, not !=: a consumer that took a slot on seeing its header (ProtoFlag)
+  // may run ahead of a tail store it has not seen yet.
   bool hasData(uint32_t head) const {
     return static_cast<int32_t>(ctrl->tail.load(std::memory_order_acquire) - head) > 0;
   }

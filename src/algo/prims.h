@@ -15,17 +15,24 @@
 //   - the device executor (kernels/prims_device.cuh): one CUDA thread block per channel. Thread 0
 //     polls the counters, bounded, and the block shares the answer; a wait past the bound stops
 //     run() the same way, so a stuck peer fails loudly instead of hanging the device.
-// The protocol says how a piece sits in a slot. ProtoSimple: a SlotHeader, then the payload; the
-// tail counter publishes both. (A line-flag protocol, NCCL's LL, would be a second Proto.)
+// The protocol says how a piece sits in a slot and how the consumer learns it is there.
+//   - ProtoSimple: a SlotHeader, then the payload; the tail counter publishes both.
+//   - ProtoFlag: the same, and the header's `ready` word, written last with release order, says
+//     the slot is full on its own; a piece of up to kSlotInlineBytes travels inside the header. A
+//     consumer whose connector lets it trust that word (RecvCursor::headerPublishes) reads one
+//     cache line for a small piece instead of the tail counter and then the slot: the latency
+//     protocol of the direct all-reduce. (A line-flag protocol like NCCL's LL would be a third.)
 //
 // Exec provides, called by every thread of the group in the same order:
 //   void select(int sendTo, int recvFrom);          the connectors of the next step (Step::sendTo, recvFrom)
-//   bool waitData(); bool waitSpace();              ready, or not (host: not yet; device: gave up)
+//   bool waitData(bool flag); bool waitSpace();     ready, or not (host: not yet; device: gave up);
+//                                                   `flag`: the slot's ready word may say so (ProtoFlag)
 //   const SlotHeader* recvHeader(); const char* recvPayload(char* dst);
 //   SlotHeader* sendHeader(); char* sendPayload(Prim, const char* in, const char* out);
 //   void move(const PieceMove&, size_t n);          every thread its share, all done on return
 //   bool leader();                                  the one thread that stamps headers
-//   void publish(); void release();                 the sent slot goes out; the received one is free
+//   void publish(bool flag); void release();        the sent slot goes out (`flag`: its ready word
+//                                                   first, slotReadyFlag); the received one is free
 //   void moved();                                   a piece is done (progress, for the caller)
 // recvPayload may return `dst` (the payload already sits where this piece's output goes) and
 // sendPayload may return null (the executor sends the piece from the user's buffer instead).
@@ -46,7 +53,12 @@ struct SlotTag {
   uint64_t seq = 0;
 };
 
+// Which protocol a lane runs (LaneArgs, LanePlan).
+enum class ProtoKind : uint8_t { kSimple, kFlag };
+
 struct ProtoSimple {
+  static constexpr bool kFlag = false;
+  CHORUS_HD static bool inlined(uint32_t) { return false; }
   CHORUS_HD static void stamp(SlotHeader* h, const SlotTag& t, uint32_t step, uint32_t bytes) {
     h->commId = t.commId;
     h->seq = t.seq;
@@ -58,6 +70,15 @@ struct ProtoSimple {
   }
 };
 
+struct ProtoFlag : ProtoSimple {
+  static constexpr bool kFlag = true;
+  CHORUS_HD static bool inlined(uint32_t bytes) { return bytes <= kSlotInlineBytes; }
+};
+
+// SlotHeader::ready of the slot at `position` of a FIFO, for operation `seq`: producer and
+// consumer agree on both, and no two slots of a lap share it.
+CHORUS_HD uint64_t slotReadyFlag(uint64_t seq, uint32_t position) { return (seq << 32) | position; }
+
 // How a piece's result r is made from its sources a and b.
 enum class Fold : uint8_t {
   kCopy,        // r = a
@@ -65,6 +86,8 @@ enum class Fold : uint8_t {
   kReduce,      // r = a OP pre(b)            (b is this rank's input)
   kReducePost,  // r = post(a OP pre(b))      (the last contribution)
 };
+// (b is the operand the pre-op applies to; a rank that folds its own input onto a partial result
+// passes the partial result as a.)
 
 // One piece's data movement: r goes to dst and, when not null, to dst2. A null dst (a send that
 // left by reference) leaves only dst2; kCopy onto its own source writes nothing. `noPre`: the
@@ -76,12 +99,16 @@ struct PieceMove {
   char* dst;
   char* dst2;
   bool noPre = false;
+  // A reduction with this rank's input first: r = pre(a) OP b (b, received, gets no pre-op).
+  bool preA = false;
 };
 
 // What primitive p does with one piece: `local` is this rank's operand (its input, or its output
 // when the step says so), `out` this piece of the output, `rslot` the received payload, `sslot`
-// the payload to send; `flags` are the step's (StepFlag).
-CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out, const char* rslot, char* sslot) {
+// the payload to send, `rfirst` recvPairReduceCopy's first received payload; `flags` are the
+// step's (StepFlag).
+CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out, const char* rslot, char* sslot,
+                             const char* rfirst = nullptr) {
   const bool noPre = (flags & kLocalNoPre) != 0;
   const Fold last = (flags & kNoPost) ? Fold::kReduce : Fold::kReducePost;
   switch (p) {
@@ -98,7 +125,13 @@ CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out
     case Prim::kRecvCopySend:
       return {Fold::kCopy, rslot, nullptr, out, sslot, noPre};
     case Prim::kRecvReduceCopy:
+      if (flags & kFoldIntoOutput) return {last, out, rslot, out, nullptr, true};
+      if (flags & kOwnFirst) return {last, local, rslot, out, nullptr, noPre, true};
       return {last, rslot, local, out, nullptr, noPre};
+    case Prim::kRecvPairReduceCopy:
+      return {last, rfirst, rslot, out, nullptr, true};
+    case Prim::kLocalReduce:
+      return {last, out, local, out, nullptr, noPre};
     case Prim::kLocal:
       break;
   }
@@ -127,9 +160,11 @@ template <class Exec, class Proto = ProtoSimple>
 class Primitives {
  public:
   // `input`/`output` may be null on a rank that has no buffer on that side (a broadcast's
-  // non-root input); its schedule then never reads or writes it.
-  CHORUS_HD Primitives(Exec& ex, const SlotTag& tag, size_t elemSize, size_t slotElems, const char* input, char* output)
-      : ex_(ex), tag_(tag), es_(elemSize), slotElems_(slotElems), input_(input), output_(output) {}
+  // non-root input); its schedule then never reads or writes it. `scratch` (one slot) is for
+  // steps that stash a piece (kOutIsScratch, kLocalIsScratch); null when none does.
+  CHORUS_HD Primitives(Exec& ex, const SlotTag& tag, size_t elemSize, size_t slotElems, const char* input, char* output,
+                       char* scratch = nullptr)
+      : ex_(ex), tag_(tag), es_(elemSize), slotElems_(slotElems), input_(input), output_(output), scratch_(scratch) {}
 
   // Runs steps [at->step, nsteps) from piece at->piece on, until they are done or a piece cannot go.
   CHORUS_HD PrimStop run(const Step* steps, size_t nsteps, PrimCursor* at) {
@@ -137,30 +172,56 @@ class Primitives {
       const Step st = steps[at->step];
       const bool rx = primReceives(st.prim);
       const bool tx = primSends(st.prim);
-      // A single rank's step is one piece of any size: it touches no slot.
-      const size_t chunk = st.prim == Prim::kLocal && st.count > 0 ? st.count : slotElems_;
+      // A step with no peer is one piece of any size: it touches no slot.
+      const size_t chunk = !rx && !tx && st.count > 0 ? st.count : slotElems_;
       const size_t npieces = (st.count + chunk - 1) / chunk;
       ex_.select(st.sendTo, st.recvFrom);
       while (at->piece < npieces) {
         const size_t off = at->piece * chunk;
         const size_t n = st.count - off < chunk ? st.count - off : chunk;
         const uint32_t bytes = static_cast<uint32_t>(n * es_);
-        if (rx && !ex_.waitData()) return PrimStop{PrimStatus::kNeedData, bytes};
+        char* out = (st.flags & kOutIsScratch) ? scratch_ + (st.outOff + off) * es_
+                    : output_                  ? output_ + (st.outOff + off) * es_
+                                               : nullptr;
+        const char* in = (st.flags & kLocalIsOutput)    ? out
+                         : (st.flags & kLocalIsScratch) ? scratch_ + (st.inOff + off) * es_
+                         : input_                       ? input_ + (st.inOff + off) * es_
+                                                        : nullptr;
+        const bool inl = Proto::inlined(bytes);
+        const bool pair = st.prim == Prim::kRecvPairReduceCopy;
+        const char* rfirst = nullptr;
+        if (pair) {
+          // The first operand's slot is held (not freed) until the piece is done; a wait for the
+          // second resumes here and finds the first still there.
+          ex_.select(st.sendTo, st.recvFirst);
+          if (!ex_.waitData(Proto::kFlag)) return PrimStop{PrimStatus::kNeedData, bytes};
+          const SlotHeader* h = ex_.recvHeader();
+          if (!Proto::accepts(*h, tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
+          rfirst = inl ? reinterpret_cast<const char*>(h->inlineData) : ex_.recvPayload(nullptr);
+          ex_.select(st.sendTo, st.recvFrom);
+        }
+        if (rx && !ex_.waitData(Proto::kFlag)) return PrimStop{PrimStatus::kNeedData, bytes};
         if (tx && !ex_.waitSpace()) return PrimStop{PrimStatus::kNeedSpace, bytes};
-        char* out = output_ ? output_ + (st.outOff + off) * es_ : nullptr;
-        const char* in = (st.flags & kLocalIsOutput) ? out : input_ ? input_ + (st.inOff + off) * es_ : nullptr;
         const char* rslot = nullptr;
         if (rx) {
-          if (!Proto::accepts(*ex_.recvHeader(), tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
-          rslot = ex_.recvPayload(out);
+          const SlotHeader* h = ex_.recvHeader();
+          if (!Proto::accepts(*h, tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
+          rslot = inl ? reinterpret_cast<const char*>(h->inlineData) : ex_.recvPayload(out);
         }
-        char* sslot = tx ? ex_.sendPayload(st.prim, in, out) : nullptr;
-        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot), n);
+        char* sslot = !tx   ? nullptr
+                      : inl ? reinterpret_cast<char*>(ex_.sendHeader()->inlineData)
+                            : ex_.sendPayload(st.prim, in, out);
+        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot, rfirst), n);
         if (tx) {
           if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
-          ex_.publish();
+          ex_.publish(Proto::kFlag);
         }
         if (rx) ex_.release();
+        if (pair) {
+          ex_.select(st.sendTo, st.recvFirst);
+          ex_.release();
+          ex_.select(st.sendTo, st.recvFrom);
+        }
         ++at->piece;
         ex_.moved();
       }
@@ -177,6 +238,7 @@ class Primitives {
   const size_t slotElems_;
   const char* const input_;
   char* const output_;
+  char* const scratch_;
 };
 
 }  // namespace chorus

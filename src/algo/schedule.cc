@@ -32,6 +32,10 @@ const char* primName(Prim p) {
       return "recvReduceCopy";
     case Prim::kLocal:
       return "local";
+    case Prim::kLocalReduce:
+      return "localReduce";
+    case Prim::kRecvPairReduceCopy:
+      return "recvPairReduceCopy";
   }
   return "?";
 }
@@ -201,6 +205,41 @@ std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, si
       }
     }
     for (int i = first; i < nchildren; ++i) s.push_back(Step{Prim::kSend, o, o, n, child(i), 0, partial});
+  }
+  return s;
+}
+
+std::vector<Step> directAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace) {
+  std::vector<Step> s;
+  if (n <= 1) {
+    push(s, Prim::kLocal, 0, 0, count);
+    return s;
+  }
+  const auto from = [&](int peer) { return static_cast<uint8_t>(directRecvIndex(rank, peer)); };
+  const auto last = [&](int r) { return static_cast<uint8_t>(r == n - 1 ? 0 : kNoPost); };
+  const bool stash = inPlace && rank >= 2;  // the fold writes the output before this rank's turn
+  s.reserve(((count + pieceElems - 1) / pieceElems) * static_cast<size_t>(2 * n));
+  for (size_t o = 0; o < count; o += pieceElems) {
+    const size_t m = std::min(pieceElems, count - o);
+    for (int k = 0; k < n - 1; ++k) s.push_back(Step{Prim::kSend, o, o, m, static_cast<uint8_t>(k), 0, 0});
+    if (stash) s.push_back(Step{Prim::kLocal, o, 0, m, 0, 0, kLocalNoPre | kOutIsScratch});
+    // c0 OP c1, in one pass on every rank.
+    if (rank == 0) {
+      s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(1), static_cast<uint8_t>(kOwnFirst | last(1))});
+    } else if (rank == 1) {
+      s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(0), last(1)});
+    } else {
+      s.push_back(Step{Prim::kRecvPairReduceCopy, o, o, m, 0, from(1), last(1), from(0)});
+    }
+    // Then OP c2, ..., OP c(n-1).
+    for (int r = 2; r < n; ++r) {
+      if (r == rank) {
+        s.push_back(Step{Prim::kLocalReduce, stash ? 0 : o, o, m, 0, 0,
+                         static_cast<uint8_t>((stash ? kLocalIsScratch : 0) | last(r))});
+      } else {
+        s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(r), static_cast<uint8_t>(kFoldIntoOutput | last(r))});
+      }
+    }
   }
   return s;
 }

@@ -28,12 +28,14 @@ enum class Prim : uint8_t {
   kRecvCopySend,        // output = slot; slot' = slot
   kRecvReduceCopy,      // output = post(slot OP pre(input))
   kLocal,               // output = pre(input), no peer (a single rank)
+  kLocalReduce,         // output = post(output OP pre(input)), no peer (own contribution onto a partial result)
+  kRecvPairReduceCopy,  // output = post(slot' OP slot): slot' from Step::recvFirst, slot from recvFrom
 };
 const char* primName(Prim p);
 
 CHORUS_HD bool primReceives(Prim p) {
   return p == Prim::kRecv || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend || p == Prim::kRecvCopySend ||
-         p == Prim::kRecvReduceCopy;
+         p == Prim::kRecvReduceCopy || p == Prim::kRecvPairReduceCopy;
 }
 CHORUS_HD bool primSends(Prim p) {
   return p == Prim::kSend || p == Prim::kCopySend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
@@ -45,20 +47,28 @@ enum StepFlag : uint8_t {
   kLocalIsOutput = 1,  // the local operand (a send's source, a reduction's own side) is the output
   kLocalNoPre = 2,     // the local operand is a partial result, already pre-multiplied
   kNoPost = 4,         // not the last contribution: a reduction into the output skips the post-op
+  // recvReduceCopy folds the received contribution onto the partial result in the output:
+  // output = post(output OP slot) (neither side gets the pre-op again).
+  kFoldIntoOutput = 8,
+  kLocalIsScratch = 16,  // the local operand is the lane's scratch (one slot), at inOff
+  kOutIsScratch = 32,    // the step's output is the lane's scratch, at outOff
+  // recvReduceCopy with this rank's input first: output = post(pre(input) OP slot).
+  kOwnFirst = 64,
 };
 
-// A lane talks to at most this many peers each way: a tree rank's parent and children (two
-// child hosts and the next rank of its own host's chain).
-constexpr int kMaxLanePeers = 4;
+// A lane talks to at most this many peers each way: every other rank of a direct all-reduce
+// (Tuner::kDirectMaxRanks ranks); a tree rank's parent and children need four.
+constexpr int kMaxLanePeers = 7;
 
 struct Step {
   Prim prim;
-  size_t inOff;          // element offset into the input buffer
-  size_t outOff;         // element offset into the output buffer
-  size_t count;          // elements
-  uint8_t sendTo = 0;    // which of the lane's send connectors (ring and chain: the only one)
-  uint8_t recvFrom = 0;  // which of its receive connectors
-  uint8_t flags = 0;     // StepFlag
+  size_t inOff;           // element offset into the input buffer
+  size_t outOff;          // element offset into the output buffer
+  size_t count;           // elements
+  uint8_t sendTo = 0;     // which of the lane's send connectors (ring and chain: the only one)
+  uint8_t recvFrom = 0;   // which of its receive connectors
+  uint8_t flags = 0;      // StepFlag
+  uint8_t recvFirst = 0;  // recvPairReduceCopy: the receive connector of the first operand
 };
 
 struct Block {
@@ -95,5 +105,17 @@ std::vector<Step> chainReduce(int n, int pos, int rootPos, size_t count, size_t 
 // output), then every piece down it (the root's result to every rank, forwarded to the children).
 // Connectors: index 0 is the parent when there is one; the children follow in order.
 std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, size_t count, size_t pieceElems);
+
+// The direct all-reduce of rank `rank` of n (2 <= n <= kMaxLanePeers + 1) over `count` elements,
+// piece by piece (`pieceElems`, one slot): the piece goes to every peer, then every rank's
+// contribution is folded into the output in rank order, c0 OP c1, then OP c2, ... OP c(n-1), the
+// same operands in the same order on every rank, so every rank gets the same bits. One exchange
+// instead of the ring's 2(n-1) steps. `inPlace` (the output is the input): a rank from 2 on
+// keeps its piece in the lane's scratch before the output is written.
+// Connectors: send k goes to rank (rank + 1 + k) % n (peers are not all hit at once); receive
+// directRecvIndex(rank, p) comes from rank p.
+std::vector<Step> directAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace);
+CHORUS_HD int directSendPeer(int n, int rank, int k) { return (rank + 1 + k) % n; }
+CHORUS_HD int directRecvIndex(int rank, int peer) { return peer < rank ? peer : peer - 1; }
 
 }  // namespace chorus

@@ -218,6 +218,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   CHORUS_TRY(buildTopology(machine, topoRecords));
   conns_.init(nranks_, config_.nChannels);
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
+  laneScratch_.resize(std::max<size_t>(config_.slotBytes, config_.peerSlots()));
   if (config_.workersPerChannel > 1) workers_ = std::make_unique<WorkerGroup>(config_.workersPerChannel);
   p2pSendSeq_.assign(nranks_, 0);
   p2pRecvSeq_.assign(nranks_, 0);

@@ -174,7 +174,7 @@ class Communicator : public TaskOwner {
   Result<int> firstSender();
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
-  // The fast path of a lone small all-reduce: runs it as a DirectLane on the calling thread, with
+  // The fast path of a lone small all-reduce: runs the direct lane on the calling thread, with
   // no task, queue or latch. *ran is false (and nothing happened) when the op does not qualify
   // or another thread holds the execution token; the caller then takes the general path.
   Status runDirectNow(const OpInfo& op, bool* ran);
@@ -216,6 +216,8 @@ class Communicator : public TaskOwner {
   ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
   // A collective's lane arguments but its sequence number and slot size.
   LaneArgs collArgs(const OpInfo& op) const;
+  // The lane of plan `lp` over this communicator's connections (planMu_ or the execution token held).
+  Lane makeLane(LaneArgs a, const LanePlan& lp, std::vector<Step> steps);
 
   Config config_;
   Logger log_;
@@ -249,8 +251,11 @@ class Communicator : public TaskOwner {
   std::unique_ptr<ChannelStatus[]> channelStatus_;
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
-  std::vector<char> directScratch_;  // one slot, for in-place direct runs
-  bool singleHost_ = false;          // every rank on this rank's host
+  std::vector<char> laneScratch_;  // one slot of either size, for lanes that stash pieces (LanePlan::scratch)
+  // runDirectNow's last plan and the call it was made for (the execution token guards both).
+  std::unique_ptr<LanePlan> inlinePlan_;
+  AlgoCall inlineCall_;
+  bool singleHost_ = false;  // every rank on this rank's host
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;

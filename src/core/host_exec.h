@@ -42,10 +42,21 @@ inline void hostMoveRange(const LaneArgs& a, const PieceMove& m, size_t lo, size
   if (!dst) return;
   const ReduceSpec* spec = &a.spec;
   ReduceSpec plain;
-  if (m.noPre && a.spec.hasPre) {
+  if ((m.noPre || m.preA) && a.spec.hasPre) {
     plain = a.spec;
     plain.hasPre = false;
     spec = &plain;
+  }
+  if (m.preA) {
+    // pre(a) OP b: a pass of its own for the pre-op only when there is one.
+    const char* first = src;
+    if (a.spec.hasPre) {
+      a.kernels->pre(a.spec, a.type, dst, src, n);
+      first = dst;
+    }
+    a.kernels->reduce(*spec, a.type, dst, first, m.b + off, n, m.fold == Fold::kReducePost);
+    if (dst2) std::memcpy(dst2, dst, bytes);
+    return;
   }
   if (m.fold == Fold::kPre) {
     if (spec->hasPre) {

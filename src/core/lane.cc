@@ -42,7 +42,7 @@ Lane::Lane(const LaneArgs& args, std::vector<Step> steps, const LaneConnectors& 
     : a_(args), steps_(std::move(steps)), conns_(conns) {
   slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
   // References and posted destinations are tracked for one connector each way.
-  if (conns_.send[1]) a_.sendByRef = false;
+  if (conns_.send[1] || a_.proto != ProtoKind::kSimple) a_.sendByRef = false;
   send_ = conns_.send[0];
   recv_ = conns_.recv[0];
 }
@@ -90,14 +90,24 @@ class Lane::Exec {
     l_.send_ = l_.conns_.send[sendTo];
     l_.recv_ = l_.conns_.recv[recvFrom];
   }
-  bool waitData() const { return l_.recv_->fifo.hasData(l_.recv_->head); }
+  bool waitData(bool flag) const {
+    const RecvCursor* rc = l_.recv_;
+    // The header says the slot is full (one cache line, the data too when it is inline); otherwise
+    // the tail counter decides, which also surfaces a slot of another operation.
+    if (flag && rc->headerPublishes &&
+        __atomic_load_n(&rc->fifo.header(rc->head)->ready, __ATOMIC_ACQUIRE) == slotReadyFlag(l_.a_.seq, rc->head)) {
+      return true;
+    }
+    return rc->fifo.hasData(rc->head);
+  }
   bool waitSpace() const { return l_.send_->hasSpace(); }
   const SlotHeader* recvHeader() const { return l_.recv_->fifo.header(l_.recv_->head); }
   const char* recvPayload(char* dst) const {
     const RecvCursor* rc = l_.recv_;
     // Already in the output when the proxy took the destination this lane posted.
-    if (l_.posting_ && rc->fifo.dests[rc->head % rc->fifo.nslots].load(std::memory_order_acquire) ==
-                           reinterpret_cast<uintptr_t>(dst)) {
+    if (l_.posting_ && dst &&
+        rc->fifo.dests[rc->head % rc->fifo.nslots].load(std::memory_order_acquire) ==
+            reinterpret_cast<uintptr_t>(dst)) {
       return dst;
     }
     return rc->fifo.payload(rc->head);
@@ -110,8 +120,10 @@ class Lane::Exec {
   }
   void move(const PieceMove& m, size_t n) const { hostMove(l_.a_, m, n); }
   static bool leader() { return true; }
-  void publish() const {
+  void publish(bool flag) const {
     SendCursor* sc = l_.send_;
+    // Last: a consumer may act on it (ProtoFlag).
+    if (flag) __atomic_store_n(&sc->fifo.header(sc->tail)->ready, slotReadyFlag(l_.a_.seq, sc->tail), __ATOMIC_RELEASE);
     if (sc->fifo.refs) {
       sc->fifo.refs[sc->tail % sc->fifo.nslots] = ref_;
       l_.refsOut_ = l_.refsOut_ || ref_;
@@ -150,8 +162,15 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
     postAhead(recv_->head + recv_->fifo.nslots);
   }
   Exec ex(*this, moved);
-  Primitives<Exec> prims(ex, SlotTag{a_.commId, a_.seq}, a_.elemSize, slotElems_, a_.input, a_.output);
-  const PrimStop stop = prims.run(steps_.data(), steps_.size(), &at_);
+  const SlotTag tag{a_.commId, a_.seq};
+  PrimStop stop;
+  if (a_.proto == ProtoKind::kFlag) {
+    Primitives<Exec, ProtoFlag> prims(ex, tag, a_.elemSize, slotElems_, a_.input, a_.output, a_.scratch);
+    stop = prims.run(steps_.data(), steps_.size(), &at_);
+  } else {
+    Primitives<Exec> prims(ex, tag, a_.elemSize, slotElems_, a_.input, a_.output, a_.scratch);
+    stop = prims.run(steps_.data(), steps_.size(), &at_);
+  }
   Status w;
   switch (stop.status) {
     case PrimStatus::kDone:

@@ -103,6 +103,8 @@ struct LaneArgs {
   // done only when the proxy has put all of it on the wire. Off for point-to-point, whose sends
   // must not wait for the receiver.
   bool sendByRef = false;
+  ProtoKind proto = ProtoKind::kSimple;  // ProtoFlag sends nothing by reference
+  char* scratch = nullptr;               // one slot, for schedules that stash a piece (kOutIsScratch)
 
   // Element `i` of the input or output. A rank with no buffer on one side (a broadcast's
   // non-root input, a gather's non-root output) gets nullptr back, never an offset null pointer.
@@ -153,42 +155,6 @@ class Lane {
   size_t postStep_ = 0;   // the next receive piece to post for: step, piece, and its slot
   size_t postPiece_ = 0;
   uint32_t postSlot_ = 0;
-};
-
-// The direct all-reduce of one rank (intra-host, small messages): per slot-sized piece, send this
-// rank's input to every peer, then fold every rank's contribution in rank order into the output.
-// One exchange instead of the ring's 2(n-1) steps, and the same sum (same order, same bits) on
-// every rank. Connections: one per peer and direction, used by nothing else. When the output is
-// the input (in place) and this rank is neither of the first two in the fold, its piece is
-// stashed in `scratch` (slotBytes) before the output is written.
-class DirectLane {
- public:
-  DirectLane(const LaneArgs& args, int rank, int nranks, size_t count, const std::unique_ptr<SendCursor>* sends,
-             const std::unique_ptr<RecvCursor>* recvs, char* scratch);
-
-  Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return piece_ >= npieces_; }
-
- private:
-  Status blockedOn(RecvCursor* rc, WaitInfo* wait) const;
-  Status blockedOn(SendCursor* sc, WaitInfo* wait) const;
-  // SlotHeader::ready for the current piece.
-  uint64_t readyTag() const { return (a_.seq << 32) | static_cast<uint32_t>(piece_); }
-
-  LaneArgs a_;
-  ReduceSpec noPre_;  // the spec for contributions that arrive already pre-multiplied
-  int rank_;
-  int nranks_;
-  size_t count_;
-  const std::unique_ptr<SendCursor>* sends_;  // indexed by rank; this rank's entry is null
-  const std::unique_ptr<RecvCursor>* recvs_;
-  char* scratch_;
-  size_t slotElems_;
-  size_t npieces_;
-  size_t piece_ = 0;
-  int sent_ = 0;    // peers this piece went to
-  int folded_ = 0;  // ranks whose contribution to this piece is in the output
-  bool stashed_ = false;
 };
 
 // The slice all-reduce of one rank (intra-host, large messages): each rank reduces one slice

@@ -341,6 +341,23 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   return a;
 }
 
+Lane Communicator::makeLane(LaneArgs a, const LanePlan& lp, std::vector<Step> steps) {
+  a.slotBytes = lp.slotBytes;
+  a.status = &channelStatus_[lp.channel];
+  a.proto = lp.proto;
+  if (lp.scratch) {
+    // One slot, shared by the lanes of every task: the execution token runs them one at a time.
+    CHORUS_CHECK(lp.slotBytes <= laneScratch_.size());
+    a.scratch = laneScratch_.data();
+  }
+  LaneConnectors conns;
+  for (int i = 0; i < kMaxLanePeers; ++i) {
+    if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
+    if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
+  }
+  return Lane(a, std::move(steps), conns);
+}
+
 Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   *ran = false;
   if (op.coll != CollType::kAllReduce || choose(op).algo != Algo::kDirect ||
@@ -350,19 +367,25 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   if (!tryAcquireExec()) return Status::ok();
   *ran = true;
   LaneArgs a = collArgs(op);
-  a.slotBytes = config_.peerSlots();
-  a.status = &channelStatus_[0];
   {
     std::lock_guard<std::mutex> planLock(planMu_);
     a.seq = ++collSeq_;
-    if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
   }
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo direct (inline)", collName(op.coll), a.seq,
               op.count, typeName(op.type));
   }
-  DirectLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect), conns_.recvs(ConnFamily::kDirect),
-                  directScratch_.data());
+  // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
+  const AlgoCall call{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff};
+  if (!inlinePlan_ || call.count != inlineCall_.count || call.elemSize != inlineCall_.elemSize ||
+      call.inPlace != inlineCall_.inPlace) {
+    std::vector<LanePlan> plans;
+    algorithm(Algo::kDirect).plan(algoContext(), call, &plans);
+    CHORUS_CHECK(plans.size() == 1);
+    inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
+    inlineCall_ = call;
+  }
+  Lane lane = makeLane(a, *inlinePlan_, inlinePlan_->steps);
   const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
@@ -479,28 +502,16 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     // The algorithm plans the call; the lanes it names are built here over the connections it
     // asked for (connectionsNeeded made them).
     lanePlans.clear();
-    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, a.elemSize, op.root}, &lanePlans);
+    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
     std::vector<Lane> lanes;
     for (LanePlan& lp : lanePlans) {
-      a.slotBytes = lp.slotBytes;
-      a.status = &channelStatus_[lp.channel];
       switch (lp.kind) {
-        case LanePlan::Kind::kSteps: {
-          LaneConnectors conns;
-          for (int i = 0; i < kMaxLanePeers; ++i) {
-            if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
-            if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
-          }
-          lanes.emplace_back(a, std::move(lp.steps), conns);
-          break;
-        }
-        case LanePlan::Kind::kDirect:
-          if (directScratch_.size() < a.slotBytes) directScratch_.resize(a.slotBytes);
-          task->addStage(DirectLane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
-                                    conns_.recvs(ConnFamily::kDirect), directScratch_.data()),
-                         flight);
+        case LanePlan::Kind::kSteps:
+          lanes.push_back(makeLane(a, lp, std::move(lp.steps)));
           break;
         case LanePlan::Kind::kSlice: {
+          a.slotBytes = lp.slotBytes;
+          a.status = &channelStatus_[lp.channel];
           SliceLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
                          conns_.recvs(ConnFamily::kDirect), conns_.sends(ConnFamily::kGather),
                          conns_.recvs(ConnFamily::kGather), memShare_.get());

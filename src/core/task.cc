@@ -45,10 +45,6 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
       Status s = run(lane);
       if (!s.isOk()) return s;
     }
-    if (auto& d = stages_[stage_].direct) {
-      Status s = run(*d);
-      if (!s.isOk()) return s;
-    }
     if (auto& sl = stages_[stage_].slice) {
       Status s = run(*sl);
       if (!s.isOk()) return s;

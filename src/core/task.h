@@ -69,11 +69,8 @@ class Task {
 
   TaskOwner* owner() const { return owner_; }
   // `flight`: the stage's flight-recorder entry (0: none).
-  void addStage(std::vector<Lane> lanes, uint64_t flight) {
-    stages_.push_back(Stage{std::move(lanes), {}, {}, flight});
-  }
-  void addStage(DirectLane lane, uint64_t flight) { stages_.push_back(Stage{{}, std::move(lane), {}, flight}); }
-  void addStage(SliceLane lane, uint64_t flight) { stages_.push_back(Stage{{}, {}, std::move(lane), flight}); }
+  void addStage(std::vector<Lane> lanes, uint64_t flight) { stages_.push_back(Stage{std::move(lanes), {}, flight}); }
+  void addStage(SliceLane lane, uint64_t flight) { stages_.push_back(Stage{{}, std::move(lane), flight}); }
   // The flight-recorder entries of all the task's operations.
   void setFlight(uint64_t first, uint64_t last) {
     flightFirst_ = first;
@@ -106,10 +103,10 @@ class Task {
 
  private:
   TaskOwner* owner_;
-  // One collective: the lanes of its channels (or of its two trees), a direct lane, or a slice lane.
+  // One collective: the lanes of its channels (or of its two trees, or its one direct lane), or
+  // a slice lane.
   struct Stage {
     std::vector<Lane> lanes;
-    std::optional<DirectLane> direct;
     std::optional<SliceLane> slice;
     uint64_t flight = 0;
   };

@@ -40,7 +40,8 @@ class BlockExec {
     curRecv_ = recvFrom;
   }
 
-  __device__ bool waitData() {
+  // The tail counter alone decides (a ready word a host producer wrote is not polled here).
+  __device__ bool waitData(bool) {
     if (leader()) {
       uint64_t spins = 0;
       while (static_cast<int32_t>(acquireLoad(recvEnd().tail) - recvEnd().position) <= 0 && ++spins < c_.spinLimit) {
@@ -66,8 +67,9 @@ class BlockExec {
   }
   __device__ void move(const PieceMove& m, size_t n) const {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
-    ReduceSpec spec = c_.spec;  // a register copy: the stores below may alias global memory
-    if (m.noPre) spec.hasPre = false;
+    const ReduceSpec full = c_.spec;  // register copies: the stores below may alias global memory
+    ReduceSpec spec = full;
+    if (m.noPre || m.preA) spec.hasPre = false;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       T v;
       switch (m.fold) {
@@ -77,12 +79,12 @@ class BlockExec {
         case Fold::kPre:
           v = ElemOps<T>::pre(spec, loadElem<T>(m.a, i));
           break;
-        case Fold::kReduce:
-          v = reduceOne<T>(spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), false);
+        default: {
+          // preA: pre(a) OP b, b without the pre-op.
+          const T a = m.preA ? ElemOps<T>::pre(full, loadElem<T>(m.a, i)) : loadElem<T>(m.a, i);
+          v = reduceOne<T>(spec, a, loadElem<T>(m.b, i), m.fold == Fold::kReducePost);
           break;
-        default:
-          v = reduceOne<T>(spec, loadElem<T>(m.a, i), loadElem<T>(m.b, i), true);
-          break;
+        }
       }
       if (toDst) storeElem<T>(m.dst, i, v);
       if (m.dst2) storeElem<T>(m.dst2, i, v);
@@ -90,7 +92,11 @@ class BlockExec {
     __syncthreads();  // every thread's writes to the slot and the output precede the publish
   }
   __device__ bool leader() const { return threadIdx.x == 0; }
-  __device__ void publish() {
+  __device__ void publish(bool flag) {
+    if (leader() && flag) {
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(header(sendEnd())->ready)
+          .store(slotReadyFlag(c_.seq, sendEnd().position), cuda::memory_order_release);
+    }
     ++sendEnd().position;
     if (leader()) releaseStore(sendEnd().tail, sendEnd().position);
   }
