@@ -144,7 +144,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   const int n = c->nranks();
   const int me = c->rank();
   const bool reduces = coll == CollType::kAllReduce || coll == CollType::kReduce || coll == CollType::kReduceScatter;
-  if (reduces) CHORUS_TRY(c->checkRedOp(op, type));
+  if (reduces) CHORUS_TRY(c->redOps().check(op, type));
   const bool rooted = coll == CollType::kBroadcast || coll == CollType::kReduce || coll == CollType::kGather ||
                       coll == CollType::kScatter;
   if (rooted) CHORUS_TRY(checkRank(root, n, "root"));
@@ -553,7 +553,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
       return invalidArgument("residence must be chorusScalarDevice or chorusScalarHostImmediate");
     }
     CHORUS_ASSIGN_OR_RETURN(CommRef c, usableComm(comm));
-    CHORUS_ASSIGN_OR_RETURN(*op, c->createPreMulSum(scalar, datatype, residence));
+    CHORUS_ASSIGN_OR_RETURN(*op, c->redOps().createPreMulSum(scalar, datatype, residence));
     return Status::ok();
   });
 }
@@ -561,7 +561,7 @@ chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, choru
 chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm) {
   return guard("chorusRedOpDestroy", [&]() -> Status {
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    return c->destroyRedOp(op);
+    return c->redOps().destroy(op);
   });
 }
 

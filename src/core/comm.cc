@@ -220,10 +220,10 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   laneScratch_.resize(std::max<size_t>(config_.slotBytes, config_.peerSlots()));
   if (config_.workersPerChannel > 1) workers_ = std::make_unique<WorkerGroup>(config_.workersPerChannel);
-  p2pSendSeq_.assign(nranks_, 0);
-  p2pRecvSeq_.assign(nranks_, 0);
+  seq_.p2pSend.assign(nranks_, 0);
+  seq_.p2pRecv.assign(nranks_, 0);
   startFlight();
-  redOps_.clear();
+  redOps_.reset(nranks_);
 
   idlePolicy_ = IdlePolicy(config_);
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
@@ -270,22 +270,6 @@ void Communicator::logEnvironment() const {
   }
   for (const std::string& w : config_.envWarnings) log_.warn(kSubsysEnv, "{}", w);
   for (const std::string& line : config_.envSettings) log_.info(kSubsysEnv, "{}", line);
-}
-
-void Communicator::taskStarted() { outstanding_.fetch_add(1, std::memory_order_relaxed); }
-
-void Communicator::taskFinished() {
-  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  // The last one: wake waitIdle (the lock orders this with its check-then-sleep).
-  std::lock_guard<std::mutex> g(workMu_);
-  workCv_.notify_all();
-}
-
-Status Communicator::waitIdle() {
-  std::unique_lock<std::mutex> lk(workMu_);
-  // Tasks end by themselves: by completing, by the timeout, or at once after an abort.
-  workCv_.wait(lk, [&] { return outstanding_.load(std::memory_order_acquire) == 0; });
-  return asyncError();
 }
 
 void Communicator::abort() {

@@ -26,7 +26,9 @@
 #include "src/core/flight.h"
 #include "src/core/lane.h"
 #include "src/core/memshare.h"
+#include "src/core/redops.h"
 #include "src/core/task.h"
+#include "src/core/work_count.h"
 #include "src/core/workers.h"
 #include "src/topo/topo.h"
 #include "transports/transport.h"
@@ -147,9 +149,8 @@ class Communicator : public TaskOwner {
   void releaseExec() override { exec_.store(false, std::memory_order_release); }
 
   // Custom reduction operators.
-  Result<chorusRedOp_t> createPreMulSum(const void* scalar, chorusDataType_t type, chorusScalarResidence_t residence);
-  Status destroyRedOp(chorusRedOp_t op);
-  Status checkRedOp(chorusRedOp_t op, chorusDataType_t type) const;
+  RedOpTable& redOps() { return redOps_; }
+  const RedOpTable& redOps() const { return redOps_; }
 
   // chorusCommRegister / chorusCommDeregister.
   Result<void*> registerBuffer(const void* ptr, size_t bytes) { return memShare_->registerRange(ptr, bytes); }
@@ -192,9 +193,12 @@ class Communicator : public TaskOwner {
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
 
   // Work accounting so destroy/finalize wait for what was launched.
-  void taskStarted();
-  void taskFinished();
-  Status waitIdle();
+  WorkCount& work() { return work_; }
+  // Until every launch has finished; then the communicator's error, if any.
+  Status waitIdle() {
+    work_.waitNone();
+    return asyncError();
+  }
 
   // Ends the communicator's life: stop (abort) or wait (destroy), then free.
   void abort();
@@ -213,7 +217,6 @@ class Communicator : public TaskOwner {
   void stopTraffic();
   Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
                       const std::vector<int>& localRank) const;
-  ReduceSpec reduceSpec(chorusRedOp_t op, chorusDataType_t type) const;
   // A collective's lane arguments but its sequence number and slot size.
   LaneArgs collArgs(const OpInfo& op) const;
   // The lane of plan `lp` over this communicator's connections (planMu_ or the execution token held).
@@ -271,25 +274,22 @@ class Communicator : public TaskOwner {
   void watchPeers();
   bool oneProcess_ = false;  // every rank a thread of this process
   std::mutex planMu_;        // plan() may run on several streams' workers
-  uint64_t collSeq_ = 0;
   // Algorithms (a bit each, algoBit) whose connections all exist: connectionsNeeded skips them.
   mutable std::atomic<uint32_t> connectedAlgos_{0};
-  std::vector<uint64_t> p2pSendSeq_;
-  std::vector<uint64_t> p2pRecvSeq_;
   std::atomic<int> anyNext_{0};  // where firstSender's next scan starts
-  uint64_t splitSeq_ = 0;
-  uint64_t checkSeq_ = 0;  // collectives compared under CHORUS_CHECK
-  uint64_t shrinkSeq_ = 0;
+  // Operation counters, advanced alike on every rank (collectives under planMu_): they number
+  // the slots of each operation (SlotHeader::seq) and the bootstrap exchanges of split, shrink
+  // and CHORUS_CHECK.
+  struct Sequences {
+    uint64_t coll = 0;
+    std::vector<uint64_t> p2pSend;  // per peer
+    std::vector<uint64_t> p2pRecv;
+    uint64_t split = 0;
+    uint64_t shrink = 0;
+    uint64_t check = 0;  // collectives compared under CHORUS_CHECK
+  } seq_;
 
-  struct PreMulOp {
-    bool live = false;
-    chorusDataType_t type = chorusFloat32;
-    chorusScalarResidence_t residence = chorusScalarHostImmediate;
-    unsigned char value[8] = {0};
-    const void* ptr = nullptr;
-  };
-  std::vector<PreMulOp> redOps_;
-  mutable std::mutex redOpMu_;
+  RedOpTable redOps_;
 
   std::atomic<State> state_{State::kInitializing};
   std::atomic<bool> abort_{false};
@@ -298,9 +298,7 @@ class Communicator : public TaskOwner {
   Status asyncError_;                // guarded by errMu_
   std::atomic<bool> failed_{false};  // set (under errMu_) with asyncError_
 
-  std::mutex workMu_;
-  std::condition_variable workCv_;
-  std::atomic<int> outstanding_{0};  // launched, unfinished tasks; workMu_ orders the wake at zero
+  WorkCount work_;
 };
 
 }  // namespace chorus

@@ -166,7 +166,7 @@ std::string Communicator::dumpState() const {
   Status e = asyncError();
   if (!e.isOk()) s += fmt::format(", failed: {}", e.message());
   if (aborted()) s += ", aborted";
-  s += fmt::format("\n  launches outstanding: {}\n", outstanding_.load(std::memory_order_acquire));
+  s += fmt::format("\n  launches outstanding: {}\n", work_.outstanding());
   if (channelStatus_) s += "  channels: " + describeChannels() + "\n";
   if (!flight_ || !flight_->enabled()) return s + "  flight recorder off (CHORUS_FLIGHT_ENTRIES=0)\n";
   const auto entries = flight_->snapshot();

@@ -35,7 +35,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(Communicator& parent, 
   std::vector<SplitRecord> all(parent.nranks_);
   all[parent.rank_] = mine;
   CHORUS_TRY(parent.bootstrap_->allGather(all.data(), sizeof(SplitRecord)));
-  const uint64_t seq = ++parent.splitSeq_;
+  const uint64_t seq = ++parent.seq_.split;
   if (color == CHORUS_SPLIT_NOCOLOR) return std::unique_ptr<Communicator>();
 
   std::vector<int> members;
@@ -107,7 +107,7 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
 
   ShrinkRecord mine{};
   mine.magic = ShrinkRecord::kMagic;
-  mine.seq = ++parent.shrinkSeq_;
+  mine.seq = ++parent.seq_.shrink;
   mine.count = static_cast<int32_t>(list.size());
   mine.listHash = fnv1a(list.data(), list.size() * sizeof(int));
   for (size_t i = 0; i < list.size() && i < static_cast<size_t>(ShrinkRecord::kShown); ++i) mine.shown[i] = list[i];

@@ -180,7 +180,7 @@ Status planAndRun(std::vector<CommOps>& work) {
   if (!failed.isOk()) {
     for (auto& w : work) {
       w.comm->setAsyncError(failed);
-      w.comm->taskFinished();
+      w.comm->work().finished();
     }
     return failed;
   }
@@ -189,7 +189,7 @@ Status planAndRun(std::vector<CommOps>& work) {
     Communicator* c = work[i].comm;
     tasks[i]->setOnDone([c, &latch](const Status& st) {
       latch.done(st);
-      c->taskFinished();
+      c->work().finished();
     });
   }
   if (!runInline(tasks, work[0].comm->idlePolicy())) submitToEngines(work, tasks);
@@ -275,7 +275,7 @@ Status launch(std::vector<OpInfo>& ops) {
   // Per stream, the work of every communicator on it; the NULL stream's runs last, here.
   if (work.size() == 1) {
     Communicator* c = work.front().comm;
-    c->taskStarted();
+    c->work().started();
     const std::shared_ptr<Stream> s = work.front().stream;
     if (work.front().ops.size() == 1) {
       // A lone operation: the direct fast path when it qualifies, else the general one.
@@ -283,7 +283,7 @@ Status launch(std::vector<OpInfo>& ops) {
         bool ran = false;
         Status st = c->runDirectNow(op, &ran);
         if (ran) {
-          c->taskFinished();
+          c->work().finished();
           return st;
         }
         std::vector<CommOps> w;
@@ -305,7 +305,7 @@ Status launch(std::vector<OpInfo>& ops) {
     std::vector<CommOps> rest;
     for (auto& w : work) (w.stream == s ? mine : rest).push_back(std::move(w));
     work = std::move(rest);
-    for (auto& w : mine) w.comm->taskStarted();
+    for (auto& w : mine) w.comm->work().started();
     if (s == nullptr) {
       nullWork = std::move(mine);
       continue;

@@ -300,7 +300,7 @@ Status Communicator::checkAgreement(const std::vector<OpInfo>& ops) {
   for (const OpInfo& op : ops) {
     if (op.coll == CollType::kSend || op.coll == CollType::kRecv) continue;
     std::vector<CheckRecord> all(nranks_);
-    all[rank_] = checkRecordOf(op, ++checkSeq_);
+    all[rank_] = checkRecordOf(op, ++seq_.check);
     CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(CheckRecord)));
     // Every rank sees the same table and reaches the same verdict: who differs from rank 0.
     std::vector<int> differ;
@@ -336,7 +336,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   a.commId = commId_;
   const bool reduces =
       op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  if (reduces) a.spec = reduceSpec(op.op, op.type);
+  if (reduces) a.spec = redOps_.spec(op.op, op.type);
   a.sendByRef = true;
   return a;
 }
@@ -369,7 +369,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   LaneArgs a = collArgs(op);
   {
     std::lock_guard<std::mutex> planLock(planMu_);
-    a.seq = ++collSeq_;
+    a.seq = ++seq_.coll;
   }
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo direct (inline)", collName(op.coll), a.seq,
@@ -478,7 +478,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
         LaneArgs a = bytesArgs;
         a.input = p.src;
         a.output = p.dst;
-        a.seq = p.send ? ++p2pSendSeq_[p.peer] : ++p2pRecvSeq_[p.peer];
+        a.seq = p.send ? ++seq_.p2pSend[p.peer] : ++seq_.p2pRecv[p.peer];
         if (!firstSeq) firstSeq = a.seq;
         std::vector<Step> steps;
         if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
@@ -493,11 +493,11 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     const Algo algo = algoFor(op, choice);
     const bool sliceOnItsOwn = algo == Algo::kSlice && choice.sliceIfRegistered;
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-      log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), collSeq_ + 1, op.count,
+      log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), seq_.coll + 1, op.count,
                 typeName(op.type), sliceOnItsOwn ? "slice (buffers registered)" : algoName(algo));
     }
     LaneArgs a = collArgs(op);
-    a.seq = ++collSeq_;
+    a.seq = ++seq_.coll;
     const uint64_t flight = record(op, a.seq, algoName(algo));
     // The algorithm plans the call; the lanes it names are built here over the connections it
     // asked for (connectionsNeeded made them).

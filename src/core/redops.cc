@@ -1,12 +1,14 @@
 // Custom reduction operators (chorusRedOpCreatePreMulSum) and the reduction a call runs.
-#include "src/core/comm.h"
+#include "src/core/redops.h"
 
 #include <cstring>
 
+#include "src/common/types.h"
+
 namespace chorus {
 
-Result<chorusRedOp_t> Communicator::createPreMulSum(const void* scalar, chorusDataType_t type,
-                                                    chorusScalarResidence_t residence) {
+Result<chorusRedOp_t> RedOpTable::createPreMulSum(const void* scalar, chorusDataType_t type,
+                                                  chorusScalarResidence_t residence) {
   PreMulOp op;
   op.live = true;
   op.type = type;
@@ -16,52 +18,52 @@ Result<chorusRedOp_t> Communicator::createPreMulSum(const void* scalar, chorusDa
   } else {
     op.ptr = scalar;
   }
-  std::lock_guard<std::mutex> g(redOpMu_);
-  for (size_t i = 0; i < redOps_.size(); ++i) {
-    if (!redOps_[i].live) {
-      redOps_[i] = op;
+  std::lock_guard<std::mutex> g(mu_);
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (!ops_[i].live) {
+      ops_[i] = op;
       return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(i));
     }
   }
-  if (redOps_.size() >= 1u << 20) return invalidUsage("too many live custom reduction operators; destroy some");
-  redOps_.push_back(op);
-  return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(redOps_.size() - 1));
+  if (ops_.size() >= 1u << 20) return invalidUsage("too many live custom reduction operators; destroy some");
+  ops_.push_back(op);
+  return static_cast<chorusRedOp_t>(chorusNumOps + static_cast<int>(ops_.size() - 1));
 }
 
-Status Communicator::destroyRedOp(chorusRedOp_t op) {
-  std::lock_guard<std::mutex> g(redOpMu_);
+Status RedOpTable::destroy(chorusRedOp_t op) {
+  std::lock_guard<std::mutex> g(mu_);
   const int idx = static_cast<int>(op) - chorusNumOps;
   if (op < chorusNumOps) {
     return invalidArgument("operator " + std::to_string(op) +
                            " is built in; only operators made by "
                            "chorusRedOpCreatePreMulSum can be destroyed");
   }
-  if (idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+  if (idx >= static_cast<int>(ops_.size()) || !ops_[idx].live) {
     return invalidArgument("operator " + std::to_string(op) +
                            " was not created on this communicator or was already "
                            "destroyed");
   }
-  redOps_[idx].live = false;
+  ops_[idx].live = false;
   return Status::ok();
 }
 
-Status Communicator::checkRedOp(chorusRedOp_t op, chorusDataType_t type) const {
+Status RedOpTable::check(chorusRedOp_t op, chorusDataType_t type) const {
   if (op >= 0 && op < chorusNumOps) return Status::ok();
-  std::lock_guard<std::mutex> g(redOpMu_);
+  std::lock_guard<std::mutex> g(mu_);
   const int idx = static_cast<int>(op) - chorusNumOps;
-  if (op < 0 || idx >= static_cast<int>(redOps_.size()) || !redOps_[idx].live) {
+  if (op < 0 || idx >= static_cast<int>(ops_.size()) || !ops_[idx].live) {
     return invalidArgument("reduction operator " + std::to_string(op) +
                            " is neither built in (sum, prod, max, min, avg) nor a live operator of this communicator "
                            "(destroyed, or created on another communicator?)");
   }
-  if (redOps_[idx].type != type) {
+  if (ops_[idx].type != type) {
     return invalidArgument(std::string("reduction operator ") + std::to_string(op) + " was created for " +
-                           typeName(redOps_[idx].type) + " but is used with " + typeName(type));
+                           typeName(ops_[idx].type) + " but is used with " + typeName(type));
   }
   return Status::ok();
 }
 
-ReduceSpec Communicator::reduceSpec(chorusRedOp_t op, chorusDataType_t type) const {
+ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type) const {
   ReduceSpec s;
   const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
                        type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
@@ -94,8 +96,8 @@ ReduceSpec Communicator::reduceSpec(chorusRedOp_t op, chorusDataType_t type) con
   // Pre-multiplied sum: the scalar is read now (at launch), in its own type.
   PreMulOp p;
   {
-    std::lock_guard<std::mutex> g(redOpMu_);
-    p = redOps_[static_cast<int>(op) - chorusNumOps];
+    std::lock_guard<std::mutex> g(mu_);
+    p = ops_[static_cast<int>(op) - chorusNumOps];
   }
   unsigned char v[8] = {0};
   std::memcpy(v, p.residence == chorusScalarHostImmediate ? p.value : p.ptr, typeSize(type));
