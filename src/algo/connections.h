@@ -17,12 +17,15 @@ enum class ConnFamily : unsigned char {
   kGather,  // the slice all-reduce's results; the second tree
 };
 constexpr int kConnFamilies = 4;
+// Ring connections come in sets of one per channel: the ring's (index c), and one more set an
+// algorithm may take for rings of its own (index nChannels + c).
+constexpr int kRingSets = 2;
 
 // For the log: "Channel 01", "P2P", "Direct", "Gather".
 const char* connFamilyName(ConnFamily f);
 
-// One connection: its family, its index in the family (the channel for kRing, the peer
-// otherwise), the peer, and which end this rank holds.
+// One connection: its family, its index in the family (the channel for kRing, counting the
+// sets of kRingSets; the peer otherwise), the peer, and which end this rank holds.
 struct ConnKey {
   ConnFamily family;
   int index;

@@ -14,10 +14,11 @@ namespace chorus {
 
 class ConnTable {
  public:
-  // Sizes every family: nChannels entries for rings, nranks for the others.
+  // Sizes every family, once (threads read it while connections are added): kRingSets *
+  // nChannels entries for rings, nranks for the others.
   void init(int nranks, int nChannels) {
     for (int f = 0; f < kConnFamilies; ++f) {
-      const size_t n = static_cast<size_t>(f == static_cast<int>(ConnFamily::kRing) ? nChannels : nranks);
+      const size_t n = static_cast<size_t>(f == static_cast<int>(ConnFamily::kRing) ? kRingSets * nChannels : nranks);
       fam_[f].send.resize(n);
       fam_[f].recv.resize(n);
     }
