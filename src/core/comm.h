@@ -219,8 +219,9 @@ class Communicator : public TaskOwner {
                       const std::vector<int>& localRank) const;
   // A collective's lane arguments but its sequence number and slot size.
   LaneArgs collArgs(const OpInfo& op) const;
-  // The lane of plan `lp` over this communicator's connections (planMu_ or the execution token held).
-  Lane makeLane(LaneArgs a, const LanePlan& lp, std::vector<Step> steps);
+  // The lane of plan `lp` over this communicator's connections (planMu_ or the execution token
+  // held). `keepPlan`: the lane borrows the plan's steps (the plan outlives it); else it takes them.
+  Lane makeLane(LaneArgs a, LanePlan& lp, bool keepPlan);
 
   Config config_;
   Logger log_;

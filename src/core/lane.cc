@@ -39,7 +39,14 @@ Lane::Lane(const LaneArgs& args, std::vector<Step> steps, SendCursor* send, Recv
     : Lane(args, std::move(steps), LaneConnectors{{send}, {recv}}) {}
 
 Lane::Lane(const LaneArgs& args, std::vector<Step> steps, const LaneConnectors& conns)
-    : a_(args), steps_(std::move(steps)), conns_(conns) {
+    : Lane(args, StepsRef{nullptr, 0}, conns) {
+  owned_ = std::move(steps);
+  steps_ = owned_.data();
+  nsteps_ = owned_.size();
+}
+
+Lane::Lane(const LaneArgs& args, StepsRef steps, const LaneConnectors& conns)
+    : a_(args), steps_(steps.data), nsteps_(steps.size), conns_(conns) {
   slotElems_ = std::max<size_t>(1, a_.slotBytes / a_.elemSize);
   // References and posted destinations are tracked for one connector each way.
   if (conns_.send[1] || a_.proto != ProtoKind::kSimple) a_.sendByRef = false;
@@ -61,7 +68,7 @@ Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
 
 void Lane::postAhead(uint32_t limit) {
   const size_t es = a_.elemSize;
-  while (static_cast<int32_t>(limit - postSlot_) > 0 && postStep_ < steps_.size()) {
+  while (static_cast<int32_t>(limit - postSlot_) > 0 && postStep_ < nsteps_) {
     const Step& st = steps_[postStep_];
     const size_t npieces = primReceives(st.prim) ? (st.count + slotElems_ - 1) / slotElems_ : 0;
     if (postPiece_ >= npieces) {
@@ -90,18 +97,24 @@ class Lane::Exec {
     l_.send_ = l_.conns_.send[sendTo];
     l_.recv_ = l_.conns_.recv[recvFrom];
   }
-  bool waitData(bool flag) const {
+  // Each wait that succeeds finds the slot's header once for the calls that follow it.
+  bool waitData(bool flag) {
     const RecvCursor* rc = l_.recv_;
+    rh_ = rc->fifo.header(rc->head);
     // The header says the slot is full (one cache line, the data too when it is inline); otherwise
     // the tail counter decides, which also surfaces a slot of another operation.
     if (flag && rc->headerPublishes &&
-        __atomic_load_n(&rc->fifo.header(rc->head)->ready, __ATOMIC_ACQUIRE) == slotReadyFlag(l_.a_.seq, rc->head)) {
+        __atomic_load_n(&rh_->ready, __ATOMIC_ACQUIRE) == slotReadyFlag(l_.a_.seq, rc->head)) {
       return true;
     }
     return rc->fifo.hasData(rc->head);
   }
-  bool waitSpace() const { return l_.send_->hasSpace(); }
-  const SlotHeader* recvHeader() const { return l_.recv_->fifo.header(l_.recv_->head); }
+  bool waitSpace() {
+    if (!l_.send_->hasSpace()) return false;
+    sh_ = l_.send_->fifo.header(l_.send_->tail);
+    return true;
+  }
+  const SlotHeader* recvHeader() const { return rh_; }
   const char* recvPayload(char* dst) const {
     const RecvCursor* rc = l_.recv_;
     // Already in the output when the proxy took the destination this lane posted.
@@ -110,20 +123,20 @@ class Lane::Exec {
             reinterpret_cast<uintptr_t>(dst)) {
       return dst;
     }
-    return rc->fifo.payload(rc->head);
+    return reinterpret_cast<const char*>(rh_ + 1);
   }
-  SlotHeader* sendHeader() const { return l_.send_->fifo.header(l_.send_->tail); }
+  SlotHeader* sendHeader() const { return sh_; }
   char* sendPayload(Prim p, const char* in, const char* out) {
     // The proxy sends from `ref_`; every copy into the slot is skipped.
     ref_ = l_.send_->fifo.refs ? l_.sendSource(p, in, out) : nullptr;
-    return ref_ ? nullptr : l_.send_->fifo.payload(l_.send_->tail);
+    return ref_ ? nullptr : reinterpret_cast<char*>(sh_ + 1);
   }
   void move(const PieceMove& m, size_t n) const { hostMove(l_.a_, m, n); }
   static bool leader() { return true; }
   void publish(bool flag) const {
     SendCursor* sc = l_.send_;
     // Last: a consumer may act on it (ProtoFlag).
-    if (flag) __atomic_store_n(&sc->fifo.header(sc->tail)->ready, slotReadyFlag(l_.a_.seq, sc->tail), __ATOMIC_RELEASE);
+    if (flag) __atomic_store_n(&sh_->ready, slotReadyFlag(l_.a_.seq, sc->tail), __ATOMIC_RELEASE);
     if (sc->fifo.refs) {
       sc->fifo.refs[sc->tail % sc->fifo.nslots] = ref_;
       l_.refsOut_ = l_.refsOut_ || ref_;
@@ -151,6 +164,8 @@ class Lane::Exec {
   Lane& l_;
   bool* moved_;
   const char* ref_ = nullptr;
+  const SlotHeader* rh_ = nullptr;  // the receive slot's header, found by waitData
+  SlotHeader* sh_ = nullptr;        // the send slot's, found by waitSpace
 };
 
 Status Lane::progress(WaitInfo* wait, bool* moved) {
@@ -166,10 +181,10 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
   PrimStop stop;
   if (a_.proto == ProtoKind::kFlag) {
     Primitives<Exec, ProtoFlag> prims(ex, tag, a_.elemSize, slotElems_, a_.input, a_.output, a_.scratch);
-    stop = prims.run(steps_.data(), steps_.size(), &at_);
+    stop = prims.run(steps_, nsteps_, &at_);
   } else {
     Primitives<Exec> prims(ex, tag, a_.elemSize, slotElems_, a_.input, a_.output, a_.scratch);
-    stop = prims.run(steps_.data(), steps_.size(), &at_);
+    stop = prims.run(steps_, nsteps_, &at_);
   }
   Status w;
   switch (stop.status) {
@@ -190,7 +205,7 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
     // The input and output are the caller's again once this operation completes: wait until the
     // proxy has handed every slot to the kernel.
     if (send_->fifo.ctrl->head.load(std::memory_order_acquire) != send_->tail) {
-      w = waitForSpace(send_, wait, steps_.size() - 1, a_.seq, steps_.back().prim);
+      w = waitForSpace(send_, wait, nsteps_ - 1, a_.seq, steps_[nsteps_ - 1].prim);
       if (w.inProgress() && a_.status) a_.status->blocked(*wait);
       return w;
     }

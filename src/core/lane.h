@@ -118,6 +118,13 @@ struct LaneConnectors {
   RecvCursor* recv[kMaxLanePeers] = {};
 };
 
+// Steps a lane runs without owning them: the caller keeps them alive and unchanged until the
+// lane is gone (a plan cached across calls).
+struct StepsRef {
+  const Step* data;
+  size_t size;
+};
+
 class Lane {
  public:
   // One send and one receive connector (rings, chains, point-to-point); either may be null when
@@ -126,10 +133,15 @@ class Lane {
   // Several (trees). Sending by reference and posting receive destinations (sockets) are for lanes
   // with one connector each way only.
   Lane(const LaneArgs& args, std::vector<Step> steps, const LaneConnectors& conns);
+  Lane(const LaneArgs& args, StepsRef steps, const LaneConnectors& conns);
+  Lane(Lane&&) noexcept = default;
+  Lane& operator=(Lane&&) noexcept = default;
+  Lane(const Lane&) = delete;  // steps_ may point into owned_
+  Lane& operator=(const Lane&) = delete;
 
   // ok: finished. inProgress: blocked (see *wait). Anything else: failed.
   Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return at_.step >= steps_.size() && !refsOut_; }
+  bool done() const { return at_.step >= nsteps_ && !refsOut_; }
 
  private:
   class Exec;  // the host executor of the primitives over this lane's cursors
@@ -144,7 +156,9 @@ class Lane {
   void postAhead(uint32_t limit);
 
   LaneArgs a_;
-  std::vector<Step> steps_;
+  std::vector<Step> owned_;      // the steps, when the lane owns them
+  const Step* steps_ = nullptr;  // owned_'s, or the caller's (StepsRef)
+  size_t nsteps_ = 0;
   LaneConnectors conns_;
   SendCursor* send_ = nullptr;  // the connectors of the step at the cursor
   RecvCursor* recv_ = nullptr;

@@ -341,7 +341,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   return a;
 }
 
-Lane Communicator::makeLane(LaneArgs a, const LanePlan& lp, std::vector<Step> steps) {
+Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, bool keepPlan) {
   a.slotBytes = lp.slotBytes;
   a.status = &channelStatus_[lp.channel];
   a.proto = lp.proto;
@@ -355,7 +355,8 @@ Lane Communicator::makeLane(LaneArgs a, const LanePlan& lp, std::vector<Step> st
     if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
     if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
   }
-  return Lane(a, std::move(steps), conns);
+  if (keepPlan) return Lane(a, StepsRef{lp.steps.data(), lp.steps.size()}, conns);
+  return Lane(a, std::move(lp.steps), conns);
 }
 
 Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
@@ -385,7 +386,7 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
     inlineCall_ = call;
   }
-  Lane lane = makeLane(a, *inlinePlan_, inlinePlan_->steps);
+  Lane lane = makeLane(a, *inlinePlan_, true);
   const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
@@ -507,7 +508,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     for (LanePlan& lp : lanePlans) {
       switch (lp.kind) {
         case LanePlan::Kind::kSteps:
-          lanes.push_back(makeLane(a, lp, std::move(lp.steps)));
+          lanes.push_back(makeLane(a, lp, false));
           break;
         case LanePlan::Kind::kSlice: {
           a.slotBytes = lp.slotBytes;
