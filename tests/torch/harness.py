@@ -1,5 +1,6 @@
 """What the torch tests share: running a function on ranks under mp.spawn and reporting failures."""
 import os
+import random
 import socket
 import sys
 import time
@@ -8,16 +9,33 @@ import traceback
 import torch.multiprocessing as mp
 
 
+def _bindable(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(offset=0):
-    """A port nothing listens on now, chosen by the kernel so that tests running side by side do
-    not collide (a pid-derived one did). Callers also use port + 1 and port + 2, which are free
-    too unless some other socket took them in between; `offset` is no longer needed."""
+    """A port that, with port + 1 and port + 2, nothing listens on now. It is drawn at random
+    below the kernel's ephemeral range: a port from that range (bind to 0) could be handed out
+    a moment later as the source port of some connection, the test's own store clients' among
+    them, and the port after it was, once. Random, so that tests running side by side do not
+    collide; `offset` is no longer needed."""
     del offset
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 2 < 65536:
+        port = rng.randrange(10000, max(10001, low - 3))
+        if all(_bindable(port + i) for i in range(3)):
             return port
 
 
