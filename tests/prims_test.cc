@@ -50,14 +50,16 @@ void stepUntilDone(std::vector<Lane>& lanes) {
   for (const Lane& lane : lanes) REQUIRE(lane.done());
 }
 
-// The arguments of one rank's int32 all-reduce lane from `in` into `out`.
-LaneArgs int32Lane(const std::vector<int32_t>& in, std::vector<int32_t>& out, const HostKernels& kernels,
-                   uint32_t slotBytes, WorkerGroup* workers, const ReduceSpec& spec = ReduceSpec()) {
+// The arguments of one rank's all-reduce lane of `type` from `in` into `out` (the same vector:
+// in place).
+template <typename T>
+LaneArgs laneOf(chorusDataType_t type, const std::vector<T>& in, std::vector<T>& out, const HostKernels& kernels,
+                uint32_t slotBytes, WorkerGroup* workers, const ReduceSpec& spec = ReduceSpec()) {
   LaneArgs a;
   a.input = reinterpret_cast<const char*>(in.data());
   a.output = reinterpret_cast<char*>(out.data());
-  a.elemSize = 4;
-  a.type = chorusInt32;
+  a.elemSize = sizeof(T);
+  a.type = type;
   a.spec = spec;
   a.kernels = &kernels;
   a.commId = 9;
@@ -88,7 +90,7 @@ std::vector<std::vector<int32_t>> ringOnOneThread(int n, size_t count, WorkerGro
     recvs[r].peer = (r + n - 1) % n;
   }
   for (int r = 0; r < n; ++r) {
-    lanes.emplace_back(int32Lane(in[r], out[r], kernels, slotBytes, workers),
+    lanes.emplace_back(laneOf(chorusInt32, in[r], out[r], kernels, slotBytes, workers),
                        ringAllReduce(n, r, count, ringLoopChunk(slotBytes, nslots, 4)), &sends[r], &recvs[r]);
   }
   stepUntilDone(lanes);
@@ -158,7 +160,7 @@ std::vector<std::vector<int32_t>> treeOnOneThread(const ReduceSpec& spec, size_t
       conns.send[k] = &downSend[c];
       conns.recv[k++] = &upRecv[c];
     }
-    lanes.emplace_back(int32Lane(in[r], out[r], kernels, slotBytes, workers, spec),
+    lanes.emplace_back(laneOf(chorusInt32, in[r], out[r], kernels, slotBytes, workers, spec),
                        treeAllReduce(r > 0, children, 0, count, slotBytes / 4), conns);
   }
   stepUntilDone(lanes);
@@ -234,17 +236,7 @@ std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const Red
     }
     std::vector<float>& dst = inPlace ? in[r] : out[r];
     if (inPlace) out[r] = in[r];  // the inputs, kept for the reference
-    LaneArgs a;
-    a.input = reinterpret_cast<const char*>(in[r].data());
-    a.output = reinterpret_cast<char*>(dst.data());
-    a.elemSize = 4;
-    a.type = chorusFloat32;
-    a.spec = spec;
-    a.kernels = &kernels;
-    a.commId = 9;
-    a.seq = 5;
-    a.slotBytes = slotBytes;
-    a.workers = workers;
+    LaneArgs a = laneOf(chorusFloat32, in[r], dst, kernels, slotBytes, workers, spec);
     a.proto = ProtoKind::kFlag;
     a.scratch = scratch[r].data();
     lanes.emplace_back(a, directAllReduce(n, r, count, slotBytes / 4, inPlace), conns);

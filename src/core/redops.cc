@@ -67,18 +67,15 @@ ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type) const {
   ReduceSpec s;
   const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
                        type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
+  static_assert(int(RedKind::kSum) == chorusSum && int(RedKind::kProd) == chorusProd &&
+                    int(RedKind::kMax) == chorusMax && int(RedKind::kMin) == chorusMin,
+                "the built-in operators and RedKind are numbered alike");
   switch (op) {
     case chorusSum:
-      s.kind = RedKind::kSum;
-      return s;
     case chorusProd:
-      s.kind = RedKind::kProd;
-      return s;
     case chorusMax:
-      s.kind = RedKind::kMax;
-      return s;
     case chorusMin:
-      s.kind = RedKind::kMin;
+      s.kind = static_cast<RedKind>(op);
       return s;
     case chorusAvg:
       s.kind = RedKind::kSum;
