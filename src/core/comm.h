@@ -219,9 +219,11 @@ class Communicator : public TaskOwner {
                       const std::vector<int>& localRank) const;
   // A collective's lane arguments but its sequence number and slot size.
   LaneArgs collArgs(const OpInfo& op) const;
-  // The lane of plan `lp` over this communicator's connections (planMu_ or the execution token
-  // held). `keepPlan`: the lane borrows the plan's steps (the plan outlives it); else it takes them.
-  Lane makeLane(LaneArgs a, LanePlan& lp, bool keepPlan);
+  // The connectors plan `lp` names, from this communicator's connection table.
+  LaneConnectors connectorsOf(const LanePlan& lp) const;
+  // The lane of plan `lp` over `conns` (planMu_ or the execution token held). `keepPlan`: the
+  // lane borrows the plan's steps (the plan outlives it); else it takes them.
+  Lane makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conns, bool keepPlan);
 
   Config config_;
   Logger log_;
@@ -256,9 +258,11 @@ class Communicator : public TaskOwner {
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
   std::vector<char> laneScratch_;  // one slot of either size, for lanes that stash pieces (LanePlan::scratch)
-  // runDirectNow's last plan and the call it was made for (the execution token guards both).
+  // runDirectNow's last plan, the call it was made for and its connectors (the execution token
+  // guards them).
   std::unique_ptr<LanePlan> inlinePlan_;
   AlgoCall inlineCall_;
+  LaneConnectors inlineConns_;
   bool singleHost_ = false;  // every rank on this rank's host
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.

@@ -341,7 +341,16 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   return a;
 }
 
-Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, bool keepPlan) {
+LaneConnectors Communicator::connectorsOf(const LanePlan& lp) const {
+  LaneConnectors conns;
+  for (int i = 0; i < kMaxLanePeers; ++i) {
+    if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
+    if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
+  }
+  return conns;
+}
+
+Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conns, bool keepPlan) {
   a.slotBytes = lp.slotBytes;
   a.status = &channelStatus_[lp.channel];
   a.proto = lp.proto;
@@ -349,11 +358,6 @@ Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, bool keepPlan) {
     // One slot, shared by the lanes of every task: the execution token runs them one at a time.
     CHORUS_CHECK(lp.slotBytes <= laneScratch_.size());
     a.scratch = laneScratch_.data();
-  }
-  LaneConnectors conns;
-  for (int i = 0; i < kMaxLanePeers; ++i) {
-    if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
-    if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
   }
   if (keepPlan) return Lane(a, StepsRef{lp.steps.data(), lp.steps.size()}, conns);
   return Lane(a, std::move(lp.steps), conns);
@@ -385,8 +389,9 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     CHORUS_CHECK(plans.size() == 1);
     inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
     inlineCall_ = call;
+    inlineConns_ = connectorsOf(*inlinePlan_);  // connections, once made, stay until the end
   }
-  Lane lane = makeLane(a, *inlinePlan_, true);
+  Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
   const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
@@ -508,7 +513,7 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     for (LanePlan& lp : lanePlans) {
       switch (lp.kind) {
         case LanePlan::Kind::kSteps:
-          lanes.push_back(makeLane(a, lp, false));
+          lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
           break;
         case LanePlan::Kind::kSlice: {
           a.slotBytes = lp.slotBytes;
