@@ -14,6 +14,7 @@
 #include "src/algo/schedule.h"
 #include "src/core/host_exec.h"
 #include "src/core/lane.h"
+#include "src/core/memshare.h"
 #include "src/core/workers.h"
 
 using namespace chorus;
@@ -199,12 +200,19 @@ TEST_CASE("primitives: a tree all-reduce folds children's partial results once, 
 
 namespace {
 
-// The direct all-reduce of `n` ranks over float32 with `spec`, every lane progressed in turn by
-// this thread, one FIFO per ordered pair of ranks; `inPlace`: each rank's output is its input.
+// Which all-reduce schedule, and for the slice all-reduce which pairs of ranks read each other's
+// memory in place.
+enum class Sched { kDirect, kSlice };
+enum class Reads { kNone, kAll, kSome };
+
+// An all-reduce of `n` ranks over float32 with `spec`, every lane progressed in turn by this
+// thread, one FIFO per ordered pair of ranks; `inPlace`: each rank's output is its input.
 // `headerPublishes`: whether consumers may take a slot on its ready word (in-process and shared
-// memory) or must read the tail counter (socket proxies). Returns each rank's output.
-std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const ReduceSpec& spec, bool inPlace,
-                                                  bool headerPublishes, uint32_t slotBytes, WorkerGroup* workers) {
+// memory) or must read the tail counter (socket proxies). Checks every rank's output, bit for
+// bit, against every contribution pre-multiplied and folded in rank order; returns them.
+std::vector<std::vector<float>> allReduceOnOneThread(Sched sched, int n, size_t count, const ReduceSpec& spec,
+                                                     bool inPlace, bool headerPublishes, uint32_t slotBytes,
+                                                     WorkerGroup* workers, Reads reads = Reads::kNone) {
   const uint32_t nslots = 2;
   const HostKernels kernels = *hostKernelsFor(CpuIsa::kScalar);
   std::vector<std::unique_ptr<AlignedFifo>> fifos;  // fifos[s * n + d]: s -> d
@@ -216,6 +224,16 @@ std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const Red
     sends[i].peer = i % n;
     recvs[i].peer = i / n;
     recvs[i].headerPublishes = headerPublishes;
+  }
+  // Ranks are threads of one process here: a pair that "reads" describes plain pointers.
+  std::vector<std::unique_ptr<MemShare>> shares;
+  for (int r = 0; r < n; ++r) {
+    std::vector<MemShare::Reach> reach(n, MemShare::Reach::kNone);
+    for (int p = 0; p < n; ++p) {
+      const bool yes = p != r && (reads == Reads::kAll || (reads == Reads::kSome && (r + p) % 3 != 0));
+      if (yes) reach[p] = MemShare::Reach::kAddressSpace;
+    }
+    shares.push_back(std::make_unique<MemShare>(nullptr, r, reach));
   }
   std::vector<std::vector<float>> in(n), out(n);
   std::vector<std::vector<char>> scratch(n, std::vector<char>(slotBytes));
@@ -230,20 +248,43 @@ std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const Red
   std::vector<Lane> lanes;
   for (int r = 0; r < n; ++r) {
     LaneConnectors conns;
-    for (int k = 0; k < n - 1; ++k) conns.send[k] = &sends[r * n + directSendPeer(n, r, k)];
     for (int p = 0; p < n; ++p) {
-      if (p != r) conns.recv[directRecvIndex(r, p)] = &recvs[p * n + r];
+      if (p == r) continue;
+      const int ks = sched == Sched::kDirect ? (p - r - 1 + n) % n : sliceIndex(n, r, p);
+      const int kr = sched == Sched::kDirect ? directRecvIndex(r, p) : sliceIndex(n, r, p);
+      conns.send[ks] = &sends[r * n + p];
+      conns.recv[kr] = &recvs[p * n + r];
     }
     std::vector<float>& dst = inPlace ? in[r] : out[r];
     if (inPlace) out[r] = in[r];  // the inputs, kept for the reference
     LaneArgs a = laneOf(chorusFloat32, in[r], dst, kernels, slotBytes, workers, spec);
-    a.proto = ProtoKind::kFlag;
     a.scratch = scratch[r].data();
-    lanes.emplace_back(a, directAllReduce(n, r, count, slotBytes / 4, inPlace), conns);
+    if (sched == Sched::kDirect) {
+      a.proto = ProtoKind::kFlag;
+      lanes.emplace_back(a, directAllReduce(n, r, count, slotBytes / 4, inPlace), conns);
+    } else {
+      a.share = shares[r].get();
+      lanes.emplace_back(a, sliceAllReduce(n, r, count, slotBytes / 4, inPlace), conns);
+    }
   }
   std::vector<std::vector<float>> inputs = inPlace ? out : in;
   stepUntilDone(lanes);
   std::vector<std::vector<float>>& result = inPlace ? in : out;
+  if (sched == Sched::kSlice && reads != Reads::kSome) {
+    // What crossed each connection: the two offers and a done where the receiver reads in place,
+    // otherwise the "bytes follow" slot, the sender's input for the receiver's slice and the
+    // sender's reduced slice.
+    const size_t pieceElems = slotBytes / 4;
+    for (int src = 0; src < n; ++src) {
+      for (int dst = 0; dst < n; ++dst) {
+        if (src == dst) continue;
+        const auto pieces = [&](int r) { return (partition(count, n, r).count + pieceElems - 1) / pieceElems; };
+        const size_t want = reads == Reads::kAll ? 3 : 1 + pieces(dst) + pieces(src);
+        INFO("connection " << src << " -> " << dst);
+        CHECK(sends[src * n + dst].tail == want);
+      }
+    }
+  }
   // The reference: every rank's contribution, pre-multiplied, folded in rank order.
   const auto op = [&](float x, float y) {
     switch (spec.kind) {
@@ -269,28 +310,58 @@ std::vector<std::vector<float>> directOnOneThread(int n, size_t count, const Red
   return result;
 }
 
+ReduceSpec premulSpec() {
+  ReduceSpec s;
+  s.hasPre = true;
+  s.scaleF = 0.75;
+  return s;
+}
+ReduceSpec kindSpec(RedKind k) {
+  ReduceSpec s;
+  s.kind = k;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("primitives: the direct all-reduce folds in rank order, the same bits on every rank", "[prims]") {
-  ReduceSpec premul;
-  premul.hasPre = true;
-  premul.scaleF = 0.75;
-  ReduceSpec maxSpec;
-  maxSpec.kind = RedKind::kMax;
-  ReduceSpec minSpec;
-  minSpec.kind = RedKind::kMin;
   WorkerGroup two(2);
   for (int n = 2; n <= kMaxLanePeers + 1; ++n) {
-    for (const ReduceSpec& spec : {ReduceSpec{}, premul, maxSpec, minSpec}) {
+    for (const ReduceSpec& spec : {ReduceSpec{}, premulSpec(), kindSpec(RedKind::kMax), kindSpec(RedKind::kMin)}) {
       // Inline pieces (up to 32 bytes), one piece, and several through two-slot FIFOs.
       for (size_t count : {size_t(5), size_t(8), size_t(300), size_t(2500)}) {
         for (bool inPlace : {false, true}) {
           for (bool headerPublishes : {true, false}) {
             INFO("n " << n << " kind " << int(spec.kind) << " pre " << spec.hasPre << " count " << count << " in place "
                       << inPlace << " header publishes " << headerPublishes);
-            const auto alone = directOnOneThread(n, count, spec, inPlace, headerPublishes, 1024, nullptr);
+            const auto alone =
+                allReduceOnOneThread(Sched::kDirect, n, count, spec, inPlace, headerPublishes, 1024, nullptr);
             if (count == 2500 && headerPublishes) {
-              CHECK(directOnOneThread(n, count, spec, inPlace, headerPublishes, 8192, &two) == alone);
+              CHECK(allReduceOnOneThread(Sched::kDirect, n, count, spec, inPlace, headerPublishes, 8192, &two) ==
+                    alone);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("primitives: the slice all-reduce, its peers reading in place or sent bytes", "[prims]") {
+  WorkerGroup two(2);
+  for (int n = 2; n <= kMaxLanePeers + 1; ++n) {
+    for (const ReduceSpec& spec : {ReduceSpec{}, premulSpec(), kindSpec(RedKind::kMax), kindSpec(RedKind::kMin)}) {
+      // Fewer elements than ranks (empty slices), one piece per slice, and many pieces per slice
+      // through two-slot FIFOs (a MemDesc fills the 1 KiB slot's first 200 bytes).
+      for (size_t count : {size_t(5), size_t(200), size_t(4001)}) {
+        for (bool inPlace : {false, true}) {
+          for (Reads reads : {Reads::kNone, Reads::kAll, Reads::kSome}) {
+            INFO("n " << n << " kind " << int(spec.kind) << " pre " << spec.hasPre << " count " << count << " in place "
+                      << inPlace << " reads " << int(reads));
+            const auto alone =
+                allReduceOnOneThread(Sched::kSlice, n, count, spec, inPlace, false, 1024, nullptr, reads);
+            if (count == 4001) {
+              CHECK(allReduceOnOneThread(Sched::kSlice, n, count, spec, inPlace, false, 8192, &two, reads) == alone);
             }
           }
         }

@@ -1,7 +1,9 @@
 // Helpers shared by the tests.
 #pragma once
 
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -35,5 +37,18 @@ class World {
   std::vector<chorusComm_t> comms_;
   chorusResult_t rc_;
 };
+
+// Runs f(rank) on one thread per rank and returns the results.
+template <typename F>
+std::vector<chorusResult_t> onRanks(int n, F f) {
+  std::vector<chorusResult_t> rc(n, chorusSuccess);
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { rc[r] = f(r); });
+  for (auto& x : t) x.join();
+  return rc;
+}
+
+// Whether the last error of this thread says something.
+inline bool hasMessage() { return std::strlen(chorusGetLastError(nullptr)) > 10; }
 
 }  // namespace chorus::test

@@ -45,6 +45,10 @@ struct AlgoCall {
   size_t elemSize = 1;
   int root = 0;
   bool inPlace = false;  // the output is the input
+  // This rank chose the algorithm on its own (its buffers are registered: the slice all-reduce)
+  // and its ring neighbours may have chosen the ring: the plan greets them over the first ring's
+  // connections, which every rank keeps for that case, so a disagreement fails at once.
+  bool chosenAlone = false;
 };
 
 // A connection a lane uses, by its place in the connection table; index -1: none.
@@ -53,12 +57,9 @@ struct ConnRef {
   int index = -1;
 };
 
-// One lane of a plan. kSteps: a schedule the primitives run over up to kMaxLanePeers connectors
-// each way (a step's sendTo and recvFrom index send[] and recv[]), with protocol `proto`. kSlice:
-// the slice all-reduce, whose lane the core still writes by hand.
+// One lane of a plan: a schedule the primitives run over up to kMaxLanePeers connectors each way
+// (a step's sendTo and recvFrom index send[] and recv[]), with protocol `proto`.
 struct LanePlan {
-  enum class Kind : unsigned char { kSteps, kSlice };
-  Kind kind = Kind::kSteps;
   std::vector<Step> steps;
   ConnRef send[kMaxLanePeers];
   ConnRef recv[kMaxLanePeers];
@@ -66,6 +67,10 @@ struct LanePlan {
   size_t slotBytes = 0;  // its connections' slot payload
   ProtoKind proto = ProtoKind::kSimple;
   bool scratch = false;  // its steps stash pieces (a slot of scratch)
+  // Its sends may leave from the user's buffer by reference and its receives land there (socket
+  // zero-copy); off for schedules with control slots (kSendDesc, kSignal), which that bookkeeping
+  // does not count.
+  bool byReference = true;
 };
 
 class Algorithm {
@@ -75,6 +80,8 @@ class Algorithm {
   virtual const char* name() const = 0;
   // Whether it can run `coll` (CHORUS_ALGO applies to all-reduces; the others always take the ring).
   virtual bool runs(CollType coll) const = 0;
+  // The most ranks it can run (a lane over every peer has kMaxLanePeers connectors each way).
+  virtual int maxRanks() const { return 1 << 30; }
   // The connections this rank needs to run it: appended to *out, both ends this rank holds.
   virtual void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const = 0;
   // The lanes of one call, appended to *lanes (runs(call.coll) holds).

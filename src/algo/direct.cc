@@ -14,6 +14,7 @@ class Direct final : public Algorithm {
  public:
   const char* name() const override { return "direct"; }
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
+  int maxRanks() const override { return kMaxLanePeers + 1; }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
     connectEveryPeer(ctx, ConnFamily::kDirect, out);

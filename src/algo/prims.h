@@ -34,6 +34,17 @@
 //   void publish(bool flag); void release();        the sent slot goes out (`flag`: its ready word
 //                                                   first, slotReadyFlag); the received one is free
 //   void moved();                                   a piece is done (progress, for the caller)
+// and, for peers that read each other's memory in place (the slice all-reduce's kSendDesc /
+// kRecvDesc and the kPeerCondition and kFromPeer steps):
+//   uint32_t offer(int k, bool output, char* payload, size_t bytes);
+//                                                   the buffer's MemDesc for send connector k's
+//                                                   peer into `payload`, its size; 0: that peer
+//                                                   gets bytes (the input's offer decides both)
+//   bool accept(int k, bool output, const char* payload, uint32_t size, size_t bytes);
+//                                                   a MemDesc from receive connector k's peer,
+//                                                   for a buffer of `bytes`; false: refused
+//   bool exposed(int k); bool reads(int k);          what the offers decided, per connector index
+//   const char* peerBuffer(int k, bool output);     the peer's buffer as this rank reads it, or null
 // recvPayload may return `dst` (the payload already sits where this piece's output goes) and
 // sendPayload may return null (the executor sends the piece from the user's buffer instead).
 #pragma once
@@ -65,8 +76,9 @@ struct ProtoSimple {
     h->step = step;
     h->bytes = bytes;
   }
+  // A data piece of this operation (a control slot's step is kStepDesc or above).
   CHORUS_HD static bool accepts(const SlotHeader& h, const SlotTag& t, uint32_t bytes) {
-    return h.commId == t.commId && h.seq == t.seq && h.bytes == bytes;
+    return h.commId == t.commId && h.seq == t.seq && h.bytes == bytes && h.step < kStepDesc;
   }
 };
 
@@ -90,8 +102,10 @@ enum class Fold : uint8_t {
 // passes the partial result as a.)
 
 // One piece's data movement: r goes to dst and, when not null, to dst2. A null dst (a send that
-// left by reference) leaves only dst2; kCopy onto its own source writes nothing. `noPre`: the
-// local operand is a partial result, so the pre-op is not applied again.
+// left by reference) leaves only dst2; kCopy onto its own source writes nothing. `noPre`: b (or
+// a, for kPre) is a partial result or a contribution already pre-multiplied, so the pre-op is not
+// applied to it again. `preA`: a is a contribution not yet pre-multiplied (this rank's input
+// first, or a peer's read in place): r = pre(a) OP b, b pre-multiplied unless noPre.
 struct PieceMove {
   Fold fold;
   const char* a;
@@ -99,16 +113,16 @@ struct PieceMove {
   char* dst;
   char* dst2;
   bool noPre = false;
-  // A reduction with this rank's input first: r = pre(a) OP b (b, received, gets no pre-op).
   bool preA = false;
 };
 
 // What primitive p does with one piece: `local` is this rank's operand (its input, or its output
 // when the step says so), `out` this piece of the output, `rslot` the received payload, `sslot`
 // the payload to send, `rfirst` recvPairReduceCopy's first received payload; `flags` are the
-// step's (StepFlag).
-CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out, const char* rslot, char* sslot,
-                             const char* rfirst = nullptr) {
+// step's (StepFlag). `rawR` / `rawF`: rslot / rfirst is a peer's contribution read in place, not
+// yet pre-multiplied (kFromPeer).
+CHORUS_HD PieceMove primMove(Prim p, uint16_t flags, const char* local, char* out, const char* rslot, char* sslot,
+                             const char* rfirst = nullptr, bool rawR = false, bool rawF = false) {
   const bool noPre = (flags & kLocalNoPre) != 0;
   const Fold last = (flags & kNoPost) ? Fold::kReduce : Fold::kReducePost;
   switch (p) {
@@ -125,14 +139,14 @@ CHORUS_HD PieceMove primMove(Prim p, uint8_t flags, const char* local, char* out
     case Prim::kRecvCopySend:
       return {Fold::kCopy, rslot, nullptr, out, sslot, noPre};
     case Prim::kRecvReduceCopy:
-      if (flags & kFoldIntoOutput) return {last, out, rslot, out, nullptr, true};
-      if (flags & kOwnFirst) return {last, local, rslot, out, nullptr, noPre, true};
-      return {last, rslot, local, out, nullptr, noPre};
+      if (flags & kFoldIntoOutput) return {last, out, rslot, out, nullptr, !rawR};
+      if (flags & kOwnFirst) return {last, local, rslot, out, nullptr, !rawR, true};
+      return {last, rslot, local, out, nullptr, noPre, rawR};
     case Prim::kRecvPairReduceCopy:
-      return {last, rfirst, rslot, out, nullptr, true};
+      return {last, rfirst, rslot, out, nullptr, !rawR, rawF};
     case Prim::kLocalReduce:
       return {last, out, local, out, nullptr, noPre};
-    case Prim::kLocal:
+    default:
       break;
   }
   // kLocal: a single rank's contribution is the result.
@@ -150,6 +164,7 @@ enum class PrimStatus : uint8_t {
   kNeedData,   // the receive slot of the piece at the cursor has no data (yet)
   kNeedSpace,  // the send slot has no room (yet)
   kMismatch,   // the received slot's header is not this operation's piece of `bytes` bytes
+  kRefused,    // the executor could not take a peer's offer (it says why)
 };
 struct PrimStop {
   PrimStatus status = PrimStatus::kDone;
@@ -172,6 +187,23 @@ class Primitives {
       const Step st = steps[at->step];
       const bool rx = primReceives(st.prim);
       const bool tx = primSends(st.prim);
+      if ((st.flags & kPeerCondition) && !applies(st, tx)) {
+        ++at->step;
+        continue;
+      }
+      if (primIsControl(st.prim)) {
+        const PrimStop c = control(st);
+        if (c.status != PrimStatus::kDone) return c;
+        ++at->step;
+        ex_.moved();
+        continue;
+      }
+      // A receive from a peer whose memory this rank reads takes no slot (kFromPeer).
+      const char* peer = (st.flags & kFromPeer) ? ex_.peerBuffer(st.recvFrom, (st.flags & kPeerOutput) != 0) : nullptr;
+      const char* peerFirst = st.prim == Prim::kRecvPairReduceCopy && (st.flags & kFromPeer)
+                                  ? ex_.peerBuffer(st.recvFirst, false)
+                                  : nullptr;
+      const bool rxSlot = rx && !peer;
       // A step with no peer is one piece of any size: it touches no slot.
       const size_t chunk = !rx && !tx && st.count > 0 ? st.count : slotElems_;
       const size_t npieces = (st.count + chunk - 1) / chunk;
@@ -188,9 +220,9 @@ class Primitives {
                          : input_                       ? input_ + (st.inOff + off) * es_
                                                         : nullptr;
         const bool inl = Proto::inlined(bytes);
-        const bool pair = st.prim == Prim::kRecvPairReduceCopy;
-        const char* rfirst = nullptr;
-        if (pair) {
+        const bool pairSlot = st.prim == Prim::kRecvPairReduceCopy && !peerFirst;
+        const char* rfirst = peerFirst ? peerFirst + (st.outOff + off) * es_ : nullptr;
+        if (pairSlot) {
           // The first operand's slot is held (not freed) until the piece is done; a wait for the
           // second resumes here and finds the first still there.
           ex_.select(st.sendTo, st.recvFirst);
@@ -200,10 +232,10 @@ class Primitives {
           rfirst = inl ? reinterpret_cast<const char*>(h->inlineData) : ex_.recvPayload(nullptr);
           ex_.select(st.sendTo, st.recvFrom);
         }
-        if (rx && !ex_.waitData(Proto::kFlag)) return PrimStop{PrimStatus::kNeedData, bytes};
+        if (rxSlot && !ex_.waitData(Proto::kFlag)) return PrimStop{PrimStatus::kNeedData, bytes};
         if (tx && !ex_.waitSpace()) return PrimStop{PrimStatus::kNeedSpace, bytes};
-        const char* rslot = nullptr;
-        if (rx) {
+        const char* rslot = peer ? peer + (st.outOff + off) * es_ : nullptr;
+        if (rxSlot) {
           const SlotHeader* h = ex_.recvHeader();
           if (!Proto::accepts(*h, tag_, bytes)) return PrimStop{PrimStatus::kMismatch, bytes};
           rslot = inl ? reinterpret_cast<const char*>(h->inlineData) : ex_.recvPayload(out);
@@ -211,13 +243,13 @@ class Primitives {
         char* sslot = !tx   ? nullptr
                       : inl ? reinterpret_cast<char*>(ex_.sendHeader()->inlineData)
                             : ex_.sendPayload(st.prim, in, out);
-        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot, rfirst), n);
+        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot, rfirst, peer != nullptr, peerFirst != nullptr), n);
         if (tx) {
           if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
           ex_.publish(Proto::kFlag);
         }
-        if (rx) ex_.release();
-        if (pair) {
+        if (rxSlot) ex_.release();
+        if (pairSlot) {
           ex_.select(st.sendTo, st.recvFirst);
           ex_.release();
           ex_.select(st.sendTo, st.recvFrom);
@@ -232,6 +264,49 @@ class Primitives {
   }
 
  private:
+  // Whether a step with a peer condition (kPeerCondition) runs, given what the peers offered.
+  CHORUS_HD bool applies(const Step& st, bool tx) {
+    const int k = tx ? st.sendTo : st.recvFrom;
+    const bool exposed = ex_.exposed(k);
+    const bool reads = ex_.reads(k);
+    return !((st.flags & kUnlessExposed) && exposed) && !((st.flags & kUnlessReads) && reads) &&
+           !((st.flags & kIfExposed) && !exposed) && !((st.flags & kIfReads) && !reads);
+  }
+
+  // One control slot (primIsControl): an offer of this rank's memory, a peer's offer, a signal.
+  CHORUS_HD PrimStop control(const Step& st) {
+    ex_.select(st.sendTo, st.recvFrom);
+    const bool output = (st.flags & kLocalIsOutput) != 0;
+    if (primSends(st.prim)) {
+      if (!ex_.waitSpace()) return PrimStop{PrimStatus::kNeedSpace, 0};
+      uint32_t bytes = 0;
+      uint32_t code = static_cast<uint32_t>(st.inOff);
+      if (st.prim == Prim::kSendDesc) {
+        // The executor decides whether the peer may read this buffer in place (the input's offer
+        // decides for the output too) and writes its MemDesc; 0 bytes: the data comes as bytes.
+        bytes = ex_.offer(st.sendTo, output, ex_.sendPayload(st.prim, nullptr, nullptr), st.count * es_);
+        code = bytes ? kStepDesc : kStepBytes;
+      }
+      if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, code, bytes);
+      ex_.publish(false);
+      return PrimStop{};
+    }
+    if (!ex_.waitData(false)) return PrimStop{PrimStatus::kNeedData, 0};
+    const SlotHeader* h = ex_.recvHeader();
+    if (h->commId != tag_.commId || h->seq != tag_.seq) return PrimStop{PrimStatus::kMismatch, 0};
+    if (st.prim == Prim::kWaitSignal) {
+      if (h->step != static_cast<uint32_t>(st.inOff) || h->bytes != 0) return PrimStop{PrimStatus::kMismatch, 0};
+    } else if (h->step == kStepDesc) {
+      if (!ex_.accept(st.recvFrom, output, ex_.recvPayload(nullptr), h->bytes, st.count * es_)) {
+        return PrimStop{PrimStatus::kRefused, 0};
+      }
+    } else if (h->step != kStepBytes || h->bytes != 0 || output) {
+      return PrimStop{PrimStatus::kMismatch, 0};
+    }
+    ex_.release();
+    return PrimStop{};
+  }
+
   Exec& ex_;
   const SlotTag tag_;
   const size_t es_;

@@ -36,6 +36,14 @@ const char* primName(Prim p) {
       return "localReduce";
     case Prim::kRecvPairReduceCopy:
       return "recvPairReduceCopy";
+    case Prim::kSendDesc:
+      return "sendDesc";
+    case Prim::kRecvDesc:
+      return "recvDesc";
+    case Prim::kSignal:
+      return "signal";
+    case Prim::kWaitSignal:
+      return "waitSignal";
   }
   return "?";
 }
@@ -169,7 +177,7 @@ std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, si
   std::vector<Step> s;
   const uint8_t parent = 0;
   const auto child = [&](int i) { return static_cast<uint8_t>((hasParent ? 1 : 0) + i); };
-  const uint8_t partial = kLocalIsOutput | kLocalNoPre;  // the output holds what came up so far
+  const uint16_t partial = kLocalIsOutput | kLocalNoPre;  // the output holds what came up so far
   if (!hasParent && nchildren == 0) {
     push(s, Prim::kLocal, offset, offset, count);
     return s;
@@ -183,12 +191,12 @@ std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, si
     }
     for (int i = 0; i < nchildren; ++i) {
       const bool last = i + 1 == nchildren;
-      const uint8_t local = i == 0 ? 0 : partial;
+      const uint16_t local = i == 0 ? 0 : partial;
       if (last && hasParent) {
         s.push_back(Step{Prim::kRecvReduceSend, o, o, n, parent, child(i), local});
       } else {
         s.push_back(
-            Step{Prim::kRecvReduceCopy, o, o, n, 0, child(i), static_cast<uint8_t>(local | (last ? 0 : kNoPost))});
+            Step{Prim::kRecvReduceCopy, o, o, n, 0, child(i), static_cast<uint16_t>(local | (last ? 0 : kNoPost))});
       }
     }
   }
@@ -209,6 +217,39 @@ std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, si
   return s;
 }
 
+namespace {
+
+// The fold of one piece [o, o + m) of the output from every rank's contribution in rank order,
+// c0 OP c1, then OP c2, ... OP c(n-1), in one pass per contribution (the direct and slice
+// all-reduces). `from(p)` is the receive index of peer p; `extra` goes on every step that
+// receives. `stash`: this rank's piece sits in the scratch (in place, a rank from 2 on).
+template <class From>
+void foldPiece(std::vector<Step>& s, int n, int rank, size_t o, size_t m, bool stash, From from, uint16_t extra) {
+  const auto last = [&](int r) { return static_cast<uint16_t>(r == n - 1 ? 0 : kNoPost); };
+  const auto flags = [&](uint16_t f) { return static_cast<uint16_t>(f | extra); };
+  // c0 OP c1, in one pass on every rank.
+  if (rank == 0) {
+    s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(1), flags(kOwnFirst | last(1))});
+  } else if (rank == 1) {
+    s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(0), flags(last(1))});
+  } else {
+    s.push_back(Step{Prim::kRecvPairReduceCopy, o, o, m, 0, from(1), flags(last(1)), from(0)});
+  }
+  // Then OP c2, ..., OP c(n-1).
+  for (int r = 2; r < n; ++r) {
+    if (r == rank) {
+      s.push_back(Step{Prim::kLocalReduce, stash ? 0 : o, o, m, 0, 0,
+                       static_cast<uint16_t>((stash ? kLocalIsScratch : 0) | last(r))});
+    } else {
+      s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(r), flags(kFoldIntoOutput | last(r))});
+    }
+  }
+}
+
+size_t piecesOf(size_t count, size_t pieceElems) { return (count + pieceElems - 1) / pieceElems; }
+
+}  // namespace
+
 std::vector<Step> directAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace) {
   std::vector<Step> s;
   if (n <= 1) {
@@ -216,30 +257,79 @@ std::vector<Step> directAllReduce(int n, int rank, size_t count, size_t pieceEle
     return s;
   }
   const auto from = [&](int peer) { return static_cast<uint8_t>(directRecvIndex(rank, peer)); };
-  const auto last = [&](int r) { return static_cast<uint8_t>(r == n - 1 ? 0 : kNoPost); };
   const bool stash = inPlace && rank >= 2;  // the fold writes the output before this rank's turn
-  s.reserve(((count + pieceElems - 1) / pieceElems) * static_cast<size_t>(2 * n));
+  s.reserve(piecesOf(count, pieceElems) * static_cast<size_t>(2 * n));
   for (size_t o = 0; o < count; o += pieceElems) {
     const size_t m = std::min(pieceElems, count - o);
     for (int k = 0; k < n - 1; ++k) s.push_back(Step{Prim::kSend, o, o, m, static_cast<uint8_t>(k), 0, 0});
     if (stash) s.push_back(Step{Prim::kLocal, o, 0, m, 0, 0, kLocalNoPre | kOutIsScratch});
-    // c0 OP c1, in one pass on every rank.
-    if (rank == 0) {
-      s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(1), static_cast<uint8_t>(kOwnFirst | last(1))});
-    } else if (rank == 1) {
-      s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(0), last(1)});
-    } else {
-      s.push_back(Step{Prim::kRecvPairReduceCopy, o, o, m, 0, from(1), last(1), from(0)});
-    }
-    // Then OP c2, ..., OP c(n-1).
-    for (int r = 2; r < n; ++r) {
-      if (r == rank) {
-        s.push_back(Step{Prim::kLocalReduce, stash ? 0 : o, o, m, 0, 0,
-                         static_cast<uint8_t>((stash ? kLocalIsScratch : 0) | last(r))});
-      } else {
-        s.push_back(Step{Prim::kRecvReduceCopy, o, o, m, 0, from(r), static_cast<uint8_t>(kFoldIntoOutput | last(r))});
+    foldPiece(s, n, rank, o, m, stash, from, 0);
+  }
+  return s;
+}
+
+std::vector<Step> sliceAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace) {
+  std::vector<Step> s;
+  if (n <= 1) {
+    push(s, Prim::kLocal, 0, 0, count);
+    return s;
+  }
+  const auto index = [&](int peer) { return static_cast<uint8_t>(sliceIndex(n, rank, peer)); };
+  const auto peerAt = [&](int k) { return (rank + 1 + k) % n; };
+  const Block mine = partition(count, n, rank);
+  const bool stash = inPlace && rank >= 2;
+  // The offers, both ways; a kRecvDesc checks the peer's buffer holds `count` elements.
+  for (int k = 0; k < n - 1; ++k) s.push_back(Step{Prim::kSendDesc, 0, 0, count, static_cast<uint8_t>(k), 0, 0});
+  for (int k = 0; k < n - 1; ++k) s.push_back(Step{Prim::kRecvDesc, 0, 0, count, 0, static_cast<uint8_t>(k), 0});
+  // The rounds: slice 0 is the longest, so its pieces count them.
+  const size_t rounds = piecesOf(partition(count, n, 0).count, pieceElems);
+  for (size_t i = 0; i < rounds; ++i) {
+    const size_t at = i * pieceElems;
+    const auto pieceOf = [&](const Block& b, size_t* o, size_t* m) {
+      if (at >= b.count) return false;
+      *o = b.offset + at;
+      *m = std::min(pieceElems, b.count - at);
+      return true;
+    };
+    size_t o = 0;
+    size_t m = 0;
+    for (int k = 0; k < n - 1; ++k) {
+      if (pieceOf(partition(count, n, peerAt(k)), &o, &m)) {
+        s.push_back(Step{Prim::kSend, o, o, m, static_cast<uint8_t>(k), 0, kUnlessExposed});
       }
     }
+    if (pieceOf(mine, &o, &m)) {
+      if (stash) s.push_back(Step{Prim::kLocal, o, 0, m, 0, 0, kLocalNoPre | kOutIsScratch});
+      foldPiece(s, n, rank, o, m, stash, index, kFromPeer);
+      for (int k = 0; k < n - 1; ++k) {
+        s.push_back(
+            Step{Prim::kSend, o, o, m, static_cast<uint8_t>(k), 0, kLocalIsOutput | kLocalNoPre | kUnlessExposed});
+      }
+    }
+    for (int k = 0; k < n - 1; ++k) {
+      if (pieceOf(partition(count, n, peerAt(k)), &o, &m)) {
+        s.push_back(Step{Prim::kRecv, o, o, m, 0, static_cast<uint8_t>(k), kUnlessReads});
+      }
+    }
+  }
+  // This rank's slice is reduced: its output, offered to the peers reading in place; theirs,
+  // copied from where they are.
+  for (int k = 0; k < n - 1; ++k) {
+    s.push_back(Step{Prim::kSendDesc, 0, 0, count, static_cast<uint8_t>(k), 0, kLocalIsOutput | kIfExposed});
+  }
+  for (int k = 0; k < n - 1; ++k) {
+    s.push_back(Step{Prim::kRecvDesc, 0, 0, count, 0, static_cast<uint8_t>(k), kLocalIsOutput | kIfReads});
+    const Block b = partition(count, n, peerAt(k));
+    if (b.count > 0) {
+      s.push_back(Step{Prim::kRecv, b.offset, b.offset, b.count, 0, static_cast<uint8_t>(k),
+                       kIfReads | kFromPeer | kPeerOutput});
+    }
+  }
+  // Done reading: told to each peer read, awaited from each peer that read this rank.
+  for (int k = 0; k < n - 1; ++k)
+    s.push_back(Step{Prim::kSignal, kStepDone, 0, 0, static_cast<uint8_t>(k), 0, kIfReads});
+  for (int k = 0; k < n - 1; ++k) {
+    s.push_back(Step{Prim::kWaitSignal, kStepDone, 0, 0, 0, static_cast<uint8_t>(k), kIfExposed});
   }
   return s;
 }

@@ -30,20 +30,34 @@ enum class Prim : uint8_t {
   kLocal,               // output = pre(input), no peer (a single rank)
   kLocalReduce,         // output = post(output OP pre(input)), no peer (own contribution onto a partial result)
   kRecvPairReduceCopy,  // output = post(slot' OP slot): slot' from Step::recvFirst, slot from recvFrom
+  // Control slots (no data; the header's step is a code, kStepDesc and on):
+  kSendDesc,    // offer this rank's input to the peer in place (a MemDesc) or say bytes will come
+  kRecvDesc,    // the peer's offer: read its memory in place from now on, or take its bytes
+  kSignal,      // a slot of no data whose header step is the code in Step::inOff
+  kWaitSignal,  // the peer's slot with that code
 };
 const char* primName(Prim p);
 
 CHORUS_HD bool primReceives(Prim p) {
   return p == Prim::kRecv || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend || p == Prim::kRecvCopySend ||
-         p == Prim::kRecvReduceCopy || p == Prim::kRecvPairReduceCopy;
+         p == Prim::kRecvReduceCopy || p == Prim::kRecvPairReduceCopy || p == Prim::kRecvDesc || p == Prim::kWaitSignal;
 }
 CHORUS_HD bool primSends(Prim p) {
   return p == Prim::kSend || p == Prim::kCopySend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
-         p == Prim::kRecvCopySend;
+         p == Prim::kRecvCopySend || p == Prim::kSendDesc || p == Prim::kSignal;
+}
+CHORUS_HD bool primIsControl(Prim p) {
+  return p == Prim::kSendDesc || p == Prim::kRecvDesc || p == Prim::kSignal || p == Prim::kWaitSignal;
 }
 
+// SlotHeader::step of a control slot; a data piece's is its step index, always below these.
+constexpr uint32_t kStepDesc = 0x80000000u;   // a MemDesc: read this buffer in place
+constexpr uint32_t kStepBytes = 0x80000001u;  // no MemDesc: the data comes as bytes
+constexpr uint32_t kStepDone = 0x80000002u;   // done reading the receiver's memory
+constexpr uint32_t kStepHello = 0x80000003u;  // the slice all-reduce greets its ring neighbours
+
 // Step::flags.
-enum StepFlag : uint8_t {
+enum StepFlag : uint16_t {
   kLocalIsOutput = 1,  // the local operand (a send's source, a reduction's own side) is the output
   kLocalNoPre = 2,     // the local operand is a partial result, already pre-multiplied
   kNoPost = 4,         // not the last contribution: a reduction into the output skips the post-op
@@ -54,7 +68,20 @@ enum StepFlag : uint8_t {
   kOutIsScratch = 32,    // the step's output is the lane's scratch, at outOff
   // recvReduceCopy with this rank's input first: output = post(pre(input) OP slot).
   kOwnFirst = 64,
+  // Peers that read memory in place (kSendDesc / kRecvDesc decide it per connector index at run
+  // time; a lane using these keeps send index k and receive index k for the same peer). The
+  // index is the step's connector: sendTo for a step that sends, recvFrom for one that receives.
+  kUnlessExposed = 128,  // skipped when this rank let that peer read its memory
+  kUnlessReads = 256,    // skipped when this rank reads that peer's memory
+  kIfExposed = 512,      // runs only when this rank let that peer read its memory
+  kIfReads = 1024,       // runs only when this rank reads that peer's memory
+  // A receive whose operand, when this rank reads that peer's memory, is the peer's element at
+  // the step's output offset (its input; its output with kPeerOutput), as the peer holds it: no
+  // slot, no wait, and a contribution not yet pre-multiplied.
+  kFromPeer = 2048,
+  kPeerOutput = 4096,
 };
+constexpr uint16_t kPeerCondition = kUnlessExposed | kUnlessReads | kIfExposed | kIfReads;
 
 // A lane talks to at most this many peers each way: every other rank of a direct all-reduce
 // (Tuner::kDirectMaxRanks ranks); a tree rank's parent and children need four.
@@ -67,7 +94,7 @@ struct Step {
   size_t count;           // elements
   uint8_t sendTo = 0;     // which of the lane's send connectors (ring and chain: the only one)
   uint8_t recvFrom = 0;   // which of its receive connectors
-  uint8_t flags = 0;      // StepFlag
+  uint16_t flags = 0;     // StepFlag
   uint8_t recvFirst = 0;  // recvPairReduceCopy: the receive connector of the first operand
 };
 
@@ -117,5 +144,23 @@ std::vector<Step> treeAllReduce(bool hasParent, int nchildren, size_t offset, si
 std::vector<Step> directAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace);
 CHORUS_HD int directSendPeer(int n, int rank, int k) { return (rank + 1 + k) % n; }
 CHORUS_HD int directRecvIndex(int rank, int peer) { return peer < rank ? peer : peer - 1; }
+
+// The slice all-reduce of rank `rank` of n (2 <= n <= kMaxLanePeers + 1): rank r reduces slice
+// partition(count, n, r) and every rank gets every slice. First each rank offers every peer its
+// buffers in place (kSendDesc; kRecvDesc learns what each peer offered). Then, piece by piece
+// (`pieceElems`) and for every slice at once, in rounds:
+//   - scatter: this rank's input for each peer's slice, as bytes to a peer that cannot read it;
+//   - fold: this rank's slice, every contribution in rank order as the direct all-reduce folds,
+//     each from a slot or read from the peer's input in place;
+//   - gather: the reduced piece, as bytes, to each peer that cannot read it, and each peer's
+//     reduced piece from those whose memory this rank cannot read.
+// Then each rank tells the peers reading its memory that its slice is reduced (its output,
+// offered), copies the slices of the peers whose memory it reads, and the ranks exchange a done
+// wherever memory was read, so no rank returns while a peer still reads its buffers.
+// Every round's sends precede its receives and hold at most one piece per connection, so FIFOs
+// of any size keep it moving. Connectors: send and receive index sliceIndex(n, rank, p) are
+// peer p's (the same peers as directSendPeer).
+std::vector<Step> sliceAllReduce(int n, int rank, size_t count, size_t pieceElems, bool inPlace);
+CHORUS_HD int sliceIndex(int n, int rank, int peer) { return (peer - rank - 1 + n) % n; }
 
 }  // namespace chorus

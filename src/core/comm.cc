@@ -90,6 +90,11 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   name_ = options.name;
   rank_ = rank;
   nranks_ = nranks;
+  if (forcedAlgo_ && nranks > algorithm(*forcedAlgo_).maxRanks()) {
+    return invalidArgument("CHORUS_ALGO=" + config_.algo + " runs on at most " +
+                           std::to_string(algorithm(*forcedAlgo_).maxRanks()) + " ranks and this communicator has " +
+                           std::to_string(nranks) + ": unset CHORUS_ALGO, or choose ring or tree");
+  }
   log_ = Logger(config_.logLevel, config_.logSubsys, rank);
   logEnvironment();
   commId_ = id.cliqueId;

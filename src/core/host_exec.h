@@ -42,12 +42,20 @@ inline void hostMoveRange(const LaneArgs& a, const PieceMove& m, size_t lo, size
   if (!dst) return;
   const ReduceSpec* spec = &a.spec;
   ReduceSpec plain;
-  if ((m.noPre || m.preA) && a.spec.hasPre) {
+  if (m.noPre && a.spec.hasPre) {
     plain = a.spec;
     plain.hasPre = false;
     spec = &plain;
   }
   if (m.preA) {
+    if (a.spec.hasPre && m.b + off == dst) {
+      // b is where the result goes (in place): pre(b) there first, then OP pre(a). A reduction
+      // with a pre-op is a sum, which commutes exactly.
+      if (!m.noPre) a.kernels->pre(a.spec, a.type, dst, dst, n);
+      a.kernels->reduce(a.spec, a.type, dst, dst, src, n, m.fold == Fold::kReducePost);
+      if (dst2) std::memcpy(dst2, dst, bytes);
+      return;
+    }
     // pre(a) OP b: a pass of its own for the pre-op only when there is one.
     const char* first = src;
     if (a.spec.hasPre) {

@@ -55,15 +55,84 @@ Lane::Lane(const LaneArgs& args, StepsRef steps, const LaneConnectors& conns)
 }
 
 Status Lane::recvCheck(const SlotHeader& h, size_t bytes) const {
-  if (h.commId == a_.commId && h.seq == a_.seq && h.bytes == bytes) return Status::ok();
-  if (h.commId == a_.commId && h.step == SliceLane::kHelloStep) {
+  const Step& st = steps_[at_.step];
+  const bool hello = h.step == kStepHello;
+  if (h.commId == a_.commId && hello != (st.prim == Prim::kWaitSignal && st.inOff == kStepHello)) {
+    // One rank runs the slice all-reduce because its buffers are registered, its ring neighbour
+    // the ring: each meets the other's first slot.
     return invalidUsage("rank " + std::to_string(recv_->peer) + " ran operation #" + std::to_string(h.seq) +
-                        " as the slice all-reduce because its buffers are registered (chorusCommRegister) while "
-                        "this rank ran operation #" +
-                        std::to_string(a_.seq) +
-                        " on the ring: between processes, register an operation's buffers on every rank or on none");
+                        (hello ? " as the slice all-reduce" : " as a ring all-reduce (or another collective)") +
+                        " while this rank ran operation #" + std::to_string(a_.seq) +
+                        (hello ? " on the ring" : " as the slice all-reduce") +
+                        ", as each rank chooses the slice all-reduce when its buffers are registered "
+                        "(chorusCommRegister): between processes, register an operation's buffers on every rank or "
+                        "on none");
   }
+  if (primIsControl(st.prim)) bytes = st.prim == Prim::kWaitSignal ? 0 : sizeof(MemDesc);
   return mismatch(recv_->peer, h, bytes, -1, a_);
+}
+
+Lane::PeerMemory& Lane::peerMemory() {
+  if (!peers_) peers_ = std::make_unique<PeerMemory>();
+  return *peers_;
+}
+
+uint32_t Lane::offer(int k, bool output, char* payload, size_t bytes) {
+  PeerMemory& pm = peerMemory();
+  if (output) {
+    if (!pm.exposed[k]) return 0;
+    std::memcpy(payload, &pm.outDesc[k], sizeof(MemDesc));
+    return sizeof(MemDesc);
+  }
+  const SendCursor* sc = conns_.send[k];
+  MemShare* share = a_.share;
+  MemDesc in;
+  // Both buffers or neither: the peer reads this rank's input for its slice and its output for
+  // this rank's.
+  if (!share || sc->fifo.slotBytes < sizeof(MemDesc) || !share->readable(sc->peer, a_.input, bytes) ||
+      !share->readable(sc->peer, a_.output, bytes) || !share->describe(sc->peer, a_.input, bytes, &in) ||
+      !share->describe(sc->peer, a_.output, bytes, &pm.outDesc[k])) {
+    return 0;
+  }
+  std::memcpy(payload, &in, sizeof(in));
+  pm.exposed[k] = true;
+  return sizeof(MemDesc);
+}
+
+bool Lane::accept(int k, bool output, const char* payload, uint32_t size, size_t bytes) {
+  PeerMemory& pm = peerMemory();
+  const int peer = conns_.recv[k]->peer;
+  const char* what = output ? "result" : "input";
+  if (size != sizeof(MemDesc)) {
+    pm.refused = internalError("rank " + std::to_string(peer) + " offered its " + what + " in a slot of " +
+                               std::to_string(size) + " bytes, not a memory descriptor");
+    return false;
+  }
+  MemDesc d;
+  std::memcpy(&d, payload, sizeof(d));
+  // Every read of the peer's memory is bounded by this rank's own count; the peer's buffer must
+  // be exactly that size, or the ranks were called with different counts and the reads would run
+  // past it.
+  if (d.bytes != bytes) {
+    pm.refused =
+        invalidUsage("rank " + std::to_string(peer) + " offered " + std::to_string(d.bytes) + " bytes of its " + what +
+                     " for operation #" + std::to_string(a_.seq) + " but this rank expected " + std::to_string(bytes) +
+                     " bytes: the ranks called the all-reduce with different counts or types");
+    return false;
+  }
+  if (!a_.share) {
+    pm.refused = internalError("rank " + std::to_string(peer) + " offered its " + what +
+                               " in place, but this lane cannot read a peer's memory");
+    return false;
+  }
+  Result<const char*> base = a_.share->resolve(peer, d);
+  if (!base.isOk()) {
+    pm.refused = base.status();
+    return false;
+  }
+  (output ? pm.out : pm.in)[k] = base.value();
+  pm.reads[k] = true;
+  return true;
 }
 
 void Lane::postAhead(uint32_t limit) {
@@ -159,6 +228,16 @@ class Lane::Exec {
     *moved_ = true;
     if (l_.a_.status) l_.a_.status->running();
   }
+  uint32_t offer(int k, bool output, char* payload, size_t bytes) const { return l_.offer(k, output, payload, bytes); }
+  bool accept(int k, bool output, const char* payload, uint32_t size, size_t bytes) const {
+    return l_.accept(k, output, payload, size, bytes);
+  }
+  bool exposed(int k) const { return l_.peers_ && l_.peers_->exposed[k]; }
+  bool reads(int k) const { return l_.peers_ && l_.peers_->reads[k]; }
+  const char* peerBuffer(int k, bool output) const {
+    if (!l_.peers_ || !l_.peers_->reads[k]) return nullptr;
+    return output ? l_.peers_->out[k] : l_.peers_->in[k];
+  }
 
  private:
   Lane& l_;
@@ -200,6 +279,8 @@ Status Lane::progress(WaitInfo* wait, bool* moved) {
       return w;
     case PrimStatus::kMismatch:
       return recvCheck(*recv_->fifo.header(recv_->head), stop.bytes);
+    case PrimStatus::kRefused:
+      return peers_->refused;
   }
   if (refsOut_) {
     // The input and output are the caller's again once this operation completes: wait until the

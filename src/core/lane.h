@@ -1,7 +1,9 @@
-// A Lane runs one rank's schedule (a list of Steps) over at most one send FIFO and one receive
-// FIFO with the primitives of src/algo/prims.h, resumably: progress() does all it can without
+// A Lane runs one rank's schedule (a list of Steps) over up to kMaxLanePeers send and receive
+// FIFOs with the primitives of src/algo/prims.h, resumably: progress() does all it can without
 // blocking and, when it must wait, says on which counter and for which peer. Progress-thread-only
 // (one lane is never progressed by two threads at once; its worker group helps move each piece).
+// Every algorithm is a lane: ring and chain channels, each tree, the direct and slice all-reduces
+// (the slice one with the peers' memory offers and dones as control slots), point-to-point.
 #pragma once
 
 #include <atomic>
@@ -105,6 +107,9 @@ struct LaneArgs {
   bool sendByRef = false;
   ProtoKind proto = ProtoKind::kSimple;  // ProtoFlag sends nothing by reference
   char* scratch = nullptr;               // one slot, for schedules that stash a piece (kOutIsScratch)
+  // How this rank's buffers are offered to peers to read in place, and peers' offers taken
+  // (kSendDesc / kRecvDesc); null: every peer gets bytes, and an offer is refused.
+  MemShare* share = nullptr;
 
   // Element `i` of the input or output. A rank with no buffer on one side (a broadcast's
   // non-root input, a gather's non-root output) gets nullptr back, never an offset null pointer.
@@ -146,6 +151,23 @@ class Lane {
  private:
   class Exec;  // the host executor of the primitives over this lane's cursors
 
+  // What the offers of a lane whose peers read memory in place decided, per connector index
+  // (made on the first offer; most lanes never have one).
+  struct PeerMemory {
+    bool exposed[kMaxLanePeers] = {};  // this rank offered its buffers to that peer
+    bool reads[kMaxLanePeers] = {};    // that peer offered its buffers to this rank
+    const char* in[kMaxLanePeers] = {};
+    const char* out[kMaxLanePeers] = {};
+    MemDesc outDesc[kMaxLanePeers];  // this rank's output, offered when its slice is reduced
+    Status refused;                  // why an offer was not taken
+  };
+  PeerMemory& peerMemory();
+  // The offer of this rank's input (it decides the output's too) or output to send connector k's
+  // peer, written to `payload`; its size, or 0 when that peer gets bytes.
+  uint32_t offer(int k, bool output, char* payload, size_t bytes);
+  // A peer's offer on receive connector k, for a buffer of `bytes`.
+  bool accept(int k, bool output, const char* payload, uint32_t size, size_t bytes);
+
   Status recvCheck(const SlotHeader& h, size_t bytes) const;
   // Where the piece a send primitive would copy into the slot already is, or null.
   const char* sendSource(Prim p, const char* in, const char* out) const;
@@ -169,97 +191,7 @@ class Lane {
   size_t postStep_ = 0;   // the next receive piece to post for: step, piece, and its slot
   size_t postPiece_ = 0;
   uint32_t postSlot_ = 0;
-};
-
-// The slice all-reduce of one rank (intra-host, large messages): each rank reduces one slice
-// (block) of the message from every rank's contribution and hands the result to every peer.
-// Per peer and direction there are two connections: "scatter" (this rank's input for the
-// peer's slice) and "gather" (this rank's reduced slice). On either, a rank sends the bytes in
-// slot-sized pieces, or, when the peer can read the buffer in place (threads of one process, or
-// memory registered from chorusMemAlloc; MemShare decides), one slot holding a MemDesc; the
-// receiver tells which from the first slot. A peer that read anything in place sends a final
-// "done" on its scatter connection, and the rank that exposed memory returns only after every
-// such peer's done. Each slice has one reducer, so every rank gets the same bits.
-class SliceLane {
- public:
-  SliceLane(const LaneArgs& args, int rank, int nranks, size_t count, const std::unique_ptr<SendCursor>* scatterSends,
-            const std::unique_ptr<RecvCursor>* scatterRecvs, const std::unique_ptr<SendCursor>* gatherSends,
-            const std::unique_ptr<RecvCursor>* gatherRecvs, MemShare* share);
-  // When ranks chose this schedule each for itself (their buffers are registered), a hello goes
-  // to the next rank of the ring and one is expected from the previous: a rank that ran the ring
-  // instead meets it at once, and so does this rank, and both fail with a clear error.
-  void checkNeighbours(SendCursor* next, RecvCursor* prev) {
-    helloSend_ = next;
-    helloRecv_ = prev;
-  }
-
-  Status progress(WaitInfo* wait, bool* moved);
-  bool done() const { return finished_; }
-
-  // SlotHeader::step of a slot that is not a data piece.
-  static constexpr uint32_t kDescStep = 0x80000000u;
-  static constexpr uint32_t kDoneStep = 0x80000001u;
-  static constexpr uint32_t kHelloStep = 0x80000002u;
-
- private:
-  enum Mode : uint8_t { kUnknown = 0, kDesc = 1, kData = 2 };
-  struct Peer {
-    Mode scatterOut = kUnknown;  // how this rank's input for the peer's slice goes to it
-    Mode gatherOut = kUnknown;
-    Mode scatterIn = kUnknown;  // how the peer's input for this rank's slice comes
-    Mode gatherIn = kUnknown;
-    size_t scatterSent = 0;  // pieces (a descriptor counts as all of them)
-    size_t gatherSent = 0;
-    size_t gatherCopied = 0;
-    const char* scatterBase = nullptr;  // the peer's input, readable here (kDesc)
-    const char* gatherBase = nullptr;   // the peer's output
-    bool exposedTo = false;             // a descriptor went to the peer: wait for its done
-    bool readFrom = false;              // a descriptor came from the peer: send it a done
-    bool doneSent = false;
-    bool doneSeen = false;
-    MemDesc scatterDesc;
-    MemDesc gatherDesc;
-  };
-
-  Block block(int r) const;
-  size_t pieces(int r) const { return (block(r).count + slotElems_ - 1) / slotElems_; }
-  Status checkHeader(const SlotHeader& h, int peer, uint32_t step, size_t bytes) const;
-  // Reads the first slot of a connection when its mode is unknown: a descriptor (consumed) or
-  // a data piece (left for the caller). inProgress when nothing has arrived.
-  // A descriptor must describe exactly `expectBytes` (the peer's `what`, as this rank counts it).
-  Status learnMode(RecvCursor* rc, int peer, size_t expectBytes, const char* what, Mode* mode, const char** base);
-  Status sendDesc(SendCursor* sc, const MemDesc& d);
-  Status blockedOn(RecvCursor* rc, WaitInfo* wait, Prim prim) const;
-  Status blockedOn(SendCursor* sc, WaitInfo* wait) const;
-
-  Status sendScatter(int p, WaitInfo* wait, bool* moved);
-  Status reduceSlice(WaitInfo* wait, bool* moved);
-  Status sendGather(int p, WaitInfo* wait, bool* moved);
-  Status copyGather(int p, WaitInfo* wait, bool* moved);
-  Status finishPeer(int p, WaitInfo* wait, bool* moved);
-  Status hello(WaitInfo* wait, bool* moved);
-  void chooseModes();
-
-  LaneArgs a_;
-  ReduceSpec noPre_;
-  int rank_;
-  int nranks_;
-  size_t count_;
-  const std::unique_ptr<SendCursor>* scatterSends_;  // indexed by rank; this rank's entry is null
-  const std::unique_ptr<RecvCursor>* scatterRecvs_;
-  const std::unique_ptr<SendCursor>* gatherSends_;
-  const std::unique_ptr<RecvCursor>* gatherRecvs_;
-  MemShare* share_;
-  SendCursor* helloSend_ = nullptr;
-  RecvCursor* helloRecv_ = nullptr;
-  bool helloSent_ = false;
-  bool helloSeen_ = false;
-  size_t slotElems_;
-  std::vector<Peer> peers_;
-  size_t reduced_ = 0;  // pieces of this rank's slice in the output
-  int folded_ = 0;      // contributions to the current piece folded (fold order below)
-  bool started_ = false;
-  bool finished_ = false;
+  std::unique_ptr<PeerMemory> peers_;
 };
 
 }  // namespace chorus

@@ -338,6 +338,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
       op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
   if (reduces) a.spec = redOps_.spec(op.op, op.type);
   a.sendByRef = true;
+  a.share = memShare_.get();
   return a;
 }
 
@@ -354,6 +355,7 @@ Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conn
   a.slotBytes = lp.slotBytes;
   a.status = &channelStatus_[lp.channel];
   a.proto = lp.proto;
+  if (!lp.byReference) a.sendByRef = false;
   if (lp.scratch) {
     // One slot, shared by the lanes of every task: the execution token runs them one at a time.
     CHORUS_CHECK(lp.slotBytes <= laneScratch_.size());
@@ -508,27 +510,11 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     // The algorithm plans the call; the lanes it names are built here over the connections it
     // asked for (connectionsNeeded made them).
     lanePlans.clear();
-    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
+    AlgoCall call{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff};
+    call.chosenAlone = sliceOnItsOwn;
+    algorithm(algo).plan(ctx, call, &lanePlans);
     std::vector<Lane> lanes;
-    for (LanePlan& lp : lanePlans) {
-      switch (lp.kind) {
-        case LanePlan::Kind::kSteps:
-          lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
-          break;
-        case LanePlan::Kind::kSlice: {
-          a.slotBytes = lp.slotBytes;
-          a.status = &channelStatus_[lp.channel];
-          SliceLane lane(a, rank_, nranks_, op.count, conns_.sends(ConnFamily::kDirect),
-                         conns_.recvs(ConnFamily::kDirect), conns_.sends(ConnFamily::kGather),
-                         conns_.recvs(ConnFamily::kGather), memShare_.get());
-          if (sliceOnItsOwn) {
-            lane.checkNeighbours(conns_.send(ConnFamily::kRing, 0), conns_.recv(ConnFamily::kRing, 0));
-          }
-          task->addStage(std::move(lane), flight);
-          break;
-        }
-      }
-    }
+    for (LanePlan& lp : lanePlans) lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
     if (!lanes.empty() || lanePlans.empty()) task->addStage(std::move(lanes), flight);
   }
 

@@ -132,6 +132,11 @@ bool MemShare::registered(const void* ptr, size_t bytes) {
   return allocId != 0 && allocLive(p, bytes, allocId);
 }
 
+bool MemShare::readable(int peer, const void* ptr, size_t bytes) {
+  if (reach_[peer] == Reach::kAddressSpace) return true;
+  return reach_[peer] == Reach::kSharedMapping && registered(ptr, bytes);
+}
+
 bool MemShare::describe(int peer, const void* ptr, size_t bytes, MemDesc* d) {
   *d = MemDesc{};
   d->bytes = bytes;

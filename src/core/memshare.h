@@ -66,6 +66,9 @@ class MemShare {
   // Whether [ptr, ptr + bytes) lies in a range registered here inside a live chorusMemAlloc
   // allocation (what a peer in another process could read in place).
   bool registered(const void* ptr, size_t bytes);
+  // Whether `peer` could read [ptr, ptr + bytes) in place (describe() would succeed), with no
+  // side effect.
+  bool readable(int peer, const void* ptr, size_t bytes);
   // Describes [ptr, ptr + bytes) for `peer`; false when that peer cannot read it in place (a
   // socket peer, or memory not registered on this communicator inside a live allocation).
   bool describe(int peer, const void* ptr, size_t bytes, MemDesc* desc);

@@ -28,26 +28,20 @@ Status Task::progress(WaitInfo* wait, bool* moved) {
   }
   while (stage_ < stages_.size()) {
     bool stageDone = true;
-    auto run = [&](auto& lane) -> Status {
-      if (lane.done()) return Status::ok();
+    for (Lane& lane : stages_[stage_].lanes) {
+      if (lane.done()) continue;
       WaitInfo w;
       Status s = lane.progress(&w, moved);
       if (s.inProgress()) {
         if (!blocked) *wait = w;
         blocked = true;
         stageDone = false;
-        return Status::ok();
+        continue;
       }
-      if (!s.isOk()) *wait = w;
-      return s;
-    };
-    for (auto& lane : stages_[stage_].lanes) {
-      Status s = run(lane);
-      if (!s.isOk()) return s;
-    }
-    if (auto& sl = stages_[stage_].slice) {
-      Status s = run(*sl);
-      if (!s.isOk()) return s;
+      if (!s.isOk()) {
+        *wait = w;
+        return s;
+      }
     }
     if (!stageDone) break;
     if (stages_[stage_].flight)

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,8 +68,7 @@ class Task {
 
   TaskOwner* owner() const { return owner_; }
   // `flight`: the stage's flight-recorder entry (0: none).
-  void addStage(std::vector<Lane> lanes, uint64_t flight) { stages_.push_back(Stage{std::move(lanes), {}, flight}); }
-  void addStage(SliceLane lane, uint64_t flight) { stages_.push_back(Stage{{}, std::move(lane), flight}); }
+  void addStage(std::vector<Lane> lanes, uint64_t flight) { stages_.push_back(Stage{std::move(lanes), flight}); }
   // The flight-recorder entries of all the task's operations.
   void setFlight(uint64_t first, uint64_t last) {
     flightFirst_ = first;
@@ -103,11 +101,9 @@ class Task {
 
  private:
   TaskOwner* owner_;
-  // One collective: the lanes of its channels (or of its two trees, or its one direct lane), or
-  // a slice lane.
+  // One collective: the lanes of its plan (a lane per channel, per tree, or one over every peer).
   struct Stage {
     std::vector<Lane> lanes;
-    std::optional<SliceLane> slice;
     uint64_t flight = 0;
   };
   uint64_t flightFirst_ = 0;

@@ -69,7 +69,7 @@ class BlockExec {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     const ReduceSpec full = c_.spec;  // register copies: the stores below may alias global memory
     ReduceSpec spec = full;
-    if (m.noPre || m.preA) spec.hasPre = false;
+    if (m.noPre) spec.hasPre = false;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
       T v;
       switch (m.fold) {
@@ -80,7 +80,7 @@ class BlockExec {
           v = ElemOps<T>::pre(spec, loadElem<T>(m.a, i));
           break;
         default: {
-          // preA: pre(a) OP b, b without the pre-op.
+          // preA: pre(a) OP b (b pre-multiplied unless noPre).
           const T a = m.preA ? ElemOps<T>::pre(full, loadElem<T>(m.a, i)) : loadElem<T>(m.a, i);
           v = reduceOne<T>(spec, a, loadElem<T>(m.b, i), m.fold == Fold::kReducePost);
           break;
@@ -105,6 +105,13 @@ class BlockExec {
     if (leader()) releaseStore(recvEnd().head, recvEnd().position);
   }
   __device__ void moved() {}
+  // Device buffers always travel as bytes: a peer reading this GPU's memory in place needs CUDA
+  // IPC handles, which device lanes do not exchange. An offer from a peer is refused.
+  __device__ uint32_t offer(int, bool, char*, size_t) const { return 0; }
+  __device__ bool accept(int, bool, const char*, uint32_t, size_t) const { return false; }
+  __device__ bool exposed(int) const { return false; }
+  __device__ bool reads(int) const { return false; }
+  __device__ const char* peerBuffer(int, bool) const { return nullptr; }
 
   __device__ uint32_t sendPosition() const { return sends_[0].position; }
   __device__ uint32_t recvPosition() const { return recvs_[0].position; }
