@@ -1,6 +1,8 @@
-/* The public headers (chorus.h, ddp.h) compiled as strict C99, and, when the CUDA toolkit's nccl.h is found, every
- * enumerator value and chorusConfig_t's leading fields checked against NCCL 2.28's. */
+/* The public headers (chorus.h, chorus_cuda.h, ddp.h) compiled as strict C99, and, when the CUDA toolkit's nccl.h is
+ * found, every enumerator value and chorusConfig_t's leading fields checked against NCCL 2.28's, and chorus_cuda.h's
+ * stream type against cudaStream_t. */
 #include <chorus/chorus.h>
+#include <chorus/chorus_cuda.h>
 #include <chorus/ddp.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -30,7 +32,16 @@ int main(void) {
   EXPECT_EQ(config.size, sizeof(chorusConfig_t));
   EXPECT_EQ(config.blocking, CHORUS_CONFIG_UNDEF_INT);
   EXPECT_EQ(config.timeoutSeconds, CHORUS_CONFIG_UNDEF_INT);
+  EXPECT_EQ(config.cudaDevice, CHORUS_CONFIG_UNDEF_INT);
 #ifdef CHORUS_HAVE_NCCL_H
+  {
+    /* chorus_cuda.h names the stream by the runtime's own struct: a cudaStream_t converts with no cast. */
+    cudaStream_t cs = NULL;
+    struct CUstream_st** out = &cs;
+    chorusResult_t (*wrap)(cudaStream_t, chorusStream_t*) = chorusStreamFromCuda;
+    (void)out;
+    (void)wrap;
+  }
   EXPECT_EQ(chorusSuccess, ncclSuccess);
   EXPECT_EQ(chorusUnhandledCudaError, ncclUnhandledCudaError);
   EXPECT_EQ(chorusSystemError, ncclSystemError);

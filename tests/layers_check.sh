@@ -10,12 +10,13 @@ declare -A header=(
   [common]=src/common/status.h [kernels]=kernels/reduce_host.h [algo]=src/algo/schedule.h
   [bootstrap]=src/bootstrap/bootstrap.h [topo]=src/topo/topo.h [transports]=transports/transport.h
   [core]=src/core/comm.h [api]=src/api/streams.h [ddp]=src/ddp/reducer.h
-  [device]=src/device/prims_device.h)
+  [device]=src/device/cuda.h)
 # What each layer may use besides itself.
 declare -A may=(
   [common]="" [kernels]="common" [algo]="common kernels" [bootstrap]="common kernels algo"
   [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo"
-  [core]="common kernels algo bootstrap topo transports" [api]="common kernels algo bootstrap topo transports core"
+  [core]="common kernels algo bootstrap topo transports device"
+  [api]="common kernels algo bootstrap topo transports device core"
   [ddp]="common kernels" [device]="common kernels algo")
 failures=0
 checks=0

@@ -105,6 +105,10 @@ typedef struct chorusConfig_v1 {
   /** Seconds any wait of this communicator may last before it fails with an error that names the
    *  peer waited for; CHORUS_CONFIG_UNDEF_INT takes CHORUS_TIMEOUT (default 1800). */
   int timeoutSeconds;
+  /** The CUDA device of the communicator's device buffers (chorus_cuda.h); CHORUS_CONFIG_UNDEF_INT
+   *  takes the device current on the initialising thread when the program has loaded CUDA, else the
+   *  device of the first device buffer passed. Ignored for host buffers. */
+  int cudaDevice;
 } chorusConfig_t;
 
 #define CHORUS_CONFIG_MAGIC 0xcafebeef
@@ -115,7 +119,7 @@ typedef struct chorusConfig_v1 {
         CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, \
         CHORUS_CONFIG_UNDEF_PTR, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_PTR, \
         CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, \
-        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT                           \
+        CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT  \
   }
 
 /** Reduction operations, numerically equal to ncclRedOp_t. Values from chorusNumOps up are custom
@@ -173,8 +177,10 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
  *  chorusInProgress, and completion is polled with chorusCommGetAsyncError. */
 chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
                                         chorusConfig_t* config);
-/** Creates ndev communicators of one clique whose ranks are threads of this process. devlist is
- *  ignored on host (it may be NULL). */
+/** Creates ndev communicators of one clique whose ranks are threads of this process. devlist, when
+ *  not NULL, is each rank's CUDA device (entries may repeat: several ranks may share a GPU); NULL
+ *  leaves each rank's device to its first device buffer (chorus_cuda.h), and host buffers need
+ *  none. */
 chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
 /** Initialises a communicator from a launcher's environment: chorusrun (CHORUS_RANK,
  *  CHORUS_NRANKS, CHORUS_COMM_ID), torchrun (RANK, WORLD_SIZE, MASTER_ADDR), Open MPI
@@ -215,7 +221,8 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
  *  while another thread is blocked in a call on the communicator. A Chorus extension. */
 chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
-/** Host-only builds have no CUDA device: *device is -1. */
+/** The CUDA device of the communicator's device buffers (chorusConfig_t.cudaDevice); -1 while it
+ *  has none (a host-only program, or a build without CUDA). */
 chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device);
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
 

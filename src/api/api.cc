@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "include/chorus/chorus.h"
+#include "src/api/buffers.h"
 #include "src/api/streams.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/common/guard.h"
@@ -150,46 +151,54 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   if (rooted) CHORUS_TRY(checkRank(root, n, "root"));
   if (coll == CollType::kSend || coll == CollType::kRecv) CHORUS_TRY(checkRank(root, n, "peer"));
   const size_t wide = static_cast<size_t>(n);
+  // The buffers this rank uses, checked, for the memory-kind check below.
+  BufUse used[2] = {};
+  int nused = 0;
+  auto use = [&](const void* p, size_t elems, const char* name) -> Status {
+    CHORUS_TRY(checkPtr(p, elems, name));
+    if (elems > 0) used[nused++] = BufUse{p, name};
+    return Status::ok();
+  };
   switch (coll) {
     case CollType::kAllReduce:
       CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
-      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
+      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
       break;
     case CollType::kBroadcast:
       CHORUS_TRY(checkBytes(count, 1, type));
-      if (me == root) CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff (at the root)"));
-      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      if (me == root) CHORUS_TRY(use(sendbuff, count, "sendbuff (at the root)"));
+      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
       break;
     case CollType::kReduce:
       CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
-      if (me == root) CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff (at the root)"));
+      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
+      if (me == root) CHORUS_TRY(use(recvbuff, count, "recvbuff (at the root)"));
       break;
     case CollType::kAllGather:
     case CollType::kReduceScatter:
     case CollType::kAlltoAll:
       CHORUS_TRY(checkBytes(count, wide, type));
-      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
-      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
+      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
       break;
     case CollType::kGather:
       CHORUS_TRY(checkBytes(count, wide, type));
-      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
-      if (me == root) CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff (at the root)"));
+      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
+      if (me == root) CHORUS_TRY(use(recvbuff, count, "recvbuff (at the root)"));
       break;
     case CollType::kScatter:
       CHORUS_TRY(checkBytes(count, wide, type));
-      if (me == root) CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff (at the root)"));
-      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      if (me == root) CHORUS_TRY(use(sendbuff, count, "sendbuff (at the root)"));
+      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
       break;
     case CollType::kSend:
       CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(checkPtr(sendbuff, count, "sendbuff"));
+      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
       break;
     case CollType::kRecv:
       CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
+      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
       break;
   }
   if (c->config().logLevel >= LogLevel::kInfo) {
@@ -197,7 +206,10 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
                   collName(coll), sendbuff, static_cast<void*>(recvbuff), count, typeName(type), static_cast<int>(op),
                   root, static_cast<void*>(stream));
   }
-  return submitOp(OpInfo{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s)});
+  CHORUS_ASSIGN_OR_RETURN(bool device, onDevice(*c, used, nused, s.get()));
+  OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s)};
+  info.device = device;
+  return submitOp(info);
 }
 
 Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, int rank, chorusConfig_t* config) {
@@ -309,13 +321,18 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config)
 }
 
 chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist) {
-  (void)devlist;  // host ranks have no device; kept for NCCL's shape
   return guard("chorusCommInitAll", [&]() -> Status {
     if (!comms) return invalidArgument("comms is NULL");
     if (ndev < 1) return invalidArgument("ndev must be at least 1, not " + std::to_string(ndev));
+    for (int r = 0; devlist && r < ndev; ++r) {
+      if (devlist[r] < 0) {
+        return invalidArgument("devlist[" + std::to_string(r) + "] is " + std::to_string(devlist[r]) +
+                               ": a CUDA device number (0 or more), or pass devlist NULL for host buffers");
+      }
+    }
     if (inGroup()) return invalidUsage("chorusCommInitAll cannot be called inside a group");
     std::vector<std::shared_ptr<CommHandle>> handles;
-    Status s = initClique(&handles, ndev);
+    Status s = initClique(&handles, ndev, devlist);
     if (!s.isOk()) {
       for (int r = 0; r < ndev; ++r) comms[r] = nullptr;
       return s;
@@ -488,8 +505,7 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
   return guard("chorusCommCuDevice", [&]() -> Status {
     if (!device) return invalidArgument("device is NULL");
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    (void)c;
-    *device = -1;
+    *device = c->cudaDevice();
     return Status::ok();
   });
 }
@@ -650,6 +666,13 @@ chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t data
     CHORUS_TRY(checkPtr(recvbuff, count, "recvbuff"));
     CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
     if (c->nranks() == 1) return invalidUsage("chorusRecvAny on a communicator of one rank: no other rank can send");
+    const BufUse buf{recvbuff, "recvbuff"};
+    CHORUS_ASSIGN_OR_RETURN(bool device, onDevice(*c, &buf, count > 0 ? 1 : 0, s.get()));
+    if (device || (s && s->isCuda())) {
+      return invalidUsage(
+          "chorusRecvAny takes host buffers on a host stream: its source is chosen by a host thread "
+          "when it runs; receive device buffers with chorusRecv from a known peer");
+    }
     if (inGroup()) {
       return invalidUsage(
           "chorusRecvAny cannot be part of a group: its source is chosen when it runs, and a group plans every "

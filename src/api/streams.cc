@@ -7,6 +7,7 @@
 
 #include "src/common/guard.h"
 #include "src/common/handles.h"
+#include "src/device/cuda.h"
 
 namespace chorus {
 namespace {
@@ -37,6 +38,17 @@ Result<std::shared_ptr<Stream>> lookupStream(chorusStream_t s) {
 
 namespace {
 
+// A host stream (or the NULL stream) for host work: host functions and events.
+Result<std::shared_ptr<Stream>> lookupHostStream(chorusStream_t s, const char* what) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> impl, lookupStream(s));
+  if (impl && impl->isCuda()) {
+    return invalidArgument(std::string(what) +
+                           " wraps a CUDA stream (chorusStreamFromCuda): use the CUDA runtime's "
+                           "own call on that stream (cudaLaunchHostFunc, cudaEventRecord, cudaStreamWaitEvent)");
+  }
+  return impl;
+}
+
 Result<std::shared_ptr<EventState>> lookupEvent(chorusEvent_t e) {
   if (!e) return invalidArgument("event is NULL");
   std::shared_ptr<EventState> state = events().find(handleValue(e));
@@ -66,6 +78,28 @@ chorusResult_t chorusStreamCreate(chorusStream_t* stream) {
   });
 }
 
+chorusResult_t chorusStreamFromCuda(struct CUstream_st* cudaStream, chorusStream_t* stream) {
+  return guard("chorusStreamFromCuda", [&]() -> Status {
+    if (!stream) return invalidArgument("stream (where the wrapper is written) is NULL");
+    if (!cuda::built()) {
+      return invalidUsage("chorusStreamFromCuda: this build of Chorus has no CUDA; rebuild it with the CUDA toolkit");
+    }
+    *stream = handleOf<chorusStream_t>(streams().add(std::make_shared<Stream>(static_cast<void*>(cudaStream))));
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusStreamGetCuda(chorusStream_t stream, struct CUstream_st** cudaStream) {
+  return guard("chorusStreamGetCuda", [&]() -> Status {
+    if (!cudaStream) return invalidArgument("cudaStream (where the CUDA stream is written) is NULL");
+    if (!stream) return invalidArgument("stream is NULL, which is Chorus's synchronous stream, not a CUDA stream");
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    if (!s->isCuda()) return invalidArgument("stream is a host stream (chorusStreamCreate), not a wrapped CUDA stream");
+    *cudaStream = static_cast<struct CUstream_st*>(s->cudaStream());
+    return Status::ok();
+  });
+}
+
 chorusResult_t chorusStreamSynchronize(chorusStream_t stream) {
   return guard("chorusStreamSynchronize", [&]() -> Status {
     CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
@@ -87,8 +121,9 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
     if (!stream) return invalidArgument("stream is NULL (the NULL stream cannot be destroyed)");
     std::shared_ptr<Stream> s = streams().take(handleValue(stream));
     if (!s) return invalidArgument("stream is not a live chorusStream_t (destroyed twice, or never created)");
-    // Work already queued runs to its end; an event recorded on the stream keeps it alive.
-    (void)s->synchronize();
+    // Work already queued runs to its end; an event recorded on the stream keeps it alive. A CUDA
+    // stream's work is the CUDA stream's: the wrapper goes at once.
+    if (!s->isCuda()) (void)s->synchronize();
     return Status::ok();
   });
 }
@@ -96,7 +131,7 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream) {
 chorusResult_t chorusLaunchHostFunc(chorusStream_t stream, chorusHostFn_t fn, void* userData) {
   return guard("chorusLaunchHostFunc", [&]() -> Status {
     if (!fn) return invalidArgument("fn is NULL");
-    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupHostStream(stream, "stream"));
     if (!s) {
       fn(userData);
       return Status::ok();
@@ -120,7 +155,7 @@ chorusResult_t chorusEventCreate(chorusEvent_t* event) {
 chorusResult_t chorusEventRecord(chorusEvent_t event, chorusStream_t stream) {
   return guard("chorusEventRecord", [&]() -> Status {
     CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<EventState> e, lookupEvent(event));
-    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupHostStream(stream, "stream"));
     std::lock_guard<std::mutex> g(e->mu);
     e->mark = s ? EventMark{s, s->lastEnqueued()} : EventMark();
     return Status::ok();
@@ -146,7 +181,7 @@ chorusResult_t chorusEventSynchronize(chorusEvent_t event) {
 chorusResult_t chorusStreamWaitEvent(chorusStream_t stream, chorusEvent_t event) {
   return guard("chorusStreamWaitEvent", [&]() -> Status {
     CHORUS_ASSIGN_OR_RETURN(EventMark m, markOf(event));
-    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupHostStream(stream, "stream"));
     if (!m.stream) return Status::ok();
     if (!s) {
       m.stream->waitFor(m.seq);

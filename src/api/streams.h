@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "include/chorus/chorus.h"
+#include "include/chorus/chorus_cuda.h"
 #include "src/common/status.h"
 #include "src/core/stream.h"
 

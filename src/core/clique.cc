@@ -24,7 +24,7 @@ Status withDescriptorNeed(const Status& s, int n) {
 
 }  // namespace
 
-Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n) {
+Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n, const int* devlist) {
   CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
   InitCancel cancel;
   Result<BootstrapId> id = makePrivateBootstrapId(cfg, cancel.rootStop());
@@ -37,6 +37,10 @@ Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n) {
   options.cancel = &cancel;
   for (int r = 0; r < n; ++r) {
     (*handles)[r] = std::make_shared<CommHandle>();
+    // Without a devlist, each rank's device is its first device buffer's (several ranks may share
+    // one): the current device of a fresh init thread says nothing.
+    options.cudaDevice = devlist ? devlist[r] : -1;
+    options.deviceFromCurrent = false;
     InitJob job{(*handles)[r], id.value(), r, n, options};
     threads.emplace_back([job, &results, &cancel, &first, r] {
       results[r] = runInit(job);

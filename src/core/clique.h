@@ -17,6 +17,6 @@ Result<BootstrapId> makePrivateBootstrapId(const Config& cfg, std::shared_ptr<co
 // `n` ranks of a new clique, each initialised on a thread of its own into handles[r]. The first
 // rank to fail stops the others' init and the clique's root (which would otherwise wait out the
 // timeout), and its error is the one returned: the others' are echoes of it.
-Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n);
+Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n, const int* devlist);
 
 }  // namespace chorus

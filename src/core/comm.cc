@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/device/cuda.h"
+
 namespace chorus {
 
 Result<CommOptions> readUserConfig(const chorusConfig_t* config) {
@@ -20,14 +22,36 @@ Result<CommOptions> readUserConfig(const chorusConfig_t* config) {
     }
     o.blocking = config->blocking == 1;
   }
-  if (config->size >= sizeof(chorusConfig_t) && config->timeoutSeconds != CHORUS_CONFIG_UNDEF_INT) {
+  if (config->size >= offsetof(chorusConfig_t, timeoutSeconds) + sizeof(int) &&
+      config->timeoutSeconds != CHORUS_CONFIG_UNDEF_INT) {
     if (config->timeoutSeconds <= 0) {
       return invalidArgument("config->timeoutSeconds must be positive, not " + std::to_string(config->timeoutSeconds));
     }
     o.timeoutNs = int64_t(config->timeoutSeconds) * 1000000000;
   }
   if (config->commName) o.name = config->commName;
+  if (config->size >= offsetof(chorusConfig_t, cudaDevice) + sizeof(int) &&
+      config->cudaDevice != CHORUS_CONFIG_UNDEF_INT) {
+    if (config->cudaDevice < 0) {
+      return invalidArgument("config->cudaDevice must be a CUDA device number (0 or more), not " +
+                             std::to_string(config->cudaDevice));
+    }
+    o.cudaDevice = config->cudaDevice;
+  }
   return o;
+}
+
+Status Communicator::chooseCudaDevice(const CommOptions& options) {
+  if (options.cudaDevice >= 0) {
+    CHORUS_TRY(cuda::checkDevice(options.cudaDevice, "config->cudaDevice"));
+    cudaDevice_.store(options.cudaDevice, std::memory_order_release);
+  } else if (options.deviceFromCurrent && cuda::built() && cuda::driverLoaded()) {
+    // As NCCL binds a communicator to the device current at init. A program that loaded CUDA
+    // without a device (or a driver without one) leaves it to the first device buffer.
+    Result<int> d = cuda::currentDevice();
+    if (d.isOk()) cudaDevice_.store(d.value(), std::memory_order_release);
+  }
+  return Status::ok();
 }
 
 namespace {
@@ -88,6 +112,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   if (options.timeoutNs > 0) config_.timeoutNs = options.timeoutNs;
   blocking_ = options.blocking;
   name_ = options.name;
+  CHORUS_TRY(chooseCudaDevice(options));
   rank_ = rank;
   nranks_ = nranks;
   if (forcedAlgo_ && nranks > algorithm(*forcedAlgo_).maxRanks()) {
@@ -256,6 +281,12 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
   if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
   c->blocking_ = options.blocking;
   c->name_ = options.name;
+  // A child keeps its parent's device unless its config names one.
+  if (options.cudaDevice >= 0) {
+    CHORUS_TRY(c->chooseCudaDevice(options));
+  } else {
+    c->cudaDevice_.store(parent.cudaDevice(), std::memory_order_release);
+  }
   c->rank_ = rank;
   c->nranks_ = static_cast<int>(peers.size());
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);

@@ -49,6 +49,7 @@ struct OpInfo {
   int root;  // root, or peer for send/recv
   Communicator* comm;
   std::shared_ptr<Stream> stream;  // null: the NULL stream
+  bool device = false;             // the buffers are device memory (the device path)
 };
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
@@ -78,6 +79,8 @@ struct CommOptions {
   bool blocking = true;
   int64_t timeoutNs = 0;  // 0: from the environment
   std::string name;
+  int cudaDevice = -1;            // -1: the current device when CUDA is loaded, else the first device buffer's
+  bool deviceFromCurrent = true;  // false: -1 leaves it to the first device buffer
   // Set for the ranks of one clique (chorusCommInitAll); see InitCancel.
   InitCancel* cancel = nullptr;
 };
@@ -114,6 +117,13 @@ class Communicator : public TaskOwner {
   State state() const { return state_.load(std::memory_order_acquire); }
   void setState(State s) { state_.store(s, std::memory_order_release); }
   bool blocking() const { return blocking_; }
+  // The CUDA device of this communicator's device buffers; -1 while none is bound.
+  int cudaDevice() const { return cudaDevice_.load(std::memory_order_acquire); }
+  // Binds device `d` unless another is bound already; then that one.
+  int bindCudaDevice(int d) {
+    int expected = -1;
+    return cudaDevice_.compare_exchange_strong(expected, d, std::memory_order_acq_rel) ? d : expected;
+  }
 
   // TaskOwner.
   bool aborted() const override { return abort_.load(std::memory_order_acquire); }
@@ -229,6 +239,9 @@ class Communicator : public TaskOwner {
   Logger log_;
   bool blocking_ = true;
   std::string name_;
+  std::atomic<int> cudaDevice_{-1};
+  // The device of options.cudaDevice, else the current one when the program has loaded CUDA.
+  Status chooseCudaDevice(const CommOptions& options);
   int rank_ = -1;
   int nranks_ = 0;
   uint64_t commId_ = 0;

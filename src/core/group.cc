@@ -225,6 +225,13 @@ Status checkAgreement(std::vector<CommOps>& work) {
 }  // namespace
 
 Status launch(std::vector<OpInfo>& ops) {
+  for (const auto& op : ops) {
+    if (op.device) {
+      return invalidUsage(
+          "collectives on device memory are not built yet in this version of Chorus: pass host "
+          "buffers");
+    }
+  }
   // Per communicator, in issue order; almost always a single one, which takes `ops` whole.
   std::vector<CommOps> work;
   work.reserve(1);

@@ -1,6 +1,7 @@
 #include "src/core/stream.h"
 
 #include "src/common/os.h"
+#include "src/device/cuda.h"
 
 namespace chorus {
 
@@ -11,7 +12,10 @@ Stream::Stream() {
   });
 }
 
+Stream::Stream(void* cudaStream) : isCuda_(true), cudaStream_(cudaStream) {}
+
 Stream::~Stream() {
+  if (isCuda_) return;
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
@@ -95,12 +99,16 @@ void Stream::waitFor(uint64_t seq) {
 }
 
 Status Stream::synchronize() {
+  if (isCuda_) return cuda::streamSynchronize(cudaStream_);
   waitFor(enqueued_.load(std::memory_order_acquire));
   std::lock_guard<std::mutex> g(mu_);
   return error_;
 }
 
-bool Stream::idle() { return completed_.load(std::memory_order_acquire) == enqueued_.load(std::memory_order_acquire); }
+bool Stream::idle() {
+  if (isCuda_) return cuda::streamDone(cudaStream_);
+  return completed_.load(std::memory_order_acquire) == enqueued_.load(std::memory_order_acquire);
+}
 
 bool Stream::reached(uint64_t seq) { return completed_.load(std::memory_order_acquire) >= seq; }
 

@@ -32,6 +32,9 @@ namespace chorus {
 class Stream {
  public:
   Stream();
+  // A stream that stands for a CUDA stream (chorus_cuda.h): no worker and no queue; device work
+  // is enqueued on the CUDA stream itself, and synchronize() and idle() ask it.
+  explicit Stream(void* cudaStream);
   ~Stream();  // waits for queued work
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -43,6 +46,8 @@ class Stream {
   bool reached(uint64_t seq);
   void waitFor(uint64_t seq);
   uint64_t lastEnqueued();
+  bool isCuda() const { return isCuda_; }
+  void* cudaStream() const { return cudaStream_; }
 
  private:
   void loop();
@@ -61,6 +66,8 @@ class Stream {
   Status error_;                               // guarded by mu_
   bool stop_ = false;                          // guarded by mu_
   std::thread thread_;
+  const bool isCuda_ = false;
+  void* const cudaStream_ = nullptr;
 };
 
 // What an event recorded; empty means "nothing to wait for".

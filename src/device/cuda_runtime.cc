@@ -1,0 +1,214 @@
+// Devices and device memory (src/device/cuda.h) in a CUDA build: the CUDA runtime, linked
+// statically, and the driver's virtual memory entry points found through it at run time.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "src/device/cuda.h"
+
+namespace chorus::cuda {
+namespace {
+
+// The driver's virtual memory functions, as of CUDA 12.0.
+struct VmmApi {
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) addressFree = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) setAccess = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuDeviceGetAttribute) attribute = nullptr;
+  bool ok = false;
+};
+
+template <typename F>
+bool entry(const char* name, F* fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return false;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return true;
+}
+
+const VmmApi& vmm() {
+  static const VmmApi api = [] {
+    VmmApi a;
+    a.ok = entry("cuMemCreate", &a.create) && entry("cuMemRelease", &a.release) &&
+           entry("cuMemAddressReserve", &a.reserve) && entry("cuMemAddressFree", &a.addressFree) &&
+           entry("cuMemMap", &a.map) && entry("cuMemUnmap", &a.unmap) && entry("cuMemSetAccess", &a.setAccess) &&
+           entry("cuMemGetAllocationGranularity", &a.granularity) && entry("cuDeviceGetAttribute", &a.attribute);
+    return a;
+  }();
+  return api;
+}
+
+// The cuMem allocations of allocShareable, by address: their mapped size, to undo them.
+struct VmmAllocations {
+  std::mutex mu;
+  std::unordered_map<uintptr_t, size_t> sizes;  // guarded by mu
+};
+VmmAllocations& vmmAllocations() {
+  static auto* a = new VmmAllocations();
+  return *a;
+}
+
+Status runtimeStatus(cudaError_t rc, const std::string& what) {
+  if (rc == cudaSuccess) return Status::ok();
+  (void)cudaGetLastError();  // not sticky: clear it so later calls do not see it
+  return Status(chorusUnhandledCudaError, what + ": " + runtimeErrorText(rc));
+}
+
+Status driverStatus(CUresult rc, const std::string& what) {
+  if (rc == CUDA_SUCCESS) return Status::ok();
+  return Status(chorusUnhandledCudaError, what + ": " + driverErrorText(rc));
+}
+
+// A cuMem allocation exportable as a POSIX file descriptor, or null when the device or driver
+// cannot make one (the caller falls back to cudaMalloc).
+Result<void*> vmmAlloc(size_t bytes, int device) {
+  const VmmApi& a = vmm();
+  if (!a.ok) return nullptr;
+  int vmmOk = 0;
+  int fdOk = 0;
+  if (a.attribute(&vmmOk, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) != CUDA_SUCCESS ||
+      a.attribute(&fdOk, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device) != CUDA_SUCCESS ||
+      !vmmOk || !fdOk) {
+    return nullptr;
+  }
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  CHORUS_TRY(
+      driverStatus(a.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity"));
+  const size_t size = (bytes + gran - 1) / gran * gran;
+  CUmemGenericAllocationHandle handle;
+  CHORUS_TRY(driverStatus(a.create(&handle, size, &prop, 0), "cuMemCreate of " + std::to_string(size) + " bytes"));
+  CUdeviceptr ptr = 0;
+  CUresult rc = a.reserve(&ptr, size, gran, 0, 0);
+  if (rc == CUDA_SUCCESS) {
+    rc = a.map(ptr, size, 0, handle, 0);
+    if (rc == CUDA_SUCCESS) {
+      CUmemAccessDesc access = {};
+      access.location = prop.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      rc = a.setAccess(ptr, size, &access, 1);
+      if (rc != CUDA_SUCCESS) a.unmap(ptr, size);
+    }
+    if (rc != CUDA_SUCCESS) a.addressFree(ptr, size);
+  }
+  // The mapping keeps the memory; the handle is not needed to free it (file descriptors for other
+  // processes are exported from the address later, cuMemRetainAllocationHandle).
+  a.release(handle);
+  CHORUS_TRY(driverStatus(rc, "mapping " + std::to_string(size) + " bytes of device memory"));
+  std::lock_guard<std::mutex> g(vmmAllocations().mu);
+  vmmAllocations().sizes[ptr] = size;
+  return reinterpret_cast<void*>(ptr);
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+Result<int> deviceCount() {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc == cudaErrorNoDevice || rc == cudaErrorInsufficientDriver) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  CHORUS_TRY(runtimeStatus(rc, "cudaGetDeviceCount"));
+  return n;
+}
+
+Result<int> currentDevice() {
+  int d = -1;
+  CHORUS_TRY(runtimeStatus(cudaGetDevice(&d), "cudaGetDevice"));
+  return d;
+}
+
+Status checkDevice(int device, const char* what) {
+  CHORUS_ASSIGN_OR_RETURN(int n, deviceCount());
+  if (n == 0)
+    return invalidArgument(std::string(what) + " is " + std::to_string(device) +
+                           " but this machine has no CUDA device (or no driver)");
+  if (device < 0 || device >= n) {
+    return invalidArgument(std::string(what) + " is " + std::to_string(device) +
+                           " but this machine's CUDA devices are 0 to " + std::to_string(n - 1));
+  }
+  return Status::ok();
+}
+
+bool canAccessPeer(int a, int b) {
+  if (a == b) return true;
+  int ok = 0;
+  if (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return ok != 0;
+}
+
+Result<void*> allocShareable(size_t bytes, int device) {
+  if (bytes == 0) return invalidArgument("size is 0: allocate at least one byte");
+  CHORUS_TRY(checkDevice(device, "the device"));
+  CHORUS_ASSIGN_OR_RETURN(void* p, vmmAlloc(bytes, device));
+  if (p) return p;
+  int prev = -1;
+  CHORUS_TRY(runtimeStatus(cudaGetDevice(&prev), "cudaGetDevice"));
+  CHORUS_TRY(runtimeStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"));
+  const cudaError_t rc = cudaMalloc(&p, bytes);
+  (void)cudaSetDevice(prev);
+  CHORUS_TRY(
+      runtimeStatus(rc, "cudaMalloc of " + std::to_string(bytes) + " bytes on device " + std::to_string(device)));
+  return p;
+}
+
+Status freeShareable(void* p) {
+  if (!p) return Status::ok();
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> g(vmmAllocations().mu);
+    auto it = vmmAllocations().sizes.find(reinterpret_cast<uintptr_t>(p));
+    if (it != vmmAllocations().sizes.end()) {
+      size = it->second;
+      vmmAllocations().sizes.erase(it);
+    }
+  }
+  if (size) {
+    // Kernels still using it would fault: the caller synchronised (as with cudaFree's implicit one).
+    CHORUS_TRY(runtimeStatus(cudaDeviceSynchronize(), "synchronising before freeing device memory"));
+    const auto ptr = reinterpret_cast<CUdeviceptr>(p);
+    CHORUS_TRY(driverStatus(vmm().unmap(ptr, size), "cuMemUnmap"));
+    return driverStatus(vmm().addressFree(ptr, size), "cuMemAddressFree");
+  }
+  return runtimeStatus(cudaFree(p), "cudaFree");
+}
+
+Status streamSynchronize(void* stream) {
+  return runtimeStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+bool streamDone(void* stream) {
+  const cudaError_t rc = cudaStreamQuery(static_cast<cudaStream_t>(stream));
+  if (rc == cudaErrorNotReady) return false;
+  if (rc != cudaSuccess) (void)cudaGetLastError();
+  return true;
+}
+
+std::string runtimeErrorText(int code) {
+  const auto rc = static_cast<cudaError_t>(code);
+  return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);
+}
+
+}  // namespace chorus::cuda
