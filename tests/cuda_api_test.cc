@@ -33,7 +33,7 @@ bool lastErrorSays(const char* words) { return std::strstr(chorusGetLastError(nu
 
 // Each ctest entry is a process of its own (catch_discover_tests), so nothing before this case
 // can have loaded CUDA.
-TEST_CASE("a host-only run never loads CUDA, and its communicators have no device", "[api][cuda]") {
+TEST_CASE("a host-only run never loads CUDA, and its communicators have no device", "[api][cuda][nocuda]") {
   REQUIRE_FALSE(libcudaMapped());
   World w(2);
   REQUIRE(w.ok());

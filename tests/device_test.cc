@@ -1,6 +1,6 @@
 // The device reductions against the host's scalar path, bit for bit, for every type and op, and
-// a two-rank ring all-reduce run by the primitives' kernel (src/device/prims_device.cuh): two
-// channels per rank, one thread block each.
+// a two-rank ring all-reduce run by the launch kernel (src/device/prims_device.cuh): two channels
+// per rank, one thread block each, two launches in a row, and a wait that ends at its deadline.
 // Needs a CUDA device: without one it says so and exits with 77, which ctest reports as skipped.
 #include <cuda_runtime.h>
 
@@ -64,9 +64,11 @@ int main() {
     cudaFree(db);
     cudaFree(dout);
   }
-  // Two ranks, each a kernel of two channels (one block per channel) on its own stream, run a
+  // Two ranks, each a launch of two channels (one block per channel) on its own stream, run a
   // ring all-reduce of floats through FIFOs in mapped host memory: channel c of each rank takes
-  // its half of the elements.
+  // its half of the elements. Twice, so the second launch starts from the positions and sequence
+  // numbers the first left. Then rank 0 alone: its wait for rank 1 ends at the deadline, and the
+  // error record names the peer.
   {
     const size_t count = 50001;
     const int kChannels = 2;
@@ -83,63 +85,109 @@ int main() {
         fifo[c][r] = FifoView::layout(fifoMem + (2 * c + r) * fifoBytesEach, nslots, slotBytes);
       }
     }
+    auto connector = [](const FifoView& f, int peer) {
+      return device::DeviceConnector{reinterpret_cast<uint32_t*>(&f.ctrl->tail),
+                                     reinterpret_cast<uint32_t*>(&f.ctrl->head),
+                                     f.slots,
+                                     f.nslots,
+                                     f.slotBytes,
+                                     peer};
+    };
     float *in[2], *out[2];
-    uint32_t* result;
-    cudaMallocManaged(&result, 2 * kChannels * 4 * sizeof(uint32_t));
-    device::DeviceChannel* channels[2];
+    device::DeviceConnector* conns[2];
+    device::DeviceCommState* state[2];
+    uint64_t* p2pSeq[2];
+    device::DeviceError* errors = nullptr;
+    uint32_t* abortWord = nullptr;
+    cudaHostAlloc(reinterpret_cast<void**>(&errors), 2 * sizeof(device::DeviceError), cudaHostAllocMapped);
+    cudaHostAlloc(reinterpret_cast<void**>(&abortWord), sizeof(uint32_t), cudaHostAllocMapped);
+    *abortWord = 0;
+    std::vector<device::LaunchParams> params(2);
     cudaStream_t streams[2];
     for (int r = 0; r < 2; ++r) {
       cudaMallocManaged(&in[r], count * sizeof(float));
       cudaMallocManaged(&out[r], count * sizeof(float));
       for (size_t i = 0; i < count; ++i) in[r][i] = float((i + r) % 7);
-      cudaMallocManaged(&channels[r], kChannels * sizeof(device::DeviceChannel));
+      cudaMallocManaged(&conns[r], 2 * kChannels * sizeof(device::DeviceConnector));
+      cudaMallocManaged(&state[r], sizeof(device::DeviceCommState));
+      cudaMallocManaged(&p2pSeq[r], 4 * sizeof(uint64_t));
+      std::memset(state[r], 0, sizeof(device::DeviceCommState));
+      std::memset(p2pSeq[r], 0, 4 * sizeof(uint64_t));
+      state[r]->p2pSendSeq = p2pSeq[r];
+      state[r]->p2pRecvSeq = p2pSeq[r] + 2;
+      device::LaunchParams& p = params[r];
+      p.connectors = conns[r];
+      p.state = state[r];
+      p.error = errors + r;
+      p.abortFlag = abortWord;
+      p.commId = 1;
+      p.timeoutNs = 10'000'000'000ull;
+      p.nblocks = kChannels;
       for (int c = 0; c < kChannels; ++c) {
+        conns[r][2 * c] = connector(fifo[c][r], 1 - r);
+        conns[r][2 * c + 1] = connector(fifo[c][1 - r], 1 - r);
         const Block part = partition(count, kChannels, c);
         std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
         Step* dsteps = nullptr;
         cudaMalloc(&dsteps, steps.size() * sizeof(Step));
         cudaMemcpy(dsteps, steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
-        device::DeviceChannel& ch = channels[r][c];
-        ch = device::DeviceChannel{};
-        ch.steps = dsteps;
-        ch.nsteps = static_cast<uint32_t>(steps.size());
-        ch.input = reinterpret_cast<const char*>(in[r] + part.offset);
-        ch.output = reinterpret_cast<char*>(out[r] + part.offset);
-        ch.commId = 1;
-        ch.seq = 1;
-        ch.send[0] = device::deviceFifo(fifo[c][r]);
-        ch.recv[0] = device::deviceFifo(fifo[c][1 - r]);
-        ch.result = result + 4 * (kChannels * r + c);
+        device::DeviceLane& lane = p.lanes[c];
+        lane = device::DeviceLane{};
+        lane.steps = dsteps;
+        lane.nsteps = static_cast<uint32_t>(steps.size());
+        lane.type = chorusFloat32;
+        lane.seqIndex = c;
+        lane.slotBytes = slotBytes;
+        lane.input = reinterpret_cast<const char*>(in[r] + part.offset);
+        lane.output = reinterpret_cast<char*>(out[r] + part.offset);
+        lane.send[0] = static_cast<uint16_t>(2 * c);
+        lane.recv[0] = static_cast<uint16_t>(2 * c + 1);
+        p.laneBegin[c] = static_cast<uint16_t>(c);
       }
+      p.laneBegin[kChannels] = kChannels;
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
     }
-    for (int r = 0; r < 2; ++r) {
-      const int e = device::launchPrims(chorusFloat32, channels[r], kChannels, 256, streams[r]);
-      if (e != 0) {
-        std::printf("FAIL: launching rank %d's kernel: %s\n", r, cudaGetErrorString(static_cast<cudaError_t>(e)));
-        ++failures;
+    for (int round = 0; round < 2; ++round) {
+      std::memset(errors, 0, 2 * sizeof(device::DeviceError));
+      for (int r = 0; r < 2; ++r) {
+        const int e = device::launchLanes(params[r], device::kLaunchThreads, streams[r]);
+        if (e != 0) {
+          std::printf("FAIL: launching rank %d's kernel: %s\n", r, cudaGetErrorString(static_cast<cudaError_t>(e)));
+          ++failures;
+        }
+      }
+      cudaDeviceSynchronize();
+      for (int r = 0; r < 2; ++r) {
+        if (errors[r].status != 0) {
+          std::printf("FAIL: round %d rank %d stopped: fault %u block %u step %u peer %d\n", round, r, errors[r].status,
+                      errors[r].block, errors[r].step, errors[r].peer);
+          ++failures;
+          continue;
+        }
+        if (state[r]->collSeq[0] != uint64_t(round + 1)) {
+          std::printf("FAIL: round %d rank %d: channel 0's sequence is %llu\n", round, r,
+                      static_cast<unsigned long long>(state[r]->collSeq[0]));
+          ++failures;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          if (out[r][i] != in[0][i] + in[1][i]) {
+            std::printf("FAIL: device ring all-reduce, round %d rank %d element %zu: %g, not %g\n", round, r, i,
+                        double(out[r][i]), double(in[0][i] + in[1][i]));
+            ++failures;
+            break;
+          }
+        }
       }
     }
+    // Rank 0 alone, with a deadline of 100 ms.
+    std::memset(errors, 0, 2 * sizeof(device::DeviceError));
+    params[0].timeoutNs = 100'000'000ull;
+    device::launchLanes(params[0], device::kLaunchThreads, streams[0]);
     cudaDeviceSynchronize();
-    for (int r = 0; r < 2; ++r) {
-      bool ok = true;
-      for (int c = 0; c < kChannels; ++c) {
-        const uint32_t* res = result + 4 * (kChannels * r + c);
-        if (res[0] != 0) {
-          std::printf("FAIL: rank %d channel %d stopped with result %u at step %u\n", r, c, res[0], res[1]);
-          ++failures;
-          ok = false;
-        }
-      }
-      if (!ok) continue;
-      for (size_t i = 0; i < count; ++i) {
-        if (out[r][i] != in[0][i] + in[1][i]) {
-          std::printf("FAIL: device ring all-reduce, rank %d element %zu: %g, not %g\n", r, i, double(out[r][i]),
-                      double(in[0][i] + in[1][i]));
-          ++failures;
-          break;
-        }
-      }
+    if (errors[0].status != static_cast<uint32_t>(device::DeviceFault::kTimeout) || errors[0].peer != 1) {
+      std::printf("FAIL: a wait on an absent rank ended with fault %u naming peer %d (want %u, peer 1)\n",
+                  errors[0].status, errors[0].peer, static_cast<uint32_t>(device::DeviceFault::kTimeout));
+      ++failures;
     }
   }
   std::printf("%d failed\n", failures);

@@ -66,7 +66,7 @@ in_tree "$build" ctest -j 2 --output-on-failure --timeout 3600
 # The sanitizer builds, with clang 14, each in a build tree of its own (neither runs under mpirun).
 #  - AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests, the API and DDP-layer tests, a thread-per-rank
 #    subset of the grid, and the fuzz targets (fuzz/), every finding fatal.
-#  - ThreadSanitizer: the thread-per-rank tests.
+#  - ThreadSanitizer: the thread-per-rank tests, and the device executor on blocks of host threads.
 # The extended tier adds the full thread grid under ASan and fuzzes each target for 5 minutes.
 sanitized() {
   local dir=$1 sanitizer=$2 fuzz=$3
@@ -94,5 +94,6 @@ in_tree "${build}-asan" env LD_PRELOAD="$(ls /usr/lib/*/libpciaccess.so.0 | head
   ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$" \
   -E "^api_test:running out of descriptors"
 
-sanitized "${build}-tsan" thread OFF api_test ddp_test grid_test
-in_tree "${build}-tsan" env TSAN_OPTIONS=halt_on_error=1 ctest -j 2 --output-on-failure -R "^(api_test:.*|ddp_test|$threads)\$"
+sanitized "${build}-tsan" thread OFF unit_test api_test ddp_test grid_test
+in_tree "${build}-tsan" env TSAN_OPTIONS=halt_on_error=1 ctest -j 2 --output-on-failure \
+  -R "^(device_lane|api_test:.*|ddp_test|$threads)\$"

@@ -1,0 +1,117 @@
+// What one kernel launch runs, as the kernel sees it: every lane of a group's operations (one
+// thread block per channel, and one per point-to-point queue), the communicator's connectors and
+// the state kernels keep across launches. No CUDA here: the host fills a LaunchParams and passes
+// it by value as the kernel's parameter (src/device/lane_exec.h runs it), so a launch uploads
+// nothing, and a CUDA graph that captured it replays it unchanged.
+//
+// Nothing a launch reads may change between a capture and its replays, so what does change from
+// one operation to the next lives in device memory and is read and advanced by the kernel itself:
+//   - positions in each FIFO are its counters: a sender's is the tail it alone writes, a
+//     receiver's the head it alone writes;
+//   - the sequence numbers that tag each slot (SlotTag::seq) are DeviceCommState's, one per
+//     channel for collectives and one per peer and direction for point-to-point, as the host
+//     path numbers them (Communicator::Sequences).
+// Steps live in device memory too, uploaded once per distinct plan (the host keeps a cache).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/reduce.h"
+#include "src/algo/schedule.h"
+
+namespace chorus::device {
+
+// Blocks of one launch: channels first, then point-to-point queues.
+constexpr int kMaxBlocks = 64;
+// Lanes of one launch; a group with more is launched in parts.
+constexpr int kMaxLaunchLanes = 160;
+// A connector index that names none.
+constexpr uint16_t kNoConnector = 0xffff;
+
+// One end of a FIFO in memory the kernel can reach (src/algo/fifo.h's layout).
+struct DeviceConnector {
+  uint32_t* tail = nullptr;
+  uint32_t* head = nullptr;
+  char* slots = nullptr;
+  uint32_t nslots = 0;
+  uint32_t slotBytes = 0;
+  int32_t peer = -1;  // for error records
+  uint32_t pad = 0;
+};
+static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 40);
+
+// The communicator's device-resident counters (device memory), advanced by the kernels.
+struct DeviceCommState {
+  static constexpr int kMaxChannels = 32;
+  uint64_t collSeq[kMaxChannels];  // per channel: collectives whose lane ran there
+  uint64_t* p2pSendSeq;            // per peer (nranks entries)
+  uint64_t* p2pRecvSeq;
+};
+
+// Why a lane stopped (DeviceError::status); 0: no error.
+enum class DeviceFault : uint32_t {
+  kNone = 0,
+  kTimeout = 1,    // a wait lasted past the deadline with no progress
+  kAborted = 2,    // the host's abort word was set
+  kMismatch = 3,   // a slot's header was not this operation's piece
+  kRefused = 4,    // a peer offered memory to read in place (device lanes take bytes only)
+  kPeerFault = 5,  // another block of this launch failed first
+};
+
+// The first failure of a launch, written by the block that failed (mapped host memory: the
+// host's watchdog reads it while the kernel runs). `status` is written last.
+struct DeviceError {
+  uint32_t status;  // DeviceFault
+  uint32_t block;
+  uint32_t lane;     // index in LaunchParams::lanes
+  uint32_t step;     // of the lane's schedule
+  int32_t peer;      // the peer waited for, or whose slot did not match
+  uint32_t waiting;  // 1: for data, 2: for space, 0: not a wait
+  uint64_t seq;      // the lane's sequence number
+  uint32_t bytes;    // kMismatch: what the piece should have held
+  uint32_t claimed;  // 0 until a block claims the record (the first failure wins)
+};
+static_assert(std::is_trivially_copyable_v<DeviceError>);
+
+// Which counter of DeviceCommState tags a lane's slots.
+enum class SeqKind : uint8_t { kColl, kP2pSend, kP2pRecv };
+
+// One lane: a schedule run by one block over connectors of the communicator's table.
+struct DeviceLane {
+  const Step* steps = nullptr;  // device memory
+  uint32_t nsteps = 0;
+  uint8_t type = 0;  // chorusDataType_t
+  SeqKind seqKind = SeqKind::kColl;
+  uint16_t pad = 0;
+  int32_t seqIndex = 0;  // channel (kColl) or peer
+  uint32_t slotBytes = 0;
+  const char* input = nullptr;
+  char* output = nullptr;
+  char* scratch = nullptr;  // one slot of device memory, for schedules that stash a piece
+  ReduceSpec spec;
+  uint16_t send[kMaxLanePeers] = {kNoConnector, kNoConnector, kNoConnector, kNoConnector,
+                                  kNoConnector, kNoConnector, kNoConnector};
+  uint16_t recv[kMaxLanePeers] = {kNoConnector, kNoConnector, kNoConnector, kNoConnector,
+                                  kNoConnector, kNoConnector, kNoConnector};
+};
+static_assert(std::is_trivially_copyable_v<DeviceLane>);
+
+// A launch: block b runs lanes [laneBegin[b], laneBegin[b + 1]) in order.
+struct LaunchParams {
+  const DeviceConnector* connectors = nullptr;  // the communicator's table (device memory)
+  DeviceCommState* state = nullptr;             // device memory
+  DeviceError* error = nullptr;                 // mapped host memory
+  const uint32_t* abortFlag = nullptr;          // mapped host memory: nonzero stops every wait
+  uint64_t commId = 0;
+  uint64_t timeoutNs = 0;  // a wait without progress this long fails
+  uint32_t nblocks = 0;
+  uint16_t laneBegin[kMaxBlocks + 1] = {};
+  DeviceLane lanes[kMaxLaunchLanes];
+};
+static_assert(std::is_trivially_copyable_v<LaunchParams>);
+// CUDA 12.1 and later take up to 32764 bytes of kernel parameters on every architecture built.
+static_assert(sizeof(LaunchParams) <= 32764, "a launch's lanes must fit the kernel's parameters");
+
+}  // namespace chorus::device

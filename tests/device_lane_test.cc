@@ -1,0 +1,433 @@
+// The device executor (src/device/lane_exec.h) run by blocks of host threads: the kernel's whole
+// logic but the CUDA memory model, on every machine and under TSan. Ranks are sets of blocks over
+// FIFOs in host memory, wired as the communicator wires its connections; their lanes are the
+// algorithms' own plans, packed into LaunchParams as the host side of a launch packs them.
+// Checked element by element against exact references (integers, and floats whose sums are
+// exact in any order), over several launches in a row (positions and sequence numbers carry
+// over in the FIFOs and the state, as they do on the device), with 1, 3 and 4 threads per block.
+// A wait on a rank that never comes ends at the deadline, or at the abort word, with an error
+// record that names the block, step and peer.
+#include <atomic>
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "src/algo/algorithm.h"
+#include "src/algo/fifo.h"
+#include "src/device/lane_exec.h"
+
+using namespace chorus;
+using namespace chorus::device;
+
+namespace {
+
+// A block of host threads, as lane_exec.h asks of a Block.
+struct BlockShared {
+  explicit BlockShared(unsigned n) : bar(n) {}
+  std::barrier<> bar;
+  uint64_t slot = 0;
+};
+
+class HostBlock {
+ public:
+  HostBlock(BlockShared& s, unsigned tid, unsigned n, unsigned index) : s_(s), tid_(tid), n_(n), index_(index) {}
+  unsigned tid() const { return tid_; }
+  unsigned nthreads() const { return n_; }
+  unsigned index() const { return index_; }
+  void sync() { s_.bar.arrive_and_wait(); }
+  uint32_t acquire(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).load(std::memory_order_acquire); }
+  void release(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_release); }
+  bool claim(uint32_t* p) {
+    uint32_t expected = 0;
+    return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, 1, std::memory_order_acq_rel);
+  }
+  uint64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void relax() { std::this_thread::yield(); }
+  uint64_t share(uint64_t v) {
+    if (tid_ == 0) s_.slot = v;
+    sync();
+    v = s_.slot;
+    sync();
+    return v;
+  }
+
+ private:
+  BlockShared& s_;
+  unsigned tid_;
+  unsigned n_;
+  unsigned index_;
+};
+
+struct Fifo {
+  Fifo(uint32_t nslots, uint32_t slotBytes) : mem(fifoBytes(nslots, slotBytes) + 64, 0) {
+    void* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
+    view = FifoView::layout(base, nslots, slotBytes);
+  }
+  std::vector<char> mem;
+  FifoView view;
+};
+
+// n ranks of one process: their rings, trees, FIFOs and device state, wired like a communicator.
+class Clique {
+ public:
+  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots) : n_(n), nch_(nch) {
+    rings_.resize(nch);
+    for (int c = 0; c < nch; ++c) {
+      for (int p = 0; p < n; ++p) rings_[c].push_back(c % 2 ? n - 1 - p : p);  // the second ring backwards
+    }
+    for (int t = 0; t < 2; ++t) {
+      for (int r = 0; r < n; ++r) {
+        const int node = t == 0 ? r : n - 1 - r;  // tree 1 mirrors tree 0
+        const int parentNode = node == 0 ? -1 : (node - 1) / 2;
+        parent_[t].push_back(parentNode < 0 ? -1 : (t == 0 ? parentNode : n - 1 - parentNode));
+      }
+    }
+    ranks_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      Rank& k = ranks_[r];
+      for (int c = 0; c < nch; ++c) {
+        for (int p = 0; p < n; ++p) {
+          if (rings_[c][p] == r) k.ringPos.push_back(p);
+        }
+      }
+      k.ctx.rank = r;
+      k.ctx.nranks = n;
+      k.ctx.nChannels = nch;
+      k.ctx.rings = &rings_;
+      k.ctx.ringPos = &k.ringPos;
+      k.ctx.treeParent[0] = &parent_[0];
+      k.ctx.treeParent[1] = &parent_[1];
+      k.ctx.slotBytes = slotBytes;
+      k.ctx.peerSlotBytes = slotBytes;
+      k.ctx.slots = static_cast<int>(slots);
+      for (int a = 0; a < algorithmCount(); ++a) {
+        if (static_cast<Algo>(a) == Algo::kSlice) continue;
+        algorithm(static_cast<Algo>(a)).connections(k.ctx, &k.keys);
+      }
+      k.p2pSend.assign(n, 0);
+      k.p2pRecv.assign(n, 0);
+      std::memset(&k.state, 0, sizeof(k.state));
+      k.state.p2pSendSeq = k.p2pSend.data();
+      k.state.p2pRecvSeq = k.p2pRecv.data();
+      k.scratch.resize(slotBytes);
+    }
+    // Every receive end gets a FIFO; the matching send end of the peer shares it.
+    for (int r = 0; r < n; ++r) {
+      for (const ConnKey& key : ranks_[r].keys) {
+        if (key.send) continue;
+        fifos_.push_back(std::make_unique<Fifo>(slots, slotBytes));
+        const FifoView& v = fifos_.back()->view;
+        const DeviceConnector end{reinterpret_cast<uint32_t*>(&v.ctrl->tail),
+                                  reinterpret_cast<uint32_t*>(&v.ctrl->head),
+                                  v.slots,
+                                  v.nslots,
+                                  v.slotBytes,
+                                  key.peer};
+        addConnector(r, key.family, key.index, false, end);
+        Rank& s = ranks_[key.peer];
+        bool paired = false;
+        for (const ConnKey& sk : s.keys) {
+          if (sk.send && sk.family == key.family && sk.peer == r &&
+              (key.family != ConnFamily::kRing || sk.index == key.index)) {
+            DeviceConnector send = end;
+            send.peer = r;
+            addConnector(key.peer, sk.family, sk.index, true, send);
+            paired = true;
+          }
+        }
+        REQUIRE(paired);
+      }
+    }
+  }
+
+  // One launch per rank: the lanes of `calls` (type and op the same for all), every block with
+  // `threads` threads, every rank at once. Returns each rank's error record.
+  std::vector<DeviceError> launch(Algo algo, const std::vector<AlgoCall>& calls, int type, const ReduceSpec& spec,
+                                  const std::vector<const char*>& in, const std::vector<char*>& out, unsigned threads,
+                                  const std::vector<bool>& runs = {}, uint64_t timeoutNs = 20'000'000'000ull,
+                                  uint32_t* abortWord = nullptr) {
+    std::vector<LaunchParams> params(n_);
+    std::vector<DeviceError> errors(n_);
+    std::vector<std::vector<std::vector<Step>>> steps(n_);
+    uint32_t noAbort = 0;
+    for (int r = 0; r < n_; ++r) {
+      Rank& k = ranks_[r];
+      LaunchParams& p = params[r];
+      std::memset(&errors[r], 0, sizeof(DeviceError));
+      p.connectors = k.connectors.data();
+      p.state = &k.state;
+      p.error = &errors[r];
+      p.abortFlag = abortWord ? abortWord : &noAbort;
+      p.commId = 77;
+      p.timeoutNs = timeoutNs;
+      p.nblocks = static_cast<uint32_t>(nch_);
+      std::vector<std::vector<DeviceLane>> byBlock(nch_);
+      for (const AlgoCall& call : calls) {
+        std::vector<LanePlan> plans;
+        const Algo a = call.coll == CollType::kAllReduce ? algo : Algo::kRing;
+        algorithm(a).plan(k.ctx, call, &plans);
+        for (LanePlan& lp : plans) {
+          steps[r].push_back(lp.steps);
+          DeviceLane lane;
+          lane.steps = steps[r].back().data();
+          lane.nsteps = static_cast<uint32_t>(lp.steps.size());
+          lane.type = static_cast<uint8_t>(type);
+          lane.seqKind = SeqKind::kColl;
+          lane.seqIndex = lp.channel;
+          lane.slotBytes = static_cast<uint32_t>(lp.slotBytes);
+          lane.input = in[r];
+          lane.output = out[r];
+          lane.scratch = k.scratch.data();
+          lane.spec = spec;
+          for (int i = 0; i < kMaxLanePeers; ++i) {
+            if (lp.send[i].index >= 0) lane.send[i] = k.index.at({lp.send[i].family, lp.send[i].index, true});
+            if (lp.recv[i].index >= 0) lane.recv[i] = k.index.at({lp.recv[i].family, lp.recv[i].index, false});
+          }
+          byBlock[lp.channel].push_back(lane);
+        }
+      }
+      uint32_t li = 0;
+      for (int b = 0; b < nch_; ++b) {
+        p.laneBegin[b] = static_cast<uint16_t>(li);
+        for (const DeviceLane& l : byBlock[b]) p.lanes[li++] = l;
+      }
+      p.laneBegin[nch_] = static_cast<uint16_t>(li);
+    }
+    std::vector<std::unique_ptr<BlockShared>> shared;
+    std::vector<std::thread> pool;
+    for (int r = 0; r < n_; ++r) {
+      if (!runs.empty() && !runs[r]) continue;
+      for (int b = 0; b < nch_; ++b) {
+        shared.push_back(std::make_unique<BlockShared>(threads));
+        BlockShared* s = shared.back().get();
+        for (unsigned t = 0; t < threads; ++t) {
+          pool.emplace_back([&params, s, r, b, t, threads] {
+            HostBlock blk(*s, t, threads, static_cast<unsigned>(b));
+            runBlock(blk, params[r]);
+          });
+        }
+      }
+    }
+    for (auto& t : pool) t.join();
+    return errors;
+  }
+
+ private:
+  struct Rank {
+    std::vector<int> ringPos;
+    AlgoContext ctx;
+    std::vector<ConnKey> keys;
+    std::vector<DeviceConnector> connectors;
+    std::map<std::tuple<ConnFamily, int, bool>, uint16_t> index;
+    std::vector<uint64_t> p2pSend;
+    std::vector<uint64_t> p2pRecv;
+    DeviceCommState state;
+    std::vector<char> scratch;
+  };
+  void addConnector(int r, ConnFamily f, int index, bool send, const DeviceConnector& c) {
+    Rank& k = ranks_[r];
+    k.index[{f, index, send}] = static_cast<uint16_t>(k.connectors.size());
+    k.connectors.push_back(c);
+  }
+
+  int n_;
+  int nch_;
+  std::vector<std::vector<int>> rings_;
+  std::vector<int> parent_[2];
+  std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<Fifo>> fifos_;
+};
+
+template <typename T>
+constexpr int kTypeOf = -1;
+template <>
+constexpr int kTypeOf<int32_t> = chorusInt32;
+template <>
+constexpr int kTypeOf<float> = chorusFloat32;
+template <>
+constexpr int kTypeOf<double> = chorusFloat64;
+template <>
+constexpr int kTypeOf<int8_t> = chorusInt8;
+
+// Rank r's element i: small integers, so every sum is exact whatever the order.
+template <typename T>
+T valueOf(int r, size_t i) {
+  return T(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13) % 23) - 11);
+}
+
+template <typename T>
+void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace) {
+  INFO("algo " << static_cast<int>(algo) << " ranks " << n << " channels " << nch << " threads " << threads << " count "
+               << count << (inPlace ? " in place" : ""));
+  Clique clique(n, nch, 256, 2);  // 256-byte slots, two per FIFO: many pieces, FIFOs often full
+  std::vector<std::vector<T>> in(n);
+  std::vector<std::vector<T>> out(n);
+  for (int launchNo = 0; launchNo < 2; ++launchNo) {
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    for (int r = 0; r < n; ++r) {
+      in[r].resize(count);
+      for (size_t i = 0; i < count; ++i) in[r][i] = valueOf<T>(r + launchNo, i);
+      out[r].assign(count, T(-99));
+      if (inPlace) out[r] = in[r];
+      ip[r] = reinterpret_cast<const char*>(inPlace ? out[r].data() : in[r].data());
+      op[r] = reinterpret_cast<char*>(out[r].data());
+    }
+    AlgoCall call{CollType::kAllReduce, count, sizeof(T), 0, inPlace};
+    const auto errors = clique.launch(algo, {call}, kTypeOf<T>, ReduceSpec(), ip, op, threads);
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(errors[r].status == 0);
+      for (size_t i = 0; i < count; ++i) {
+        T want = T(0);
+        for (int q = 0; q < n; ++q) want = T(want + valueOf<T>(q + launchNo, i));
+        REQUIRE(out[r][i] == want);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("device lanes on host threads: all-reduce, ring, tree and direct", "[device_lane]") {
+  for (int n : {2, 3, 4}) {
+    for (unsigned threads : {1u, 3u, 4u}) {
+      for (size_t count : {size_t(1), size_t(7), size_t(1000)}) {
+        checkAllReduce<float>(Algo::kRing, n, 2, threads, count, false);
+        checkAllReduce<int32_t>(Algo::kTree, n, 1, threads, count, count == 7);
+        checkAllReduce<double>(Algo::kDirect, n, 1, threads, count, count == 1000);
+      }
+    }
+  }
+  checkAllReduce<int8_t>(Algo::kRing, 3, 3, 4, 5001, true);
+}
+
+TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce in one launch",
+          "[device_lane]") {
+  for (int n : {2, 3, 4}) {
+    for (unsigned threads : {1u, 4u}) {
+      const size_t count = 301;
+      INFO("ranks " << n << " threads " << threads);
+      Clique clique(n, 2, 128, 2);
+      for (int launchNo = 0; launchNo < 2; ++launchNo) {
+        // Each collective its own launch (one buffer pair each), two launches per collective.
+        for (CollType coll :
+             {CollType::kAllGather, CollType::kReduceScatter, CollType::kBroadcast, CollType::kReduce}) {
+          const int root = (launchNo + 1) % n;
+          const bool gathers = coll == CollType::kAllGather;
+          const bool scatters = coll == CollType::kReduceScatter;
+          const size_t inCount = scatters ? count * n : count;
+          const size_t outCount = gathers ? count * n : count;
+          std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(inCount));
+          std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(outCount, -99));
+          std::vector<const char*> ip(n);
+          std::vector<char*> op(n);
+          for (int r = 0; r < n; ++r) {
+            for (size_t i = 0; i < inCount; ++i) in[r][i] = valueOf<int32_t>(r + launchNo, i);
+            ip[r] = reinterpret_cast<const char*>(in[r].data());
+            op[r] = reinterpret_cast<char*>(out[r].data());
+          }
+          AlgoCall call{coll, count, sizeof(int32_t), root, false};
+          const auto errors = clique.launch(Algo::kRing, {call}, chorusInt32, ReduceSpec(), ip, op, threads);
+          for (int r = 0; r < n; ++r) {
+            INFO("collective " << static_cast<int>(coll) << " rank " << r << " root " << root);
+            REQUIRE(errors[r].status == 0);
+            for (size_t i = 0; i < outCount; ++i) {
+              int32_t want = 0;
+              if (gathers) {
+                want = valueOf<int32_t>(static_cast<int>(i / count) + launchNo, i % count);
+              } else if (coll == CollType::kBroadcast) {
+                want = valueOf<int32_t>(root + launchNo, i);
+              } else if (coll == CollType::kReduce && r != root) {
+                want = -99;
+              } else {
+                const size_t at = scatters ? r * count + i : i;
+                for (int q = 0; q < n; ++q) want += valueOf<int32_t>(q + launchNo, at);
+              }
+              REQUIRE(out[r][i] == want);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("device lanes on host threads: several all-reduces in one launch, and an average", "[device_lane]") {
+  const int n = 3;
+  Clique clique(n, 2, 256, 2);
+  const size_t count = 2000;
+  // The launch's two calls share a buffer pair: the second all-reduces the first's result in place.
+  std::vector<std::vector<int32_t>> buf(n, std::vector<int32_t>(count));
+  std::vector<const char*> ip(n);
+  std::vector<char*> op(n);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) buf[r][i] = valueOf<int32_t>(r, i) * 6;
+    ip[r] = reinterpret_cast<const char*>(buf[r].data());
+    op[r] = reinterpret_cast<char*>(buf[r].data());
+  }
+  ReduceSpec avg;
+  avg.hasPostDiv = true;
+  avg.divisor = n;
+  AlgoCall call{CollType::kAllReduce, count, sizeof(int32_t), 0, true};
+  const auto errors = clique.launch(Algo::kRing, {call, call}, chorusInt32, avg, ip, op, 3);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(errors[r].status == 0);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t first = 0;
+      for (int q = 0; q < n; ++q) first += valueOf<int32_t>(q, i) * 6;
+      first /= n;
+      REQUIRE(buf[r][i] == first);  // the average of n equal values is the value
+    }
+  }
+}
+
+TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline or the abort word, saying where",
+          "[device_lane]") {
+  const int n = 3;
+  const size_t count = 4096;
+  for (bool byAbort : {false, true}) {
+    Clique clique(n, 1, 256, 2);
+    std::vector<std::vector<float>> in(n, std::vector<float>(count, 1.0f));
+    std::vector<std::vector<float>> out(n, std::vector<float>(count));
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    for (int r = 0; r < n; ++r) {
+      ip[r] = reinterpret_cast<const char*>(in[r].data());
+      op[r] = reinterpret_cast<char*>(out[r].data());
+    }
+    uint32_t abortWord = 0;
+    std::thread aborter;
+    if (byAbort) {
+      aborter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::atomic_ref<uint32_t>(abortWord).store(1, std::memory_order_release);
+      });
+    }
+    AlgoCall call{CollType::kAllReduce, count, sizeof(float), 0, false};
+    const auto start = std::chrono::steady_clock::now();
+    // Rank 2 never runs; ranks 0 and 1 wait for it.
+    const auto errors = clique.launch(Algo::kRing, {call}, chorusFloat32, ReduceSpec(), ip, op, 2, {true, true, false},
+                                      byAbort ? 60'000'000'000ull : 200'000'000ull, &abortWord);
+    if (aborter.joinable()) aborter.join();
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << (byAbort ? " (abort)" : " (deadline)"));
+      const DeviceError& e = errors[r];
+      CHECK(e.status == static_cast<uint32_t>(byAbort ? DeviceFault::kAborted : DeviceFault::kTimeout));
+      CHECK(e.block == 0);
+      CHECK(e.lane == 0);
+      CHECK((e.waiting == 1 || e.waiting == 2));
+      CHECK(e.seq == 1);
+      CHECK((e.peer >= 0 && e.peer < n));
+    }
+  }
+}
