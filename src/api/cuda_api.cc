@@ -52,9 +52,9 @@ Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* 
   const int bound = c.bindCudaDevice(first.ordinal);
   if (bound != first.ordinal) {
     return invalidArgument(std::string(firstName) + " is " + where(first) + " but the communicator's device is " +
-                           std::to_string(bound) + " (config->cudaDevice, or the device current at init): pass " +
-                           "buffers of device " + std::to_string(bound) + ", or make the communicator on device " +
-                           std::to_string(first.ordinal));
+                           std::to_string(bound) + " (chorusCommCuDevice): pass buffers of device " +
+                           std::to_string(bound) + ", or make a communicator on device " +
+                           std::to_string(first.ordinal) + " (chorusConfig_t.cudaDevice)");
   }
   return true;
 }

@@ -5,6 +5,7 @@
 #include <link.h>
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 
 #include "src/device/cuda.h"
@@ -114,9 +115,12 @@ Result<MemInfo> memInfo(const void* p) {
   // Unlike cuPointerGetAttribute, this answers zeros for memory CUDA does not know.
   const int rc = d.pointerGetAttributes(3, attrs, data, reinterpret_cast<unsigned long long>(p));
   if (rc == kErrorNotInitialized) return info;  // no context was ever made: no device memory exists
-  if (rc != 0)
-    return systemError("the CUDA driver could not say what the buffer at " +
-                       std::to_string(reinterpret_cast<uintptr_t>(p)) + " is: " + driverErrorText(rc));
+  if (rc != 0) {
+    char at[32];
+    std::snprintf(at, sizeof(at), "%p", p);
+    return systemError(std::string("the CUDA driver could not say what the buffer at ") + at +
+                       " is: " + driverErrorText(rc));
+  }
   info.managed = managed != 0;
   info.device = type == kMemoryTypeDevice || info.managed;
   info.ordinal = info.device ? ordinal : -1;
