@@ -107,6 +107,11 @@ TEST_CASE("a CUDA stream wrapper stands for its CUDA stream and refuses host wor
   CHECK(chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, w[0], s) ==
         chorusInvalidArgument);
   CHECK(lastErrorSays("host memory"));
+  // No buffer (count 0) on a wrapper is a device operation: never queued on the wrapper, which has
+  // no worker (the communicator's destroy below would wait for it forever). Device operations
+  // are refused until the device path launches them.
+  CHECK(chorusAllReduce(nullptr, nullptr, 0, chorusFloat32, chorusSum, w[0], s) == chorusInvalidUsage);
+  CHECK(lastErrorSays("device memory"));
   int source = -1;
   CHECK(chorusRecvAny(buf.data(), buf.size(), chorusFloat32, &source, w[0], s) != chorusSuccess);
   CHECK(hasMessage());

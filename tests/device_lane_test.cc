@@ -125,13 +125,7 @@ class Clique {
       for (const ConnKey& key : ranks_[r].keys) {
         if (key.send) continue;
         fifos_.push_back(std::make_unique<Fifo>(slots, slotBytes));
-        const FifoView& v = fifos_.back()->view;
-        const DeviceConnector end{reinterpret_cast<uint32_t*>(&v.ctrl->tail),
-                                  reinterpret_cast<uint32_t*>(&v.ctrl->head),
-                                  v.slots,
-                                  v.nslots,
-                                  v.slotBytes,
-                                  key.peer};
+        const DeviceConnector end = deviceConnector(fifos_.back()->view, key.peer);
         addConnector(r, key.family, key.index, false, end);
         Rank& s = ranks_[key.peer];
         bool paired = false;

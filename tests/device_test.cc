@@ -85,14 +85,6 @@ int main() {
         fifo[c][r] = FifoView::layout(fifoMem + (2 * c + r) * fifoBytesEach, nslots, slotBytes);
       }
     }
-    auto connector = [](const FifoView& f, int peer) {
-      return device::DeviceConnector{reinterpret_cast<uint32_t*>(&f.ctrl->tail),
-                                     reinterpret_cast<uint32_t*>(&f.ctrl->head),
-                                     f.slots,
-                                     f.nslots,
-                                     f.slotBytes,
-                                     peer};
-    };
     float *in[2], *out[2];
     device::DeviceConnector* conns[2];
     device::DeviceCommState* state[2];
@@ -124,8 +116,8 @@ int main() {
       p.timeoutNs = 10'000'000'000ull;
       p.nblocks = kChannels;
       for (int c = 0; c < kChannels; ++c) {
-        conns[r][2 * c] = connector(fifo[c][r], 1 - r);
-        conns[r][2 * c + 1] = connector(fifo[c][1 - r], 1 - r);
+        conns[r][2 * c] = device::deviceConnector(fifo[c][r], 1 - r);
+        conns[r][2 * c + 1] = device::deviceConnector(fifo[c][1 - r], 1 - r);
         const Block part = partition(count, kChannels, c);
         std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
         Step* dsteps = nullptr;

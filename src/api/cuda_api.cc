@@ -19,11 +19,18 @@ std::string where(const cuda::MemInfo& m) {
 }  // namespace
 
 Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* stream) {
+  const bool cudaStream = stream && stream->isCuda();
+  // One look at the loader for the whole call: in a program that has not loaded CUDA (the usual
+  // host-only one) every buffer is host memory and the driver is not asked.
+  const bool driver = cuda::driverLoaded();
   cuda::MemInfo first;
   const char* firstName = nullptr;
   for (int i = 0; i < n; ++i) {
     if (!bufs[i].ptr) continue;
-    CHORUS_ASSIGN_OR_RETURN(cuda::MemInfo m, cuda::memInfo(bufs[i].ptr));
+    cuda::MemInfo m;
+    if (driver) {
+      CHORUS_ASSIGN_OR_RETURN(m, cuda::memInfo(bufs[i].ptr));
+    }
     if (!firstName) {
       first = m;
       firstName = bufs[i].name;
@@ -34,14 +41,15 @@ Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* 
                              where(m) + ": the buffers of one call must be of one kind, on one device");
     }
   }
-  const bool cudaStream = stream && stream->isCuda();
-  if (!firstName || !first.device) {
-    if (cudaStream && firstName) {
+  // No buffer (count 0): the call goes with its stream. On a CUDA stream it is a device
+  // operation, so it is never queued on a wrapper, which has no worker to run host work.
+  if (!firstName) return cudaStream;
+  if (!first.device) {
+    if (cudaStream) {
       return invalidArgument(std::string(firstName) + " is host memory but the stream wraps a CUDA stream " +
                              "(chorusStreamFromCuda): host buffers go on a host stream (chorusStreamCreate) or the " +
                              "NULL stream");
     }
-    // No buffer (count 0) on a CUDA stream: nothing to move, and nothing to order either.
     return false;
   }
   if (!cuda::built()) {

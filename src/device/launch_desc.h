@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/reduce.h"
+#include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
 
 namespace chorus::device {
@@ -41,6 +42,17 @@ struct DeviceConnector {
   uint32_t pad = 0;
 };
 static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 40);
+
+// The kernel's end of a FIFO laid out by FifoView::layout, to or from `peer`. FifoControl's
+// atomics have the layout of plain 32-bit words.
+inline DeviceConnector deviceConnector(const FifoView& f, int peer) {
+  return DeviceConnector{reinterpret_cast<uint32_t*>(&f.ctrl->tail),
+                         reinterpret_cast<uint32_t*>(&f.ctrl->head),
+                         f.slots,
+                         f.nslots,
+                         f.slotBytes,
+                         peer};
+}
 
 // The communicator's device-resident counters (device memory), advanced by the kernels.
 struct DeviceCommState {
