@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <list>
 #include <map>
 #include <memory>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "src/algo/algorithm.h"
 #include "src/algo/fifo.h"
 #include "src/device/lane_exec.h"
+#include "src/device/launch_pack.h"
 
 using namespace chorus;
 using namespace chorus::device;
@@ -79,7 +81,7 @@ struct Fifo {
 // n ranks of one process: their rings, trees, FIFOs and device state, wired like a communicator.
 class Clique {
  public:
-  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots) : n_(n), nch_(nch) {
+  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots) : n_(n), nch_(nch), slotBytes_(slotBytes) {
     rings_.resize(nch);
     for (int c = 0; c < nch; ++c) {
       for (int p = 0; p < n; ++p) rings_[c].push_back(c % 2 ? n - 1 - p : p);  // the second ring backwards
@@ -113,6 +115,11 @@ class Clique {
         if (static_cast<Algo>(a) == Algo::kSlice) continue;
         algorithm(static_cast<Algo>(a)).connections(k.ctx, &k.keys);
       }
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        k.keys.push_back(ConnKey{ConnFamily::kP2p, p, p, true});
+        k.keys.push_back(ConnKey{ConnFamily::kP2p, p, p, false});
+      }
       k.p2pSend.assign(n, 0);
       k.p2pRecv.assign(n, 0);
       std::memset(&k.state, 0, sizeof(k.state));
@@ -131,7 +138,8 @@ class Clique {
         bool paired = false;
         for (const ConnKey& sk : s.keys) {
           if (sk.send && sk.family == key.family && sk.peer == r &&
-              (key.family != ConnFamily::kRing || sk.index == key.index)) {
+              (key.family != ConnFamily::kRing || sk.index == key.index) &&
+              (key.family != ConnFamily::kP2p || sk.index == r)) {
             DeviceConnector send = end;
             send.peer = r;
             addConnector(key.peer, sk.family, sk.index, true, send);
@@ -143,79 +151,149 @@ class Clique {
     }
   }
 
-  // One launch per rank: the lanes of `calls` (type and op the same for all), every block with
-  // `threads` threads, every rank at once. Returns each rank's error record.
+  // The lanes of `calls` (type and op the same for all), packed into launches as the
+  // communicator packs them (LaunchPacker), every block with `threads` threads, every rank at once,
+  // each rank's launches one after another. Returns each rank's error record.
   std::vector<DeviceError> launch(Algo algo, const std::vector<AlgoCall>& calls, int type, const ReduceSpec& spec,
                                   const std::vector<const char*>& in, const std::vector<char*>& out, unsigned threads,
                                   const std::vector<bool>& runs = {}, uint64_t timeoutNs = 20'000'000'000ull,
                                   uint32_t* abortWord = nullptr) {
-    std::vector<LaunchParams> params(n_);
     std::vector<DeviceError> errors(n_);
-    std::vector<std::vector<std::vector<Step>>> steps(n_);
-    uint32_t noAbort = 0;
+    std::vector<std::vector<LaunchParams>> launches(n_);
     for (int r = 0; r < n_; ++r) {
       Rank& k = ranks_[r];
-      LaunchParams& p = params[r];
-      std::memset(&errors[r], 0, sizeof(DeviceError));
-      p.connectors = k.connectors.data();
-      p.state = &k.state;
-      p.error = &errors[r];
-      p.abortFlag = abortWord ? abortWord : &noAbort;
-      p.commId = 77;
-      p.timeoutNs = timeoutNs;
-      p.nblocks = static_cast<uint32_t>(nch_);
-      std::vector<std::vector<DeviceLane>> byBlock(nch_);
-      for (const AlgoCall& call : calls) {
+      LaunchPacker packer(base(r, &errors[r], timeoutNs, abortWord));
+      for (size_t ci = 0; ci < calls.size(); ++ci) {
+        const AlgoCall& call = calls[ci];
+        const char* inAt = in[r] + ci * callStride_;
+        char* outAt = out[r] + ci * callStride_;
         std::vector<LanePlan> plans;
         const Algo a = call.coll == CollType::kAllReduce ? algo : Algo::kRing;
         algorithm(a).plan(k.ctx, call, &plans);
+        std::vector<DeviceLane> lanes;
         for (LanePlan& lp : plans) {
-          steps[r].push_back(lp.steps);
+          k.steps.push_back(lp.steps);
           DeviceLane lane;
-          lane.steps = steps[r].back().data();
+          lane.steps = k.steps.back().data();
           lane.nsteps = static_cast<uint32_t>(lp.steps.size());
           lane.type = static_cast<uint8_t>(type);
           lane.seqKind = SeqKind::kColl;
           lane.seqIndex = lp.channel;
           lane.slotBytes = static_cast<uint32_t>(lp.slotBytes);
-          lane.input = in[r];
-          lane.output = out[r];
+          lane.input = inAt;
+          lane.output = outAt;
           lane.scratch = k.scratch.data();
           lane.spec = spec;
           for (int i = 0; i < kMaxLanePeers; ++i) {
             if (lp.send[i].index >= 0) lane.send[i] = k.index.at({lp.send[i].family, lp.send[i].index, true});
             if (lp.recv[i].index >= 0) lane.recv[i] = k.index.at({lp.recv[i].family, lp.recv[i].index, false});
           }
-          byBlock[lp.channel].push_back(lane);
+          lanes.push_back(lane);
         }
+        const size_t bytes = call.count * call.elemSize;
+        const size_t inBytes = bytes * (call.coll == CollType::kReduceScatter ? n_ : 1);
+        const size_t outBytes = bytes * (call.coll == CollType::kAllGather ? n_ : 1);
+        packer.addCollective(lanes, Span{inAt, inAt + inBytes}, Span{outAt, outAt + outBytes});
       }
-      uint32_t li = 0;
-      for (int b = 0; b < nch_; ++b) {
-        p.laneBegin[b] = static_cast<uint16_t>(li);
-        for (const DeviceLane& l : byBlock[b]) p.lanes[li++] = l;
-      }
-      p.laneBegin[nch_] = static_cast<uint16_t>(li);
+      launches[r] = packer.finish();
     }
-    std::vector<std::unique_ptr<BlockShared>> shared;
-    std::vector<std::thread> pool;
-    for (int r = 0; r < n_; ++r) {
-      if (!runs.empty() && !runs[r]) continue;
-      for (int b = 0; b < nch_; ++b) {
-        shared.push_back(std::make_unique<BlockShared>(threads));
-        BlockShared* s = shared.back().get();
-        for (unsigned t = 0; t < threads; ++t) {
-          pool.emplace_back([&params, s, r, b, t, threads] {
-            HostBlock blk(*s, t, threads, static_cast<unsigned>(b));
-            runBlock(blk, params[r]);
-          });
-        }
-      }
-    }
-    for (auto& t : pool) t.join();
+    run(launches, threads, runs);
+    lastLaunches_ = launches[0].size();
     return errors;
   }
 
+  // Point-to-point: sends[r][p] are the sizes (bytes) rank r sends to p, in issue order; the
+  // receiver takes the same sizes in the same order. Lanes by round, as the communicator builds them.
+  std::vector<DeviceError> exchange(const std::vector<std::vector<std::vector<size_t>>>& sends,
+                                    const std::vector<std::vector<const char*>>& src,
+                                    const std::vector<std::vector<char*>>& dst, unsigned threads) {
+    std::vector<DeviceError> errors(n_);
+    std::vector<std::vector<LaunchParams>> launches(n_);
+    for (int r = 0; r < n_; ++r) {
+      Rank& k = ranks_[r];
+      LaunchPacker packer(base(r, &errors[r], 20'000'000'000ull, nullptr));
+      auto lanesOf = [&](int peer, bool send) {
+        std::vector<DeviceLane> lanes;
+        const auto& sizes = send ? sends[r][peer] : sends[peer][r];
+        size_t at = 0;
+        for (size_t bytes : sizes) {
+          DeviceLane l;
+          l.nsteps = bytes ? 1 : 0;
+          l.step = Step{send ? Prim::kSend : Prim::kRecv, 0, 0, bytes};
+          l.type = chorusUint8;
+          l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
+          l.seqIndex = peer;
+          l.slotBytes = slotBytes_;
+          if (send) {
+            l.input = src[r][peer] + at;
+            l.send[0] = k.index.at({ConnFamily::kP2p, peer, true});
+          } else {
+            l.output = dst[r][peer] + at;
+            l.recv[0] = k.index.at({ConnFamily::kP2p, peer, false});
+          }
+          at += bytes;
+          lanes.push_back(l);
+        }
+        return lanes;
+      };
+      for (int d = 1; d < n_; ++d) {
+        const int to = (r + d) % n_;
+        const int from = (r - d + n_) % n_;
+        packer.addP2pRound(lanesOf(to, true), to, lanesOf(from, false), n_ + from);
+      }
+      launches[r] = packer.finish();
+    }
+    run(launches, threads, {});
+    lastLaunches_ = launches[0].size();
+    return errors;
+  }
+
+  // Call i of a launch() list gets the buffers `bytes * i` further on (0: every call the same).
+  void setCallStride(size_t bytes) { callStride_ = bytes; }
+  // How many launches rank 0's last call took.
+  size_t lastLaunches() const { return lastLaunches_; }
+
  private:
+  LaunchParams base(int r, DeviceError* error, uint64_t timeoutNs, uint32_t* abortWord) {
+    Rank& k = ranks_[r];
+    std::memset(error, 0, sizeof(DeviceError));
+    LaunchParams p;
+    p.connectors = k.connectors.data();
+    p.state = &k.state;
+    p.error = error;
+    p.abortFlag = abortWord ? abortWord : &noAbort_;
+    p.commId = 77;
+    p.timeoutNs = timeoutNs;
+    return p;
+  }
+  // Each rank's launches in order on a thread of its own; each launch's blocks as `threads` host
+  // threads each.
+  static void run(const std::vector<std::vector<LaunchParams>>& launches, unsigned threads,
+                  const std::vector<bool>& runs) {
+    std::vector<std::thread> ranks;
+    for (size_t r = 0; r < launches.size(); ++r) {
+      if (!runs.empty() && !runs[r]) continue;
+      ranks.emplace_back([&launches, r, threads] {
+        for (const LaunchParams& p : launches[r]) {
+          std::vector<std::unique_ptr<BlockShared>> shared;
+          std::vector<std::thread> pool;
+          for (unsigned b = 0; b < p.nblocks; ++b) {
+            shared.push_back(std::make_unique<BlockShared>(threads));
+            BlockShared* s = shared.back().get();
+            for (unsigned t = 0; t < threads; ++t) {
+              pool.emplace_back([&p, s, b, t, threads] {
+                HostBlock blk(*s, t, threads, b);
+                runBlock(blk, p);
+              });
+            }
+          }
+          for (auto& t : pool) t.join();
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
+  }
+
   struct Rank {
     std::vector<int> ringPos;
     AlgoContext ctx;
@@ -226,6 +304,7 @@ class Clique {
     std::vector<uint64_t> p2pRecv;
     DeviceCommState state;
     std::vector<char> scratch;
+    std::list<std::vector<Step>> steps;  // every launch's schedules, kept (stable addresses)
   };
   void addConnector(int r, ConnFamily f, int index, bool send, const DeviceConnector& c) {
     Rank& k = ranks_[r];
@@ -239,6 +318,10 @@ class Clique {
   std::vector<int> parent_[2];
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<Fifo>> fifos_;
+  uint32_t slotBytes_ = 0;
+  uint32_t noAbort_ = 0;
+  size_t lastLaunches_ = 0;
+  size_t callStride_ = 0;
 };
 
 template <typename T>
@@ -355,7 +438,7 @@ TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast a
   }
 }
 
-TEST_CASE("device lanes on host threads: several all-reduces in one launch, and an average", "[device_lane]") {
+TEST_CASE("device lanes on host threads: several all-reduces in a row, and an average", "[device_lane]") {
   const int n = 3;
   Clique clique(n, 2, 256, 2);
   const size_t count = 2000;
@@ -373,6 +456,8 @@ TEST_CASE("device lanes on host threads: several all-reduces in one launch, and 
   avg.divisor = n;
   AlgoCall call{CollType::kAllReduce, count, sizeof(int32_t), 0, true};
   const auto errors = clique.launch(Algo::kRing, {call, call}, chorusInt32, avg, ip, op, 3);
+  // The second reads what the first writes, from other channels too: two launches.
+  CHECK(clique.lastLaunches() == 2);
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[r].status == 0);
     for (size_t i = 0; i < count; ++i) {
@@ -422,6 +507,86 @@ TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline
       CHECK((e.waiting == 1 || e.waiting == 2));
       CHECK(e.seq == 1);
       CHECK((e.peer >= 0 && e.peer < n));
+    }
+  }
+}
+
+TEST_CASE("device lanes on host threads: a group past one launch's lanes runs as several launches", "[device_lane]") {
+  const int n = 3;
+  Clique clique(n, 1, 256, 2);
+  // 170 all-reduces of 8 elements each, on disjoint parts of one buffer: one lane each on the one
+  // channel, more than a launch holds.
+  const size_t calls = 170;
+  const size_t count = 8;
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(calls * count));
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(calls * count, -99));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < calls * count; ++i) in[r][i] = valueOf<int32_t>(r, i);
+  }
+  // Call c reads and writes elements [c * count, (c + 1) * count): no call waits for another.
+  clique.setCallStride(count * sizeof(int32_t));
+  std::vector<DeviceError> errors;
+  {
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    for (int r = 0; r < n; ++r) {
+      ip[r] = reinterpret_cast<const char*>(in[r].data());
+      op[r] = reinterpret_cast<char*>(out[r].data());
+    }
+    std::vector<AlgoCall> list(calls, AlgoCall{CollType::kAllReduce, count, sizeof(int32_t), 0, false});
+    errors = clique.launch(Algo::kRing, list, chorusInt32, ReduceSpec(), ip, op, 2);
+  }
+  CHECK(clique.lastLaunches() == (calls + kMaxLaunchLanes - 1) / kMaxLaunchLanes);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(errors[r].status == 0);
+    for (size_t i = 0; i < calls * count; ++i) {
+      int32_t want = 0;
+      for (int q = 0; q < n; ++q) want += valueOf<int32_t>(q, i);
+      REQUIRE(out[r][i] == want);
+    }
+  }
+}
+
+TEST_CASE("device lanes on host threads: point-to-point by rounds, queues longer than a launch cut in chunks",
+          "[device_lane]") {
+  for (int n : {2, 3, 4}) {
+    for (size_t perPeer : {size_t(1), size_t(5), kP2pChunk + 7}) {
+      INFO("ranks " << n << " messages per peer " << perPeer);
+      Clique clique(n, 1, 128, 2);
+      // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m) % 300 bytes.
+      std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
+      std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
+      std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
+      std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
+      std::vector<std::vector<char*>> dst(n, std::vector<char*>(n));
+      for (int r = 0; r < n; ++r) {
+        for (int p = 0; p < n; ++p) {
+          if (p == r) continue;
+          size_t total = 0;
+          for (size_t m = 0; m < perPeer; ++m) {
+            sizes[r][p].push_back(1 + (static_cast<size_t>(r + p) + m * 37) % 300);
+            total += sizes[r][p].back();
+          }
+          sent[r][p].resize(total);
+          for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 31 + r * 7 + p) & 0x7f);
+          src[r][p] = sent[r][p].data();
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        for (int p = 0; p < n; ++p) {
+          if (p == r) continue;
+          got[r][p].assign(sent[p][r].size(), 0);
+          dst[r][p] = got[r][p].data();
+        }
+      }
+      const auto errors = clique.exchange(sizes, src, dst, 2);
+      if (perPeer > kP2pChunk) CHECK(clique.lastLaunches() >= 2);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(errors[r].status == 0);
+        for (int p = 0; p < n; ++p) {
+          if (p != r) REQUIRE(got[r][p] == sent[p][r]);
+        }
+      }
     }
   }
 }

@@ -14,7 +14,7 @@ declare -A header=(
 # What each layer may use besides itself.
 declare -A may=(
   [common]="" [kernels]="common" [algo]="common kernels" [bootstrap]="common kernels algo"
-  [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo"
+  [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo device"
   [core]="common kernels algo bootstrap topo transports device"
   [api]="common kernels algo bootstrap topo transports device core"
   [ddp]="common kernels" [device]="common kernels algo")

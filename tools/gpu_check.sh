@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 # The checks: name, then the program and its arguments (from DIR/bin).
 checks=(
   "device_test|device_test"
+  "cuda_coll|cuda_coll_test"
   "cuda_host_only|api_test [nocuda]"
   "cuda_api|api_test [cuda]~[nocuda]"
 )

@@ -77,6 +77,10 @@ struct ConnectContext {
   OutOfBand* oob = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
+  // >= 0: a FIFO for kernels, in device memory (the receiver's device; this is this rank's
+  // device). The FIFO is then never touched by host code: its connection neither closes it nor
+  // reads its counters.
+  int cudaDevice = -1;
 };
 
 // What a communicator's transports are made with.
@@ -94,6 +98,8 @@ class Transport {
   // How the peers it connects may read each other's memory besides its FIFOs (MemShare).
   enum class MemoryReach : uint8_t { kNone, kAddressSpace, kSharedMapping };
   virtual MemoryReach memoryReach() const { return MemoryReach::kNone; }
+  // Whether it builds FIFOs in device memory (ConnectContext::cudaDevice).
+  virtual bool carriesDevice() const { return false; }
   // Phase 1 (receiver).
   virtual Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                         std::vector<char>* handle) = 0;

@@ -31,12 +31,13 @@ struct ConnKey {
   int index;
   int peer;
   bool send;
+  bool device = false;  // a FIFO in device memory, for kernels (the device path); else host memory
 };
 
-// The bootstrap tag of a connection's setup exchange: one per family and channel, so setups of
-// several families between the same two ranks never mix.
-inline uint64_t connTag(ConnFamily f, int index) {
-  const uint64_t base = (static_cast<uint64_t>(f) + 1) << 40;
+// The bootstrap tag of a connection's setup exchange: one per family, channel and memory kind,
+// so setups of several families between the same two ranks never mix.
+inline uint64_t connTag(ConnFamily f, int index, bool device = false) {
+  const uint64_t base = ((static_cast<uint64_t>(f) + 1) << 40) | (device ? uint64_t(1) << 39 : 0);
   return f == ConnFamily::kRing ? base | static_cast<uint64_t>(index) : base;
 }
 

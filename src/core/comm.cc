@@ -85,6 +85,14 @@ Communicator::~Communicator() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  if (device_) {
+    // Kernels still enqueued read the FIFOs and state freed below: wait for them (as long as a
+    // wait may last), else stop them.
+    if (!device_->drain(nowNs() + config_.timeoutNs)) device_->stop();
+    deviceRaw_.store(nullptr, std::memory_order_release);
+    device_.reset();
+    deviceConnections_.clear();
+  }
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   stopFlight();
   // Order matters: transports' threads move bytes of connections; the connections' FIFOs belong
@@ -316,6 +324,15 @@ void Communicator::abort() {
     for (auto& c : connections_) c->fifo().close();
   }
   stopTraffic();
+  // Kernels see the abort word at their next check: abort returns once they are gone.
+  if (DeviceComm* d = deviceComm()) {
+    d->stop();
+    if (!d->drain(nowNs() + 10'000'000'000)) {
+      log_.warn(kSubsysAll,
+                "chorusCommAbort: a kernel of this communicator is still queued after 10 s (work "
+                "before it on its stream has not finished)");
+    }
+  }
 }
 
 }  // namespace chorus

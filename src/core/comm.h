@@ -22,6 +22,7 @@
 #include "src/common/log.h"
 #include "src/common/types.h"
 #include "src/core/conn_table.h"
+#include "src/core/device_comm.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
 #include "src/core/lane.h"
@@ -30,6 +31,7 @@
 #include "src/core/task.h"
 #include "src/core/work_count.h"
 #include "src/core/workers.h"
+#include "src/device/launch_desc.h"
 #include "src/topo/topo.h"
 #include "transports/transport.h"
 
@@ -177,6 +179,7 @@ class Communicator : public TaskOwner {
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
+  // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // chorusRecvAny: the rank whose point-to-point message to this rank is first to wait, without
   // taking it (src/core/comm_anysource.cc). A peer not yet connected asks to connect when it first
@@ -198,6 +201,21 @@ class Communicator : public TaskOwner {
   // Runs on the thread that will run the task (a stream's worker, or the caller); plans of one
   // communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
+
+  // The device path (src/core/comm_device.cc). Makes the device side on first use (on the bound
+  // device).
+  Status ensureDevice();
+  DeviceComm* deviceComm() const { return deviceRaw_.load(std::memory_order_acquire); }
+  // An error unless every peer of `needs` is reached by a transport that builds device FIFOs.
+  Status checkDeviceReach(const std::vector<ConnNeed>& needs) const;
+  // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h).
+  Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops);
+  // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_.
+  Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream);
+  // The error a kernel recorded, as a sentence (DeviceComm::faulted() holds).
+  Status deviceFault() const;
+  // A device connection end made by connect(): into the device's connector table, and logged.
+  Status addDeviceEnd(const ConnNeed& n, const FifoView& fifo, const char* transport);
   Engine& engine() { return *engine_; }
   const IdlePolicy& idlePolicy() const { return idlePolicy_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
@@ -212,6 +230,9 @@ class Communicator : public TaskOwner {
 
   // Ends the communicator's life: stop (abort) or wait (destroy), then free.
   void abort();
+  // The algorithm a device collective runs (the tuner's choice; the slice all-reduce, which reads
+  // registered host buffers in place, runs as the ring).
+  Algo deviceAlgo(const OpInfo& op) const;
 
  private:
   Communicator() = default;
@@ -281,6 +302,14 @@ class Communicator : public TaskOwner {
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;
   std::unique_ptr<FlightRecorder> flight_;
+  // The device side (made on the first device op) and its connections, which host code never
+  // closes or reads (their FIFOs are device memory).
+  std::unique_ptr<DeviceComm> device_;
+  std::atomic<DeviceComm*> deviceRaw_{nullptr};
+  std::vector<std::unique_ptr<Connection>> deviceConnections_;
+  std::mutex deviceMu_;
+  bool sharedGpuLogged_ = false;
+  mutable std::atomic<uint32_t> connectedDevAlgos_{0};
   std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
   void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set
   void stopFlight();             // the trace (CHORUS_FLIGHT_TRACE); leaves the signal dump

@@ -15,7 +15,13 @@ constexpr int64_t kPeerCheckEveryNs = int64_t(50) * 1000000;
 }  // namespace
 
 Status Communicator::asyncError() const {
-  if (!failed_.load(std::memory_order_acquire)) return Status::ok();  // every call asks: keep it lock-free
+  if (!failed_.load(std::memory_order_acquire)) {
+    // A kernel's failure becomes the communicator's when someone asks (it is in mapped memory:
+    // reading it costs a load).
+    const DeviceComm* d = deviceComm();
+    if (!d || !d->faulted()) return Status::ok();  // every call asks: keep it lock-free
+    const_cast<Communicator*>(this)->fail(deviceFault(), true);
+  }
   std::lock_guard<std::mutex> g(errMu_);
   return asyncError_;
 }
@@ -40,6 +46,8 @@ void Communicator::fail(const Status& s, bool tellPeers) {
   // the failing thread itself: one poll over every rank's connection, over at once where the
   // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
   if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) tellFailure(s);
+  // Kernels of this communicator stop at their next check and run nothing more.
+  if (DeviceComm* d = deviceComm()) d->stop();
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
     std::lock_guard<std::mutex> g(connMu_);

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "src/common/guard.h"
+#include "src/common/os.h"
 #include "src/core/stream.h"
 
 namespace chorus {
@@ -222,15 +223,130 @@ Status checkAgreement(std::vector<CommOps>& work) {
   return Status::ok();
 }
 
+// Waits for the launches of `comms` on their own CUDA streams (the NULL stream and host streams):
+// until each is done, the communicator is aborted, or the timeout (plus a grace for the kernel's
+// own deadline to fire first) passes. Then each kernel's failure, if any, as the call's error.
+Status waitDevice(const std::vector<Communicator*>& comms) {
+  const int64_t start = nowNs();
+  for (int polls = 0;; ++polls) {
+    bool done = true;
+    for (Communicator* c : comms) done = done && c->deviceComm()->ownDone();
+    if (done) break;
+    for (Communicator* c : comms) {
+      const int64_t limit = c->timeoutNs() + 5'000'000'000;
+      if (c->aborted() || nowNs() - start > limit) {
+        // The kernels see the abort word at their next check.
+        c->deviceComm()->stop();
+      }
+    }
+    if (polls < 2000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  for (Communicator* c : comms) {
+    if (c->aborted()) return remoteError("the communicator was aborted");
+    CHORUS_TRY(c->asyncError());  // a kernel's failure (DeviceComm::faulted) becomes the communicator's
+  }
+  return Status::ok();
+}
+
+// Device operations: checked, connected and planned on the calling thread; enqueued on the CUDA
+// stream (returning at once), or on each communicator's own stream and waited for (the NULL
+// stream here; a host stream on its worker).
+Status launchDevice(std::vector<CommOps>& work) {
+  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
+  for (auto& w : work) {
+    CHORUS_TRY(w.comm->asyncError());
+    if (w.comm->aborted()) return remoteError("the communicator was aborted");
+    CHORUS_TRY(w.comm->checkOps(w.ops));
+    CHORUS_TRY(w.comm->ensureDevice());
+    auto n = w.comm->connectionsNeeded(w.ops);
+    CHORUS_TRY(w.comm->checkDeviceReach(n));
+    if (!n.empty()) needs.emplace_back(w.comm, std::move(n));
+  }
+  CHORUS_TRY(checkAgreement(work));
+  if (!needs.empty()) {
+    Status s = Communicator::connect(needs);
+    if (!s.isOk()) {
+      for (auto& n : needs) n.first->setAsyncError(s);
+      return s;
+    }
+  }
+  std::vector<std::vector<device::LaunchParams>> launches(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    auto r = work[i].comm->planDevice(work[i].ops);
+    if (!r.isOk()) {
+      work[i].comm->setAsyncError(r.status());
+      return r.status();
+    }
+    launches[i] = r.take();
+  }
+  std::vector<Communicator*> waitHere;
+  for (size_t i = 0; i < work.size(); ++i) {
+    Communicator* c = work[i].comm;
+    const std::shared_ptr<Stream>& s = work[i].stream;
+    if (s && s->isCuda()) {
+      CHORUS_TRY(c->enqueueDevice(launches[i], s->cudaStream()));
+      continue;
+    }
+    if (s) {
+      c->work().started();
+      s->enqueue([c, l = std::move(launches[i])]() {
+        Status st = c->enqueueDevice(l, nullptr);
+        if (st.isOk()) st = waitDevice({c});
+        c->work().finished();
+        return st;
+      });
+      continue;
+    }
+    CHORUS_TRY(c->enqueueDevice(launches[i], nullptr));
+    waitHere.push_back(c);
+  }
+  return waitHere.empty() ? Status::ok() : waitDevice(waitHere);
+}
+
+// The ops of a launch by communicator, in issue order (one stream per communicator).
+Status byComm(std::vector<OpInfo>& ops, std::vector<CommOps>* work) {
+  for (const auto& op : ops) {
+    CommOps* w = nullptr;
+    for (auto& x : *work) {
+      if (x.comm == op.comm) w = &x;
+    }
+    if (!w) {
+      work->push_back(CommOps{op.comm, op.stream, {}});
+      w = &work->back();
+    } else if (w->stream != op.stream) {
+      return invalidUsage("operations of one communicator in one group must use one stream (rank " +
+                          std::to_string(op.comm->rank()) + " used two)");
+    }
+    w->ops.push_back(op);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status launch(std::vector<OpInfo>& ops) {
-  for (const auto& op : ops) {
-    if (op.device) {
+  bool anyDevice = false;
+  bool anyHost = false;
+  for (const auto& op : ops) (op.device ? anyDevice : anyHost) = true;
+  if (anyDevice) {
+    if (anyHost) {
       return invalidUsage(
-          "collectives on device memory are not built yet in this version of Chorus: pass host "
-          "buffers");
+          "a group mixes operations on device memory and on host memory; issue them in separate groups");
     }
+    // An operation of no elements moves nothing, on either side of any pair (as in NCCL): it is
+    // dropped, and a group of nothing but those enqueues nothing.
+    std::vector<OpInfo> some;
+    for (const auto& op : ops) {
+      if (op.count) some.push_back(op);
+    }
+    if (some.empty()) return Status::ok();
+    std::vector<CommOps> work;
+    CHORUS_TRY(byComm(some, &work));
+    return launchDevice(work);
   }
   // Per communicator, in issue order; almost always a single one, which takes `ops` whole.
   std::vector<CommOps> work;
@@ -248,20 +364,7 @@ Status launch(std::vector<OpInfo>& ops) {
     const std::shared_ptr<Stream> s = ops.front().stream;
     work.push_back(CommOps{c, s, std::move(ops)});
   } else {
-    for (const auto& op : ops) {
-      CommOps* w = nullptr;
-      for (auto& x : work) {
-        if (x.comm == op.comm) w = &x;
-      }
-      if (!w) {
-        work.push_back(CommOps{op.comm, op.stream, {}});
-        w = &work.back();
-      } else if (w->stream != op.stream) {
-        return invalidUsage("operations of one communicator in one group must use one stream (rank " +
-                            std::to_string(op.comm->rank()) + " used two)");
-      }
-      w->ops.push_back(op);
-    }
+    CHORUS_TRY(byComm(ops, &work));
   }
   // Connections are made here, for all communicators of the group together: one thread may
   // drive several ranks of a clique, and their connection phases must interleave.

@@ -13,6 +13,7 @@
 #include "src/common/os.h"
 #include "src/core/comm.h"
 #include "src/core/engine.h"
+#include "src/device/launch_pack.h"
 
 namespace chorus {
 namespace {
@@ -88,6 +89,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   // Connections follow what every rank knows alike (the tuner's choice), never one rank's
   // registrations: where a rank may run the slice all-reduce on its own, every rank connects for
   // both it and the ring.
+  const bool device = !ops.empty() && ops.front().device;
   uint32_t algos = 0;  // a bit per registered algorithm
   bool p2p = false;
   for (const auto& op : ops) {
@@ -96,6 +98,10 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       continue;
     }
     if (nranks_ < 2) continue;
+    if (device) {
+      algos |= algoBit(deviceAlgo(op));
+      continue;
+    }
     const Tuner::Choice c = choose(op);
     algos |= algoBit(c.algo);
     if (c.ringConnections) algos |= algoBit(Algo::kRing);
@@ -116,12 +122,16 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   }
   std::vector<ConnNeed> needs;
   std::set<std::tuple<ConnFamily, int, bool>> seen;  // two algorithms may want one connection
-  auto want = [&](const ConnKey& k) {
-    if (!conns_.has(k) && seen.emplace(k.family, k.index, k.send).second) needs.push_back(k);
+  const DeviceComm* dev = device ? deviceComm() : nullptr;
+  auto has = [&](const ConnKey& k) { return dev ? dev->has(k.family, k.index, k.send) : conns_.has(k); };
+  auto want = [&](ConnKey k) {
+    k.device = device;
+    if (!has(k) && seen.emplace(k.family, k.index, k.send).second) needs.push_back(k);
   };
   // An algorithm whose connections all exist needs no look again: connections are only added
   // while the communicator lives, so a launch after the first asks nothing of the registry.
-  const uint32_t todo = algos & ~connectedAlgos_.load(std::memory_order_relaxed);
+  std::atomic<uint32_t>& connected = device ? connectedDevAlgos_ : connectedAlgos_;
+  const uint32_t todo = algos & ~connected.load(std::memory_order_relaxed);
   if (todo) {
     const AlgoContext ctx = algoContext();
     std::vector<ConnKey> keys;
@@ -131,10 +141,10 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       algorithm(static_cast<Algo>(a)).connections(ctx, &keys);
       bool all = true;
       for (const ConnKey& k : keys) {
-        all = all && conns_.has(k);
+        all = all && has(k);
         want(k);
       }
-      if (all) connectedAlgos_.fetch_or(algoBit(static_cast<Algo>(a)), std::memory_order_relaxed);
+      if (all) connected.fetch_or(algoBit(static_cast<Algo>(a)), std::memory_order_relaxed);
     }
   }
   for (int p = 0; p < nranks_; ++p) {
@@ -160,7 +170,14 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     ctx.nslots = static_cast<uint32_t>(c->config_.slots);
     ctx.slotBytes =
         static_cast<uint32_t>(need.family == ConnFamily::kRing ? c->config_.slotBytes : c->config_.peerSlots());
+    ctx.cudaDevice = need.device ? c->cudaDevice() : -1;
     return ctx;
+  };
+  auto tagOf = [](const ConnNeed& n) { return makeTag(TagSpace::kConnect, connTag(n.family, n.index, n.device)); };
+  // Device connections are kept apart: host code never closes or reads their FIFOs.
+  auto keep = [](Communicator* c, const ConnNeed& n, std::unique_ptr<Connection> conn) {
+    std::lock_guard<std::mutex> g(c->connMu_);
+    (n.device ? c->deviceConnections_ : c->connections_).push_back(std::move(conn));
   };
   // Phase 1: every receiver prepares its FIFO and tells the sender how to reach it.
   for (auto& [c, needs] : work) {
@@ -169,15 +186,10 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       ConnectContext ctx = ctxFor(c, n);
       Transport& t = *c->peerTransport_[n.peer];
       std::vector<char> handle;
-      CHORUS_ASSIGN_OR_RETURN(
-          auto conn, t.setupRecv(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), &handle));
-      CHORUS_TRY(c->bootstrap_->send(n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle.data(),
-                                     handle.size()));
+      CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, tagOf(n), &handle));
+      CHORUS_TRY(c->bootstrap_->send(n.peer, tagOf(n), handle.data(), handle.size()));
       pending.push_back({c, n, conn.get()});
-      {
-        std::lock_guard<std::mutex> g(c->connMu_);
-        c->connections_.push_back(std::move(conn));
-      }
+      keep(c, n, std::move(conn));
     }
   }
   // Phase 2: every sender attaches to the FIFO it was told about.
@@ -186,10 +198,13 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       if (!n.send) continue;
       ConnectContext ctx = ctxFor(c, n);
       Transport& t = *c->peerTransport_[n.peer];
-      CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle,
-                              c->bootstrap_->recv(n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index))));
-      CHORUS_ASSIGN_OR_RETURN(
-          auto conn, t.connectSend(ctx, n.peer, makeTag(TagSpace::kConnect, connTag(n.family, n.index)), handle));
+      CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle, c->bootstrap_->recv(n.peer, tagOf(n)));
+      CHORUS_ASSIGN_OR_RETURN(auto conn, t.connectSend(ctx, n.peer, tagOf(n), handle));
+      if (n.device) {
+        CHORUS_TRY(c->addDeviceEnd(n, conn->fifo(), t.name()));
+        keep(c, n, std::move(conn));
+        continue;
+      }
       auto cursor = std::make_unique<SendCursor>();
       cursor->fifo = conn->fifo();
       cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
@@ -203,10 +218,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
                      connFamilyName(n.family), c->rank_, n.peer, t.name());
       }
       c->conns_.put(n.family, n.index, std::move(cursor));
-      {
-        std::lock_guard<std::mutex> g(c->connMu_);
-        c->connections_.push_back(std::move(conn));
-      }
+      keep(c, n, std::move(conn));
     }
   }
   // Phase 3: receivers finish (the socket transport takes the sender's connection).
@@ -214,8 +226,11 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     Communicator* c = p.comm;
     ConnectContext ctx = ctxFor(c, p.need);
     Transport& t = *c->peerTransport_[p.need.peer];
-    CHORUS_TRY(
-        t.finishRecv(ctx, *p.conn, p.need.peer, makeTag(TagSpace::kConnect, connTag(p.need.family, p.need.index))));
+    CHORUS_TRY(t.finishRecv(ctx, *p.conn, p.need.peer, tagOf(p.need)));
+    if (p.need.device) {
+      CHORUS_TRY(c->addDeviceEnd(p.need, p.conn->fifo(), t.name()));
+      continue;
+    }
     auto cursor = std::make_unique<RecvCursor>();
     cursor->fifo = p.conn->fifo();
     cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
@@ -531,6 +546,110 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   }
   task->setFlight(flightFirst, flightLast);
   return task;
+}
+
+Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::vector<OpInfo>& ops) {
+  using device::DeviceLane;
+  using device::SeqKind;
+  std::lock_guard<std::mutex> planLock(planMu_);
+  DeviceComm& dev = *deviceComm();
+  device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
+  const AlgoContext ctx = algoContext();
+  // Point-to-point lanes by queue (a peer and a direction), in issue order; copies to self pair up.
+  std::vector<std::vector<DeviceLane>> sendQ(nranks_);
+  std::vector<std::vector<DeviceLane>> recvQ(nranks_);
+  std::vector<P2pPart> selfSends;
+  std::vector<P2pPart> selfRecvs;
+  auto bytesLane = [&](const P2pPart& p, Prim prim) {
+    DeviceLane l;
+    l.nsteps = p.bytes ? 1 : 0;
+    l.step = Step{prim, 0, 0, p.bytes};
+    l.type = chorusUint8;
+    l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
+    l.seqIndex = p.peer;
+    l.slotBytes = static_cast<uint32_t>(config_.peerSlots());
+    l.input = p.src;
+    l.output = p.dst;
+    return l;
+  };
+  std::vector<LanePlan> lanePlans;
+  std::vector<DeviceLane> lanes;
+  for (const auto& op : ops) {
+    if (!runsOnChannels(op.coll)) {
+      std::vector<P2pPart> parts;
+      expandP2p(op, rank_, nranks_, &parts);
+      for (const auto& p : parts) {
+        if (p.peer == rank_) {
+          (p.send ? selfSends : selfRecvs).push_back(p);
+          continue;
+        }
+        DeviceLane l = bytesLane(p, p.send ? Prim::kSend : Prim::kRecv);
+        if (p.send) l.send[0] = dev.connector(ConnFamily::kP2p, p.peer, true);
+        if (!p.send) l.recv[0] = dev.connector(ConnFamily::kP2p, p.peer, false);
+        (p.send ? sendQ : recvQ)[p.peer].push_back(l);
+      }
+      continue;
+    }
+    const Algo algo = deviceAlgo(op);
+    const size_t elem = typeSize(op.type);
+    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+      log_.info(kSubsysColl, "{} count {} datatype {} algo {} (device, GPU {})", collName(op.coll), op.count,
+                typeName(op.type), algoName(algo), dev.device());
+    }
+    lanePlans.clear();
+    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
+    const bool reduces =
+        op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
+    lanes.clear();
+    for (const LanePlan& lp : lanePlans) {
+      if (lp.channel >= device::DeviceCommState::kMaxChannels) {
+        return internalError("a device lane on channel " + std::to_string(lp.channel) + ": kernels keep " +
+                             std::to_string(device::DeviceCommState::kMaxChannels) + " channels");
+      }
+      DeviceLane l;
+      l.nsteps = static_cast<uint32_t>(lp.steps.size());
+      if (lp.steps.size() == 1) {
+        l.step = lp.steps[0];
+      } else if (!lp.steps.empty()) {
+        CHORUS_ASSIGN_OR_RETURN(l.steps, dev.steps(lp.steps));
+      }
+      l.type = static_cast<uint8_t>(op.type);
+      l.seqKind = SeqKind::kColl;
+      l.seqIndex = lp.channel;
+      l.slotBytes = static_cast<uint32_t>(lp.slotBytes);
+      l.input = static_cast<const char*>(op.sendbuff);
+      l.output = static_cast<char*>(op.recvbuff);
+      l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
+      if (reduces) l.spec = redOps_.spec(op.op, op.type);
+      for (int i = 0; i < kMaxLanePeers; ++i) {
+        if (lp.send[i].index >= 0) l.send[i] = dev.connector(lp.send[i].family, lp.send[i].index, true);
+        if (lp.recv[i].index >= 0) l.recv[i] = dev.connector(lp.recv[i].family, lp.recv[i].index, false);
+      }
+      lanes.push_back(l);
+    }
+    const size_t inBytes = op.count * elem * (op.coll == CollType::kReduceScatter ? nranks_ : 1);
+    const size_t outBytes = op.count * elem * (op.coll == CollType::kAllGather ? nranks_ : 1);
+    const auto* in = static_cast<const char*>(op.sendbuff);
+    const auto* out = static_cast<const char*>(op.recvbuff);
+    packer.addCollective(lanes, device::Span{in, in ? in + inBytes : nullptr},
+                         device::Span{out, out ? out + outBytes : nullptr});
+  }
+  // checkOps() made sure sends and receives to self pair up: each pair is a local copy.
+  CHORUS_CHECK(selfSends.size() == selfRecvs.size());
+  std::vector<DeviceLane> self;
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    P2pPart copy = selfSends[i];
+    copy.dst = selfRecvs[i].dst;
+    self.push_back(bytesLane(copy, Prim::kLocal));
+  }
+  // By round: the send to rank + d and the receive from rank - d (round 0: the copies to self).
+  packer.addP2pRound(self, rank_, {}, 0);
+  for (int d = 1; d < nranks_; ++d) {
+    const int to = (rank_ + d) % nranks_;
+    const int from = (rank_ - d + nranks_) % nranks_;
+    packer.addP2pRound(sendQ[to], to, recvQ[from], nranks_ + from);
+  }
+  return packer.finish();
 }
 
 }  // namespace chorus

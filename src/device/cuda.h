@@ -20,6 +20,10 @@
 
 #include "src/common/status.h"
 
+namespace chorus::device {
+struct LaunchParams;
+}
+
 namespace chorus::cuda {
 
 // Whether this build has the device path (the CUDA toolkit was found when it was built).
@@ -58,6 +62,50 @@ Status freeShareable(void* p);
 // (an error of the stream's counts as done; synchronize returns it).
 Status streamSynchronize(void* stream);
 bool streamDone(void* stream);
+
+// --- What a launch needs (CUDA builds; an error saying so otherwise) ---
+// Allocations and copies below never break a capture another stream of the thread is making
+// (they run in relaxed capture mode) and never touch the legacy default stream.
+
+// Makes `device` current on this thread for the guard's life; the previous one comes back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  int prev_ = -1;
+  Status status_;
+};
+
+// Device memory on the current device, zeroed (`stream` does the zeroing and is waited for).
+Result<void*> deviceAlloc(size_t bytes, void* stream);
+void deviceFree(void* p);
+// Pinned host memory mapped into every device's address space, zeroed: the same pointer works on
+// the host and in kernels (unified addressing).
+Result<void*> hostAllocMapped(size_t bytes);
+void hostFreeMapped(void* p);
+// Lets kernels on the current device reach `peer`'s memory (already enabled is fine).
+Status enablePeerAccess(int peer);
+// A non-blocking stream of the current device (it never waits for the legacy default stream).
+Result<void*> streamCreate();
+void streamDestroy(void* stream);
+// Whether work is being captured into a graph on `stream`.
+Result<bool> streamCapturing(void* stream);
+// Events for ordering streams (no timing).
+Result<void*> eventCreate();
+void eventDestroy(void* event);
+Status eventRecord(void* event, void* stream);
+Status streamWaitEvent(void* stream, void* event);
+// Whether the work before the event's record is done (an error counts as done).
+bool eventDone(void* event);
+// Copies host memory to device memory on `stream` and waits for it.
+Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream);
+// Enqueues the launch kernel for `p` on `stream` (current device).
+Status launch(const device::LaunchParams& p, void* stream);
 
 // A driver error code as text ("CUDA_ERROR_INVALID_VALUE: invalid argument"), for messages.
 std::string driverErrorText(int code);

@@ -22,6 +22,23 @@ Result<void*> allocShareable(size_t, int) { return noCuda("allocating device mem
 Status freeShareable(void*) { return noCuda("freeing device memory"); }
 Status streamSynchronize(void*) { return noCuda("synchronising a CUDA stream"); }
 bool streamDone(void*) { return true; }
+DeviceGuard::DeviceGuard(int) : status_(noCuda("choosing a CUDA device")) {}
+DeviceGuard::~DeviceGuard() = default;
+Result<void*> deviceAlloc(size_t, void*) { return noCuda("allocating device memory"); }
+void deviceFree(void*) {}
+Result<void*> hostAllocMapped(size_t) { return noCuda("allocating mapped host memory"); }
+void hostFreeMapped(void*) {}
+Status enablePeerAccess(int) { return noCuda("enabling peer access"); }
+Result<void*> streamCreate() { return noCuda("creating a CUDA stream"); }
+void streamDestroy(void*) {}
+Result<bool> streamCapturing(void*) { return false; }
+Result<void*> eventCreate() { return noCuda("creating a CUDA event"); }
+void eventDestroy(void*) {}
+Status eventRecord(void*, void*) { return noCuda("recording a CUDA event"); }
+Status streamWaitEvent(void*, void*) { return noCuda("ordering CUDA streams"); }
+bool eventDone(void*) { return true; }
+Status copyToDevice(void*, const void*, size_t, void*) { return noCuda("copying to device memory"); }
+Status launch(const device::LaunchParams&, void*) { return noCuda("launching a kernel"); }
 std::string runtimeErrorText(int code) { return "CUDA runtime error " + std::to_string(code); }
 
 }  // namespace chorus::cuda

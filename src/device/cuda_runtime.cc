@@ -4,10 +4,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
 #include "src/device/cuda.h"
+#include "src/device/prims_device.h"
 
 namespace chorus::cuda {
 namespace {
@@ -204,6 +206,136 @@ bool streamDone(void* stream) {
   if (rc == cudaErrorNotReady) return false;
   if (rc != cudaSuccess) (void)cudaGetLastError();
   return true;
+}
+
+namespace {
+
+// Relaxed capture mode for this thread while it lives: allocating, freeing and copying are then
+// allowed while another stream of the thread captures a graph (as NCCL does around its own).
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) {
+  status_ = runtimeStatus(cudaGetDevice(&prev_), "cudaGetDevice");
+  if (status_.isOk() && prev_ != device) {
+    status_ = runtimeStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (prev_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != prev_) (void)cudaSetDevice(prev_);
+}
+
+Result<void*> deviceAlloc(size_t bytes, void* stream) {
+  RelaxedCapture relaxed;
+  void* p = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes"));
+  const auto s = static_cast<cudaStream_t>(stream);
+  Status st = runtimeStatus(cudaMemsetAsync(p, 0, bytes, s), "cudaMemsetAsync");
+  if (st.isOk()) st = runtimeStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (!st.isOk()) {
+    (void)cudaFree(p);
+    return st;
+  }
+  return p;
+}
+
+void deviceFree(void* p) {
+  if (!p) return;
+  RelaxedCapture relaxed;
+  (void)cudaFree(p);
+  (void)cudaGetLastError();
+}
+
+Result<void*> hostAllocMapped(size_t bytes) {
+  RelaxedCapture relaxed;
+  void* p = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+                           "cudaHostAlloc of " + std::to_string(bytes) + " mapped bytes"));
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void hostFreeMapped(void* p) {
+  if (!p) return;
+  RelaxedCapture relaxed;
+  (void)cudaFreeHost(p);
+  (void)cudaGetLastError();
+}
+
+Status enablePeerAccess(int peer) {
+  const cudaError_t rc = cudaDeviceEnablePeerAccess(peer, 0);
+  if (rc == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    return Status::ok();
+  }
+  return runtimeStatus(rc, "cudaDeviceEnablePeerAccess(" + std::to_string(peer) + ")");
+}
+
+Result<void*> streamCreate() {
+  cudaStream_t s = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  return static_cast<void*>(s);
+}
+
+void streamDestroy(void* stream) {
+  if (stream) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+Result<bool> streamCapturing(void* stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CHORUS_TRY(runtimeStatus(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st), "cudaStreamIsCapturing"));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+Result<void*> eventCreate() {
+  cudaEvent_t e = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  return static_cast<void*>(e);
+}
+
+void eventDestroy(void* event) {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+Status eventRecord(void* event, void* stream) {
+  return runtimeStatus(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+                       "cudaEventRecord");
+}
+
+Status streamWaitEvent(void* stream, void* event) {
+  return runtimeStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+                       "cudaStreamWaitEvent");
+}
+
+bool eventDone(void* event) {
+  const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (rc == cudaErrorNotReady) return false;
+  if (rc != cudaSuccess) (void)cudaGetLastError();
+  return true;
+}
+
+Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream) {
+  RelaxedCapture relaxed;
+  const auto s = static_cast<cudaStream_t>(stream);
+  CHORUS_TRY(runtimeStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync"));
+  return runtimeStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+Status launch(const device::LaunchParams& p, void* stream) {
+  const int rc = device::launchLanes(p, device::kLaunchThreads, stream);
+  return runtimeStatus(static_cast<cudaError_t>(rc), "launching the collective kernel");
 }
 
 std::string runtimeErrorText(int code) {

@@ -207,7 +207,8 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   Primitives<LaneExec<Block, T>> prims(ex, SlotTag{p.commId, seq}, sizeof(T), slotElems, lane.input, lane.output,
                                        lane.scratch);
   PrimCursor at;
-  const PrimStop stop = prims.run(lane.steps, lane.nsteps, &at);
+  const Step* steps = lane.steps ? lane.steps : &lane.step;
+  const PrimStop stop = prims.run(steps, lane.nsteps, &at);
   if (stop.status == PrimStatus::kDone) {
     if (b.tid() == 0) *seqWord = seq;
     b.sync();
@@ -219,7 +220,7 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
     if (stop.status == PrimStatus::kNeedData || stop.status == PrimStatus::kNeedSpace) {
       why = static_cast<DeviceFault>(ex.fault);
     }
-    const Step& s = lane.steps[at.step < lane.nsteps ? at.step : lane.nsteps - 1];
+    const Step& s = steps[at.step < lane.nsteps ? at.step : lane.nsteps - 1];
     const bool rx = stop.status == PrimStatus::kNeedData || stop.status == PrimStatus::kMismatch;
     const uint16_t k = rx ? lane.recv[s.recvFrom] : lane.send[s.sendTo];
     DeviceError* e = p.error;
@@ -233,6 +234,8 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
       e->waiting = ex.faultWaiting;
       e->seq = seq;
       e->bytes = stop.bytes;
+      e->seqIndex = lane.seqIndex;
+      e->seqKind = static_cast<uint32_t>(lane.seqKind);
       b.release(&e->status, static_cast<uint32_t>(why));
     }
   }
@@ -277,6 +280,11 @@ CHORUS_HD void runBlock(Block& b, const LaunchParams& p) {
   const uint32_t i = b.index();
   if (i >= p.nblocks) return;
   for (uint32_t li = p.laneBegin[i]; li < p.laneBegin[i + 1]; ++li) {
+    // A communicator whose kernels failed (this launch or an earlier one) or that was aborted
+    // runs nothing more: its FIFOs may hold a failed operation's pieces.
+    const uint32_t stop =
+        b.tid() == 0 ? b.acquire(&p.error->status) | b.acquire(const_cast<uint32_t*>(p.abortFlag)) : 0;
+    if (b.share(stop) != 0) return;
     if (!runLane(b, p, li)) return;
   }
 }

@@ -84,6 +84,8 @@ struct DeviceError {
   uint64_t seq;      // the lane's sequence number
   uint32_t bytes;    // kMismatch: what the piece should have held
   uint32_t claimed;  // 0 until a block claims the record (the first failure wins)
+  int32_t seqIndex;  // the lane's channel (collectives) or peer (point-to-point)
+  uint32_t seqKind;  // SeqKind
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
 
@@ -92,7 +94,7 @@ enum class SeqKind : uint8_t { kColl, kP2pSend, kP2pRecv };
 
 // One lane: a schedule run by one block over connectors of the communicator's table.
 struct DeviceLane {
-  const Step* steps = nullptr;  // device memory
+  const Step* steps = nullptr;  // device memory; null: the one step is `step` (point-to-point)
   uint32_t nsteps = 0;
   uint8_t type = 0;  // chorusDataType_t
   SeqKind seqKind = SeqKind::kColl;
@@ -107,6 +109,7 @@ struct DeviceLane {
                                   kNoConnector, kNoConnector, kNoConnector};
   uint16_t recv[kMaxLanePeers] = {kNoConnector, kNoConnector, kNoConnector, kNoConnector,
                                   kNoConnector, kNoConnector, kNoConnector};
+  Step step = {};  // a lane of one step carries it here: nothing to upload
 };
 static_assert(std::is_trivially_copyable_v<DeviceLane>);
 

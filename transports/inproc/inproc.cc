@@ -3,11 +3,16 @@
 // The receiver allocates the block and sends its address (and this process's nonce, so a handle
 // can never be taken for a pointer of another process). Both connections hold a reference; the
 // last one to go frees the block.
+//
+// A FIFO for kernels (ConnectContext::cudaDevice) is the same, in the receiver's device memory:
+// the receiver's kernels poll it locally, the sender's write it over peer access (enabled here;
+// two ranks on one device need none). Host code never touches such a FIFO.
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <new>
 
+#include "src/device/cuda.h"
 #include "transports/transport.h"
 
 namespace chorus {
@@ -17,6 +22,7 @@ struct InProcBlock {
   std::atomic<int> refs{1};
   size_t bytes = 0;
   void* mem = nullptr;
+  int device = -1;  // >= 0: device memory there
 
   static InProcBlock* make(size_t bytes) {
     auto* b = new InProcBlock();
@@ -25,9 +31,27 @@ struct InProcBlock {
     std::memset(b->mem, 0, bytes);
     return b;
   }
+  static Result<InProcBlock*> makeOnDevice(size_t bytes, int device) {
+    cuda::DeviceGuard on(device);
+    CHORUS_TRY(on.status());
+    CHORUS_ASSIGN_OR_RETURN(void* stream, cuda::streamCreate());
+    auto mem = cuda::deviceAlloc(bytes, stream);  // zeroed: counters at 0, headers empty
+    cuda::streamDestroy(stream);
+    CHORUS_TRY(mem.status());
+    auto* b = new InProcBlock();
+    b->bytes = bytes;
+    b->mem = mem.take();
+    b->device = device;
+    return b;
+  }
   void unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      ::operator delete(mem, std::align_val_t(4096));
+      if (device >= 0) {
+        cuda::DeviceGuard on(device);
+        cuda::deviceFree(mem);
+      } else {
+        ::operator delete(mem, std::align_val_t(4096));
+      }
       delete this;
     }
   }
@@ -38,19 +62,31 @@ struct Handle {
   uint64_t block;
   uint32_t nslots;
   uint32_t slotBytes;
+  int32_t device;  // the receiver's device (-1: host memory)
+  int32_t pad;
 };
 
 class InProcConnection : public Connection {
  public:
   InProcConnection(int peer, InProcBlock* block, FifoView fifo) : Connection(peer), block_(block) { fifo_ = fifo; }
   ~InProcConnection() override {
-    fifo_.close();
+    if (block_->device < 0) fifo_.close();
     block_->unref();
   }
 
  private:
   InProcBlock* block_;
 };
+
+// The view of a FIFO laid out at `mem` (without writing it: it may be device memory).
+FifoView viewAt(void* mem, uint32_t nslots, uint32_t slotBytes) {
+  FifoView fifo;
+  fifo.ctrl = static_cast<FifoControl*>(mem);
+  fifo.slots = static_cast<char*>(mem) + sizeof(FifoControl);
+  fifo.nslots = nslots;
+  fifo.slotBytes = slotBytes;
+  return fifo;
+}
 
 class InProcTransport : public Transport {
  public:
@@ -61,20 +97,28 @@ class InProcTransport : public Transport {
   }
 
   MemoryReach memoryReach() const override { return MemoryReach::kAddressSpace; }
+  bool carriesDevice() const override { return true; }
 
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
                                                 std::vector<char>* handle) override {
     const uint32_t nslots = ctx.nslots;
     const uint32_t slotBytes = ctx.slotBytes;
-    InProcBlock* block = InProcBlock::make(fifoBytes(nslots, slotBytes));
-    FifoView fifo = FifoView::layout(block->mem, nslots, slotBytes);
-    Handle h{currentProcessNonce(), reinterpret_cast<uint64_t>(block), nslots, slotBytes};
+    InProcBlock* block = nullptr;
+    FifoView fifo;
+    if (ctx.cudaDevice >= 0) {
+      CHORUS_ASSIGN_OR_RETURN(block, InProcBlock::makeOnDevice(fifoBytes(nslots, slotBytes), ctx.cudaDevice));
+      fifo = viewAt(block->mem, nslots, slotBytes);
+    } else {
+      block = InProcBlock::make(fifoBytes(nslots, slotBytes));
+      fifo = FifoView::layout(block->mem, nslots, slotBytes);
+    }
+    Handle h{currentProcessNonce(), reinterpret_cast<uint64_t>(block), nslots, slotBytes, ctx.cudaDevice, 0};
     handle->resize(sizeof(h));
     std::memcpy(handle->data(), &h, sizeof(h));
     return std::unique_ptr<Connection>(new InProcConnection(peer, block, fifo));
   }
 
-  Result<std::unique_ptr<Connection>> connectSend(ConnectContext&, int peer, uint64_t,
+  Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t,
                                                   const std::vector<char>& handle) override {
     Handle h{};
     if (handle.size() != sizeof(h)) return internalError("in-process connection handle has the wrong size");
@@ -83,14 +127,25 @@ class InProcTransport : public Transport {
       return internalError("in-process connection handle from rank " + std::to_string(peer) +
                            " belongs to another process");
     }
+    if ((h.device >= 0) != (ctx.cudaDevice >= 0)) {
+      return internalError("rank " + std::to_string(peer) +
+                           " built a FIFO of the other memory kind (device memory on one side only)");
+    }
+    if (h.device >= 0 && h.device != ctx.cudaDevice) {
+      // This rank's kernels write the peer's device memory: they need peer access to it.
+      if (!cuda::canAccessPeer(ctx.cudaDevice, h.device)) {
+        return invalidUsage("GPU " + std::to_string(ctx.cudaDevice) + " (this rank's) cannot reach GPU " +
+                            std::to_string(h.device) + " (rank " + std::to_string(peer) +
+                            "'s) by peer access, which ranks of one process need to exchange device buffers; " +
+                            "put these ranks on GPUs with peer access (nvidia-smi topo -p2p r), or on one GPU");
+      }
+      cuda::DeviceGuard on(ctx.cudaDevice);
+      CHORUS_TRY(on.status());
+      CHORUS_TRY(cuda::enablePeerAccess(h.device));
+    }
     auto* block = reinterpret_cast<InProcBlock*>(h.block);
     block->refs.fetch_add(1, std::memory_order_relaxed);
-    FifoView fifo;
-    fifo.ctrl = static_cast<FifoControl*>(block->mem);
-    fifo.slots = static_cast<char*>(block->mem) + sizeof(FifoControl);
-    fifo.nslots = h.nslots;
-    fifo.slotBytes = h.slotBytes;
-    return std::unique_ptr<Connection>(new InProcConnection(peer, block, fifo));
+    return std::unique_ptr<Connection>(new InProcConnection(peer, block, viewAt(block->mem, h.nslots, h.slotBytes)));
   }
 
   Status finishRecv(ConnectContext&, Connection&, int, uint64_t) override { return Status::ok(); }

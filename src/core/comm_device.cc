@@ -1,0 +1,114 @@
+// The communicator's device path: its device side, device connections, the algorithm a device
+// collective runs, launches, and the kernels' errors as sentences. Planning is in launch.cc
+// (planDevice), next to the host path's.
+#include <algorithm>
+
+#include "src/core/comm.h"
+#include "src/device/cuda.h"
+#include "src/device/prims_device.h"
+
+namespace chorus {
+
+Status Communicator::ensureDevice() {
+  if (deviceComm()) return Status::ok();
+  std::lock_guard<std::mutex> g(deviceMu_);
+  if (device_) return Status::ok();
+  const int d = cudaDevice();
+  if (d < 0) return internalError("a device operation on a communicator with no CUDA device bound");
+  const size_t slot = std::max(config_.slotBytes, config_.peerSlots());
+  CHORUS_ASSIGN_OR_RETURN(device_, DeviceComm::create(d, nranks_, slot));
+  deviceRaw_.store(device_.get(), std::memory_order_release);
+  log_.info(kSubsysInit,
+            "device path on GPU {}: {} threads per block, one block per channel and per point-to-point queue", d,
+            device::kLaunchThreads);
+  return Status::ok();
+}
+
+Status Communicator::checkDeviceReach(const std::vector<ConnNeed>& needs) const {
+  for (const ConnNeed& n : needs) {
+    if (!n.device || peerTransport_[n.peer]->carriesDevice()) continue;
+    return invalidUsage(describePeer(n.peer) + " is in another process (it is reached over " +
+                        peerTransport_[n.peer]->name() +
+                        "): collectives on device memory between processes are not built yet in this version of "
+                        "Chorus; pass host buffers, or run these ranks as threads of one process");
+  }
+  return Status::ok();
+}
+
+Algo Communicator::deviceAlgo(const OpInfo& op) const {
+  const Algo a = choose(op).algo;
+  return a == Algo::kSlice ? Algo::kRing : a;
+}
+
+Status Communicator::addDeviceEnd(const ConnNeed& n, const FifoView& fifo, const char* transport) {
+  CHORUS_TRY(device_->addConnector(n.family, n.index, n.send, fifo, n.peer));
+  if (!n.send) return Status::ok();
+  if (n.family == ConnFamily::kRing) {
+    log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {} (device)", n.index, rank_, n.peer, transport);
+  } else {
+    log_.info(n.family == ConnFamily::kP2p ? kSubsysP2p : kSubsysInit, "{} : {} -> {} via {} (device)",
+              connFamilyName(n.family), rank_, n.peer, transport);
+  }
+  // The FIFO is in the receiver's device memory: the same device as this rank's means two ranks
+  // share a GPU, which NCCL refuses and Chorus allows.
+  auto where = cuda::memInfo(fifo.ctrl);
+  if (!sharedGpuLogged_ && where.isOk() && where.value().ordinal == device_->device()) {
+    sharedGpuLogged_ = true;
+    log_.info(kSubsysInit,
+              "rank {} shares GPU {} with rank {}: several ranks on one GPU are allowed (NCCL refuses them); their "
+              "kernels run side by side, each on part of the GPU",
+              rank_, device_->device(), n.peer);
+  }
+  return Status::ok();
+}
+
+Status Communicator::enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream) {
+  std::lock_guard<std::mutex> g(deviceMu_);
+  return device_->enqueue(launches, cudaStream);
+}
+
+Status Communicator::deviceFault() const {
+  const device::DeviceError& e = device_->error();
+  const auto why = static_cast<device::DeviceFault>(e.status);
+  std::string where;
+  switch (static_cast<device::SeqKind>(e.seqKind)) {
+    case device::SeqKind::kColl:
+      where = "channel " + std::to_string(e.seqIndex);
+      break;
+    case device::SeqKind::kP2pSend:
+      where = "its point-to-point queue to rank " + std::to_string(e.seqIndex);
+      break;
+    case device::SeqKind::kP2pRecv:
+      where = "its point-to-point queue from rank " + std::to_string(e.seqIndex);
+      break;
+  }
+  const std::string at = " on " + where + ", step " + std::to_string(e.step) + " of its schedule (operation #" +
+                         std::to_string(e.seq) + " there)";
+  const std::string peer = e.peer >= 0 ? describePeer(e.peer) : std::string("its peer");
+  const std::string waited = e.waiting == 1   ? "waiting for data from " + peer
+                             : e.waiting == 2 ? "waiting for room in the FIFO to " + peer
+                                              : "with " + peer;
+  switch (why) {
+    case device::DeviceFault::kTimeout: {
+      Status s =
+          systemError("a kernel of this communicator (GPU " + std::to_string(device_->device()) + ") gave up after " +
+                      std::to_string(config_.timeoutNs / 1'000'000'000) + " s without progress, " + waited + at +
+                      ". That rank never issued the matching operation, or is stuck; CHORUS_TIMEOUT sets the "
+                      "limit");
+      return s.about(e.peer);
+    }
+    case device::DeviceFault::kAborted:
+      return remoteError("the communicator was aborted while a kernel was " + waited + at);
+    case device::DeviceFault::kMismatch:
+      return invalidUsage("a kernel of this communicator received a piece from " + peer + at +
+                          " that belongs to another operation (expected " + std::to_string(e.bytes) +
+                          " bytes of this one): the ranks issued different operations, or sizes");
+    case device::DeviceFault::kRefused:
+      return internalError("a kernel of this communicator was offered " + peer + "'s memory to read in place" + at +
+                           ", which kernels do not take");
+    default:
+      return internalError("a kernel of this communicator failed" + at + " (fault " + std::to_string(e.status) + ")");
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,568 @@
+// Collectives on device memory through the public API, ranks as threads of one process on one
+// GPU (several ranks per GPU), each result checked element by element:
+//   - the grid: every collective and send/recv x every type x every reduction x sizes from 0 up x
+//     in place and not x ring/tree/direct x 1, 2 and 4 channels, for 2, 3 and 4 ranks; each result
+//     must equal the host path's for the same call on the same communicators byte for byte, and,
+//     where the values make it exact (small integers), an independent reference;
+//   - stream semantics: a call returns before the work is done, orders after a kernel of the
+//     user's on its stream and before the next; one communicator from two streams; the NULL
+//     stream; graph capture and replay;
+//   - abort: a kernel waiting on a rank that never comes ends with chorusCommAbort, and at its
+//     deadline with an error naming the channel, step and peer.
+// Needs a CUDA device: without one it says so and exits with 77 (ctest: skipped). `--quick` runs a
+// smaller grid.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "include/chorus/chorus_cuda.h"
+#include "kernels/numeric.h"
+
+using namespace chorus;
+
+namespace {
+
+int failures = 0;
+#define EXPECT(cond, ...)                                           \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      if (++failures <= 30) {                                       \
+        std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+        std::printf(__VA_ARGS__);                                   \
+        std::printf(" (%s)\n", chorusGetLastError(nullptr));        \
+      }                                                             \
+    }                                                               \
+  } while (0)
+#define CUDA_OK(x)                                                                                 \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+const size_t kTypeSize[chorusNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+const char* const kTypeName[chorusNumTypes] = {"int8", "uint8", "int32",  "uint32", "int64",   "uint64",
+                                               "half", "float", "double", "bf16",   "fp8e4m3", "fp8e5m2"};
+const char* const kOpName[] = {"sum", "prod", "max", "min", "avg"};
+
+bool isUnsigned(int t) { return t == chorusUint8 || t == chorusUint32 || t == chorusUint64; }
+
+// Element i of rank r: a small integer, exact in every type, whose sums and products over 4 ranks
+// stay exact too.
+int valueOf(int t, int r, size_t i) {
+  return isUnsigned(t) ? static_cast<int>((i * 7 + r * 13) % 3) : static_cast<int>((i * 7 + r * 13) % 5) - 2;
+}
+
+void encode(int t, double v, unsigned char* p) {
+  switch (t) {
+    case chorusInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case chorusUint8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case chorusInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case chorusUint32: {
+      uint32_t x = static_cast<uint32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case chorusInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case chorusUint64: {
+      uint64_t x = static_cast<uint64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case chorusFloat16: {
+      Half x = fromFloat<Half>(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case chorusFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case chorusFloat64:
+      std::memcpy(p, &v, 8);
+      break;
+    case chorusBfloat16: {
+      BFloat16 x = fromFloat<BFloat16>(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case chorusFloat8e4m3: {
+      Fp8E4M3 x = fromFloat<Fp8E4M3>(static_cast<float>(v));
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    default: {
+      Fp8E5M2 x = fromFloat<Fp8E5M2>(static_cast<float>(v));
+      std::memcpy(p, &x, 1);
+      break;
+    }
+  }
+}
+
+using Bytes = std::vector<unsigned char>;
+
+Bytes values(int t, int r, size_t count, size_t offset = 0) {
+  Bytes b(count * kTypeSize[t]);
+  for (size_t i = 0; i < count; ++i) encode(t, valueOf(t, r, offset + i), b.data() + i * kTypeSize[t]);
+  return b;
+}
+
+// The exact reduction of element i over n ranks (op < avg).
+double reduced(int t, int op, int n, size_t i) {
+  double acc = valueOf(t, 0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = valueOf(t, r, i);
+    acc = op == chorusSum    ? acc + v
+          : op == chorusProd ? acc * v
+          : op == chorusMax  ? std::fmax(acc, v)
+                             : std::fmin(acc, v);
+  }
+  return acc;
+}
+
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSendRecv
+};
+const char* const kCollName[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
+                                 "alltoall",  "gather",    "scatter", "sendrecv"};
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+// Elements of each rank's input and output for `count`.
+size_t inCount(Coll c, size_t count, int n) {
+  return c == Coll::kReduceScatter || c == Coll::kAlltoAll || c == Coll::kScatter ? count * n : count;
+}
+size_t outCount(Coll c, size_t count, int n) {
+  return c == Coll::kAllGather || c == Coll::kAlltoAll || c == Coll::kGather ? count * n : count;
+}
+
+// One call on every rank in one group (a thread drives every rank), on `streams` (chorus streams,
+// wrapping CUDA ones, or null entries: the NULL stream).
+chorusResult_t issue(Coll c, const std::vector<chorusComm_t>& comms, const std::vector<const void*>& in,
+                     const std::vector<void*>& out, size_t count, int type, int op, int root,
+                     const std::vector<chorusStream_t>& streams) {
+  const int n = static_cast<int>(comms.size());
+  const auto t = static_cast<chorusDataType_t>(type);
+  const auto o = static_cast<chorusRedOp_t>(op);
+  chorusGroupStart();
+  chorusResult_t rc = chorusSuccess;
+  for (int r = 0; r < n && rc == chorusSuccess; ++r) {
+    chorusComm_t cm = comms[r];
+    chorusStream_t s = streams[r];
+    switch (c) {
+      case Coll::kAllReduce:
+        rc = chorusAllReduce(in[r], out[r], count, t, o, cm, s);
+        break;
+      case Coll::kBroadcast:
+        rc = chorusBroadcast(in[r], out[r], count, t, root, cm, s);
+        break;
+      case Coll::kReduce:
+        rc = chorusReduce(in[r], out[r], count, t, o, root, cm, s);
+        break;
+      case Coll::kAllGather:
+        rc = chorusAllGather(in[r], out[r], count, t, cm, s);
+        break;
+      case Coll::kReduceScatter:
+        rc = chorusReduceScatter(in[r], out[r], count, t, o, cm, s);
+        break;
+      case Coll::kAlltoAll:
+        rc = chorusAlltoAll(in[r], out[r], count, t, cm, s);
+        break;
+      case Coll::kGather:
+        rc = chorusGather(in[r], out[r], count, t, root, cm, s);
+        break;
+      case Coll::kScatter:
+        rc = chorusScatter(in[r], out[r], count, t, root, cm, s);
+        break;
+      case Coll::kSendRecv:
+        rc = chorusSend(in[r], count, t, (r + 1) % n, cm, s);
+        if (rc == chorusSuccess) rc = chorusRecv(out[r], count, t, (r + n - 1) % n, cm, s);
+        break;
+    }
+  }
+  const chorusResult_t end = chorusGroupEnd();
+  return rc != chorusSuccess ? rc : end;
+}
+
+// What rank r's output must hold for the exact ops (reductions but avg); false: no independent
+// reference for this case (avg, whose result is checked against the host path only).
+bool expected(Coll c, int t, int op, int n, int r, int root, size_t count, Bytes* want, const Bytes& before) {
+  if (reduces(c) && op == chorusAvg) return false;
+  const size_t es = kTypeSize[t];
+  *want = before;
+  auto put = [&](size_t at, double v) { encode(t, v, want->data() + at * es); };
+  switch (c) {
+    case Coll::kAllReduce:
+      for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, i));
+      break;
+    case Coll::kReduce:
+      if (r == root)
+        for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, i));
+      break;
+    case Coll::kReduceScatter:
+      for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, r * count + i));
+      break;
+    case Coll::kBroadcast:
+      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, root, i));
+      break;
+    case Coll::kAllGather:
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, i));
+      break;
+    case Coll::kAlltoAll:
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, r * count + i));
+      break;
+    case Coll::kGather:
+      if (r == root)
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, i));
+      break;
+    case Coll::kScatter:
+      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, root, r * count + i));
+      break;
+    case Coll::kSendRecv:
+      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, (r + n - 1) % n, i));
+      break;
+  }
+  return true;
+}
+
+struct Ranks {
+  std::vector<chorusComm_t> comms;
+  std::vector<cudaStream_t> cuda;
+  std::vector<chorusStream_t> streams;
+  explicit Ranks(int n) : comms(n), cuda(n), streams(n) {
+    std::vector<int> devs(n, 0);
+    if (chorusCommInitAll(comms.data(), n, devs.data()) != chorusSuccess) {
+      std::printf("chorusCommInitAll failed: %s\n", chorusGetLastError(nullptr));
+      std::exit(1);
+    }
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaStreamCreateWithFlags(&cuda[r], cudaStreamNonBlocking));
+      if (chorusStreamFromCuda(cuda[r], &streams[r]) != chorusSuccess) std::exit(1);
+    }
+  }
+  ~Ranks() {
+    for (size_t r = 0; r < comms.size(); ++r) {
+      chorusStreamDestroy(streams[r]);
+      cudaStreamDestroy(cuda[r]);
+      chorusCommDestroy(comms[r]);
+    }
+  }
+  void sync() {
+    for (auto s : cuda) CUDA_OK(cudaStreamSynchronize(s));
+  }
+};
+
+// One case: on device (CUDA streams) and on the host path, compared with each other and the reference.
+void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int root, const std::string& label) {
+  const int n = static_cast<int>(k.comms.size());
+  const size_t es = kTypeSize[t];
+  const size_t ic = inCount(c, count, n);
+  const size_t oc = outCount(c, count, n);
+  // In place: the input is the output's part (all-gather: this rank's block; reduce-scatter: the
+  // output is this rank's block of the input), as NCCL defines it.
+  const bool ip = inPlace && c != Coll::kAlltoAll && c != Coll::kSendRecv && c != Coll::kGather && c != Coll::kScatter;
+  const size_t bufCount = std::max(ic, oc);
+  std::vector<void*> dbuf(n), dout(n);
+  std::vector<const void*> din(n);
+  std::vector<Bytes> hostBuf(n), hostIn(n);
+  std::vector<const void*> hin(n);
+  std::vector<void*> hout(n);
+  std::vector<Bytes> before(n);
+  for (int r = 0; r < n; ++r) {
+    Bytes fill(bufCount * es, 0xA5);
+    const Bytes in = values(t, r, ic);
+    void* inDev = nullptr;
+    CUDA_OK(cudaMalloc(&dbuf[r], std::max<size_t>(1, bufCount * es)));
+    CUDA_OK(cudaMemcpy(dbuf[r], fill.data(), fill.size(), cudaMemcpyHostToDevice));
+    hostBuf[r] = fill;
+    if (ip) {
+      const size_t at = c == Coll::kAllGather ? r * count : 0;
+      CUDA_OK(cudaMemcpy(static_cast<char*>(dbuf[r]) + at * es, in.data(), in.size(), cudaMemcpyHostToDevice));
+      std::memcpy(hostBuf[r].data() + at * es, in.data(), in.size());
+      din[r] = static_cast<char*>(dbuf[r]) + at * es;
+      dout[r] = c == Coll::kReduceScatter ? static_cast<char*>(dbuf[r]) + r * count * es : dbuf[r];
+      hin[r] = hostBuf[r].data() + at * es;
+      hout[r] = c == Coll::kReduceScatter ? hostBuf[r].data() + r * count * es : hostBuf[r].data();
+    } else {
+      CUDA_OK(cudaMalloc(&inDev, std::max<size_t>(1, in.size())));
+      CUDA_OK(cudaMemcpy(inDev, in.data(), in.size(), cudaMemcpyHostToDevice));
+      din[r] = inDev;
+      dout[r] = dbuf[r];
+      hostIn[r] = in;
+      hin[r] = hostIn[r].data();
+      hout[r] = hostBuf[r].data();
+    }
+    before[r] = Bytes(static_cast<unsigned char*>(hout[r]), static_cast<unsigned char*>(hout[r]) + oc * es);
+  }
+  chorusResult_t rc = issue(c, k.comms, din, dout, count, t, op, root, k.streams);
+  EXPECT(rc == chorusSuccess, "%s: device call", label.c_str());
+  k.sync();
+  const std::vector<chorusStream_t> nullStreams(n, nullptr);
+  rc = issue(c, k.comms, hin, hout, count, t, op, root, nullStreams);
+  EXPECT(rc == chorusSuccess, "%s: host call", label.c_str());
+  for (int r = 0; r < n; ++r) {
+    Bytes got(oc * es);
+    if (!got.empty()) CUDA_OK(cudaMemcpy(got.data(), dout[r], got.size(), cudaMemcpyDeviceToHost));
+    const Bytes host(static_cast<unsigned char*>(hout[r]), static_cast<unsigned char*>(hout[r]) + oc * es);
+    if (got != host) {
+      size_t i = 0;
+      while (i < got.size() && got[i] == host[i]) ++i;
+      EXPECT(false, "%s: rank %d differs from the host path at byte %zu of %zu", label.c_str(), r, i, got.size());
+    }
+    Bytes want;
+    if (expected(c, t, op, n, r, root, count, &want, before[r]) && got != want) {
+      size_t i = 0;
+      while (i < got.size() && got[i] == want[i]) ++i;
+      EXPECT(false, "%s: rank %d differs from the reference at byte %zu of %zu", label.c_str(), r, i, got.size());
+    }
+    CUDA_OK(cudaFree(dbuf[r]));
+    if (!ip) CUDA_OK(cudaFree(const_cast<void*>(din[r])));
+  }
+}
+
+void grid(bool quick) {
+  const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
+                        Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
+  const size_t small[] = {0, 1, 7, 1000, 65539};
+  const char* algos[] = {"ring", "tree", "direct"};
+  int cases = 0;
+  for (int n : {2, 3, 4}) {
+    for (int nch : {1, 2, 4}) {
+      for (const char* algo : algos) {
+        if (quick && (nch == 4 || n == 3)) continue;
+        setenv("CHORUS_NCHANNELS", std::to_string(nch).c_str(), 1);
+        setenv("CHORUS_ALGO", algo, 1);
+        Ranks k(n);
+        for (Coll c : colls) {
+          // CHORUS_ALGO picks the all-reduce's algorithm; the rest always run the ring.
+          if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
+          for (int t = 0; t < chorusNumTypes; ++t) {
+            for (int op = 0; op < (reduces(c) ? 5 : 1); ++op) {
+              for (size_t count : small) {
+                for (bool inPlace : {false, true}) {
+                  const int root = static_cast<int>(count % n);
+                  const std::string label = std::string(kCollName[static_cast<int>(c)]) + " " + kTypeName[t] + " " +
+                                            kOpName[op] + " count " + std::to_string(count) +
+                                            (inPlace ? " in place" : "") + " ranks " + std::to_string(n) +
+                                            " channels " + std::to_string(nch) + " algo " + algo;
+                  runCase(k, c, t, op, count, inPlace, root, label);
+                  ++cases;
+                }
+              }
+            }
+          }
+        }
+        // Large: float sums and int8 maxes up to 64 MiB.
+        for (size_t bytes : {size_t(1) << 20, size_t(16) << 20, size_t(64) << 20}) {
+          if (quick && bytes > (size_t(16) << 20)) continue;
+          for (Coll c : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
+            if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
+            const size_t count = c == Coll::kAllReduce ? bytes / 4 : bytes / 4 / n;
+            runCase(k, c, chorusFloat32, chorusSum, count, false, 0,
+                    std::string(kCollName[static_cast<int>(c)]) + " float sum " + std::to_string(bytes) + " bytes");
+            runCase(k, c, chorusInt8, chorusMax, count, true, 0,
+                    std::string(kCollName[static_cast<int>(c)]) + " int8 max " + std::to_string(bytes) + " bytes");
+            cases += 2;
+          }
+        }
+      }
+    }
+  }
+  unsetenv("CHORUS_NCHANNELS");
+  unsetenv("CHORUS_ALGO");
+  std::printf("grid: %d cases\n", cases);
+}
+
+__global__ void spinThenFill(float* p, size_t n, float v, long long spinNs) {
+  long long start = clock64();
+  // About spinNs at ~1.5 GHz; exactness does not matter, only that it takes a while.
+  while (clock64() - start < spinNs * 3 / 2) {
+  }
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = v;
+}
+
+void streams() {
+  const int n = 2;
+  Ranks k(n);
+  const size_t count = 1 << 20;
+  std::vector<float*> buf(n);
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaMalloc(&buf[r], count * 4));
+  // Ordering: the user's kernel fills the buffer, then the all-reduce, then a copy out, all on the
+  // rank's stream; the call returns before the kernel is done.
+  for (int r = 0; r < n; ++r) spinThenFill<<<64, 256, 0, k.cuda[r]>>>(buf[r], count, float(r + 1), 200'000'000);
+  const auto t0 = std::chrono::steady_clock::now();
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r)
+    chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+  EXPECT(chorusGroupEnd() == chorusSuccess, "stream order: enqueue");
+  const double enqueueMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT(enqueueMs < 100,
+         "the call returned after %.1f ms, before its work could be done (a 200 ms kernel precedes it)", enqueueMs);
+  EXPECT(cudaStreamQuery(k.cuda[0]) == cudaErrorNotReady, "the stream still works after the call returns");
+  std::vector<float> host(count);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMemcpyAsync(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost, k.cuda[r]));
+    CUDA_OK(cudaStreamSynchronize(k.cuda[r]));
+    size_t bad = 0;
+    for (float v : host) bad += v != 3.0f;
+    EXPECT(bad == 0, "stream order: rank %d has %zu elements not 3", r, bad);
+  }
+  // One communicator from two streams: the second stream's call waits for the first's.
+  cudaStream_t other[n];
+  chorusStream_t otherS[n];
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaStreamCreateWithFlags(&other[r], cudaStreamNonBlocking));
+    chorusStreamFromCuda(other[r], &otherS[r]);
+  }
+  for (int round = 0; round < 4; ++round) {
+    for (int r = 0; r < n; ++r) spinThenFill<<<64, 256, 0, k.cuda[r]>>>(buf[r], count, 1.0f, 50'000'000);
+    chorusGroupStart();
+    for (int r = 0; r < n; ++r)
+      chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+    chorusGroupEnd();
+    chorusGroupStart();
+    for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], otherS[r]);
+    EXPECT(chorusGroupEnd() == chorusSuccess, "two streams");
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaStreamSynchronize(other[r]));
+      CUDA_OK(cudaMemcpy(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (float v : host) bad += v != 4.0f;
+      EXPECT(bad == 0, "two streams: rank %d round %d has %zu elements not 4", r, round, bad);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    chorusStreamDestroy(otherS[r]);
+    cudaStreamDestroy(other[r]);
+  }
+  // The NULL stream: done when the call returns.
+  for (int r = 0; r < n; ++r)
+    CUDA_OK(cudaMemcpy(buf[r], std::vector<float>(count, 2.0f).data(), count * 4, cudaMemcpyHostToDevice));
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], nullptr);
+  EXPECT(chorusGroupEnd() == chorusSuccess, "NULL stream");
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMemcpy(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost));
+    EXPECT(host[0] == 4.0f && host[count - 1] == 4.0f, "NULL stream: rank %d got %g", r, host[0]);
+  }
+  // Graph capture: capture an all-reduce on each rank's stream, replay it three times.
+  std::vector<cudaGraph_t> graphs(n);
+  std::vector<cudaGraphExec_t> execs(n);
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamBeginCapture(k.cuda[r], cudaStreamCaptureModeThreadLocal));
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r)
+    chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+  EXPECT(chorusGroupEnd() == chorusSuccess, "capture");
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaStreamEndCapture(k.cuda[r], &graphs[r]));
+    CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int r = 0; r < n; ++r) CUDA_OK(cudaGraphLaunch(execs[r], k.cuda[r]));
+  }
+  k.sync();
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMemcpy(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost));
+    // 4, then doubled by each of three replays.
+    EXPECT(host[0] == 32.0f && host[count - 1] == 32.0f, "graph replay: rank %d got %g, want 32", r, host[0]);
+    cudaGraphExecDestroy(execs[r]);
+    cudaGraphDestroy(graphs[r]);
+    cudaFree(buf[r]);
+  }
+}
+
+void abortAndDeadline() {
+  for (bool byAbort : {true, false}) {
+    setenv("CHORUS_TIMEOUT", byAbort ? "600" : "2", 1);
+    const int n = 2;
+    Ranks k(n);
+    float* buf;
+    CUDA_OK(cudaMalloc(&buf, 4096 * 4));
+    // Rank 0 alone: it waits for rank 1, which never comes.
+    EXPECT(chorusAllReduce(buf, buf, 4096, chorusFloat32, chorusSum, k.comms[0], k.streams[0]) == chorusSuccess,
+           "enqueue the lone all-reduce");
+    const auto t0 = std::chrono::steady_clock::now();
+    if (byAbort) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT(cudaStreamQuery(k.cuda[0]) == cudaErrorNotReady, "the kernel waits for rank 1");
+      EXPECT(chorusCommAbort(k.comms[0]) == chorusSuccess, "abort");
+      k.comms[0] = nullptr;
+      EXPECT(cudaStreamQuery(k.cuda[0]) == cudaSuccess, "no kernel is left once chorusCommAbort returns");
+    } else {
+      CUDA_OK(cudaStreamSynchronize(k.cuda[0]));
+      chorusResult_t async = chorusSuccess;
+      chorusCommGetAsyncError(k.comms[0], &async);
+      EXPECT(async == chorusSystemError, "the deadline's error is the communicator's");
+      const std::string msg = chorusGetLastError(k.comms[0]);
+      EXPECT(msg.find("channel") != std::string::npos && msg.find("rank 1") != std::string::npos &&
+                 msg.find("step") != std::string::npos,
+             "the message names the channel, step and peer: %s", msg.c_str());
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT(s < 20, "%s took %.1f s", byAbort ? "abort" : "the deadline", s);
+    cudaFree(buf);
+    if (!byAbort) {
+      // Rank 1's communicator is fine; rank 0's is failed: destroy both.
+    }
+  }
+  unsetenv("CHORUS_TIMEOUT");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("SKIP: no CUDA device (%s); collectives on device memory were compiled but not run\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  CUDA_OK(cudaSetDevice(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  streams();
+  std::printf("streams: done, %d failures so far\n", failures);
+  abortAndDeadline();
+  std::printf("abort and deadline: done, %d failures so far\n", failures);
+  grid(quick);
+  std::printf("%s: %d failures, %.1f s\n", failures ? "FAILED" : "PASSED", failures,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return failures ? 1 : 0;
+}
