@@ -223,6 +223,28 @@ Status checkAgreement(std::vector<CommOps>& work) {
   return Status::ok();
 }
 
+// Checks each communicator's ops, compares collectives under CHORUS_CHECK, and makes the
+// connections (host or device, as the ops are) still needed. Connections are made for all
+// communicators of the launch together: one thread may drive several ranks of a clique, and their
+// connection phases must interleave.
+Status checkAndConnect(std::vector<CommOps>& work) {
+  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
+  for (auto& w : work) {
+    CHORUS_TRY(w.comm->checkOps(w.ops));
+    auto n = w.comm->connectionsNeeded(w.ops);
+    if (n.empty()) continue;
+    CHORUS_TRY(w.comm->checkDeviceReach(n));
+    needs.emplace_back(w.comm, std::move(n));
+  }
+  CHORUS_TRY(checkAgreement(work));
+  if (needs.empty()) return Status::ok();
+  Status s = Communicator::connect(needs);
+  if (!s.isOk()) {
+    for (auto& n : needs) n.first->setAsyncError(s);
+  }
+  return s;
+}
+
 // Waits for the launches of `comms` on their own CUDA streams (the NULL stream and host streams):
 // until each is done, the communicator is aborted, or the timeout (plus a grace for the kernel's
 // own deadline to fire first) passes. Then each kernel's failure, if any, as the call's error.
@@ -256,24 +278,12 @@ Status waitDevice(const std::vector<Communicator*>& comms) {
 // stream (returning at once), or on each communicator's own stream and waited for (the NULL
 // stream here; a host stream on its worker).
 Status launchDevice(std::vector<CommOps>& work) {
-  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
   for (auto& w : work) {
     CHORUS_TRY(w.comm->asyncError());
     if (w.comm->aborted()) return remoteError("the communicator was aborted");
-    CHORUS_TRY(w.comm->checkOps(w.ops));
     CHORUS_TRY(w.comm->ensureDevice());
-    auto n = w.comm->connectionsNeeded(w.ops);
-    CHORUS_TRY(w.comm->checkDeviceReach(n));
-    if (!n.empty()) needs.emplace_back(w.comm, std::move(n));
   }
-  CHORUS_TRY(checkAgreement(work));
-  if (!needs.empty()) {
-    Status s = Communicator::connect(needs);
-    if (!s.isOk()) {
-      for (auto& n : needs) n.first->setAsyncError(s);
-      return s;
-    }
-  }
+  CHORUS_TRY(checkAndConnect(work));
   std::vector<std::vector<device::LaunchParams>> launches(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
     auto r = work[i].comm->planDevice(work[i].ops);
@@ -366,22 +376,7 @@ Status launch(std::vector<OpInfo>& ops) {
   } else {
     CHORUS_TRY(byComm(ops, &work));
   }
-  // Connections are made here, for all communicators of the group together: one thread may
-  // drive several ranks of a clique, and their connection phases must interleave.
-  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
-  for (auto& w : work) {
-    CHORUS_TRY(w.comm->checkOps(w.ops));
-    auto n = w.comm->connectionsNeeded(w.ops);
-    if (!n.empty()) needs.emplace_back(w.comm, std::move(n));
-  }
-  CHORUS_TRY(checkAgreement(work));
-  if (!needs.empty()) {
-    Status s = Communicator::connect(needs);
-    if (!s.isOk()) {
-      for (auto& n : needs) n.first->setAsyncError(s);
-      return s;
-    }
-  }
+  CHORUS_TRY(checkAndConnect(work));
   // Per stream, the work of every communicator on it; the NULL stream's runs last, here.
   if (work.size() == 1) {
     Communicator* c = work.front().comm;
