@@ -34,6 +34,7 @@ struct BlockShared {
   explicit BlockShared(unsigned n) : bar(n) {}
   std::barrier<> bar;
   uint64_t slot = 0;
+  std::atomic<bool> any{false};
 };
 
 class HostBlock {
@@ -45,6 +46,7 @@ class HostBlock {
   void sync() { s_.bar.arrive_and_wait(); }
   uint32_t acquire(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).load(std::memory_order_acquire); }
   void release(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_release); }
+  void store(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_relaxed); }
   bool claim(uint32_t* p) {
     uint32_t expected = 0;
     return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, 1, std::memory_order_acq_rel);
@@ -54,6 +56,27 @@ class HostBlock {
         .count();
   }
   void relax() { std::this_thread::yield(); }
+  bool any(bool v) {
+    if (v) s_.any.store(true, std::memory_order_relaxed);
+    sync();
+    const bool r = s_.any.load(std::memory_order_relaxed);
+    sync();
+    if (tid_ == 0) s_.any.store(false, std::memory_order_relaxed);
+    sync();
+    return r;
+  }
+  // Each word of a line is one atomic access, as each is one store on the device.
+  FifoLine loadLine(const FifoLine* l) {
+    FifoLine v;
+    for (int i = 0; i < 2; ++i) {
+      v.word[i] = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(l->word[i])).load(std::memory_order_relaxed);
+    }
+    return v;
+  }
+  void storeLine(FifoLine* l, uint64_t w0, uint64_t w1) {
+    std::atomic_ref<uint64_t>(l->word[0]).store(w0, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(l->word[1]).store(w1, std::memory_order_relaxed);
+  }
   uint64_t share(uint64_t v) {
     if (tid_ == 0) s_.slot = v;
     sync();
@@ -70,7 +93,7 @@ class HostBlock {
 };
 
 struct Fifo {
-  Fifo(uint32_t nslots, uint32_t slotBytes) : mem(fifoBytes(nslots, slotBytes) + 64, 0) {
+  Fifo(uint32_t nslots, uint32_t slotBytes) : mem(deviceFifoBytes(nslots, slotBytes) + 64, 0) {
     void* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
     view = FifoView::layout(base, nslots, slotBytes);
   }
@@ -169,7 +192,13 @@ class Clique {
         char* outAt = out[r] + ci * callStride_;
         std::vector<LanePlan> plans;
         const Algo a = call.coll == CollType::kAllReduce ? algo : Algo::kRing;
-        algorithm(a).plan(k.ctx, call, &plans);
+        // LL schedules are planned for what a slot's lines hold, as the communicator plans them.
+        AlgoContext ctx = k.ctx;
+        if (proto_ == ProtoKind::kLL) {
+          ctx.slotBytes = lineSlotDataBytes(static_cast<uint32_t>(ctx.slotBytes));
+          ctx.peerSlotBytes = lineSlotDataBytes(static_cast<uint32_t>(ctx.peerSlotBytes));
+        }
+        algorithm(a).plan(ctx, call, &plans);
         std::vector<DeviceLane> lanes;
         for (LanePlan& lp : plans) {
           k.steps.push_back(lp.steps);
@@ -178,6 +207,7 @@ class Clique {
           lane.nsteps = static_cast<uint32_t>(lp.steps.size());
           lane.type = static_cast<uint8_t>(type);
           lane.seqKind = SeqKind::kColl;
+          lane.proto = proto_;
           lane.seqIndex = lp.channel;
           lane.slotBytes = static_cast<uint32_t>(lp.slotBytes);
           lane.input = inAt;
@@ -223,7 +253,8 @@ class Clique {
           l.type = chorusUint8;
           l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
           l.seqIndex = peer;
-          l.slotBytes = slotBytes_;
+          l.proto = proto_;
+          l.slotBytes = proto_ == ProtoKind::kLL ? lineSlotDataBytes(slotBytes_) : slotBytes_;
           if (send) {
             l.input = src[r][peer] + at;
             l.send[0] = k.index.at({ConnFamily::kP2p, peer, true});
@@ -250,6 +281,8 @@ class Clique {
 
   // Call i of a launch() list gets the buffers `bytes * i` further on (0: every call the same).
   void setCallStride(size_t bytes) { callStride_ = bytes; }
+  // The protocol of the lanes of the next launch() or exchange().
+  void setProto(ProtoKind proto) { proto_ = proto; }
   // How many launches rank 0's last call took.
   size_t lastLaunches() const { return lastLaunches_; }
 
@@ -322,6 +355,7 @@ class Clique {
   uint32_t noAbort_ = 0;
   size_t lastLaunches_ = 0;
   size_t callStride_ = 0;
+  ProtoKind proto_ = ProtoKind::kSimple;
 };
 
 template <typename T>
@@ -341,14 +375,20 @@ T valueOf(int r, size_t i) {
   return T(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13) % 23) - 11);
 }
 
+const char* protoName(ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; }
+
+// Two launches in a row on the same FIFOs, the first with protocol `first`, the second `second`.
 template <typename T>
-void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace) {
+void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace,
+                    ProtoKind first = ProtoKind::kSimple, ProtoKind second = ProtoKind::kSimple) {
   INFO("algo " << static_cast<int>(algo) << " ranks " << n << " channels " << nch << " threads " << threads << " count "
-               << count << (inPlace ? " in place" : ""));
+               << count << (inPlace ? " in place" : "") << " protocols " << protoName(first) << ", "
+               << protoName(second));
   Clique clique(n, nch, 256, 2);  // 256-byte slots, two per FIFO: many pieces, FIFOs often full
   std::vector<std::vector<T>> in(n);
   std::vector<std::vector<T>> out(n);
   for (int launchNo = 0; launchNo < 2; ++launchNo) {
+    clique.setProto(launchNo == 0 ? first : second);
     std::vector<const char*> ip(n);
     std::vector<char*> op(n);
     for (int r = 0; r < n; ++r) {
@@ -387,14 +427,35 @@ TEST_CASE("device lanes on host threads: all-reduce, ring, tree and direct", "[d
   checkAllReduce<int8_t>(Algo::kRing, 3, 3, 4, 5001, true);
 }
 
-TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce in one launch",
+// LL: a 256-byte slot has 16 lines, 13 of them data (104 bytes a piece), and a step's last piece
+// mostly ends inside a line; a launch of one protocol follows one of the other on the same FIFOs,
+// so positions and flags carry over between them.
+TEST_CASE("device lanes on host threads: all-reduce with the LL protocol, and after Simple", "[device_lane]") {
+  const ProtoKind ll = ProtoKind::kLL;
+  const ProtoKind simple = ProtoKind::kSimple;
+  for (int n : {2, 3, 4}) {
+    for (unsigned threads : {1u, 3u, 4u}) {
+      for (size_t count : {size_t(1), size_t(7), size_t(1000)}) {
+        checkAllReduce<float>(Algo::kRing, n, 2, threads, count, false, ll, ll);
+        checkAllReduce<int32_t>(Algo::kTree, n, 1, threads, count, count == 7, ll, simple);
+        checkAllReduce<double>(Algo::kDirect, n, 1, threads, count, count == 1000, simple, ll);
+      }
+    }
+  }
+  checkAllReduce<int8_t>(Algo::kRing, 3, 3, 4, 5001, true, ll, ll);
+  checkAllReduce<int8_t>(Algo::kTree, 4, 2, 3, 333, false, ll, ll);
+}
+
+TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce, Simple and LL",
           "[device_lane]") {
   for (int n : {2, 3, 4}) {
     for (unsigned threads : {1u, 4u}) {
       const size_t count = 301;
       INFO("ranks " << n << " threads " << threads);
       Clique clique(n, 2, 128, 2);
+      // Simple, then LL, on the same FIFOs.
       for (int launchNo = 0; launchNo < 2; ++launchNo) {
+        clique.setProto(launchNo == 0 ? ProtoKind::kSimple : ProtoKind::kLL);
         // Each collective its own launch (one buffer pair each), two launches per collective.
         for (CollType coll :
              {CollType::kAllGather, CollType::kReduceScatter, CollType::kBroadcast, CollType::kReduce}) {
@@ -473,8 +534,12 @@ TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline
           "[device_lane]") {
   const int n = 3;
   const size_t count = 4096;
-  for (bool byAbort : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool byAbort = variant % 2 == 1;
+    const ProtoKind proto = variant < 2 ? ProtoKind::kSimple : ProtoKind::kLL;
+    INFO(protoName(proto));
     Clique clique(n, 1, 256, 2);
+    clique.setProto(proto);
     std::vector<std::vector<float>> in(n, std::vector<float>(count, 1.0f));
     std::vector<std::vector<float>> out(n, std::vector<float>(count));
     std::vector<const char*> ip(n);
@@ -551,8 +616,10 @@ TEST_CASE("device lanes on host threads: point-to-point by rounds, queues longer
           "[device_lane]") {
   for (int n : {2, 3, 4}) {
     for (size_t perPeer : {size_t(1), size_t(5), kP2pChunk + 7}) {
-      INFO("ranks " << n << " messages per peer " << perPeer);
+      const ProtoKind proto = perPeer == 5 ? ProtoKind::kLL : ProtoKind::kSimple;
+      INFO("ranks " << n << " messages per peer " << perPeer << " " << protoName(proto));
       Clique clique(n, 1, 128, 2);
+      clique.setProto(proto);
       // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m) % 300 bytes.
       std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
       std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));

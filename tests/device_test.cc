@@ -1,6 +1,7 @@
 // The device reductions against the host's scalar path, bit for bit, for every type and op, and
 // a two-rank ring all-reduce run by the launch kernel (src/device/prims_device.cuh): two channels
-// per rank, one thread block each, two launches in a row, and a wait that ends at its deadline.
+// per rank, one thread block each, three launches in a row (Simple, LL, Simple on the same FIFOs),
+// and a wait that ends at its deadline.
 // Needs a CUDA device: without one it says so and exits with 77, which ctest reports as skipped.
 #include <cuda_runtime.h>
 
@@ -66,15 +67,15 @@ int main() {
   }
   // Two ranks, each a launch of two channels (one block per channel) on its own stream, run a
   // ring all-reduce of floats through FIFOs in mapped host memory: channel c of each rank takes
-  // its half of the elements. Twice, so the second launch starts from the positions and sequence
-  // numbers the first left. Then rank 0 alone: its wait for rank 1 ends at the deadline, and the
-  // error record names the peer.
+  // its half of the elements. Three times (Simple, LL, Simple), each launch starting from the
+  // positions and sequence numbers the one before left. Then rank 0 alone: its wait for rank 1
+  // ends at the deadline, and the error record names the peer.
   {
     const size_t count = 50001;
     const int kChannels = 2;
     const uint32_t nslots = 8;
     const uint32_t slotBytes = 4096;
-    const size_t fifoBytesEach = fifoBytes(nslots, slotBytes);
+    const size_t fifoBytesEach = deviceFifoBytes(nslots, slotBytes);
     char* fifoMem = nullptr;
     cudaHostAlloc(reinterpret_cast<void**>(&fifoMem), 2 * kChannels * fifoBytesEach, cudaHostAllocMapped);
     std::memset(fifoMem, 0, 2 * kChannels * fifoBytesEach);
@@ -95,6 +96,8 @@ int main() {
     cudaHostAlloc(reinterpret_cast<void**>(&abortWord), sizeof(uint32_t), cudaHostAllocMapped);
     *abortWord = 0;
     std::vector<device::LaunchParams> params(2);
+    Step* laneSteps[2][kChannels][2] = {};  // rank, channel, Simple / LL
+    uint32_t laneNsteps[2][kChannels][2] = {};
     cudaStream_t streams[2];
     for (int r = 0; r < 2; ++r) {
       cudaMallocManaged(&in[r], count * sizeof(float));
@@ -119,14 +122,17 @@ int main() {
         conns[r][2 * c] = device::deviceConnector(fifo[c][r], 1 - r);
         conns[r][2 * c + 1] = device::deviceConnector(fifo[c][1 - r], 1 - r);
         const Block part = partition(count, kChannels, c);
-        std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(slotBytes, nslots, sizeof(float)));
-        Step* dsteps = nullptr;
-        cudaMalloc(&dsteps, steps.size() * sizeof(Step));
-        cudaMemcpy(dsteps, steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
+        // A ring step's chunk fits the FIFO (ringLoopChunk), and an LL slot holds less than a
+        // Simple one: each protocol has its own schedule.
+        for (int proto = 0; proto < 2; ++proto) {
+          const uint32_t pieceBytes = proto ? device::lineSlotDataBytes(slotBytes) : slotBytes;
+          std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(pieceBytes, nslots, sizeof(float)));
+          cudaMalloc(&laneSteps[r][c][proto], steps.size() * sizeof(Step));
+          cudaMemcpy(laneSteps[r][c][proto], steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
+          laneNsteps[r][c][proto] = static_cast<uint32_t>(steps.size());
+        }
         device::DeviceLane& lane = p.lanes[c];
         lane = device::DeviceLane{};
-        lane.steps = dsteps;
-        lane.nsteps = static_cast<uint32_t>(steps.size());
         lane.type = chorusFloat32;
         lane.seqIndex = c;
         lane.slotBytes = slotBytes;
@@ -139,8 +145,19 @@ int main() {
       p.laneBegin[kChannels] = kChannels;
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
     }
-    for (int round = 0; round < 2; ++round) {
+    // Simple, then LL, then Simple again on the same FIFOs: positions carry over between protocols.
+    for (int round = 0; round < 3; ++round) {
       std::memset(errors, 0, 2 * sizeof(device::DeviceError));
+      for (int r = 0; r < 2; ++r) {
+        for (int c = 0; c < kChannels; ++c) {
+          device::DeviceLane& lane = params[r].lanes[c];
+          const int proto = round == 1 ? 1 : 0;
+          lane.proto = proto ? ProtoKind::kLL : ProtoKind::kSimple;
+          lane.slotBytes = proto ? device::lineSlotDataBytes(slotBytes) : slotBytes;
+          lane.steps = laneSteps[r][c][proto];
+          lane.nsteps = laneNsteps[r][c][proto];
+        }
+      }
       for (int r = 0; r < 2; ++r) {
         const int e = device::launchLanes(params[r], device::kLaunchThreads, streams[r]);
         if (e != 0) {
@@ -163,8 +180,8 @@ int main() {
         }
         for (size_t i = 0; i < count; ++i) {
           if (out[r][i] != in[0][i] + in[1][i]) {
-            std::printf("FAIL: device ring all-reduce, round %d rank %d element %zu: %g, not %g\n", round, r, i,
-                        double(out[r][i]), double(in[0][i] + in[1][i]));
+            std::printf("FAIL: device ring all-reduce (%s), round %d rank %d element %zu: %g, not %g\n",
+                        round == 1 ? "LL" : "Simple", round, r, i, double(out[r][i]), double(in[0][i] + in[1][i]));
             ++failures;
             break;
           }

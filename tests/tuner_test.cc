@@ -90,3 +90,31 @@ TEST_CASE("unforced: the slice all-reduce on one host, by agreement or by regist
   across.singleHost = false;
   CHECK_FALSE(Tuner(across).choose(CollType::kAllReduce, big).sliceConnections);
 }
+
+TEST_CASE("device lanes: LL up to its sizes, Simple beyond, and CHORUS_PROTO forces either", "[tuner]") {
+  const Tuner t(oneHost(4));
+  CHECK(t.deviceProto(8, false) == ProtoKind::kLL);
+  CHECK(t.deviceProto(Tuner::kLLMaxBytes, false) == ProtoKind::kLL);
+  CHECK(t.deviceProto(Tuner::kLLMaxBytes + 1, false) == ProtoKind::kSimple);
+  CHECK(t.deviceProto(Tuner::kP2pLLMaxBytes, true) == ProtoKind::kLL);
+  CHECK(t.deviceProto(Tuner::kP2pLLMaxBytes + 1, true) == ProtoKind::kSimple);
+  for (const char* name : {"simple", "ll"}) {
+    auto parsed = parseProtoSetting(name);
+    REQUIRE(parsed.isOk());
+    REQUIRE(parsed.value().has_value());
+    TunerFacts f = oneHost(2);
+    f.forcedProto = parsed.value();
+    const Tuner forced(f);
+    const ProtoKind want = std::string(name) == "ll" ? ProtoKind::kLL : ProtoKind::kSimple;
+    for (size_t bytes : {size_t(8), size_t(1) << 26}) {
+      CHECK(forced.deviceProto(bytes, false) == want);
+      CHECK(forced.deviceProto(bytes, true) == want);
+    }
+  }
+  auto unset = parseProtoSetting("");
+  REQUIRE(unset.isOk());
+  CHECK_FALSE(unset.value().has_value());
+  auto bad = parseProtoSetting("ll128");
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.status().message().find("simple, ll") != std::string::npos);
+}

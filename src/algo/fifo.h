@@ -47,6 +47,26 @@ inline size_t fifoBytes(uint32_t nslots, size_t slotBytes) {
   return sizeof(FifoControl) + size_t(nslots) * fifoSlotStride(slotBytes);
 }
 
+// The line area of a FIFO kernels use (the LL protocol, src/device/lane_exec.h): after the slots,
+// fifoSlotLines(slotBytes) lines of 16 bytes per slot. A line is two 8-byte words, each 4 bytes of
+// data and a 4-byte flag, written in one store: a reader that finds a word's flag current has that
+// word's data, with no counter and no fence between them. Host FIFOs have no line area.
+struct alignas(16) FifoLine {
+  uint64_t word[2];  // data | flag << 32 (in memory: data, then flag)
+};
+constexpr uint32_t kMaxSlotLines = 1024;
+constexpr uint32_t fifoSlotLines(uint32_t slotBytes) {
+  const uint32_t lines = slotBytes / sizeof(FifoLine);
+  return lines < 4 ? 4 : lines > kMaxSlotLines ? kMaxSlotLines : lines;
+}
+inline size_t fifoLineAreaOffset(uint32_t nslots, size_t slotBytes) {
+  return (fifoBytes(nslots, slotBytes) + alignof(FifoLine) - 1) / alignof(FifoLine) * alignof(FifoLine);
+}
+// fifoBytes and the line area.
+inline size_t deviceFifoBytes(uint32_t nslots, uint32_t slotBytes) {
+  return fifoLineAreaOffset(nslots, slotBytes) + size_t(nslots) * fifoSlotLines(slotBytes) * sizeof(FifoLine);
+}
+
 // What a connector needs to use a FIFO; trivially copyable, like a device handle.
 struct FifoView {
   FifoControl* ctrl = nullptr;
@@ -87,6 +107,11 @@ struct FifoView {
 
   bool closed() const { return ctrl->closed.load(std::memory_order_acquire) != 0; }
   void close() const;
+
+  // The line area of a FIFO laid out in deviceFifoBytes (ctrl is where the layout starts).
+  FifoLine* lines() const {
+    return reinterpret_cast<FifoLine*>(reinterpret_cast<char*>(ctrl) + fifoLineAreaOffset(nslots, slotBytes));
+  }
 };
 
 }  // namespace chorus

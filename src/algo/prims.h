@@ -21,7 +21,10 @@
 //     the slot is full on its own; a piece of up to kSlotInlineBytes travels inside the header. A
 //     consumer whose connector lets it trust that word (RecvCursor::headerPublishes) reads one
 //     cache line for a small piece instead of the tail counter and then the slot: the latency
-//     protocol of the direct all-reduce. (A line-flag protocol like NCCL's LL would be a third.)
+//     protocol of the direct all-reduce.
+//   - ProtoLL (the device executor's only): the executor lays the header and the piece out as
+//     lines of data words and flag words (FifoLine) in the FIFO's line area, and the consumer
+//     polls the lines themselves instead of the tail counter: NCCL's LL protocol.
 //
 // Exec provides, called by every thread of the group in the same order:
 //   void select(int sendTo, int recvFrom);          the connectors of the next step (Step::sendTo, recvFrom)
@@ -29,7 +32,9 @@
 //                                                   `flag`: the slot's ready word may say so (ProtoFlag)
 //   const SlotHeader* recvHeader(); const char* recvPayload(char* dst);
 //   SlotHeader* sendHeader(); char* sendPayload(Prim, const char* in, const char* out);
-//   void move(const PieceMove&, size_t n);          every thread its share, all done on return
+//   bool move(const PieceMove&, size_t n);          every thread its share, all done on return;
+//                                                   false: a received line never came (device LL:
+//                                                   the wait for it gave up, as waitData does)
 //   bool leader();                                  the one thread that stamps headers
 //   void publish(bool flag); void release();        the sent slot goes out (`flag`: its ready word
 //                                                   first, slotReadyFlag); the received one is free
@@ -64,8 +69,10 @@ struct SlotTag {
   uint64_t seq = 0;
 };
 
-// Which protocol a lane runs (LaneArgs, LanePlan).
-enum class ProtoKind : uint8_t { kSimple, kFlag };
+// Which protocol a lane runs (LaneArgs, LanePlan, DeviceLane). kLL is the device executor's
+// alone (src/device/lane_exec.h): it lays pieces out as lines of data and flags, under the
+// ProtoSimple header checks.
+enum class ProtoKind : uint8_t { kSimple, kFlag, kLL };
 
 struct ProtoSimple {
   static constexpr bool kFlag = false;
@@ -81,6 +88,9 @@ struct ProtoSimple {
     return h.commId == t.commId && h.seq == t.seq && h.bytes == bytes && h.step < kStepDesc;
   }
 };
+
+// The header checks of ProtoSimple; the executor moves the lines (LaneExec<Block, T, true>).
+struct ProtoLL : ProtoSimple {};
 
 struct ProtoFlag : ProtoSimple {
   static constexpr bool kFlag = true;
@@ -243,7 +253,10 @@ class Primitives {
         char* sslot = !tx   ? nullptr
                       : inl ? reinterpret_cast<char*>(ex_.sendHeader()->inlineData)
                             : ex_.sendPayload(st.prim, in, out);
-        ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot, rfirst, peer != nullptr, peerFirst != nullptr), n);
+        if (!ex_.move(primMove(st.prim, st.flags, in, out, rslot, sslot, rfirst, peer != nullptr, peerFirst != nullptr),
+                      n)) {
+          return PrimStop{PrimStatus::kNeedData, bytes};
+        }
         if (tx) {
           if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
           ex_.publish(Proto::kFlag);

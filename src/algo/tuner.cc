@@ -69,4 +69,17 @@ Tuner::Choice Tuner::choose(CollType coll, size_t bytes) const {
   return c;
 }
 
+ProtoKind Tuner::deviceProto(size_t bytes, bool p2p) const {
+  if (f_.forcedProto) return *f_.forcedProto;
+  return bytes <= (p2p ? kP2pLLMaxBytes : kLLMaxBytes) ? ProtoKind::kLL : ProtoKind::kSimple;
+}
+
+Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value) {
+  if (value.empty()) return std::optional<ProtoKind>();
+  if (value == "simple") return std::optional<ProtoKind>(ProtoKind::kSimple);
+  if (value == "ll") return std::optional<ProtoKind>(ProtoKind::kLL);
+  return invalidArgument("CHORUS_PROTO=" + value +
+                         " is not a protocol this build has (simple, ll); unset it to let Chorus choose");
+}
+
 }  // namespace chorus

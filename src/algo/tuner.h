@@ -41,8 +41,12 @@ struct TunerFacts {
   bool oneProcess = false;               // every rank a thread of one process
   size_t directMaxBytesSetting = 65536;  // CHORUS_DIRECT_MAX_BYTES
   std::optional<Algo> forced;            // CHORUS_ALGO
+  std::optional<ProtoKind> forcedProto;  // CHORUS_PROTO (device lanes)
   AllReduceModel model;
 };
+
+// CHORUS_PROTO's value (lower case): none, "simple" or "ll".
+Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value);
 
 class Tuner {
  public:
@@ -71,11 +75,22 @@ class Tuner {
   // The algorithm of a collective of `bytes` on channels (runsOnChannels(coll)).
   Choice choose(CollType coll, size_t bytes) const;
 
+  // Device lanes (kernels) run LL up to these sizes, Simple beyond. LL stores 16 bytes for every
+  // 8 it carries and its slots hold 8 KiB, so it loses on bandwidth; it wins on latency, since a
+  // piece is ready when its lines are, with no fence and no counter round trip before the data.
+  // A collective's bytes are one rank's message; a send's or receive's, that message (NCCL's
+  // point-to-point LL threshold is 16 KiB too). Not yet measured on a GPU (docs/GPU.md).
+  static constexpr size_t kLLMaxBytes = 64 * 1024;
+  static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
+  // The protocol of a device lane moving `bytes` (a collective's, or with p2p a send's or receive's).
+  ProtoKind deviceProto(size_t bytes, bool p2p) const;
+
   // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.
   size_t directMaxBytes() const { return directMax_; }
   // All-reduces past the direct sizes and up to this take the tree unforced.
   size_t treeMaxBytes() const { return treeMax_; }
   std::optional<Algo> forced() const { return f_.forced; }
+  std::optional<ProtoKind> forcedProto() const { return f_.forcedProto; }
   const AllReduceModel& model() const { return f_.model; }
 
  private:

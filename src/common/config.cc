@@ -249,8 +249,8 @@ Result<Config> Config::fromEnv() {
     }
     c.cpuIsa = isa;
   }
-  // Parsed (and refused when unknown) by the tuner, src/algo/tuner.h; compared across ranks as
-  // written here, in lower case.
+  // CHORUS_ALGO and CHORUS_PROTO are parsed (and refused when unknown) by the communicator
+  // (parseAlgoSetting, parseProtoSetting); compared across ranks as written here, in lower case.
   if (const char* v = envValue("CHORUS_ALGO")) {
     c.algo = v;
     for (char& ch : c.algo) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -259,10 +259,8 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readEnvInt("CHORUS_DIRECT_MAX_BYTES", 0, int64_t(1) << 40, &x));
   c.directMaxBytes = static_cast<size_t>(x);
   if (const char* v = envValue("CHORUS_PROTO")) {
-    if (std::string_view(v) != "simple" && std::string_view(v) != "Simple") {
-      return invalidArgument(std::string("CHORUS_PROTO=") + v + " is not a protocol this build has (simple)");
-    }
-    c.proto = "simple";
+    c.proto = v;
+    for (char& ch : c.proto) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   }
   noteEnvironment(&c);
   return c;

@@ -55,7 +55,7 @@ struct Config {
   std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
   std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
   size_t directMaxBytes = 64 * 1024;               // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
-  std::string proto;                               // CHORUS_PROTO (simple)
+  std::string proto;                               // CHORUS_PROTO (simple, ll: device lanes)
   std::string topoFile;                            // CHORUS_TOPO_FILE: hwloc XML in place of the machine
   std::string topoDumpFile;                        // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
   size_t flightEntries = 1024;                     // CHORUS_FLIGHT_ENTRIES: operations the flight recorder keeps

@@ -117,6 +117,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
                            std::shared_ptr<Engine> engine) {
   CHORUS_ASSIGN_OR_RETURN(config_, Config::fromEnv());
   CHORUS_ASSIGN_OR_RETURN(forcedAlgo_, parseAlgoSetting(config_.algo));
+  CHORUS_ASSIGN_OR_RETURN(forcedProto_, parseProtoSetting(config_.proto));
   if (options.timeoutNs > 0) config_.timeoutNs = options.timeoutNs;
   blocking_ = options.blocking;
   name_ = options.name;
@@ -286,6 +287,7 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
   std::unique_ptr<Communicator> c(new Communicator());
   c->config_ = parent.config_;
   c->forcedAlgo_ = parent.forcedAlgo_;
+  c->forcedProto_ = parent.forcedProto_;
   if (options.timeoutNs > 0) c->config_.timeoutNs = options.timeoutNs;
   c->blocking_ = options.blocking;
   c->name_ = options.name;

@@ -233,6 +233,8 @@ class Communicator : public TaskOwner {
   // The algorithm a device collective runs (the tuner's choice; the slice all-reduce, which reads
   // registered host buffers in place, runs as the ring).
   Algo deviceAlgo(const OpInfo& op) const;
+  // The protocol of a device collective's lanes (the tuner's, or CHORUS_PROTO's).
+  ProtoKind deviceProto(const OpInfo& op) const { return tuner_.deviceProto(op.count * typeSize(op.type), false); }
 
  private:
   Communicator() = default;
@@ -282,9 +284,10 @@ class Communicator : public TaskOwner {
   std::vector<int> ringPos_;
   std::vector<topo::ChannelPlan> channels_;
   topo::DoubleTree trees_;
-  std::optional<Algo> forcedAlgo_;  // CHORUS_ALGO, parsed when the communicator is created
-  Tuner tuner_;                     // which algorithm each call runs (built with the topology)
-  IdlePolicy idlePolicy_;           // how threads running this communicator's work wait
+  std::optional<Algo> forcedAlgo_;        // CHORUS_ALGO, parsed when the communicator is created
+  std::optional<ProtoKind> forcedProto_;  // CHORUS_PROTO, likewise
+  Tuner tuner_;                           // which algorithm each call runs (built with the topology)
+  IdlePolicy idlePolicy_;                 // how threads running this communicator's work wait
   // The threads that move each piece with the progress thread (CHORUS_WORKERS_PER_CHANNEL > 1).
   std::unique_ptr<WorkerGroup> workers_;
   // Per channel, then one record for point-to-point (the last); read by hang reports.

@@ -105,6 +105,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   facts.oneProcess = oneProcess_;
   facts.directMaxBytesSetting = config_.directMaxBytes;
   facts.forced = forcedAlgo_;
+  facts.forcedProto = forcedProto_;
   facts.model = topo::allReduceModel(places, channels_[0], trees_);
   tuner_ = Tuner(facts);
 

@@ -200,7 +200,10 @@ class Lane::Exec {
     ref_ = l_.send_->fifo.refs ? l_.sendSource(p, in, out) : nullptr;
     return ref_ ? nullptr : reinterpret_cast<char*>(sh_ + 1);
   }
-  void move(const PieceMove& m, size_t n) const { hostMove(l_.a_, m, n); }
+  bool move(const PieceMove& m, size_t n) const {
+    hostMove(l_.a_, m, n);
+    return true;
+  }
   static bool leader() { return true; }
   void publish(bool flag) const {
     SendCursor* sc = l_.send_;

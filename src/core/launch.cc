@@ -560,6 +560,11 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
   std::vector<std::vector<DeviceLane>> recvQ(nranks_);
   std::vector<P2pPart> selfSends;
   std::vector<P2pPart> selfRecvs;
+  // An LL lane's pieces are what a slot's lines hold, and its schedule is planned for them: a ring
+  // step's chunk must fit the FIFO (ringLoopChunk), and the line area holds less than the slots.
+  AlgoContext llCtx = ctx;
+  llCtx.slotBytes = device::lineSlotDataBytes(static_cast<uint32_t>(ctx.slotBytes));
+  llCtx.peerSlotBytes = device::lineSlotDataBytes(static_cast<uint32_t>(ctx.peerSlotBytes));
   auto bytesLane = [&](const P2pPart& p, Prim prim) {
     DeviceLane l;
     l.nsteps = p.bytes ? 1 : 0;
@@ -567,7 +572,10 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
     l.type = chorusUint8;
     l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
     l.seqIndex = p.peer;
-    l.slotBytes = static_cast<uint32_t>(config_.peerSlots());
+    // A send and its receive see the same byte count (checkOps), so both ends choose alike.
+    l.proto = tuner_.deviceProto(p.bytes, true);
+    const auto slotBytes = static_cast<uint32_t>(config_.peerSlots());
+    l.slotBytes = l.proto == ProtoKind::kLL ? device::lineSlotDataBytes(slotBytes) : slotBytes;
     l.input = p.src;
     l.output = p.dst;
     return l;
@@ -591,13 +599,15 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
       continue;
     }
     const Algo algo = deviceAlgo(op);
+    const ProtoKind proto = deviceProto(op);
     const size_t elem = typeSize(op.type);
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-      log_.info(kSubsysColl, "{} count {} datatype {} algo {} (device, GPU {})", collName(op.coll), op.count,
-                typeName(op.type), algoName(algo), dev.device());
+      log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} (device, GPU {})", collName(op.coll), op.count,
+                typeName(op.type), algoName(algo), proto == ProtoKind::kLL ? "LL" : "Simple", dev.device());
     }
     lanePlans.clear();
-    algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
+    algorithm(algo).plan(proto == ProtoKind::kLL ? llCtx : ctx,
+                         AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
     const bool reduces =
         op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
     lanes.clear();
@@ -615,6 +625,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
       }
       l.type = static_cast<uint8_t>(op.type);
       l.seqKind = SeqKind::kColl;
+      l.proto = proto;
       l.seqIndex = lp.channel;
       l.slotBytes = static_cast<uint32_t>(lp.slotBytes);
       l.input = static_cast<const char*>(op.sendbuff);

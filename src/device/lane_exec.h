@@ -10,11 +10,15 @@
 //   void sync();                             a barrier of the block's threads
 //   uint32_t acquire(uint32_t* p);           loads and stores of counters other blocks, devices
 //   void release(uint32_t* p, uint32_t v);   or the host read and write (system scope)
+//   void store(uint32_t* p, uint32_t v);     a relaxed store of such a counter
 //   uint64_t acquire64(uint64_t* p); void release64(uint64_t* p, uint64_t v);
 //   bool claim(uint32_t* p);                 0 -> 1 exchange; true for the one that made it
 //   uint64_t nowNs();                        a clock for deadlines
 //   void relax();                            between two polls (host threads yield)
 //   uint64_t share(uint64_t v);              the leader's v, for every thread
+//   bool any(bool v);                        a barrier; true if any thread's v was
+//   FifoLine loadLine(const FifoLine* l);    a line's two words, each read in one load (LL)
+//   void storeLine(FifoLine* l, uint64_t w0, uint64_t w1);   and written in one store
 //
 // Per piece, as on the host: the leader (thread 0) waits for the receive slot's data and the
 // send slot's room, reading the counters with acquire loads; every few thousand polls it checks
@@ -24,10 +28,21 @@
 // publishes with a release store. A wait that ends without data records why in the launch's
 // DeviceError (channel, lane, step, peer) and ends the block; the host turns it into the
 // communicator's error.
+//
+// LaneExec<Block, T, true> runs the LL protocol instead (NCCL's): the piece goes to the slot's
+// lines in the FIFO's line area (FifoLine, src/algo/fifo.h), 8 bytes of data a line, every word
+// with the flag of the slot's position (position + 1), the header as kLineHeaderLines more lines
+// after the piece. The leader of the receiving block polls the header's lines, not the tail
+// counter; each thread then polls the lines it reads until their flags are current, so no fence
+// and no counter stands between the sender's stores and the receiver's loads. Room is still the
+// head counter, and the sender still advances the tail, so a later Simple piece on the same FIFO
+// finds the positions where they are. A flag is current for one position only: lines left by an
+// earlier lap, or by a piece that never finished, are never taken for new data.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/hd.h"
 #include "kernels/reduce.h"
@@ -44,7 +59,7 @@ struct alignas(16) Vec16 {
   unsigned char b[16];
 };
 
-template <class Block, typename T>
+template <class Block, typename T, bool kLL = false>
 class LaneExec {
  public:
   CHORUS_HD LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane) : b_(blk), p_(p), lane_(lane) {
@@ -60,14 +75,36 @@ class LaneExec {
     curRecv_ = recvFrom;
   }
 
-  // The tail counter decides (ProtoSimple; ready words are not polled on the device).
+  // Simple: the tail counter decides (ready words are not polled on the device). LL: the
+  // header's lines do, and every thread gets the header the leader read.
   CHORUS_HD bool waitData(bool) {
     uint32_t ok = 1;
-    if (leader()) {
-      const DeviceConnector& c = recvConn();
-      ok = spin(1, c.peer, [&] { return static_cast<int32_t>(b_.acquire(c.tail) - recvPos_[curRecv_]) > 0; });
+    const DeviceConnector& c = recvConn();
+    if constexpr (kLL) {
+      const FifoLine* h = slotLines(c, recvPos_[curRecv_]);
+      const uint32_t flag = recvPos_[curRecv_] + 1;
+      uint64_t w[kLineHeaderLines] = {};
+      if (leader()) {
+        ok = spin(1, c.peer, [&] {
+          for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
+            if (!lineData(b_.loadLine(h + i), flag, &w[i])) return false;
+          }
+          return true;
+        });
+      }
+      if (b_.share(ok) == 0) return false;
+      rxHdr_.commId = b_.share(w[0]);
+      rxHdr_.seq = b_.share(w[1]);
+      const uint64_t stepBytes = b_.share(w[2]);
+      rxHdr_.step = static_cast<uint32_t>(stepBytes);
+      rxHdr_.bytes = static_cast<uint32_t>(stepBytes >> 32);
+      return true;
+    } else {
+      if (leader()) {
+        ok = spin(1, c.peer, [&] { return static_cast<int32_t>(b_.acquire(c.tail) - recvPos_[curRecv_]) > 0; });
+      }
+      return b_.share(ok) != 0;
     }
-    return b_.share(ok) != 0;
   }
   CHORUS_HD bool waitSpace() {
     uint32_t ok = 1;
@@ -77,14 +114,78 @@ class LaneExec {
     }
     return b_.share(ok) != 0;
   }
-  CHORUS_HD const SlotHeader* recvHeader() const { return header(recvConn(), recvPos_[curRecv_]); }
-  CHORUS_HD const char* recvPayload(char*) const { return reinterpret_cast<const char*>(recvHeader() + 1); }
-  CHORUS_HD SlotHeader* sendHeader() const { return header(sendConn(), sendPos_[curSend_]); }
-  CHORUS_HD char* sendPayload(Prim, const char*, const char*) const {
-    return reinterpret_cast<char*>(sendHeader() + 1);
+  CHORUS_HD const SlotHeader* recvHeader() const {
+    if constexpr (kLL) return &rxHdr_;
+    return header(recvConn(), recvPos_[curRecv_]);
+  }
+  CHORUS_HD const char* recvPayload(char*) {
+    if constexpr (kLL) {
+      // The piece's lines, and the flag they must carry (a pair's two slots are both in use).
+      const FifoLine* data = slotLines(recvConn(), recvPos_[curRecv_]) + kLineHeaderLines;
+      const int i = rxLines_[0].at ? 1 : 0;
+      rxLines_[i] = {data, recvPos_[curRecv_] + 1};
+      return reinterpret_cast<const char*>(data);
+    }
+    return reinterpret_cast<const char*>(header(recvConn(), recvPos_[curRecv_]) + 1);
+  }
+  CHORUS_HD SlotHeader* sendHeader() {
+    if constexpr (kLL) return &txHdr_;
+    return header(sendConn(), sendPos_[curSend_]);
+  }
+  CHORUS_HD char* sendPayload(Prim, const char*, const char*) {
+    if constexpr (kLL) {
+      txLines_ = slotLines(sendConn(), sendPos_[curSend_]) + kLineHeaderLines;
+      return reinterpret_cast<char*>(txLines_);
+    }
+    return reinterpret_cast<char*>(header(sendConn(), sendPos_[curSend_]) + 1);
   }
 
-  CHORUS_HD void move(const PieceMove& m, size_t n) const {
+  CHORUS_HD bool move(const PieceMove& m, size_t n) {
+    if constexpr (kLL) return moveLines(m, n);
+    moveSlots(m, n);
+    return true;
+  }
+  CHORUS_HD bool leader() const { return b_.tid() == 0; }
+  CHORUS_HD void publish(bool) {
+    const uint32_t pos = ++sendPos_[curSend_];
+    if (!leader()) return;
+    if constexpr (kLL) {
+      // The header's lines, flagged with the new tail: the piece's lines are already out (move
+      // ended with a barrier), though LL needs no order between them.
+      FifoLine* h = slotLines(sendConn(), pos - 1);
+      const uint64_t w[kLineHeaderLines] = {txHdr_.commId, txHdr_.seq, txHdr_.step | uint64_t(txHdr_.bytes) << 32};
+      for (uint32_t i = 0; i < kLineHeaderLines; ++i) storeWord(h + i, w[i], pos);
+      // No one reads the tail for this piece's data: it only keeps the position for a later
+      // Simple piece, whose own release store orders that piece. No fence here.
+      b_.store(sendConn().tail, pos);
+      return;
+    }
+    b_.release(sendConn().tail, pos);
+  }
+  CHORUS_HD void release() {
+    const uint32_t pos = ++recvPos_[curRecv_];
+    if (leader()) b_.release(recvConn().head, pos);
+  }
+  CHORUS_HD void moved() {
+    rxLines_[0] = rxLines_[1] = {};
+    txLines_ = nullptr;
+  }
+  // Device buffers travel as bytes: a peer reading this GPU's memory in place needs CUDA IPC
+  // handles, which device lanes do not exchange. An offer from a peer is refused.
+  CHORUS_HD uint32_t offer(int, bool, char*, size_t) const { return 0; }
+  CHORUS_HD bool accept(int, bool, const char*, uint32_t, size_t) const { return false; }
+  CHORUS_HD bool exposed(int) const { return false; }
+  CHORUS_HD bool reads(int) const { return false; }
+  CHORUS_HD const char* peerBuffer(int, bool) const { return nullptr; }
+
+  // Why the last wait failed (DeviceFault), the peer and what it waited for.
+  uint32_t fault = 0;
+  int32_t faultPeer = -1;
+  uint32_t faultWaiting = 0;
+
+ private:
+  // Simple: the piece through the slot's payload, 16 bytes at a time where every operand allows.
+  CHORUS_HD void moveSlots(const PieceMove& m, size_t n) const {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     ReduceSpec spec = lane_.spec;
     if (m.noPre) spec.hasPre = false;
@@ -111,30 +212,99 @@ class LaneExec {
     }
     b_.sync();  // every thread's writes to the slot and the output precede the publish
   }
-  CHORUS_HD bool leader() const { return b_.tid() == 0; }
-  CHORUS_HD void publish(bool) {
-    const uint32_t pos = ++sendPos_[curSend_];
-    if (leader()) b_.release(sendConn().tail, pos);
-  }
-  CHORUS_HD void release() {
-    const uint32_t pos = ++recvPos_[curRecv_];
-    if (leader()) b_.release(recvConn().head, pos);
-  }
-  CHORUS_HD void moved() {}
-  // Device buffers travel as bytes: a peer reading this GPU's memory in place needs CUDA IPC
-  // handles, which device lanes do not exchange. An offer from a peer is refused.
-  CHORUS_HD uint32_t offer(int, bool, char*, size_t) const { return 0; }
-  CHORUS_HD bool accept(int, bool, const char*, uint32_t, size_t) const { return false; }
-  CHORUS_HD bool exposed(int) const { return false; }
-  CHORUS_HD bool reads(int) const { return false; }
-  CHORUS_HD const char* peerBuffer(int, bool) const { return nullptr; }
 
-  // Why the last wait failed (DeviceFault), the peer and what it waited for.
-  uint32_t fault = 0;
-  int32_t faultPeer = -1;
-  uint32_t faultWaiting = 0;
-
- private:
+  // LL: the piece 8 bytes a line; an operand that is a received slot's lines is read when its
+  // flags are current, one that is the sent slot's lines is written with the new flag.
+  CHORUS_HD bool moveLines(const PieceMove& m, size_t n) {
+    const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
+    ReduceSpec spec = lane_.spec;
+    if (m.noPre) spec.hasPre = false;
+    const size_t bytes = n * sizeof(T);
+    const size_t nlines = (bytes + 7) / 8;
+    const LineRef la = linesOf(m.a);
+    const LineRef lb = linesOf(m.b);
+    const bool dstLines = toDst && m.dst == reinterpret_cast<char*>(txLines_);
+    const bool dst2Lines = m.dst2 && m.dst2 == reinterpret_cast<char*>(txLines_);
+    const uint32_t txFlag = sendPos_[curSend_] + 1;
+    bool failed = false;
+    uint64_t since = 0;
+    for (size_t j = b_.tid(); j < nlines && !failed; j += b_.nthreads()) {
+      const size_t len = bytes - j * 8 < 8 ? bytes - j * 8 : 8;
+      uint64_t wa = 0;
+      uint64_t wb = 0;
+      if (!loadWord(m.a, la, j, len, &wa, &since) || (m.b && !loadWord(m.b, lb, j, len, &wb, &since))) {
+        failed = true;
+        break;
+      }
+      uint64_t wr = 0;
+      for (size_t k = 0; k < len / sizeof(T); ++k) {
+        storeElem<T>(&wr, k, one(m, spec, loadElem<T>(&wa, k), loadElem<T>(&wb, k)));
+      }
+      if (toDst) putWord(m.dst, dstLines, j, len, wr, txFlag);
+      if (m.dst2) putWord(m.dst2, dst2Lines, j, len, wr, txFlag);
+    }
+    // Every thread's lines are in (or one gave up) before the header goes or the slot is freed.
+    if (!b_.any(failed)) return true;
+    // The wait that gave up ended on the abort word, another block's failure or the deadline;
+    // the leader, which may not be the thread that gave up, looks at the first two itself.
+    fault = static_cast<uint32_t>(DeviceFault::kTimeout);
+    if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) {
+      fault = static_cast<uint32_t>(DeviceFault::kAborted);
+    } else if (b_.acquire(&p_.error->status)) {
+      fault = static_cast<uint32_t>(DeviceFault::kPeerFault);
+    }
+    faultPeer = recvConn().peer;
+    faultWaiting = 1;
+    return false;
+  }
+  struct LineRef {
+    const FifoLine* at = nullptr;  // null: not a received slot's lines
+    uint32_t flag = 0;
+  };
+  CHORUS_HD LineRef linesOf(const char* p) const {
+    for (const LineRef& r : rxLines_) {
+      if (r.at && p == reinterpret_cast<const char*>(r.at)) return r;
+    }
+    return LineRef{};
+  }
+  // Bytes [8j, 8j + len) of an operand: from line j once its flags are current (a wait that
+  // gives up at the abort word, a failure or the deadline returns false), or from memory.
+  CHORUS_HD bool loadWord(const char* p, const LineRef& l, size_t j, size_t len, uint64_t* w, uint64_t* since) {
+    if (!l.at) {
+      if (len == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+        *w = *reinterpret_cast<const uint64_t*>(p + j * 8);
+      } else {
+        __builtin_memcpy(w, p + j * 8, len);
+      }
+      return true;
+    }
+    for (uint32_t polls = 1;; ++polls) {
+      if (lineData(b_.loadLine(l.at + j), l.flag, w)) return true;
+      b_.relax();
+      if (polls % kPollsPerCheck == 0 && stopReason(since)) return false;
+    }
+  }
+  CHORUS_HD void putWord(char* p, bool lines, size_t j, size_t len, uint64_t w, uint32_t flag) {
+    if (lines) {
+      storeWord(reinterpret_cast<FifoLine*>(p) + j, w, flag);
+    } else if (len == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+      *reinterpret_cast<uint64_t*>(p + j * 8) = w;
+    } else {
+      __builtin_memcpy(p + j * 8, &w, len);
+    }
+  }
+  // A line's 8 data bytes when both its flags are `flag`.
+  CHORUS_HD static bool lineData(const FifoLine& v, uint32_t flag, uint64_t* w) {
+    if (static_cast<uint32_t>(v.word[0] >> 32) != flag || static_cast<uint32_t>(v.word[1] >> 32) != flag) return false;
+    *w = (v.word[0] & 0xffffffffull) | (v.word[1] << 32);
+    return true;
+  }
+  CHORUS_HD void storeWord(FifoLine* l, uint64_t w, uint32_t flag) {
+    b_.storeLine(l, (w & 0xffffffffull) | uint64_t(flag) << 32, (w >> 32) | uint64_t(flag) << 32);
+  }
+  CHORUS_HD static FifoLine* slotLines(const DeviceConnector& c, uint32_t pos) {
+    return c.lines + size_t(pos % c.nslots) * c.slotLines;
+  }
   CHORUS_HD const DeviceConnector& sendConn() const { return p_.connectors[lane_.send[curSend_]]; }
   CHORUS_HD const DeviceConnector& recvConn() const { return p_.connectors[lane_.recv[curRecv_]]; }
   CHORUS_HD static SlotHeader* header(const DeviceConnector& c, uint32_t pos) {
@@ -154,6 +324,15 @@ class LaneExec {
       }
     }
   }
+  // Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
+  // or the deadline, counted from the first look (*since, 0 before it).
+  CHORUS_HD uint32_t stopReason(uint64_t* since) {
+    if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) return static_cast<uint32_t>(DeviceFault::kAborted);
+    if (b_.acquire(&p_.error->status)) return static_cast<uint32_t>(DeviceFault::kPeerFault);
+    const uint64_t now = b_.nowNs();
+    if (!*since) *since = now;
+    return now - *since > p_.timeoutNs ? static_cast<uint32_t>(DeviceFault::kTimeout) : 0;
+  }
   // The leader's poll until ready() or a reason to stop; 1: ready.
   template <typename F>
   CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready) {
@@ -162,16 +341,7 @@ class LaneExec {
       if (ready()) return 1;
       b_.relax();
       if (polls % kPollsPerCheck) continue;
-      uint32_t why = 0;
-      if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) {
-        why = static_cast<uint32_t>(DeviceFault::kAborted);
-      } else if (b_.acquire(&p_.error->status)) {
-        why = static_cast<uint32_t>(DeviceFault::kPeerFault);
-      } else {
-        const uint64_t now = b_.nowNs();
-        if (!since) since = now;
-        if (now - since > p_.timeoutNs) why = static_cast<uint32_t>(DeviceFault::kTimeout);
-      }
+      const uint32_t why = stopReason(&since);
       if (why) {
         fault = why;
         faultPeer = peer;
@@ -188,11 +358,16 @@ class LaneExec {
   uint32_t recvPos_[kMaxLanePeers] = {};
   int curSend_ = 0;
   int curRecv_ = 0;
+  // LL: the received header, the header to send, and the lines of this piece's slots.
+  SlotHeader rxHdr_ = {};
+  SlotHeader txHdr_ = {};
+  LineRef rxLines_[2] = {};
+  FifoLine* txLines_ = nullptr;
 };
 
 // Runs lane `li` of `p` with the block's threads. Returns false when it failed (the launch's
 // error record then says why, unless another block's failure claimed it first).
-template <class Block, typename T>
+template <class Block, typename T, bool kLL>
 CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   const DeviceLane& lane = p.lanes[li];
   DeviceCommState& st = *p.state;
@@ -202,10 +377,10 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   // Only this block advances this counter in this launch; the leader reads it and every thread
   // learns it (the last launch's store is ordered before this one by the stream).
   const uint64_t seq = b.share(b.tid() == 0 ? *seqWord + 1 : 0);
-  LaneExec<Block, T> ex(b, p, lane);
+  LaneExec<Block, T, kLL> ex(b, p, lane);
   const size_t slotElems = lane.slotBytes >= sizeof(T) ? lane.slotBytes / sizeof(T) : 1;
-  Primitives<LaneExec<Block, T>> prims(ex, SlotTag{p.commId, seq}, sizeof(T), slotElems, lane.input, lane.output,
-                                       lane.scratch);
+  Primitives<LaneExec<Block, T, kLL>, std::conditional_t<kLL, ProtoLL, ProtoSimple>> prims(
+      ex, SlotTag{p.commId, seq}, sizeof(T), slotElems, lane.input, lane.output, lane.scratch);
   PrimCursor at;
   const Step* steps = lane.steps ? lane.steps : &lane.step;
   const PrimStop stop = prims.run(steps, lane.nsteps, &at);
@@ -243,34 +418,41 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   return false;
 }
 
+// The lane's protocol.
+template <class Block, typename T>
+CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
+  return p.lanes[li].proto == ProtoKind::kLL ? runLaneAs<Block, T, true>(b, p, li)
+                                             : runLaneAs<Block, T, false>(b, p, li);
+}
+
 // The lane's element type, from its chorusDataType_t.
 template <class Block>
 CHORUS_HD bool runLane(Block& b, const LaunchParams& p, uint32_t li) {
   switch (p.lanes[li].type) {
     case 0:
-      return runLaneAs<Block, int8_t>(b, p, li);
+      return runLaneOf<Block, int8_t>(b, p, li);
     case 1:
-      return runLaneAs<Block, uint8_t>(b, p, li);
+      return runLaneOf<Block, uint8_t>(b, p, li);
     case 2:
-      return runLaneAs<Block, int32_t>(b, p, li);
+      return runLaneOf<Block, int32_t>(b, p, li);
     case 3:
-      return runLaneAs<Block, uint32_t>(b, p, li);
+      return runLaneOf<Block, uint32_t>(b, p, li);
     case 4:
-      return runLaneAs<Block, int64_t>(b, p, li);
+      return runLaneOf<Block, int64_t>(b, p, li);
     case 5:
-      return runLaneAs<Block, uint64_t>(b, p, li);
+      return runLaneOf<Block, uint64_t>(b, p, li);
     case 6:
-      return runLaneAs<Block, Half>(b, p, li);
+      return runLaneOf<Block, Half>(b, p, li);
     case 7:
-      return runLaneAs<Block, float>(b, p, li);
+      return runLaneOf<Block, float>(b, p, li);
     case 8:
-      return runLaneAs<Block, double>(b, p, li);
+      return runLaneOf<Block, double>(b, p, li);
     case 9:
-      return runLaneAs<Block, BFloat16>(b, p, li);
+      return runLaneOf<Block, BFloat16>(b, p, li);
     case 10:
-      return runLaneAs<Block, Fp8E4M3>(b, p, li);
+      return runLaneOf<Block, Fp8E4M3>(b, p, li);
     default:
-      return runLaneAs<Block, Fp8E5M2>(b, p, li);
+      return runLaneOf<Block, Fp8E5M2>(b, p, li);
   }
 }
 

@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/hd.h"
 #include "kernels/reduce.h"
 #include "src/algo/fifo.h"
+#include "src/algo/prims.h"
 #include "src/algo/schedule.h"
 
 namespace chorus::device {
@@ -38,21 +40,29 @@ struct DeviceConnector {
   char* slots = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
-  int32_t peer = -1;  // for error records
-  uint32_t pad = 0;
+  int32_t peer = -1;          // for error records
+  uint32_t slotLines = 0;     // lines per slot of the line area (LL)
+  FifoLine* lines = nullptr;  // the line area: slot i's lines at i * slotLines
 };
-static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 40);
+static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 48);
 
-// The kernel's end of a FIFO laid out by FifoView::layout, to or from `peer`. FifoControl's
-// atomics have the layout of plain 32-bit words.
+// The kernel's end of a FIFO laid out in deviceFifoBytes (FifoView::layout, and the line area
+// after it), to or from `peer`. FifoControl's atomics have the layout of plain 32-bit words.
 inline DeviceConnector deviceConnector(const FifoView& f, int peer) {
   return DeviceConnector{reinterpret_cast<uint32_t*>(&f.ctrl->tail),
                          reinterpret_cast<uint32_t*>(&f.ctrl->head),
                          f.slots,
                          f.nslots,
                          f.slotBytes,
-                         peer};
+                         peer,
+                         fifoSlotLines(f.slotBytes),
+                         f.lines()};
 }
+
+// The LL protocol's slot (src/device/lane_exec.h): kLineHeaderLines lines of header (commId, seq,
+// then step and bytes), then the piece, 8 bytes a line.
+constexpr uint32_t kLineHeaderLines = 3;
+inline uint32_t lineSlotDataBytes(uint32_t slotBytes) { return (fifoSlotLines(slotBytes) - kLineHeaderLines) * 8; }
 
 // The communicator's device-resident counters (device memory), advanced by the kernels.
 struct DeviceCommState {
@@ -98,9 +108,10 @@ struct DeviceLane {
   uint32_t nsteps = 0;
   uint8_t type = 0;  // chorusDataType_t
   SeqKind seqKind = SeqKind::kColl;
-  uint16_t pad = 0;
-  int32_t seqIndex = 0;  // channel (kColl) or peer
-  uint32_t slotBytes = 0;
+  ProtoKind proto = ProtoKind::kSimple;  // kLL: pieces as lines; otherwise the slots (kFlag as kSimple)
+  uint8_t pad = 0;
+  int32_t seqIndex = 0;    // channel (kColl) or peer
+  uint32_t slotBytes = 0;  // what one piece holds at most (LL: lineSlotDataBytes of the slots')
   const char* input = nullptr;
   char* output = nullptr;
   char* scratch = nullptr;  // one slot of device memory, for schedules that stash a piece

@@ -24,6 +24,9 @@ class CudaBlock {
   __device__ void release(uint32_t* p, uint32_t v) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
   }
+  __device__ void store(uint32_t* p, uint32_t v) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
+  }
   __device__ bool claim(uint32_t* p) {
     uint32_t expected = 0;
     return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).compare_exchange_strong(
@@ -35,6 +38,17 @@ class CudaBlock {
     return t;
   }
   __device__ void relax() {}
+  __device__ bool any(bool v) { return __syncthreads_or(v) != 0; }
+  // A line in one 16-byte access (each 8-byte word of it is single-copy atomic, which is what LL
+  // relies on), volatile: polled lines are read from memory every time.
+  __device__ FifoLine loadLine(const FifoLine* l) {
+    FifoLine v;
+    asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(v.word[0]), "=l"(v.word[1]) : "l"(l) : "memory");
+    return v;
+  }
+  __device__ void storeLine(FifoLine* l, uint64_t w0, uint64_t w1) {
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(l), "l"(w0), "l"(w1) : "memory");
+  }
   // Thread 0's value for every thread; the second barrier keeps the next share from overwriting it early.
   __device__ uint64_t share(uint64_t v) {
     if (threadIdx.x == 0) *shared_ = v;

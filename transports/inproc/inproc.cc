@@ -4,7 +4,8 @@
 // can never be taken for a pointer of another process). Both connections hold a reference; the
 // last one to go frees the block.
 //
-// A FIFO for kernels (ConnectContext::cudaDevice) is the same, in the receiver's device memory:
+// A FIFO for kernels (ConnectContext::cudaDevice) is the same with its line area (deviceFifoBytes),
+// in the receiver's device memory:
 // the receiver's kernels poll it locally, the sender's write it over peer access (enabled here;
 // two ranks on one device need none). Host code never touches such a FIFO.
 #include <atomic>
@@ -106,7 +107,7 @@ class InProcTransport : public Transport {
     InProcBlock* block = nullptr;
     FifoView fifo;
     if (ctx.cudaDevice >= 0) {
-      CHORUS_ASSIGN_OR_RETURN(block, InProcBlock::makeOnDevice(fifoBytes(nslots, slotBytes), ctx.cudaDevice));
+      CHORUS_ASSIGN_OR_RETURN(block, InProcBlock::makeOnDevice(deviceFifoBytes(nslots, slotBytes), ctx.cudaDevice));
       fifo = viewAt(block->mem, nslots, slotBytes);
     } else {
       block = InProcBlock::make(fifoBytes(nslots, slotBytes));
