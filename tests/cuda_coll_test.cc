@@ -11,7 +11,7 @@
 //   - abort: a kernel waiting on a rank that never comes ends with chorusCommAbort, and at its
 //     deadline with an error naming the channel, step and peer.
 // Needs a CUDA device: without one it says so and exits with 77 (ctest: skipped). `--quick` runs a
-// smaller grid.
+// smaller grid; `--ranks N` the grid for N ranks alone (with N = 2, the stream and abort checks too).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -431,13 +431,15 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
   }
 }
 
-void grid(bool quick) {
+// `onlyRanks`: the grid for that many ranks alone (0: 2, 3 and 4).
+void grid(bool quick, int onlyRanks) {
   const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
                         Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
   const size_t small[] = {0, 1, 7, 1000, 65539};
   const char* algos[] = {"ring", "tree", "direct"};
   int cases = 0;
   for (int n : {2, 3, 4}) {
+    if (onlyRanks && n != onlyRanks) continue;
     for (int nch : {1, 2, 4}) {
       for (const char* algo : algos) {
         for (const char* proto : {"simple", "ll"}) {
@@ -638,14 +640,27 @@ int main(int argc, char** argv) {
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
   }
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  int onlyRanks = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+      onlyRanks = std::atoi(argv[++i]);
+    } else {
+      std::printf("usage: cuda_coll_test [--quick] [--ranks 2|3|4]\n");
+      return 2;
+    }
+  }
   CUDA_OK(cudaSetDevice(0));
   const auto t0 = std::chrono::steady_clock::now();
-  streams();
-  std::printf("streams: done, %d failures so far\n", failures);
-  abortAndDeadline();
-  std::printf("abort and deadline: done, %d failures so far\n", failures);
-  grid(quick);
+  if (onlyRanks == 0 || onlyRanks == 2) {
+    streams();
+    std::printf("streams: done, %d failures so far\n", failures);
+    abortAndDeadline();
+    std::printf("abort and deadline: done, %d failures so far\n", failures);
+  }
+  grid(quick, onlyRanks);
   std::printf("%s: %d failures, %.1f s\n", failures ? "FAILED" : "PASSED", failures,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return failures ? 1 : 0;
