@@ -572,7 +572,8 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
     l.type = chorusUint8;
     l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
     l.seqIndex = p.peer;
-    // A send and its receive see the same byte count (checkOps), so both ends choose alike.
+    // A send and the receive that matches it move the same bytes, so both ends choose alike (a
+    // receive of another size may time out instead of failing the header check: docs/GPU.md).
     l.proto = tuner_.deviceProto(p.bytes, true);
     const auto slotBytes = static_cast<uint32_t>(config_.peerSlots());
     l.slotBytes = l.proto == ProtoKind::kLL ? device::lineSlotDataBytes(slotBytes) : slotBytes;

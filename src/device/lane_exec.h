@@ -31,13 +31,14 @@
 //
 // LaneExec<Block, T, true> runs the LL protocol instead (NCCL's): the piece goes to the slot's
 // lines in the FIFO's line area (FifoLine, src/algo/fifo.h), 8 bytes of data a line, every word
-// with the flag of the slot's position (position + 1), the header as kLineHeaderLines more lines
-// after the piece. The leader of the receiving block polls the header's lines, not the tail
-// counter; each thread then polls the lines it reads until their flags are current, so no fence
-// and no counter stands between the sender's stores and the receiver's loads. Room is still the
-// head counter, and the sender still advances the tail, so a later Simple piece on the same FIFO
-// finds the positions where they are. A flag is current for one position only: lines left by an
-// earlier lap, or by a piece that never finished, are never taken for new data.
+// with the flag of the slot's position (position + 1), behind kLineHeaderLines lines of header
+// that the leader writes once the piece's lines are out. The leader of the receiving block polls
+// the header's lines, not the tail counter; each thread then polls the lines it reads until their
+// flags are current, so no fence and no counter stands between the sender's stores and the
+// receiver's loads. Room is still the head counter, and the sender still advances the tail, so a
+// later Simple piece on the same FIFO finds the positions where they are. A flag is current for
+// one position only: lines left by an earlier lap, or by a piece that never finished, are never
+// taken for new data.
 #pragma once
 
 #include <cstddef>
