@@ -26,6 +26,7 @@
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
 #include "kernels/numeric.h"
+#include "tests/grid/grid.h"
 
 using namespace chorus;
 
@@ -207,17 +208,9 @@ double reduced(int t, int op, int n, size_t i) {
   return acc;
 }
 
-enum class Coll {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAlltoAll,
-  kGather,
-  kScatter,
-  kSendRecv
-};
+// The collectives of the host grid (tests/grid/grid.h, its header alone: this program links the
+// shared library, not the grid's static one).
+using chorus::test::Coll;
 const char* const kCollName[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
                                  "alltoall",  "gather",    "scatter", "sendrecv"};
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }

@@ -90,7 +90,6 @@ class Tuner {
   // All-reduces past the direct sizes and up to this take the tree unforced.
   size_t treeMaxBytes() const { return treeMax_; }
   std::optional<Algo> forced() const { return f_.forced; }
-  std::optional<ProtoKind> forcedProto() const { return f_.forcedProto; }
   const AllReduceModel& model() const { return f_.model; }
 
  private:
