@@ -6,7 +6,11 @@
 // exact in any order), over several launches in a row (positions and sequence numbers carry
 // over in the FIFOs and the state, as they do on the device), with 1, 3 and 4 threads per block.
 // A wait on a rank that never comes ends at the deadline, or at the abort word, with an error
-// record that names the block, step and peer.
+// record that names the block, step and peer. The host-staged transports (shm, and socket with
+// its proxy polling the FIFOs) carry the same lanes through their FIFOs for kernels, host threads
+// standing in for the kernels.
+#include <sys/socket.h>
+
 #include <atomic>
 #include <barrier>
 #include <catch2/catch.hpp>
@@ -15,14 +19,18 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "include/chorus/chorus.h"
 #include "src/algo/algorithm.h"
 #include "src/algo/fifo.h"
+#include "src/common/log.h"
 #include "src/device/lane_exec.h"
 #include "src/device/launch_pack.h"
+#include "transports/transport.h"
 
 using namespace chorus;
 using namespace chorus::device;
@@ -101,10 +109,68 @@ struct Fifo {
   FifoView view;
 };
 
+// The out-of-band channel of ranks that are threads here: sockets are socket pairs, descriptors
+// are passed by hand.
+class LoopbackOob {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::map<std::tuple<int, int, uint64_t>, UniqueFd> streams;  // (from, to, tag): the receiver's end
+    std::map<uint64_t, UniqueFd> offered;                        // descriptors by token
+  };
+  class End : public OutOfBand {
+   public:
+    End(Shared& s, int rank) : s_(s), rank_(rank) {}
+    Result<UniqueFd> openConnection(int peer, uint64_t tag) override {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return errnoStatus("socketpair", errno);
+      std::lock_guard<std::mutex> g(s_.mu);
+      s_.streams[{rank_, peer, tag}] = UniqueFd(sv[1]);
+      return UniqueFd(sv[0]);
+    }
+    Result<UniqueFd> takeConnection(int peer, uint64_t tag) override {
+      std::lock_guard<std::mutex> g(s_.mu);
+      auto it = s_.streams.find({peer, rank_, tag});
+      if (it == s_.streams.end()) return internalError("no connection from that peer");
+      UniqueFd fd = std::move(it->second);
+      s_.streams.erase(it);
+      return fd;
+    }
+    std::string peerAddress(int peer) const override { return "thread:" + std::to_string(peer); }
+    const std::string& fdServerName() const override { return server_; }
+    void exportFd(int, uint64_t token, UniqueFd fd) override {
+      std::lock_guard<std::mutex> g(s_.mu);
+      s_.offered[token] = std::move(fd);
+    }
+    Result<UniqueFd> importFd(int, const std::string&, uint64_t token) override {
+      std::lock_guard<std::mutex> g(s_.mu);
+      auto it = s_.offered.find(token);
+      if (it == s_.offered.end()) return internalError("no descriptor offered under that token");
+      UniqueFd fd = std::move(it->second);
+      s_.offered.erase(it);
+      return fd;
+    }
+    Status awaitClaim(int, uint64_t token) override {
+      std::lock_guard<std::mutex> g(s_.mu);
+      return s_.offered.count(token) ? internalError("the descriptor was not claimed") : Status::ok();
+    }
+
+   private:
+    Shared& s_;
+    int rank_;
+    std::string server_ = "loopback";
+  };
+};
+
+// What carries a clique's FIFOs: plain host memory, or a host-staged transport's FIFOs for
+// kernels (no device: host threads stand in for the kernels), each rank with its own instance.
+enum class Wiring { kMemory, kShm, kSocket };
+
 // n ranks of one process: their rings, trees, FIFOs and device state, wired like a communicator.
 class Clique {
  public:
-  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots) : n_(n), nch_(nch), slotBytes_(slotBytes) {
+  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots, Wiring wiring = Wiring::kMemory)
+      : n_(n), nch_(nch), slotBytes_(slotBytes) {
     rings_.resize(nch);
     for (int c = 0; c < nch; ++c) {
       for (int p = 0; p < n; ++p) rings_[c].push_back(c % 2 ? n - 1 - p : p);  // the second ring backwards
@@ -150,26 +216,38 @@ class Clique {
       k.state.p2pRecvSeq = k.p2pRecv.data();
       k.scratch.resize(slotBytes);
     }
-    // Every receive end gets a FIFO; the matching send end of the peer shares it.
+    TransportEnv env;
+    env.log = &log_;
+    for (int r = 0; r < n && wiring != Wiring::kMemory; ++r) {
+      oob_.push_back(std::make_unique<LoopbackOob::End>(oobShared_, r));
+      transports_.push_back(wiring == Wiring::kShm ? makeShmTransport(env) : makeSocketTransport(env));
+    }
+    // Every receive end gets a FIFO; the matching send end of the peer shares it (or, through a
+    // socket, has its own that the proxies copy from).
+    uint64_t tag = 0;
     for (int r = 0; r < n; ++r) {
       for (const ConnKey& key : ranks_[r].keys) {
         if (key.send) continue;
-        fifos_.push_back(std::make_unique<Fifo>(slots, slotBytes));
-        const DeviceConnector end = deviceConnector(fifos_.back()->view, key.peer);
-        addConnector(r, key.family, key.index, false, end);
         Rank& s = ranks_[key.peer];
-        bool paired = false;
         for (const ConnKey& sk : s.keys) {
-          if (sk.send && sk.family == key.family && sk.peer == r &&
-              (key.family != ConnFamily::kRing || sk.index == key.index) &&
-              (key.family != ConnFamily::kP2p || sk.index == r)) {
-            DeviceConnector send = end;
-            send.peer = r;
-            addConnector(key.peer, sk.family, sk.index, true, send);
-            paired = true;
+          if (!sk.send || sk.family != key.family || sk.peer != r ||
+              (key.family == ConnFamily::kRing && sk.index != key.index) ||
+              (key.family == ConnFamily::kP2p && sk.index != r)) {
+            continue;
           }
+          DeviceConnector recv;
+          DeviceConnector send;
+          if (wiring == Wiring::kMemory) {
+            fifos_.push_back(std::make_unique<Fifo>(slots, slotBytes));
+            recv = deviceConnector(fifos_.back()->view, key.peer);
+            send = deviceConnector(fifos_.back()->view, r);
+          } else {
+            connectVia(r, key.peer, ++tag, slots, slotBytes, &recv, &send);
+          }
+          addConnector(r, key.family, key.index, false, recv);
+          addConnector(key.peer, sk.family, sk.index, true, send);
         }
-        REQUIRE(paired);
+        REQUIRE(ranks_[r].index.count({key.family, key.index, false}) == 1);
       }
     }
   }
@@ -339,6 +417,27 @@ class Clique {
     std::vector<char> scratch;
     std::list<std::vector<Step>> steps;  // every launch's schedules, kept (stable addresses)
   };
+  // A FIFO for kernels from rank `from` to rank `to`, set up in the transports' three phases.
+  void connectVia(int to, int from, uint64_t tag, uint32_t slots, uint32_t slotBytes, DeviceConnector* recv,
+                  DeviceConnector* send) {
+    ConnectContext rctx;
+    rctx.oob = oob_[to].get();
+    rctx.nslots = slots;
+    rctx.slotBytes = slotBytes;
+    rctx.forKernels = true;
+    ConnectContext sctx = rctx;
+    sctx.oob = oob_[from].get();
+    std::vector<char> handle;
+    auto r = transports_[to]->setupRecv(rctx, from, tag, &handle);
+    REQUIRE(r.isOk());
+    auto s = transports_[from]->connectSend(sctx, to, tag, handle);
+    REQUIRE(s.isOk());
+    REQUIRE(transports_[to]->finishRecv(rctx, *r.value(), from, tag).isOk());
+    *recv = deviceConnector(r.value()->kernelFifo(), from);
+    *send = deviceConnector(s.value()->kernelFifo(), to);
+    connections_.push_back(r.take());
+    connections_.push_back(s.take());
+  }
   void addConnector(int r, ConnFamily f, int index, bool send, const DeviceConnector& c) {
     Rank& k = ranks_[r];
     k.index[{f, index, send}] = static_cast<uint16_t>(k.connectors.size());
@@ -351,6 +450,12 @@ class Clique {
   std::vector<int> parent_[2];
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<Fifo>> fifos_;
+  // Host-staged wiring; the transports (their proxy threads) go before the connections they serve.
+  Logger log_{LogLevel::kWarn, kSubsysAll, 0};
+  LoopbackOob::Shared oobShared_;
+  std::vector<std::unique_ptr<LoopbackOob::End>> oob_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<std::unique_ptr<Transport>> transports_;
   uint32_t slotBytes_ = 0;
   uint32_t noAbort_ = 0;
   size_t lastLaunches_ = 0;
@@ -380,11 +485,12 @@ const char* protoName(ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple
 // Two launches in a row on the same FIFOs, the first with protocol `first`, the second `second`.
 template <typename T>
 void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace,
-                    ProtoKind first = ProtoKind::kSimple, ProtoKind second = ProtoKind::kSimple) {
+                    ProtoKind first = ProtoKind::kSimple, ProtoKind second = ProtoKind::kSimple,
+                    Wiring wiring = Wiring::kMemory) {
   INFO("algo " << static_cast<int>(algo) << " ranks " << n << " channels " << nch << " threads " << threads << " count "
                << count << (inPlace ? " in place" : "") << " protocols " << protoName(first) << ", "
-               << protoName(second));
-  Clique clique(n, nch, 256, 2);  // 256-byte slots, two per FIFO: many pieces, FIFOs often full
+               << protoName(second) << " wiring " << static_cast<int>(wiring));
+  Clique clique(n, nch, 256, 2, wiring);  // 256-byte slots, two per FIFO: many pieces, FIFOs often full
   std::vector<std::vector<T>> in(n);
   std::vector<std::vector<T>> out(n);
   for (int launchNo = 0; launchNo < 2; ++launchNo) {
@@ -612,48 +718,76 @@ TEST_CASE("device lanes on host threads: a group past one launch's lanes runs as
   }
 }
 
+namespace {
+
+// Rank r sends every peer `perPeer` messages, checked byte by byte at the receiver.
+void checkExchange(int n, size_t perPeer, ProtoKind proto, Wiring wiring) {
+  INFO("ranks " << n << " messages per peer " << perPeer << " " << protoName(proto) << " wiring "
+                << static_cast<int>(wiring));
+  Clique clique(n, 1, 128, 2, wiring);
+  clique.setProto(proto);
+  // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m) % 300 bytes.
+  std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
+  std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
+  std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
+  std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
+  std::vector<std::vector<char*>> dst(n, std::vector<char*>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      size_t total = 0;
+      for (size_t m = 0; m < perPeer; ++m) {
+        sizes[r][p].push_back(1 + (static_cast<size_t>(r + p) + m * 37) % 300);
+        total += sizes[r][p].back();
+      }
+      sent[r][p].resize(total);
+      for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 31 + r * 7 + p) & 0x7f);
+      src[r][p] = sent[r][p].data();
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      got[r][p].assign(sent[p][r].size(), 0);
+      dst[r][p] = got[r][p].data();
+    }
+  }
+  const auto errors = clique.exchange(sizes, src, dst, 2);
+  if (perPeer > kP2pChunk) CHECK(clique.lastLaunches() >= 2);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(errors[r].status == 0);
+    for (int p = 0; p < n; ++p) {
+      if (p != r) REQUIRE(got[r][p] == sent[p][r]);
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("device lanes on host threads: point-to-point by rounds, queues longer than a launch cut in chunks",
           "[device_lane]") {
   for (int n : {2, 3, 4}) {
     for (size_t perPeer : {size_t(1), size_t(5), kP2pChunk + 7}) {
-      const ProtoKind proto = perPeer == 5 ? ProtoKind::kLL : ProtoKind::kSimple;
-      INFO("ranks " << n << " messages per peer " << perPeer << " " << protoName(proto));
-      Clique clique(n, 1, 128, 2);
-      clique.setProto(proto);
-      // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m) % 300 bytes.
-      std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
-      std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
-      std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
-      std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
-      std::vector<std::vector<char*>> dst(n, std::vector<char*>(n));
-      for (int r = 0; r < n; ++r) {
-        for (int p = 0; p < n; ++p) {
-          if (p == r) continue;
-          size_t total = 0;
-          for (size_t m = 0; m < perPeer; ++m) {
-            sizes[r][p].push_back(1 + (static_cast<size_t>(r + p) + m * 37) % 300);
-            total += sizes[r][p].back();
-          }
-          sent[r][p].resize(total);
-          for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 31 + r * 7 + p) & 0x7f);
-          src[r][p] = sent[r][p].data();
-        }
-      }
-      for (int r = 0; r < n; ++r) {
-        for (int p = 0; p < n; ++p) {
-          if (p == r) continue;
-          got[r][p].assign(sent[p][r].size(), 0);
-          dst[r][p] = got[r][p].data();
-        }
-      }
-      const auto errors = clique.exchange(sizes, src, dst, 2);
-      if (perPeer > kP2pChunk) CHECK(clique.lastLaunches() >= 2);
-      for (int r = 0; r < n; ++r) {
-        REQUIRE(errors[r].status == 0);
-        for (int p = 0; p < n; ++p) {
-          if (p != r) REQUIRE(got[r][p] == sent[p][r]);
-        }
-      }
+      checkExchange(n, perPeer, perPeer == 5 ? ProtoKind::kLL : ProtoKind::kSimple, Wiring::kMemory);
     }
   }
+}
+
+// What a FIFO for kernels in host memory carries when the transports build it: the shm segment
+// (kernels of both sides poll it: Simple and LL) and two socket FIFOs with the proxies between
+// (Simple: the tuner keeps LL off sockets), each lane's data checked as everywhere here.
+TEST_CASE("device lanes through host-staged FIFOs: shm, and sockets with proxies polling them", "[device_lane]") {
+  const ProtoKind ll = ProtoKind::kLL;
+  const ProtoKind simple = ProtoKind::kSimple;
+  for (int n : {2, 3}) {
+    for (unsigned threads : {1u, 3u}) {
+      checkAllReduce<float>(Algo::kRing, n, 2, threads, 1000, false, simple, ll, Wiring::kShm);
+      checkAllReduce<int32_t>(Algo::kTree, n, 1, threads, 777, true, ll, simple, Wiring::kShm);
+      checkAllReduce<float>(Algo::kRing, n, 2, threads, 1000, false, simple, simple, Wiring::kSocket);
+      checkAllReduce<int32_t>(Algo::kTree, n, 1, threads, 777, true, simple, simple, Wiring::kSocket);
+      checkAllReduce<double>(Algo::kDirect, n, 1, threads, 300, false, simple, simple, Wiring::kSocket);
+    }
+  }
+  checkExchange(3, 5, ll, Wiring::kShm);
+  checkExchange(3, kP2pChunk + 7, simple, Wiring::kSocket);
 }

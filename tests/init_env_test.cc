@@ -13,7 +13,7 @@ namespace {
 // Sets variables for one scope and restores a clean slate after.
 class Env {
  public:
-  Env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+  explicit Env(const std::vector<std::pair<const char*, const char*>>& vars) {
     for (const char* v : kAll) unsetenv(v);
     for (auto& [k, v] : vars) setenv(k, v, 1);
   }
@@ -38,7 +38,11 @@ class Env {
                                          "SLURM_JOB_ID",
                                          "SLURM_STEP_ID",
                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                         "OMPI_MCA_ess_base_jobid"};
+                                         "OMPI_MCA_ess_base_jobid",
+                                         "CHORUS_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "LOCAL_RANK",
+                                         "SLURM_LOCALID"};
 };
 
 }  // namespace
@@ -120,4 +124,59 @@ TEST_CASE("each launcher's variables", "[env]") {
     CHECK(l.value().rank == 0);
     CHECK(l.value().nranks == 1);
   }
+}
+
+TEST_CASE("each launcher's local rank, and the GPU it picks", "[env]") {
+  struct Case {
+    std::vector<std::pair<const char*, const char*>> vars;
+    int localRank;
+  };
+  // Every launcher's own variable; another launcher's is not read.
+  const Case cases[] = {
+      {{{"CHORUS_RANK", "5"},
+        {"CHORUS_NRANKS", "8"},
+        {"CHORUS_COMM_ID", "h:1"},
+        {"CHORUS_LOCAL_RANK", "1"},
+        {"LOCAL_RANK", "3"}},
+       1},
+      {{{"OMPI_COMM_WORLD_RANK", "6"},
+        {"OMPI_COMM_WORLD_SIZE", "8"},
+        {"CHORUS_COMM_ID", "h:1"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}},
+       2},
+      {{{"RANK", "7"},
+        {"WORLD_SIZE", "8"},
+        {"MASTER_ADDR", "h"},
+        {"MASTER_PORT", "1"},
+        {"LOCAL_RANK", "3"},
+        {"SLURM_PROCID", "0"},
+        {"SLURM_LOCALID", "0"}},
+       3},
+      {{{"SLURM_PROCID", "4"},
+        {"SLURM_NTASKS", "8"},
+        {"SLURM_JOB_NODELIST", "a"},
+        {"SLURM_JOB_ID", "1"},
+        {"SLURM_LOCALID", "0"}},
+       0},
+      {{{"CHORUS_RANK", "5"}, {"CHORUS_NRANKS", "8"}, {"CHORUS_COMM_ID", "h:1"}}, -1},  // none given
+  };
+  for (const Case& c : cases) {
+    Env e(c.vars);
+    auto l = readLaunchEnv();
+    REQUIRE(l.isOk());
+    CHECK(l.value().localRank == c.localRank);
+  }
+  {
+    Env e({{"CHORUS_RANK", "5"}, {"CHORUS_NRANKS", "8"}, {"CHORUS_COMM_ID", "h:1"}, {"CHORUS_LOCAL_RANK", "-1"}});
+    auto l = readLaunchEnv();
+    REQUIRE_FALSE(l.isOk());
+    CHECK(l.status().message().find("CHORUS_LOCAL_RANK") != std::string::npos);
+  }
+  // Local rank modulo the devices this process sees (CUDA_VISIBLE_DEVICES's, renumbered).
+  CHECK(deviceForLocalRank(0, 4) == 0);
+  CHECK(deviceForLocalRank(3, 4) == 3);
+  CHECK(deviceForLocalRank(5, 4) == 1);
+  CHECK(deviceForLocalRank(1, 1) == 0);  // every local rank on the one GPU
+  CHECK(deviceForLocalRank(2, 0) == -1);
+  CHECK(deviceForLocalRank(-1, 4) == -1);
 }

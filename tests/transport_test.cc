@@ -1,6 +1,11 @@
 // The transports as units (transports/transport.h): which one connects which peers, what each
 // says about sharing memory, and the socket transport's stop after a failed setup.
+#include <sys/socket.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
 
 #include "src/common/log.h"
 #include "transports/transport.h"
@@ -84,4 +89,165 @@ TEST_CASE("a socket connection whose setup failed is not touched when traffic st
   }
   t->stopTraffic();  // what a failing communicator does next
   SUCCEED("stopTraffic returned");
+}
+
+namespace {
+
+// A GPU record as a rank would send it: `id` names the GPU, `reach` the GPUs its GPU reaches
+// (itself included unless the list says otherwise); 0: no GPU.
+GpuInfo gpu(uint64_t id, std::initializer_list<uint64_t> reach) {
+  GpuInfo g;
+  if (id == 0) return g;
+  g.uuid[0] = id;
+  g.uuid[1] = id * 31;
+  for (uint64_t r : reach) {
+    g.reach[g.nreach][0] = r;
+    g.reach[g.nreach][1] = r * 31;
+    ++g.nreach;
+  }
+  std::snprintf(g.busId, sizeof(g.busId), "0000:%02x:00.0", static_cast<unsigned>(id));
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("device connections take the first transport that connects both GPU records, on both sides alike",
+          "[transport]") {
+  Logger log(LogLevel::kWarn, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  auto all = makeTransports(env);
+  auto pick = [&](const DevicePeer& a, const DevicePeer& b) -> std::string {
+    for (auto& t : all) {
+      if (t->canConnectDevice(a, b)) return t->name();
+    }
+    return "none";
+  };
+  const PeerInfo thread = peer(1, 7, 100);
+  const PeerInfo process = peer(1, 8, 101);
+  const PeerInfo remote = peer(2, 9, 102);
+  // GPUs 1 and 2 reach each other; 3 reaches nobody; GPU 4 sees 1, but 1 does not list 4 (another
+  // process's CUDA_VISIBLE_DEVICES, say): peer access must hold both ways.
+  const GpuInfo g1 = gpu(1, {1, 2, 4});
+  const GpuInfo g1only = gpu(1, {1});
+  const GpuInfo g2 = gpu(2, {2, 1});
+  const GpuInfo g3 = gpu(3, {3});
+  const GpuInfo g4 = gpu(4, {4, 1});
+  const GpuInfo none = gpu(0, {});
+  struct Case {
+    DevicePeer a;
+    DevicePeer b;
+    const char* want;
+  };
+  const Case cases[] = {
+      {{thread, g1}, {thread, g1}, "inproc"},  // two threads on one GPU
+      {{thread, g1}, {thread, g2}, "inproc"},  // peer access
+      {{thread, g1}, {thread, g3}, "shm"},     // no peer access: host-staged
+      {{thread, g1}, {peer(1, 7, 100, PeerInfo::kP2pDisabled), g2}, "shm"},
+      {{thread, g1}, {process, g1}, "cuda_ipc"},  // two processes on one GPU
+      {{thread, g1}, {process, g2}, "cuda_ipc"},
+      {{thread, g1only}, {process, g4}, "shm"},  // reach one way only
+      {{thread, g1}, {process, g3}, "shm"},
+      {{thread, g1}, {process, none}, "shm"},
+      {{thread, g1}, {peer(1, 8, 101, PeerInfo::kP2pDisabled), g2}, "shm"},
+      {{thread, g1}, {peer(1, 8, 101, PeerInfo::kShmDisabled), g3}, "socket"},
+      {{thread, g1}, {peer(1, 8, 101, PeerInfo::kShmDisabled), g2}, "cuda_ipc"},
+      {{thread, g1}, {remote, g2}, "socket"},  // another host, whatever the records say
+  };
+  for (const Case& c : cases) {
+    INFO("a: host " << c.a.host.hostHash << " process " << c.a.host.processNonce << " GPU " << c.a.gpu.uuid[0]
+                    << "; b: host " << c.b.host.hostHash << " process " << c.b.host.processNonce << " flags "
+                    << c.b.host.flags << " GPU " << c.b.gpu.uuid[0]);
+    CHECK(pick(c.a, c.b) == c.want);
+    CHECK(pick(c.b, c.a) == c.want);  // both sides agree
+  }
+  // Host buffers never take cuda_ipc.
+  for (auto& t : all) {
+    if (std::string(t->name()) == "cuda_ipc") CHECK_FALSE(t->canConnect(thread, process));
+  }
+}
+
+TEST_CASE("a GPU record travels as bytes and says which GPUs it reaches", "[transport]") {
+  const GpuInfo g = gpu(5, {5, 6});
+  std::vector<char> wire(sizeof(GpuInfo));
+  std::memcpy(wire.data(), &g, sizeof(g));
+  GpuInfo back;
+  std::memcpy(&back, wire.data(), sizeof(back));
+  CHECK(back.has());
+  CHECK(back.same(g));
+  CHECK(back.reaches(gpu(6, {}).uuid));
+  CHECK_FALSE(back.reaches(gpu(7, {}).uuid));
+  CHECK_FALSE(gpu(0, {}).has());
+  CHECK_FALSE(gpu(0, {}).same(gpu(0, {})));  // two ranks without a GPU share none
+}
+
+TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken socket is reported", "[transport]") {
+  // Host threads stand in for the kernels (no device: the FIFO is not mapped for one).
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  auto rt = makeSocketTransport(env);
+  auto st = makeSocketTransport(env);
+  struct Oob : GonePeer {
+    UniqueFd mine;
+    UniqueFd theirs;
+    Result<UniqueFd> openConnection(int, uint64_t) override { return std::move(mine); }
+    Result<UniqueFd> takeConnection(int, uint64_t) override { return std::move(theirs); }
+  } oob;
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  oob.mine = UniqueFd(sv[0]);
+  oob.theirs = UniqueFd(sv[1]);
+  ConnectContext ctx;
+  ctx.oob = &oob;
+  ctx.nslots = 2;
+  ctx.slotBytes = 4096;
+  ctx.forKernels = true;
+  std::vector<char> handle;
+  auto recv = rt->setupRecv(ctx, 1, 5, &handle);
+  REQUIRE(recv.isOk());
+  auto send = st->connectSend(ctx, 0, 5, handle);
+  REQUIRE(send.isOk());
+  REQUIRE(rt->finishRecv(ctx, *recv.value(), 1, 5).isOk());
+  const FifoView tx = send.value()->kernelFifo();
+  const FifoView rx = recv.value()->kernelFifo();
+  CHECK(tx.notifyFd == -1);  // nothing rings the proxy: it polls
+  CHECK(send.value()->viaProxy());
+  // Ten pieces through two slots, as a kernel publishes them (release store of the tail, no ring)
+  // and takes them (acquire load of the tail, release store of the head).
+  std::thread producer([&] {
+    for (uint32_t i = 0; i < 10; ++i) {
+      while (i - tx.ctrl->head.load(std::memory_order_acquire) >= tx.nslots) std::this_thread::yield();
+      SlotHeader* h = tx.header(i);
+      h->commId = 9;
+      h->seq = i;
+      h->step = 0;
+      h->bytes = 1000 + i;
+      std::memset(tx.payload(i), static_cast<int>('a' + i), h->bytes);
+      tx.ctrl->tail.store(i + 1, std::memory_order_release);
+    }
+  });
+  for (uint32_t i = 0; i < 10; ++i) {
+    while (static_cast<int32_t>(rx.ctrl->tail.load(std::memory_order_acquire) - i) <= 0) std::this_thread::yield();
+    const SlotHeader* h = rx.header(i);
+    REQUIRE(h->seq == i);
+    REQUIRE(h->bytes == 1000 + i);
+    for (uint32_t b = 0; b < h->bytes; ++b) REQUIRE(rx.payload(i)[b] == static_cast<char>('a' + i));
+    rx.ctrl->head.store(i + 1, std::memory_order_release);
+  }
+  producer.join();
+  CHECK(rt->kernelFifoError().isOk());
+  // The sending side goes away (its process died, say): the receiving proxy reports it for the
+  // communicator's watchdog, naming the peer, since a kernel cannot see a closed FIFO.
+  st.reset();  // its proxy thread, and with it the socket
+  send.take().reset();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (rt->kernelFifoError().isOk() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const Status s = rt->kernelFifoError();
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.message().find("rank 1") != std::string::npos);
+  CHECK(s.subject() == 1);
+  rt.reset();  // its proxy before the receive FIFO it serves
 }

@@ -11,6 +11,7 @@
 
 #include "src/common/config.h"
 #include "src/common/os.h"
+#include "src/device/cuda.h"
 
 namespace chorus {
 namespace {
@@ -62,9 +63,44 @@ bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
 
 bool sameHost(const PeerInfo& a, const PeerInfo& b) { return a.hostHash == b.hostHash; }
 
+bool GpuInfo::reaches(const uint64_t other[2]) const {
+  for (uint32_t i = 0; i < nreach && i < kMaxReach; ++i) {
+    if (reach[i][0] == other[0] && reach[i][1] == other[1]) return true;
+  }
+  return false;
+}
+
+bool gpuPeers(const DevicePeer& a, const DevicePeer& b) {
+  if ((a.host.flags | b.host.flags) & PeerInfo::kP2pDisabled) return false;
+  return a.gpu.has() && b.gpu.has() && a.gpu.reaches(b.gpu.uuid) && b.gpu.reaches(a.gpu.uuid);
+}
+
+Result<FifoView> mapForKernels(const FifoView& host, void* base, size_t bytes, int device) {
+  if (device < 0) return host;
+  cuda::DeviceGuard on(device);
+  CHORUS_TRY(on.status());
+  CHORUS_ASSIGN_OR_RETURN(void* mapped, cuda::hostRegister(base, bytes));
+  const auto shift = reinterpret_cast<intptr_t>(mapped) - reinterpret_cast<intptr_t>(base);
+  FifoView k = host;
+  k.ctrl = reinterpret_cast<FifoControl*>(reinterpret_cast<intptr_t>(host.ctrl) + shift);
+  k.slots = reinterpret_cast<char*>(reinterpret_cast<intptr_t>(host.slots) + shift);
+  k.notifyFd = -1;
+  k.refs = nullptr;
+  k.dests = nullptr;
+  k.destBytes = nullptr;
+  return k;
+}
+
+void unmapForKernels(void* base, int device) {
+  if (device < 0) return;
+  cuda::DeviceGuard on(device);
+  cuda::hostUnregister(base);
+}
+
 std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env) {
   std::vector<std::unique_ptr<Transport>> all;
   all.push_back(makeInProcTransport(env));
+  all.push_back(makeCudaIpcTransport(env));
   all.push_back(makeShmTransport(env));
   all.push_back(makeSocketTransport(env));
   return all;

@@ -2,7 +2,12 @@
 //
 // A communicator makes one instance of every registered transport (makeTransports) and, for each
 // peer, uses the first that says it can connect the pair, from the two ranks' allgathered
-// PeerInfo records, so both sides always agree. Setting up one direction (sender -> receiver)
+// PeerInfo records, so both sides always agree. FIFOs for kernels (the device path) are chosen the
+// same way, by canConnectDevice, from both ranks' DevicePeer records, which the two exchange
+// before their first device connection: in-process (device memory, peer access), cuda_ipc
+// (device memory of another process), then host-staged FIFOs in pinned host memory that kernels
+// reach over PCIe: shm between processes of a host, socket (a proxy thread polls the FIFO and
+// moves its slots over TCP) between hosts. Setting up one direction (sender -> receiver)
 // takes three phases, run for all connections of a launch at once so that no rank can wait on
 // a phase another rank has not reached:
 //   1. the receiver calls setupRecv() and sends the handle it returns to the sender (bootstrap);
@@ -44,6 +49,31 @@ struct PeerInfo {
   static PeerInfo local(const Config& config);
 };
 
+// What a rank tells a peer about its GPU before their first device connection (a communicator
+// may bind its GPU only at its first device buffer, after init). Trivially copyable: it travels
+// as bytes.
+struct GpuInfo {
+  static constexpr int kMaxReach = 31;
+  uint64_t uuid[2] = {0, 0};  // zero: no GPU
+  int32_t ordinal = -1;       // in its own process's numbering: for messages only
+  uint32_t nreach = 0;
+  uint64_t reach[kMaxReach][2] = {};  // the GPUs its GPU reaches by peer access, itself first
+  char busId[16] = {0};
+
+  bool has() const { return uuid[0] != 0 || uuid[1] != 0; }
+  bool reaches(const uint64_t other[2]) const;
+  bool same(const GpuInfo& o) const { return has() && uuid[0] == o.uuid[0] && uuid[1] == o.uuid[1]; }
+};
+
+// One side of a device connection: the rank's PeerInfo and its GPU.
+struct DevicePeer {
+  PeerInfo host;
+  GpuInfo gpu;
+};
+// Whether kernels of the two ranks may write each other's device memory: both have a GPU, each
+// reaches the other's (the same GPU, or peer access both ways), and neither set CHORUS_P2P_DISABLE.
+bool gpuPeers(const DevicePeer& a, const DevicePeer& b);
+
 // Random per process, fixed for its lifetime (made again in a child after fork()).
 uint64_t currentProcessNonce();
 // Whether two ranks are threads of one process, and whether they run on one host.
@@ -64,6 +94,9 @@ class Connection {
   virtual bool headerPublishes() const { return true; }
   // Published slots leave through a thread of the transport: published is not yet sent.
   virtual bool viaProxy() const { return false; }
+  // The FIFO as kernels address it (a FIFO for kernels in host memory is mapped at another
+  // address for the device); fifo() is the host's view of the same memory.
+  virtual FifoView kernelFifo() const { return fifo_; }
 
  protected:
   FifoView fifo_;
@@ -77,9 +110,13 @@ struct ConnectContext {
   OutOfBand* oob = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
-  // >= 0: a FIFO for kernels, in device memory (the receiver's device; this is this rank's
-  // device). The FIFO is then never touched by host code: its connection neither closes it nor
-  // reads its counters.
+  // A FIFO for kernels: in device memory (in-process, cuda_ipc: the receiver's device), or in
+  // host memory mapped for this rank's device (shm, socket); no one rings a notifier for it, and
+  // the socket proxy polls its counters. The host never closes a FIFO in device memory nor reads
+  // its counters.
+  bool forKernels = false;
+  // This rank's device (>= 0 when forKernels, except in tests where host threads stand in for the
+  // kernel of a host-staged FIFO: -1 maps nothing).
   int cudaDevice = -1;
 };
 
@@ -98,8 +135,9 @@ class Transport {
   // How the peers it connects may read each other's memory besides its FIFOs (MemShare).
   enum class MemoryReach : uint8_t { kNone, kAddressSpace, kSharedMapping };
   virtual MemoryReach memoryReach() const { return MemoryReach::kNone; }
-  // Whether it builds FIFOs in device memory (ConnectContext::cudaDevice).
-  virtual bool carriesDevice() const { return false; }
+  // Whether it connects the two ranks with a FIFO for kernels (ConnectContext::forKernels); both
+  // answer alike.
+  virtual bool canConnectDevice(const DevicePeer&, const DevicePeer&) const { return false; }
   // Phase 1 (receiver).
   virtual Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                         std::vector<char>* handle) = 0;
@@ -111,13 +149,23 @@ class Transport {
   // After a failure or an abort: stops moving data on this transport's connections, closing them,
   // and returns once its threads no longer touch the callers' buffers.
   virtual void stopTraffic() {}
+  // Why a FIFO for kernels this transport serves broke (its peer's socket closed, say), or ok.
+  // Kernels cannot see a closed FIFO: the communicator's watchdog asks here while they run.
+  virtual Status kernelFifoError() const { return Status::ok(); }
 };
 
 // The registry: one instance of each transport, in the order they are preferred (in-process,
-// shared memory, sockets). Adding a transport is a factory here and its file.
+// CUDA IPC, shared memory, sockets). Adding a transport is a factory here and its file.
 std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env);
 std::unique_ptr<Transport> makeInProcTransport(const TransportEnv& env);
+std::unique_ptr<Transport> makeCudaIpcTransport(const TransportEnv& env);
 std::unique_ptr<Transport> makeShmTransport(const TransportEnv& env);
 std::unique_ptr<Transport> makeSocketTransport(const TransportEnv& env);
+
+// Host memory of a FIFO for kernels (host-staged transports): pinned and mapped for `device`, and
+// the view kernels use; with device -1 (host threads stand in for the kernel) the host's view.
+// Undo with unmapForKernels(base, device) before the memory goes.
+Result<FifoView> mapForKernels(const FifoView& host, void* base, size_t bytes, int device);
+void unmapForKernels(void* base, int device);
 
 }  // namespace chorus

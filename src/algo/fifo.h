@@ -88,6 +88,15 @@ struct FifoView {
 
   // Lays a FIFO out in `mem` (fifoBytes(nslots, slotBytes) bytes, zeroed).
   static FifoView layout(void* mem, uint32_t nslots, uint32_t slotBytes);
+  // The view of a FIFO laid out at `mem` already, without touching it (it may be device memory).
+  static FifoView at(void* mem, uint32_t nslots, uint32_t slotBytes) {
+    FifoView f;
+    f.ctrl = static_cast<FifoControl*>(mem);
+    f.slots = static_cast<char*>(mem) + sizeof(FifoControl);
+    f.nslots = nslots;
+    f.slotBytes = slotBytes;
+    return f;
+  }
 
   SlotHeader* header(uint32_t index) const {
     return reinterpret_cast<SlotHeader*>(slots + size_t(index % nslots) * fifoSlotStride(slotBytes));

@@ -70,6 +70,7 @@ Tuner::Choice Tuner::choose(CollType coll, size_t bytes) const {
 }
 
 ProtoKind Tuner::deviceProto(size_t bytes, bool p2p) const {
+  if (!f_.deviceLL) return ProtoKind::kSimple;
   if (f_.forcedProto) return *f_.forcedProto;
   return bytes <= (p2p ? kP2pLLMaxBytes : kLLMaxBytes) ? ProtoKind::kLL : ProtoKind::kSimple;
 }

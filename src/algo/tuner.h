@@ -42,6 +42,9 @@ struct TunerFacts {
   size_t directMaxBytesSetting = 65536;  // CHORUS_DIRECT_MAX_BYTES
   std::optional<Algo> forced;            // CHORUS_ALGO
   std::optional<ProtoKind> forcedProto;  // CHORUS_PROTO (device lanes)
+  // LL may run on device lanes: no device connection goes through a socket proxy, which moves
+  // whole slots behind the tail and never lines.
+  bool deviceLL = true;
   AllReduceModel model;
 };
 
@@ -82,7 +85,8 @@ class Tuner {
   // point-to-point LL threshold is 16 KiB too). Not yet measured on a GPU (docs/GPU.md).
   static constexpr size_t kLLMaxBytes = 64 * 1024;
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
-  // The protocol of a device lane moving `bytes` (a collective's, or with p2p a send's or receive's).
+  // The protocol of a device lane moving `bytes` (a collective's, or with p2p a send's or
+  // receive's); Simple whatever CHORUS_PROTO says where LL cannot run (TunerFacts::deviceLL).
   ProtoKind deviceProto(size_t bytes, bool p2p) const;
 
   // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.

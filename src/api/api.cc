@@ -1,10 +1,12 @@
 // The C API. Every function runs its body through guard() (guard.h).
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -25,6 +27,7 @@
 #include "src/core/init_env.h"
 #include "src/core/memshare.h"
 #include "src/core/stream.h"
+#include "src/device/cuda.h"
 
 namespace chorus {
 
@@ -316,6 +319,20 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config)
       return initRank(comm, 1, id.toUniqueId(), 0, config);
     }
     CHORUS_ASSIGN_OR_RETURN(BootstrapId id, fixedBootstrapId(l.rootHostPort));
+    // The GPU from the local rank, unless the config names one; only in a program that has loaded
+    // CUDA (a host-only program never initialises it).
+    chorusConfig_t withDevice = CHORUS_CONFIG_INITIALIZER;
+    if (config) std::memcpy(&withDevice, config, std::min(sizeof(withDevice), config->size));
+    const bool named = config && config->size >= offsetof(chorusConfig_t, cudaDevice) + sizeof(int) &&
+                       config->cudaDevice != CHORUS_CONFIG_UNDEF_INT;
+    if (!named && l.localRank >= 0 && cuda::built() && cuda::driverLoaded()) {
+      CHORUS_ASSIGN_OR_RETURN(int visible, cuda::deviceCount());
+      if (const int d = deviceForLocalRank(l.localRank, visible); d >= 0) {
+        withDevice.size = sizeof(withDevice);
+        withDevice.cudaDevice = d;
+        return initRank(comm, l.nranks, id.toUniqueId(), l.rank, &withDevice);
+      }
+    }
     return initRank(comm, l.nranks, id.toUniqueId(), l.rank, config);
   });
 }

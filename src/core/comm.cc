@@ -74,6 +74,7 @@ struct InitRecord {
 }  // namespace
 
 Communicator::~Communicator() {
+  stopDeviceWatch();
   // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
   if (!aborted()) {
@@ -88,16 +89,32 @@ Communicator::~Communicator() {
   if (device_) {
     // Kernels still enqueued read the FIFOs and state freed below: wait for them (as long as a
     // wait may last), else stop them.
-    if (!device_->drain(nowNs() + config_.timeoutNs)) device_->stop();
+    const int64_t deadline = nowNs() + config_.timeoutNs;
+    if (!device_->drain(deadline)) device_->stop();
+    // Pieces a kernel published to a socket may still wait for the proxy, and pieces received for
+    // it too (a host-staged FIFO's counters are host memory): until both ends meet.
+    auto pending = [this] {
+      for (const auto& c : deviceConnections_) {
+        const FifoView& f = c->fifo();
+        if (c->viaProxy() && !f.closed() &&
+            f.ctrl->head.load(std::memory_order_acquire) != f.ctrl->tail.load(std::memory_order_acquire)) {
+          return true;
+        }
+      }
+      return false;
+    };
+    while (!aborted() && !failed_.load(std::memory_order_acquire) && nowNs() < deadline && pending()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     deviceRaw_.store(nullptr, std::memory_order_release);
     device_.reset();
-    deviceConnections_.clear();
   }
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   stopFlight();
   // Order matters: transports' threads move bytes of connections; the connections' FIFOs belong
   // to lanes that are all done by now; the bootstrap serves descriptors for connections and memory.
   transports_.clear();
+  deviceConnections_.clear();
   connections_.clear();
   memShare_.reset();
   bootstrap_.reset();
@@ -239,6 +256,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     if (!peerTransport_[r]) return internalError("no transport can connect to " + describePeer(r));
   }
+  deviceTransport_.assign(nranks_, nullptr);
 
   {
     // Memory is shared as the FIFOs are: the transport to each peer says how.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -188,6 +189,9 @@ class Communicator : public TaskOwner {
   Result<int> firstSender();
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
+  // Before connect()'s phases: device records to and from each peer a device connection needs for
+  // the first time, and the transport chosen from them.
+  static Status exchangeGpuInfo(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
   // The fast path of a lone small all-reduce: runs the direct lane on the calling thread, with
   // no task, queue or latch. *ran is false (and nothing happened) when the op does not qualify
   // or another thread holds the execution token; the caller then takes the general path.
@@ -206,8 +210,9 @@ class Communicator : public TaskOwner {
   // device).
   Status ensureDevice();
   DeviceComm* deviceComm() const { return deviceRaw_.load(std::memory_order_acquire); }
-  // An error unless every peer of `needs` is reached by a transport that builds device FIFOs.
-  Status checkDeviceReach(const std::vector<ConnNeed>& needs) const;
+  // The transport of device connections to `peer`: chosen from both ranks' DevicePeer records,
+  // which the two exchange before their first device connection (connect()); null until then.
+  Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
   // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h).
   Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops);
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_.
@@ -215,7 +220,12 @@ class Communicator : public TaskOwner {
   // The error a kernel recorded, as a sentence (DeviceComm::faulted() holds).
   Status deviceFault() const;
   // A device connection end made by connect(): into the device's connector table, and logged.
-  Status addDeviceEnd(const ConnNeed& n, const FifoView& fifo, const char* transport);
+  Status addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport);
+  // This rank's side of a device connection (its GPU: ensureDevice fills it).
+  DevicePeer devicePeer() const { return DevicePeer{peers_[rank_], gpuInfo_}; }
+  // Chooses the device transport to `peer` from the two records (the first of the registry that
+  // connects them, as both sides choose).
+  Status chooseDeviceTransport(int peer, const GpuInfo& theirs);
   Engine& engine() { return *engine_; }
   const IdlePolicy& idlePolicy() const { return idlePolicy_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
@@ -311,6 +321,17 @@ class Communicator : public TaskOwner {
   std::atomic<DeviceComm*> deviceRaw_{nullptr};
   std::vector<std::unique_ptr<Connection>> deviceConnections_;
   std::mutex deviceMu_;
+  GpuInfo gpuInfo_;                          // this rank's GPU (ensureDevice)
+  std::vector<Transport*> deviceTransport_;  // per peer, once chosen (connect(), one thread at a time)
+  // The device watchdog: while kernels of this communicator run, it turns what they cannot see (a
+  // peer's process gone, the socket under a host-staged FIFO closed) into the communicator's
+  // failure, which sets their abort word (fail()).
+  std::thread deviceWatch_;
+  std::mutex watchMu_;
+  std::condition_variable watchCv_;
+  bool watchStop_ = false;  // guarded by watchMu_
+  void watchDevice();
+  void stopDeviceWatch();
   bool sharedGpuLogged_ = false;
   mutable std::atomic<uint32_t> connectedDevAlgos_{0};
   std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>

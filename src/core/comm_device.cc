@@ -2,6 +2,8 @@
 // collective runs, launches, and the kernels' errors as sentences. Planning is in launch.cc
 // (planDevice), next to the host path's.
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 
 #include "src/core/comm.h"
 #include "src/device/cuda.h"
@@ -16,23 +18,70 @@ Status Communicator::ensureDevice() {
   const int d = cudaDevice();
   if (d < 0) return internalError("a device operation on a communicator with no CUDA device bound");
   const size_t slot = std::max(config_.slotBytes, config_.peerSlots());
+  CHORUS_ASSIGN_OR_RETURN(std::vector<cuda::GpuIdentity> reach, cuda::reachableGpus(d));
+  gpuInfo_ = GpuInfo();
+  std::memcpy(gpuInfo_.uuid, reach[0].uuid, sizeof(gpuInfo_.uuid));
+  std::memcpy(gpuInfo_.busId, reach[0].busId, sizeof(gpuInfo_.busId));
+  gpuInfo_.ordinal = d;
+  for (const cuda::GpuIdentity& g : reach) {
+    if (gpuInfo_.nreach == GpuInfo::kMaxReach) break;
+    std::memcpy(gpuInfo_.reach[gpuInfo_.nreach++], g.uuid, sizeof(g.uuid));
+  }
   CHORUS_ASSIGN_OR_RETURN(device_, DeviceComm::create(d, nranks_, slot));
   deviceRaw_.store(device_.get(), std::memory_order_release);
+  deviceWatch_ = std::thread([this] {
+    setThreadName("chorus-devwatch");
+    watchDevice();
+  });
   log_.info(kSubsysInit,
             "device path on GPU {}: {} threads per block, one block per channel and per point-to-point queue", d,
             device::kLaunchThreads);
   return Status::ok();
 }
 
-Status Communicator::checkDeviceReach(const std::vector<ConnNeed>& needs) const {
-  for (const ConnNeed& n : needs) {
-    if (!n.device || peerTransport_[n.peer]->carriesDevice()) continue;
-    return invalidUsage(describePeer(n.peer) + " is in another process (it is reached over " +
-                        peerTransport_[n.peer]->name() +
-                        "): collectives on device memory between processes are not built yet in this version of "
-                        "Chorus; pass host buffers, or run these ranks as threads of one process");
+Status Communicator::chooseDeviceTransport(int peer, const GpuInfo& theirs) {
+  const DevicePeer self = devicePeer();
+  const DevicePeer other{peers_[peer], theirs};
+  for (auto& t : transports_) {
+    if (!t->canConnectDevice(self, other)) continue;
+    deviceTransport_[peer] = t.get();
+    log_.info(kSubsysInit, "device connections to {} (GPU {}{}) via {}", describePeer(peer),
+              theirs.has() ? std::string(theirs.busId, strnlen(theirs.busId, sizeof(theirs.busId))) : "none",
+              theirs.same(gpuInfo_) ? ", this rank's GPU" : "", t->name());
+    return Status::ok();
   }
-  return Status::ok();
+  return internalError("no transport can carry device buffers to " + describePeer(peer));
+}
+
+void Communicator::watchDevice() {
+  constexpr auto kEvery = std::chrono::milliseconds(50);
+  std::unique_lock<std::mutex> lk(watchMu_);
+  while (!watchCv_.wait_for(lk, kEvery, [this] { return watchStop_; })) {
+    lk.unlock();
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> g(deviceMu_);
+      busy = device_ && device_->busy();
+    }
+    if (busy && !failed_.load(std::memory_order_acquire)) {
+      Status s = checkPeers(nowNs(), true);
+      for (auto& t : transports_) {
+        if (s.isOk()) s = t->kernelFifoError();
+      }
+      if (!s.isOk()) fail(s, true);
+    }
+    lk.lock();
+  }
+}
+
+void Communicator::stopDeviceWatch() {
+  if (!deviceWatch_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> g(watchMu_);
+    watchStop_ = true;
+  }
+  watchCv_.notify_all();
+  deviceWatch_.join();
 }
 
 Algo Communicator::deviceAlgo(const OpInfo& op) const {
@@ -40,7 +89,8 @@ Algo Communicator::deviceAlgo(const OpInfo& op) const {
   return a == Algo::kSlice ? Algo::kRing : a;
 }
 
-Status Communicator::addDeviceEnd(const ConnNeed& n, const FifoView& fifo, const char* transport) {
+Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport) {
+  const FifoView fifo = conn.kernelFifo();
   CHORUS_TRY(device_->addConnector(n.family, n.index, n.send, fifo, n.peer));
   if (!n.send) return Status::ok();
   if (n.family == ConnFamily::kRing) {

@@ -106,6 +106,10 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   facts.directMaxBytesSetting = config_.directMaxBytes;
   facts.forced = forcedAlgo_;
   facts.forcedProto = forcedProto_;
+  // Device connections cross a socket (host-staged, Simple only) between hosts, and wherever a
+  // rank disabled shared memory; every rank knows both alike.
+  facts.deviceLL = singleHost_;
+  for (const PeerInfo& p : peers_) facts.deviceLL = facts.deviceLL && !(p.flags & PeerInfo::kShmDisabled);
   facts.model = topo::allReduceModel(places, channels_[0], trees_);
   tuner_ = Tuner(facts);
 

@@ -60,6 +60,9 @@ class DeviceComm {
   Status enqueue(const std::vector<device::LaunchParams>& launches, void* stream);
   // Whether everything enqueued on the own stream is done.
   bool ownDone() const;
+  // Whether a kernel of this communicator may be running: the last launch is not done, or some
+  // launch went into a graph (which may replay at any time).
+  bool busy() const;
 
   // The first failure of a kernel of this communicator (status 0: none).
   const device::DeviceError& error() const { return *error_; }
@@ -81,6 +84,7 @@ class DeviceComm {
   void* lastEvent_ = nullptr;   // recorded after each launch
   void* lastStream_ = nullptr;  // where it was recorded (null: nowhere yet)
   bool anyLaunch_ = false;
+  bool anyCaptured_ = false;
 
   // The connector table: the host's copy and the device's (fixed capacity, entries added only).
   std::map<std::tuple<ConnFamily, int, bool>, uint16_t> index_;

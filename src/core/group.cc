@@ -233,7 +233,6 @@ Status checkAndConnect(std::vector<CommOps>& work) {
     CHORUS_TRY(w.comm->checkOps(w.ops));
     auto n = w.comm->connectionsNeeded(w.ops);
     if (n.empty()) continue;
-    CHORUS_TRY(w.comm->checkDeviceReach(n));
     needs.emplace_back(w.comm, std::move(n));
   }
   CHORUS_TRY(checkAgreement(work));

@@ -11,6 +11,8 @@
 //               (or SLURM_JOB_NODELIST) at port 20000 + (SLURM_JOB_ID * 64 + SLURM_STEP_ID) % 20000,
 //               unless CHORUS_COMM_ID is set
 //   none:       one rank, with a root of its own (CHORUS_COMM_ID is not used)
+// and the rank's local rank from the same launcher (CHORUS_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
+// LOCAL_RANK, SLURM_LOCALID), which picks its GPU (deviceForLocalRank).
 #include "src/core/init_env.h"
 
 #include <cstdint>
@@ -42,7 +44,14 @@ std::string firstSlurmHost(const std::string& list) {
   return prefix + list.substr(bracket + 1, end - bracket - 1);
 }
 
-Result<EnvLaunch> readLaunchEnv() {
+int deviceForLocalRank(int localRank, int visibleDevices) {
+  if (localRank < 0 || visibleDevices <= 0) return -1;
+  return localRank % visibleDevices;
+}
+
+namespace {
+
+Result<EnvLaunch> readLaunchRanks() {
   EnvLaunch l;
   const char* commId = envValue("CHORUS_COMM_ID");
   if (envValue("CHORUS_RANK") || envValue("CHORUS_NRANKS")) {
@@ -109,6 +118,26 @@ Result<EnvLaunch> readLaunchEnv() {
   l.rank = 0;
   l.nranks = 1;
   l.alone = true;
+  return l;
+}
+
+}  // namespace
+
+Result<EnvLaunch> readLaunchEnv() {
+  CHORUS_ASSIGN_OR_RETURN(EnvLaunch l, readLaunchRanks());
+  if (l.alone) return l;
+  // The local rank of the launcher that gave the rank.
+  const char* name = "SLURM_LOCALID";
+  if (envValue("CHORUS_RANK") || envValue("CHORUS_NRANKS")) {
+    name = "CHORUS_LOCAL_RANK";
+  } else if (envValue("OMPI_COMM_WORLD_RANK")) {
+    name = "OMPI_COMM_WORLD_LOCAL_RANK";
+  } else if (envValue("RANK") && envValue("WORLD_SIZE")) {
+    name = "LOCAL_RANK";  // torchrun
+  }
+  if (envValue(name)) {
+    CHORUS_ASSIGN_OR_RETURN(l.localRank, envInt(name));
+  }
   return l;
 }
 

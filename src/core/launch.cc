@@ -155,6 +155,42 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   return needs;
 }
 
+Status Communicator::exchangeGpuInfo(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work) {
+  // A device connection here means its peer has the matching one in this launch: the two
+  // exchange their records now, both before any setup, and choose alike.
+  std::vector<std::pair<Communicator*, std::vector<int>>> ask;
+  for (auto& [c, needs] : work) {
+    std::vector<int> peers;
+    for (const auto& n : needs) {
+      if (n.device && !c->deviceTransport_[n.peer] && std::find(peers.begin(), peers.end(), n.peer) == peers.end()) {
+        peers.push_back(n.peer);
+      }
+    }
+    if (!peers.empty()) ask.emplace_back(c, std::move(peers));
+  }
+  const uint64_t tag = makeTag(TagSpace::kDeviceInfo, 0);
+  for (auto& [c, peers] : ask) {
+    for (int p : peers) {
+      if (p != c->rank_) CHORUS_TRY(c->bootstrap_->send(p, tag, &c->gpuInfo_, sizeof(GpuInfo)));
+    }
+  }
+  for (auto& [c, peers] : ask) {
+    for (int p : peers) {
+      GpuInfo theirs = c->gpuInfo_;
+      if (p != c->rank_) {
+        CHORUS_ASSIGN_OR_RETURN(std::vector<char> bytes, c->bootstrap_->recv(p, tag));
+        if (bytes.size() != sizeof(GpuInfo)) {
+          return internalError(c->describePeer(p) + " sent a GPU record of " + std::to_string(bytes.size()) +
+                               " bytes, not " + std::to_string(sizeof(GpuInfo)) + " (another build of Chorus?)");
+        }
+        std::memcpy(&theirs, bytes.data(), sizeof(theirs));
+      }
+      CHORUS_TRY(c->chooseDeviceTransport(p, theirs));
+    }
+  }
+  return Status::ok();
+}
+
 Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work) {
   struct PendingRecv {
     Communicator* comm;
@@ -170,9 +206,14 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     ctx.nslots = static_cast<uint32_t>(c->config_.slots);
     ctx.slotBytes =
         static_cast<uint32_t>(need.family == ConnFamily::kRing ? c->config_.slotBytes : c->config_.peerSlots());
+    ctx.forKernels = need.device;
     ctx.cudaDevice = need.device ? c->cudaDevice() : -1;
     return ctx;
   };
+  auto transportOf = [](Communicator* c, const ConnNeed& n) -> Transport& {
+    return n.device ? *c->deviceTransport_[n.peer] : *c->peerTransport_[n.peer];
+  };
+  CHORUS_TRY(exchangeGpuInfo(work));
   auto tagOf = [](const ConnNeed& n) { return makeTag(TagSpace::kConnect, connTag(n.family, n.index, n.device)); };
   // Device connections are kept apart: host code never closes or reads their FIFOs.
   auto keep = [](Communicator* c, const ConnNeed& n, std::unique_ptr<Connection> conn) {
@@ -184,7 +225,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     for (const auto& n : needs) {
       if (n.send) continue;
       ConnectContext ctx = ctxFor(c, n);
-      Transport& t = *c->peerTransport_[n.peer];
+      Transport& t = transportOf(c, n);
       std::vector<char> handle;
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.setupRecv(ctx, n.peer, tagOf(n), &handle));
       CHORUS_TRY(c->bootstrap_->send(n.peer, tagOf(n), handle.data(), handle.size()));
@@ -197,11 +238,11 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     for (const auto& n : needs) {
       if (!n.send) continue;
       ConnectContext ctx = ctxFor(c, n);
-      Transport& t = *c->peerTransport_[n.peer];
+      Transport& t = transportOf(c, n);
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle, c->bootstrap_->recv(n.peer, tagOf(n)));
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.connectSend(ctx, n.peer, tagOf(n), handle));
       if (n.device) {
-        CHORUS_TRY(c->addDeviceEnd(n, conn->fifo(), t.name()));
+        CHORUS_TRY(c->addDeviceEnd(n, *conn, t.name()));
         keep(c, n, std::move(conn));
         continue;
       }
@@ -225,10 +266,10 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   for (auto& p : pending) {
     Communicator* c = p.comm;
     ConnectContext ctx = ctxFor(c, p.need);
-    Transport& t = *c->peerTransport_[p.need.peer];
+    Transport& t = transportOf(c, p.need);
     CHORUS_TRY(t.finishRecv(ctx, *p.conn, p.need.peer, tagOf(p.need)));
     if (p.need.device) {
-      CHORUS_TRY(c->addDeviceEnd(p.need, p.conn->fifo(), t.name()));
+      CHORUS_TRY(c->addDeviceEnd(p.need, *p.conn, t.name()));
       continue;
     }
     auto cursor = std::make_unique<RecvCursor>();

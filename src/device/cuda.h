@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "src/common/status.h"
 
@@ -57,6 +58,38 @@ bool canAccessPeer(int a, int b);
 // freeShareable, which tells the two apart.
 Result<void*> allocShareable(size_t bytes, int device);
 Status freeShareable(void* p);
+
+// What names a GPU the same way in every process of a host (CUDA_VISIBLE_DEVICES renumbers
+// devices, not these): its UUID and PCI bus id ("0000:1b:00.0").
+struct GpuIdentity {
+  uint64_t uuid[2] = {0, 0};
+  char busId[16] = {0};
+};
+Result<GpuIdentity> gpuIdentity(int device);
+// The GPUs kernels on `device` reach by peer access, `device` itself first.
+Result<std::vector<GpuIdentity>> reachableGpus(int device);
+
+// Device memory shared with another process of the host (transports/cuda_ipc). An allocation of
+// allocShareable made with cuMem has a mapped size (0: it is not one) and is exported as a POSIX
+// file descriptor that keeps the memory alive as long as any process holds or maps it; the
+// importer maps it read/write for its own `device` (freed with freeShareable). Memory from
+// cudaMalloc goes as a legacy IPC handle instead, valid while the exporter keeps it.
+size_t shareableBytes(const void* p);
+Result<int> exportShareable(void* p);
+Result<void*> importShareable(int fd, size_t bytes, int device);
+struct IpcHandle {
+  unsigned char bytes[64] = {0};
+};
+Result<IpcHandle> ipcExport(void* p);
+Result<void*> ipcOpen(const IpcHandle& h, int device);
+void ipcClose(void* p);
+// Zeroes device memory (a stream of its own, waited for).
+Status zeroDevice(void* p, size_t bytes);
+
+// Host memory allocated elsewhere (a shared mapping), pinned and mapped into every device's
+// address space; returns the address kernels use. Undone by hostUnregister before it is unmapped.
+Result<void*> hostRegister(void* p, size_t bytes);
+void hostUnregister(void* p);
 
 // A CUDA stream (cudaStream_t) wrapped by chorusStreamFromCuda: waits for it / whether it is done
 // (an error of the stream's counts as done; synchronize returns it).

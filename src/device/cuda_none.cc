@@ -20,6 +20,17 @@ Status checkDevice(int device, const char* what) { return noCuda(std::string(wha
 bool canAccessPeer(int, int) { return false; }
 Result<void*> allocShareable(size_t, int) { return noCuda("allocating device memory"); }
 Status freeShareable(void*) { return noCuda("freeing device memory"); }
+Result<GpuIdentity> gpuIdentity(int) { return noCuda("identifying a GPU"); }
+Result<std::vector<GpuIdentity>> reachableGpus(int) { return noCuda("asking which GPUs a GPU reaches"); }
+size_t shareableBytes(const void*) { return 0; }
+Result<int> exportShareable(void*) { return noCuda("exporting device memory"); }
+Result<void*> importShareable(int, size_t, int) { return noCuda("mapping another process's device memory"); }
+Result<IpcHandle> ipcExport(void*) { return noCuda("exporting device memory"); }
+Result<void*> ipcOpen(const IpcHandle&, int) { return noCuda("opening another process's device memory"); }
+void ipcClose(void*) {}
+Status zeroDevice(void*, size_t) { return noCuda("zeroing device memory"); }
+Result<void*> hostRegister(void*, size_t) { return noCuda("mapping host memory for kernels"); }
+void hostUnregister(void*) {}
 Status streamSynchronize(void*) { return noCuda("synchronising a CUDA stream"); }
 bool streamDone(void*) { return true; }
 DeviceGuard::DeviceGuard(int) : status_(noCuda("choosing a CUDA device")) {}

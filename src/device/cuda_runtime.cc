@@ -25,6 +25,9 @@ struct VmmApi {
   decltype(&::cuMemSetAccess) setAccess = nullptr;
   decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
   decltype(&::cuDeviceGetAttribute) attribute = nullptr;
+  decltype(&::cuMemRetainAllocationHandle) retain = nullptr;
+  decltype(&::cuMemExportToShareableHandle) exportHandle = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) importHandle = nullptr;
   bool ok = false;
 };
 
@@ -46,13 +49,16 @@ const VmmApi& vmm() {
     a.ok = entry("cuMemCreate", &a.create) && entry("cuMemRelease", &a.release) &&
            entry("cuMemAddressReserve", &a.reserve) && entry("cuMemAddressFree", &a.addressFree) &&
            entry("cuMemMap", &a.map) && entry("cuMemUnmap", &a.unmap) && entry("cuMemSetAccess", &a.setAccess) &&
-           entry("cuMemGetAllocationGranularity", &a.granularity) && entry("cuDeviceGetAttribute", &a.attribute);
+           entry("cuMemGetAllocationGranularity", &a.granularity) && entry("cuDeviceGetAttribute", &a.attribute) &&
+           entry("cuMemRetainAllocationHandle", &a.retain) && entry("cuMemExportToShareableHandle", &a.exportHandle) &&
+           entry("cuMemImportFromShareableHandle", &a.importHandle);
     return a;
   }();
   return api;
 }
 
-// The cuMem allocations of allocShareable, by address: their mapped size, to undo them.
+// The cuMem allocations of allocShareable and importShareable, by address: their mapped size, to
+// undo them.
 struct VmmAllocations {
   std::mutex mu;
   std::unordered_map<uintptr_t, size_t> sizes;  // guarded by mu
@@ -71,6 +77,45 @@ Status runtimeStatus(cudaError_t rc, const std::string& what) {
 Status driverStatus(CUresult rc, const std::string& what) {
   if (rc == CUDA_SUCCESS) return Status::ok();
   return Status(chorusUnhandledCudaError, what + ": " + driverErrorText(rc));
+}
+
+// Relaxed capture mode for this thread while it lives: allocating, freeing and copying are then
+// allowed while another stream of the thread captures a graph (as NCCL does around its own).
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+// Maps `handle` (its first `size` bytes) at a new address, read/write for `device`, and releases
+// the handle (the mapping keeps the memory); the address is freed with freeShareable.
+Result<void*> mapAndRelease(CUmemGenericAllocationHandle handle, size_t size, size_t align, int device,
+                            const char* what) {
+  const VmmApi& a = vmm();
+  CUdeviceptr ptr = 0;
+  CUresult rc = a.reserve(&ptr, size, align, 0, 0);
+  if (rc == CUDA_SUCCESS) {
+    rc = a.map(ptr, size, 0, handle, 0);
+    if (rc == CUDA_SUCCESS) {
+      CUmemAccessDesc access = {};
+      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      access.location.id = device;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      rc = a.setAccess(ptr, size, &access, 1);
+      if (rc != CUDA_SUCCESS) a.unmap(ptr, size);
+    }
+    if (rc != CUDA_SUCCESS) a.addressFree(ptr, size);
+  }
+  a.release(handle);
+  CHORUS_TRY(driverStatus(rc, "mapping " + std::to_string(size) + " bytes of " + what));
+  std::lock_guard<std::mutex> g(vmmAllocations().mu);
+  vmmAllocations().sizes[ptr] = size;
+  return reinterpret_cast<void*>(ptr);
 }
 
 // A cuMem allocation exportable as a POSIX file descriptor, or null when the device or driver
@@ -96,26 +141,9 @@ Result<void*> vmmAlloc(size_t bytes, int device) {
   const size_t size = (bytes + gran - 1) / gran * gran;
   CUmemGenericAllocationHandle handle;
   CHORUS_TRY(driverStatus(a.create(&handle, size, &prop, 0), "cuMemCreate of " + std::to_string(size) + " bytes"));
-  CUdeviceptr ptr = 0;
-  CUresult rc = a.reserve(&ptr, size, gran, 0, 0);
-  if (rc == CUDA_SUCCESS) {
-    rc = a.map(ptr, size, 0, handle, 0);
-    if (rc == CUDA_SUCCESS) {
-      CUmemAccessDesc access = {};
-      access.location = prop.location;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      rc = a.setAccess(ptr, size, &access, 1);
-      if (rc != CUDA_SUCCESS) a.unmap(ptr, size);
-    }
-    if (rc != CUDA_SUCCESS) a.addressFree(ptr, size);
-  }
   // The mapping keeps the memory; the handle is not needed to free it (file descriptors for other
   // processes are exported from the address later, cuMemRetainAllocationHandle).
-  a.release(handle);
-  CHORUS_TRY(driverStatus(rc, "mapping " + std::to_string(size) + " bytes of device memory"));
-  std::lock_guard<std::mutex> g(vmmAllocations().mu);
-  vmmAllocations().sizes[ptr] = size;
-  return reinterpret_cast<void*>(ptr);
+  return mapAndRelease(handle, size, gran, device, "device memory");
 }
 
 }  // namespace
@@ -176,6 +204,122 @@ Result<void*> allocShareable(size_t bytes, int device) {
   return p;
 }
 
+size_t shareableBytes(const void* p) {
+  std::lock_guard<std::mutex> g(vmmAllocations().mu);
+  auto it = vmmAllocations().sizes.find(reinterpret_cast<uintptr_t>(p));
+  return it == vmmAllocations().sizes.end() ? 0 : it->second;
+}
+
+Result<int> exportShareable(void* p) {
+  if (shareableBytes(p) == 0) return internalError("exporting device memory that allocShareable did not map");
+  const VmmApi& a = vmm();
+  CUmemGenericAllocationHandle handle;
+  CHORUS_TRY(driverStatus(a.retain(&handle, p), "cuMemRetainAllocationHandle"));
+  int fd = -1;
+  const CUresult rc = a.exportHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  a.release(handle);
+  CHORUS_TRY(driverStatus(rc, "cuMemExportToShareableHandle"));
+  return fd;
+}
+
+Result<void*> importShareable(int fd, size_t bytes, int device) {
+  const VmmApi& a = vmm();
+  if (!a.ok) return internalError("mapping another process's device memory: the driver has no cuMem entry points");
+  CUmemGenericAllocationHandle handle;
+  CHORUS_TRY(driverStatus(a.importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                          "cuMemImportFromShareableHandle"));
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t gran = 0;
+  if (const CUresult rc = a.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM); rc != CUDA_SUCCESS) {
+    a.release(handle);
+    return driverStatus(rc, "cuMemGetAllocationGranularity");
+  }
+  // Read and write from this process's device (the memory may be on another GPU: peer access).
+  return mapAndRelease(handle, bytes, gran, device, "another process's device memory");
+}
+
+Result<IpcHandle> ipcExport(void* p) {
+  cudaIpcMemHandle_t h;
+  CHORUS_TRY(runtimeStatus(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle"));
+  IpcHandle out;
+  static_assert(sizeof(h) == sizeof(out.bytes));
+  std::memcpy(out.bytes, &h, sizeof(h));
+  return out;
+}
+
+Result<void*> ipcOpen(const IpcHandle& handle, int device) {
+  DeviceGuard on(device);
+  CHORUS_TRY(on.status());
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle.bytes, sizeof(h));
+  void* p = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle"));
+  return p;
+}
+
+void ipcClose(void* p) {
+  if (!p) return;
+  (void)cudaIpcCloseMemHandle(p);
+  (void)cudaGetLastError();
+}
+
+Status zeroDevice(void* p, size_t bytes) {
+  RelaxedCapture relaxed;
+  cudaStream_t s = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+  Status st = runtimeStatus(cudaMemsetAsync(p, 0, bytes, s), "cudaMemsetAsync");
+  if (st.isOk()) st = runtimeStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  (void)cudaStreamDestroy(s);
+  return st;
+}
+
+Result<void*> hostRegister(void* p, size_t bytes) {
+  RelaxedCapture relaxed;
+  CHORUS_TRY(runtimeStatus(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                           "cudaHostRegister of " + std::to_string(bytes) + " bytes"));
+  void* d = nullptr;
+  Status st = runtimeStatus(cudaHostGetDevicePointer(&d, p, 0), "cudaHostGetDevicePointer");
+  if (!st.isOk()) {
+    (void)cudaHostUnregister(p);
+    return st;
+  }
+  return d;
+}
+
+void hostUnregister(void* p) {
+  if (!p) return;
+  RelaxedCapture relaxed;
+  (void)cudaHostUnregister(p);
+  (void)cudaGetLastError();
+}
+
+Result<GpuIdentity> gpuIdentity(int device) {
+  cudaDeviceProp prop;
+  CHORUS_TRY(runtimeStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties"));
+  GpuIdentity id;
+  static_assert(sizeof(prop.uuid.bytes) == sizeof(id.uuid));
+  std::memcpy(id.uuid, prop.uuid.bytes, sizeof(id.uuid));
+  CHORUS_TRY(runtimeStatus(cudaDeviceGetPCIBusId(id.busId, sizeof(id.busId), device), "cudaDeviceGetPCIBusId"));
+  return id;
+}
+
+Result<std::vector<GpuIdentity>> reachableGpus(int device) {
+  std::vector<GpuIdentity> out;
+  CHORUS_ASSIGN_OR_RETURN(GpuIdentity self, gpuIdentity(device));
+  out.push_back(self);
+  CHORUS_ASSIGN_OR_RETURN(int n, deviceCount());
+  for (int d = 0; d < n; ++d) {
+    if (d == device || !canAccessPeer(device, d)) continue;
+    CHORUS_ASSIGN_OR_RETURN(GpuIdentity id, gpuIdentity(d));
+    out.push_back(id);
+  }
+  return out;
+}
+
 Status freeShareable(void* p) {
   if (!p) return Status::ok();
   size_t size = 0;
@@ -207,23 +351,6 @@ bool streamDone(void* stream) {
   if (rc != cudaSuccess) (void)cudaGetLastError();
   return true;
 }
-
-namespace {
-
-// Relaxed capture mode for this thread while it lives: allocating, freeing and copying are then
-// allowed while another stream of the thread captures a graph (as NCCL does around its own).
-class RelaxedCapture {
- public:
-  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
-}  // namespace
 
 DeviceGuard::DeviceGuard(int device) {
   status_ = runtimeStatus(cudaGetDevice(&prev_), "cudaGetDevice");

@@ -4,10 +4,10 @@
 // can never be taken for a pointer of another process). Both connections hold a reference; the
 // last one to go frees the block.
 //
-// A FIFO for kernels (ConnectContext::cudaDevice) is the same with its line area (deviceFifoBytes),
-// in the receiver's device memory:
-// the receiver's kernels poll it locally, the sender's write it over peer access (enabled here;
-// two ranks on one device need none). Host code never touches such a FIFO.
+// A FIFO for kernels (ConnectContext::forKernels) is the same with its line area
+// (deviceFifoBytes), in the receiver's device memory: the receiver's kernels poll it locally, the
+// sender's write it over peer access (enabled here; two ranks on one device need none). Host code
+// never touches such a FIFO. Threads whose GPUs lack peer access use the host-staged shm FIFO.
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -79,16 +79,6 @@ class InProcConnection : public Connection {
   InProcBlock* block_;
 };
 
-// The view of a FIFO laid out at `mem` (without writing it: it may be device memory).
-FifoView viewAt(void* mem, uint32_t nslots, uint32_t slotBytes) {
-  FifoView fifo;
-  fifo.ctrl = static_cast<FifoControl*>(mem);
-  fifo.slots = static_cast<char*>(mem) + sizeof(FifoControl);
-  fifo.nslots = nslots;
-  fifo.slotBytes = slotBytes;
-  return fifo;
-}
-
 class InProcTransport : public Transport {
  public:
   const char* name() const override { return "inproc"; }
@@ -98,7 +88,10 @@ class InProcTransport : public Transport {
   }
 
   MemoryReach memoryReach() const override { return MemoryReach::kAddressSpace; }
-  bool carriesDevice() const override { return true; }
+  // Kernels of two threads of one process whose GPUs reach each other.
+  bool canConnectDevice(const DevicePeer& self, const DevicePeer& peer) const override {
+    return sameProcess(self.host, peer.host) && gpuPeers(self, peer);
+  }
 
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t,
                                                 std::vector<char>* handle) override {
@@ -106,14 +99,19 @@ class InProcTransport : public Transport {
     const uint32_t slotBytes = ctx.slotBytes;
     InProcBlock* block = nullptr;
     FifoView fifo;
-    if (ctx.cudaDevice >= 0) {
+    if (ctx.forKernels) {
       CHORUS_ASSIGN_OR_RETURN(block, InProcBlock::makeOnDevice(deviceFifoBytes(nslots, slotBytes), ctx.cudaDevice));
-      fifo = viewAt(block->mem, nslots, slotBytes);
+      fifo = FifoView::at(block->mem, nslots, slotBytes);
     } else {
       block = InProcBlock::make(fifoBytes(nslots, slotBytes));
       fifo = FifoView::layout(block->mem, nslots, slotBytes);
     }
-    Handle h{currentProcessNonce(), reinterpret_cast<uint64_t>(block), nslots, slotBytes, ctx.cudaDevice, 0};
+    Handle h{currentProcessNonce(),
+             reinterpret_cast<uint64_t>(block),
+             nslots,
+             slotBytes,
+             ctx.forKernels ? ctx.cudaDevice : -1,
+             0};
     handle->resize(sizeof(h));
     std::memcpy(handle->data(), &h, sizeof(h));
     return std::unique_ptr<Connection>(new InProcConnection(peer, block, fifo));
@@ -128,7 +126,7 @@ class InProcTransport : public Transport {
       return internalError("in-process connection handle from rank " + std::to_string(peer) +
                            " belongs to another process");
     }
-    if ((h.device >= 0) != (ctx.cudaDevice >= 0)) {
+    if ((h.device >= 0) != ctx.forKernels) {
       return internalError("rank " + std::to_string(peer) +
                            " built a FIFO of the other memory kind (device memory on one side only)");
     }
@@ -146,7 +144,8 @@ class InProcTransport : public Transport {
     }
     auto* block = reinterpret_cast<InProcBlock*>(h.block);
     block->refs.fetch_add(1, std::memory_order_relaxed);
-    return std::unique_ptr<Connection>(new InProcConnection(peer, block, viewAt(block->mem, h.nslots, h.slotBytes)));
+    return std::unique_ptr<Connection>(
+        new InProcConnection(peer, block, FifoView::at(block->mem, h.nslots, h.slotBytes)));
   }
 
   Status finishRecv(ConnectContext&, Connection&, int, uint64_t) override { return Status::ok(); }

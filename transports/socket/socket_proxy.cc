@@ -16,7 +16,8 @@
 
 namespace chorus {
 
-SocketProxy::SocketProxy(Logger log) : log_(log) {}
+SocketProxy::SocketProxy(Logger log, FailureHook onPolledFailure)
+    : log_(log), onPolledFailure_(std::move(onPolledFailure)) {}
 
 Status SocketProxy::start() {
   wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -37,7 +38,7 @@ SocketProxy::~SocketProxy() {
   }
 }
 
-void SocketProxy::add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::string peerName) {
+void SocketProxy::add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::string peerName, bool polled) {
   setNonBlocking(fd.get(), true);
   setNoDelay(fd.get());
   Entry e;
@@ -47,6 +48,7 @@ void SocketProxy::add(UniqueFd fd, FifoView fifo, bool isSend, int peer, std::st
   e.isSend = isSend;
   e.peer = peer;
   e.peerName = std::move(peerName);
+  e.polled = polled;
   {
     std::lock_guard<std::mutex> g(mu_);
     incoming_.push_back(std::move(e));
@@ -70,10 +72,13 @@ void SocketProxy::quiesce(int64_t timeoutNs) {
 void SocketProxy::fail(Entry& e, const std::string& why) {
   // Closing the FIFO is enough: a lane that still needs this connection fails at once with a
   // message naming the peer, and a peer that closed after its last operation harms nobody.
+  const bool closedHere = e.fifo.closed();
   e.failed = true;
   e.fifo.close();
   log_.info(kSubsysNet, "socket connection {} rank {} ({}) ended: {}", e.isSend ? "to" : "from", e.peer, e.peerName,
             why);
+  // A closed FIFO the communicator itself closed (a failure or an abort here) is no news.
+  if (e.polled && onPolledFailure_ && !closedHere) onPolledFailure_(e.peer, e.peerName, why);
 }
 
 bool SocketProxy::progress(Entry& e) { return e.isSend ? progressSend(e) : progressRecv(e); }
@@ -226,9 +231,13 @@ void SocketProxy::loop() {
       incoming_.clear();
     }
     bool moved = false;
+    bool polling = false;  // a live FIFO for kernels: nothing will ring
     for (auto& e : entries) {
-      if (!e.failed && !e.fifo.closed()) moved = progress(e) || moved;
+      if (e.failed || e.fifo.closed()) continue;
+      moved = progress(e) || moved;
+      polling = polling || e.polled;
     }
+    idlePasses_ = moved ? 0 : idlePasses_ + 1;
     if (moved) continue;
     fds.clear();
     fds.push_back({wake_.get(), POLLIN, 0});
@@ -245,7 +254,7 @@ void SocketProxy::loop() {
       if (!e.isSend && e.fifo.hasSpace(e.next)) ev |= POLLIN;
       fds.push_back({e.fd.get(), ev, 0});  // POLLHUP/POLLERR are reported even with no events
     }
-    ::poll(fds.data(), fds.size(), 100);
+    ::poll(fds.data(), fds.size(), !polling ? 100 : idlePasses_ < kSpinPasses ? 0 : 1);
     if (fds[0].revents & POLLIN) {
       uint64_t v;
       while (::read(wake_.get(), &v, sizeof(v)) > 0) {

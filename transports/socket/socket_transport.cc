@@ -3,6 +3,13 @@
 // Both sides keep their FIFO in local memory; the transport's proxy threads move slots over the
 // connection. The sender opens the TCP connection through the receiver's bootstrap listener, which
 // files it under (sender, tag) for the receiver to take in phase 3.
+//
+// A FIFO for kernels (device buffers between hosts) is the same FIFO in pinned host memory
+// mapped for the rank's GPU: the sender's kernel fills slots there and the proxy, polling the
+// tail (a kernel rings no eventfd), sends them; on the other side the proxy fills the receiver's
+// slots and the receiver's kernel polls them. Such FIFOs carry the Simple protocol only (the
+// tuner keeps LL off where a device connection crosses a socket), and never by reference: the
+// slot is the staging buffer.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -23,8 +30,20 @@ class SocketConnection : public Connection {
   SocketConnection(int peer, Mapping mem, FifoView fifo, SocketProxy* proxy)
       : Connection(peer), mem_(std::move(mem)), proxy_(proxy) {
     fifo_ = fifo;
+    kernel_ = fifo;
   }
-  ~SocketConnection() override { fifo_.close(); }
+  ~SocketConnection() override {
+    fifo_.close();
+    if (mappedFor_ != kNotMapped) unmapForKernels(mem_.data(), mappedFor_);
+  }
+  FifoView kernelFifo() const override { return kernel_; }
+  bool polled() const { return mappedFor_ != kNotMapped; }
+  // A FIFO for kernels of `device` (-1: host threads standing in for them).
+  Status mapForKernels(int device) {
+    CHORUS_ASSIGN_OR_RETURN(kernel_, chorus::mapForKernels(fifo_, mem_.data(), mem_.size(), device));
+    mappedFor_ = device;
+    return Status::ok();
+  }
 
   // The proxy's copy of each slot arrives whole, after its header: the tail decides.
   bool headerPublishes() const override { return false; }
@@ -46,8 +65,11 @@ class SocketConnection : public Connection {
   }
 
  private:
+  static constexpr int kNotMapped = -2;
   Mapping mem_;
   SocketProxy* proxy_;  // the transport's thread that moves this FIFO's slots
+  FifoView kernel_;
+  int mappedFor_ = kNotMapped;
   std::vector<const char*> refs_;
   std::unique_ptr<std::atomic<uintptr_t>[]> dests_;
   std::vector<uint32_t> destBytes_;
@@ -61,19 +83,20 @@ class SocketTransport : public Transport {
 
   const char* name() const override { return "socket"; }
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
+  bool canConnectDevice(const DevicePeer&, const DevicePeer&) const override { return true; }
 
   Result<std::unique_ptr<Connection>> setupRecv(ConnectContext& ctx, int peer, uint64_t tag,
                                                 std::vector<char>* handle) override {
     handle->clear();
     CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer, false, tag));
-    conn->enableDests();
+    if (!conn->polled()) conn->enableDests();
     return std::unique_ptr<Connection>(std::move(conn));
   }
 
   Result<std::unique_ptr<Connection>> connectSend(ConnectContext& ctx, int peer, uint64_t tag,
                                                   const std::vector<char>&) override {
     CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<SocketConnection> conn, makeLocalFifo(ctx, peer, true, tag));
-    conn->enableRefs();
+    if (!conn->polled()) conn->enableRefs();
     CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, ctx.oob->openConnection(peer, tag));
     serve(*conn, std::move(fd), true, peer, ctx.oob->peerAddress(peer));
     return std::unique_ptr<Connection>(std::move(conn));
@@ -93,6 +116,11 @@ class SocketTransport : public Transport {
     for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
   }
 
+  Status kernelFifoError() const override {
+    std::lock_guard<std::mutex> g(failMu_);
+    return kernelFailure_;
+  }
+
  private:
   // A FIFO in this process's memory, served by one of the proxies: connections spread over them
   // by peer, direction and family/channel (the tag), so the two directions of a pair and the
@@ -102,24 +130,38 @@ class SocketTransport : public Transport {
     if (proxies_.empty()) {
       std::vector<std::unique_ptr<SocketProxy>> started;
       for (int t = 0; t < nthreads_; ++t) {
-        started.push_back(std::make_unique<SocketProxy>(*log_));
+        started.push_back(std::make_unique<SocketProxy>(
+            *log_, [this](int p, const std::string& name, const std::string& why) { polledFailed(p, name, why); }));
         CHORUS_TRY(started.back()->start());
       }
       proxies_ = std::move(started);  // all of them, or none (the next connection tries again)
     }
     const uint64_t slot = static_cast<uint64_t>(peer) * 2 + (isSend ? 1 : 0) + (tag ^ (tag >> 40));
     SocketProxy* proxy = proxies_[slot % proxies_.size()].get();
-    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(-1, fifoBytes(ctx.nslots, ctx.slotBytes)));
+    const size_t bytes =
+        ctx.forKernels ? deviceFifoBytes(ctx.nslots, ctx.slotBytes) : fifoBytes(ctx.nslots, ctx.slotBytes);
+    CHORUS_ASSIGN_OR_RETURN(Mapping m, Mapping::map(-1, bytes));
     FifoView fifo = FifoView::layout(m.data(), ctx.nslots, ctx.slotBytes);
-    fifo.notifyFd = proxy->notifyFd();
-    return std::make_unique<SocketConnection>(peer, std::move(m), fifo, proxy);
+    if (!ctx.forKernels) fifo.notifyFd = proxy->notifyFd();
+    auto conn = std::make_unique<SocketConnection>(peer, std::move(m), fifo, proxy);
+    if (ctx.forKernels) CHORUS_TRY(conn->mapForKernels(ctx.cudaDevice));
+    return conn;
+  }
+
+  // A proxy's FIFO for kernels broke: the first such failure, for the communicator's watchdog.
+  void polledFailed(int peer, const std::string& name, const std::string& why) {
+    std::lock_guard<std::mutex> g(failMu_);
+    if (!kernelFailure_.isOk()) return;
+    kernelFailure_ = remoteError("the socket connection to rank " + std::to_string(peer) + " (" + name +
+                                 "), which this communicator's kernels use, ended: " + why)
+                         .about(peer);
   }
 
   // Hands the connection's FIFO and socket to its proxy. Only from here on may stopTraffic
   // touch the FIFO: the connection is the communicator's by then and outlives this transport
   // (a connection whose setup failed earlier was freed with nothing of it kept here).
   void serve(SocketConnection& conn, UniqueFd fd, bool isSend, int peer, const std::string& peerName) {
-    conn.proxy()->add(std::move(fd), conn.fifo(), isSend, peer, peerName);
+    conn.proxy()->add(std::move(fd), conn.fifo(), isSend, peer, peerName, conn.polled());
     std::lock_guard<std::mutex> g(mu_);
     served_.push_back(conn.fifo());
   }
@@ -129,6 +171,8 @@ class SocketTransport : public Transport {
   std::mutex mu_;  // proxies_ and served_, against stopTraffic from a failing thread
   std::vector<std::unique_ptr<SocketProxy>> proxies_;
   std::vector<FifoView> served_;  // the FIFOs handed to a proxy, for stopTraffic
+  mutable std::mutex failMu_;
+  Status kernelFailure_;  // guarded by failMu_
 };
 
 }  // namespace
