@@ -25,10 +25,10 @@
 
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
-#include "kernels/numeric.h"
-#include "tests/grid/grid.h"
+#include "tests/grid/device_values.h"
 
 using namespace chorus;
+using namespace chorus::test;
 
 namespace {
 
@@ -52,266 +52,19 @@ int failures = 0;
     }                                                                                              \
   } while (0)
 
-const size_t kTypeSize[chorusNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-const char* const kTypeName[chorusNumTypes] = {"int8", "uint8", "int32",  "uint32", "int64",   "uint64",
-                                               "half", "float", "double", "bf16",   "fp8e4m3", "fp8e5m2"};
-const char* const kOpName[] = {"sum", "prod", "max", "min", "avg"};
-
-bool isUnsigned(int t) { return t == chorusUint8 || t == chorusUint32 || t == chorusUint64; }
-
-// Element i of rank r: a small integer, exact in every type, whose sums and products over 4 ranks
-// stay exact too.
-int valueOf(int t, int r, size_t i) {
-  return isUnsigned(t) ? static_cast<int>((i * 7 + r * 13) % 3) : static_cast<int>((i * 7 + r * 13) % 5) - 2;
-}
-
-void encode(int t, double v, unsigned char* p) {
-  switch (t) {
-    case chorusInt8: {
-      int8_t x = static_cast<int8_t>(v);
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case chorusUint8: {
-      uint8_t x = static_cast<uint8_t>(v);
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case chorusInt32: {
-      int32_t x = static_cast<int32_t>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case chorusUint32: {
-      uint32_t x = static_cast<uint32_t>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case chorusInt64: {
-      int64_t x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
-    case chorusUint64: {
-      uint64_t x = static_cast<uint64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
-    case chorusFloat16: {
-      Half x = fromFloat<Half>(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case chorusFloat32: {
-      float x = static_cast<float>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case chorusFloat64:
-      std::memcpy(p, &v, 8);
-      break;
-    case chorusBfloat16: {
-      BFloat16 x = fromFloat<BFloat16>(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case chorusFloat8e4m3: {
-      Fp8E4M3 x = fromFloat<Fp8E4M3>(static_cast<float>(v));
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    default: {
-      Fp8E5M2 x = fromFloat<Fp8E5M2>(static_cast<float>(v));
-      std::memcpy(p, &x, 1);
-      break;
-    }
-  }
-}
-
-using Bytes = std::vector<unsigned char>;
-
-double decode(int t, const unsigned char* p) {
-  switch (t) {
-    case chorusInt8:
-      return static_cast<int8_t>(*p);
-    case chorusUint8:
-      return *p;
-    case chorusFloat16: {
-      Half x;
-      std::memcpy(&x, p, 2);
-      return toFloat(x);
-    }
-    case chorusBfloat16: {
-      BFloat16 x;
-      std::memcpy(&x, p, 2);
-      return toFloat(x);
-    }
-    case chorusFloat8e4m3: {
-      Fp8E4M3 x;
-      std::memcpy(&x, p, 1);
-      return toFloat(x);
-    }
-    case chorusFloat8e5m2: {
-      Fp8E5M2 x;
-      std::memcpy(&x, p, 1);
-      return toFloat(x);
-    }
-    case chorusFloat32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case chorusFloat64: {
-      double x;
-      std::memcpy(&x, p, 8);
-      return x;
-    }
-    default:
-      return 0;  // integers are compared as bytes
-  }
-}
-bool isFloat(int t) { return t >= chorusFloat16; }
-// The relative rounding step of a floating type.
-double epsilonOf(int t) {
-  switch (t) {
-    case chorusFloat16:
-      return 0x1p-10;
-    case chorusBfloat16:
-      return 0x1p-7;
-    case chorusFloat8e4m3:
-      return 0x1p-3;
-    case chorusFloat8e5m2:
-      return 0x1p-2;
-    case chorusFloat32:
-      return 0x1p-23;
-    default:
-      return 0x1p-52;
-  }
-}
-
-Bytes values(int t, int r, size_t count, size_t offset = 0) {
-  Bytes b(count * kTypeSize[t]);
-  for (size_t i = 0; i < count; ++i) encode(t, valueOf(t, r, offset + i), b.data() + i * kTypeSize[t]);
-  return b;
-}
-
-// The exact reduction of element i over n ranks (op < avg).
-double reduced(int t, int op, int n, size_t i) {
-  double acc = valueOf(t, 0, i);
-  for (int r = 1; r < n; ++r) {
-    const double v = valueOf(t, r, i);
-    acc = op == chorusSum    ? acc + v
-          : op == chorusProd ? acc * v
-          : op == chorusMax  ? std::fmax(acc, v)
-                             : std::fmin(acc, v);
-  }
-  return acc;
-}
-
-// The collectives of the host grid (tests/grid/grid.h, its header alone: this program links the
-// shared library, not the grid's static one).
-using chorus::test::Coll;
-const char* const kCollName[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
-                                 "alltoall",  "gather",    "scatter", "sendrecv"};
-bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
-// Elements of each rank's input and output for `count`.
-size_t inCount(Coll c, size_t count, int n) {
-  return c == Coll::kReduceScatter || c == Coll::kAlltoAll || c == Coll::kScatter ? count * n : count;
-}
-size_t outCount(Coll c, size_t count, int n) {
-  return c == Coll::kAllGather || c == Coll::kAlltoAll || c == Coll::kGather ? count * n : count;
-}
-
 // One call on every rank in one group (a thread drives every rank), on `streams` (chorus streams,
 // wrapping CUDA ones, or null entries: the NULL stream).
 chorusResult_t issue(Coll c, const std::vector<chorusComm_t>& comms, const std::vector<const void*>& in,
                      const std::vector<void*>& out, size_t count, int type, int op, int root,
                      const std::vector<chorusStream_t>& streams) {
   const int n = static_cast<int>(comms.size());
-  const auto t = static_cast<chorusDataType_t>(type);
-  const auto o = static_cast<chorusRedOp_t>(op);
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
   for (int r = 0; r < n && rc == chorusSuccess; ++r) {
-    chorusComm_t cm = comms[r];
-    chorusStream_t s = streams[r];
-    switch (c) {
-      case Coll::kAllReduce:
-        rc = chorusAllReduce(in[r], out[r], count, t, o, cm, s);
-        break;
-      case Coll::kBroadcast:
-        rc = chorusBroadcast(in[r], out[r], count, t, root, cm, s);
-        break;
-      case Coll::kReduce:
-        rc = chorusReduce(in[r], out[r], count, t, o, root, cm, s);
-        break;
-      case Coll::kAllGather:
-        rc = chorusAllGather(in[r], out[r], count, t, cm, s);
-        break;
-      case Coll::kReduceScatter:
-        rc = chorusReduceScatter(in[r], out[r], count, t, o, cm, s);
-        break;
-      case Coll::kAlltoAll:
-        rc = chorusAlltoAll(in[r], out[r], count, t, cm, s);
-        break;
-      case Coll::kGather:
-        rc = chorusGather(in[r], out[r], count, t, root, cm, s);
-        break;
-      case Coll::kScatter:
-        rc = chorusScatter(in[r], out[r], count, t, root, cm, s);
-        break;
-      case Coll::kSendRecv:
-        rc = chorusSend(in[r], count, t, (r + 1) % n, cm, s);
-        if (rc == chorusSuccess) rc = chorusRecv(out[r], count, t, (r + n - 1) % n, cm, s);
-        break;
-    }
+    rc = issueOne(c, comms[r], r, n, in[r], out[r], count, type, op, root, streams[r]);
   }
   const chorusResult_t end = chorusGroupEnd();
   return rc != chorusSuccess ? rc : end;
-}
-
-// What rank r's output must hold for the exact ops (reductions but avg); false: no independent
-// reference for this case (avg, whose result is checked against the host path only).
-bool expected(Coll c, int t, int op, int n, int r, int root, size_t count, Bytes* want, const Bytes& before) {
-  if (reduces(c) && op == chorusAvg) return false;
-  const size_t es = kTypeSize[t];
-  *want = before;
-  auto put = [&](size_t at, double v) { encode(t, v, want->data() + at * es); };
-  switch (c) {
-    case Coll::kAllReduce:
-      for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, i));
-      break;
-    case Coll::kReduce:
-      if (r == root)
-        for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, i));
-      break;
-    case Coll::kReduceScatter:
-      for (size_t i = 0; i < count; ++i) put(i, reduced(t, op, n, r * count + i));
-      break;
-    case Coll::kBroadcast:
-      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, root, i));
-      break;
-    case Coll::kAllGather:
-      for (int q = 0; q < n; ++q)
-        for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, i));
-      break;
-    case Coll::kAlltoAll:
-      for (int q = 0; q < n; ++q)
-        for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, r * count + i));
-      break;
-    case Coll::kGather:
-      if (r == root)
-        for (int q = 0; q < n; ++q)
-          for (size_t i = 0; i < count; ++i) put(q * count + i, valueOf(t, q, i));
-      break;
-    case Coll::kScatter:
-      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, root, r * count + i));
-      break;
-    case Coll::kSendRecv:
-      for (size_t i = 0; i < count; ++i) put(i, valueOf(t, (r + n - 1) % n, i));
-      break;
-  }
-  return true;
 }
 
 struct Ranks {

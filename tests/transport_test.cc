@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "src/common/log.h"
+#include "src/core/clique.h"
 #include "transports/transport.h"
 
 using namespace chorus;
@@ -250,4 +251,39 @@ TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken 
   CHECK(s.message().find("rank 1") != std::string::npos);
   CHECK(s.subject() == 1);
   rt.reset();  // its proxy before the receive FIFO it serves
+}
+
+TEST_CASE("ranks exchange GPU records before their first device connection and choose alike", "[transport]") {
+  // Three ranks as threads; rank 0's GPU and rank 1's reach each other, rank 2's reaches none.
+  std::vector<std::shared_ptr<CommHandle>> handles;
+  REQUIRE(initClique(&handles, 3, nullptr).isOk());
+  const GpuInfo records[3] = {gpu(1, {1, 2}), gpu(2, {2, 1}), gpu(3, {3})};
+  std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> work;
+  for (int r = 0; r < 3; ++r) {
+    Communicator* c = handles[r]->impl.get();
+    c->setGpuInfo(records[r]);
+    std::vector<Communicator::ConnNeed> needs;
+    for (int p = 0; p < 3; ++p) {
+      if (p == r) continue;
+      // A send and a receive to each peer, twice over: each peer's record is asked for once.
+      for (bool send : {true, false}) {
+        needs.push_back(ConnKey{ConnFamily::kP2p, p, p, send, true});
+        needs.push_back(ConnKey{ConnFamily::kRing, 0, p, send, true});
+      }
+    }
+    work.emplace_back(c, std::move(needs));
+  }
+  REQUIRE(Communicator::exchangeGpuInfo(work).isOk());
+  auto name = [&](int r, int p) { return std::string(handles[r]->impl->deviceTransport(p)->name()); };
+  CHECK(name(0, 1) == "inproc");
+  CHECK(name(1, 0) == "inproc");
+  for (int r : {0, 1}) {
+    CHECK(name(r, 2) == "shm");  // no peer access: host-staged
+    CHECK(name(2, r) == "shm");
+  }
+  // Chosen once: a second exchange asks nothing and changes nothing.
+  handles[0]->impl->setGpuInfo(gpu(9, {9}));
+  REQUIRE(Communicator::exchangeGpuInfo(work).isOk());
+  CHECK(name(0, 1) == "inproc");
+  for (auto& h : handles) h->impl.reset();
 }

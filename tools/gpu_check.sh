@@ -27,6 +27,12 @@ checks=(
   "cuda_coll_2|cuda_coll_test --ranks 2"
   "cuda_coll_3|cuda_coll_test --ranks 3"
   "cuda_coll_4|cuda_coll_test --ranks 4"
+  "cuda_proc_2|cuda_proc_test grid 2"
+  "cuda_proc_4|cuda_proc_test grid 4 --quick"
+  "cuda_proc_staged|cuda_proc_test grid 2 --staged --quick"
+  "cuda_proc_hosts|cuda_proc_test grid 4 --hosts 2 --quick"
+  "cuda_kill|cuda_proc_test kill 4"
+  "cuda_kill_hosts|cuda_proc_test kill 4 --hosts 2"
 )
 
 mode=${1:-}

@@ -221,8 +221,10 @@ class Communicator : public TaskOwner {
   Status deviceFault() const;
   // A device connection end made by connect(): into the device's connector table, and logged.
   Status addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport);
-  // This rank's side of a device connection (its GPU: ensureDevice fills it).
+  // This rank's side of a device connection: its GPU's record, which ensureDevice fills from
+  // CUDA (a test may set a made-up one before the first exchange).
   DevicePeer devicePeer() const { return DevicePeer{peers_[rank_], gpuInfo_}; }
+  void setGpuInfo(const GpuInfo& g) { gpuInfo_ = g; }
   // Chooses the device transport to `peer` from the two records (the first of the registry that
   // connects them, as both sides choose).
   Status chooseDeviceTransport(int peer, const GpuInfo& theirs);

@@ -80,6 +80,8 @@ class SocketConnection : public Connection {
 class SocketTransport : public Transport {
  public:
   explicit SocketTransport(const TransportEnv& env) : log_(env.log), nthreads_(std::max(1, env.socketThreads)) {}
+  // The proxies first: their threads report into this transport (polledFailed) until they end.
+  ~SocketTransport() override { proxies_.clear(); }
 
   const char* name() const override { return "socket"; }
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
