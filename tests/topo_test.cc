@@ -464,3 +464,63 @@ TEST_CASE("the tuner: the tree for latency-bound sizes at several hosts, the rin
   CHECK(m.treeLatencyUs < 2 * (lat + 7 * lat / 10));
   CHECK(treeMaxBytes(m) > 0);
 }
+
+TEST_CASE("DGX-2: sixteen V100s on twelve NVSwitches, every pair NVLink through the switch fabric", "[topo]") {
+  // hwloc's NVLinkBandwidth matrix there holds GPU-to-switch links only (6 per GPU, 25 GB/s each,
+  // the GPUs of each baseboard on its own 6 switches): no two GPUs have a direct link, and the two
+  // baseboards share no switch, yet all 16 GPUs reach each other at 6 x 25 GB/s.
+  Machine m = load("nvidiaDGX2.xml");
+  REQUIRE(m.gpus.size() == 16);
+  REQUIRE(m.nvswitch.size() == 16);
+  for (size_t a = 0; a < 16; ++a) {
+    CHECK(m.nvswitch[a] == 6 * 25000);
+    CHECK(m.gpus[a].linkGBs > 15);  // PCIe 3.0 x16
+    for (size_t b = 0; b < 16; ++b) {
+      if (a == b) continue;
+      CHECK(m.nvlink[a][b] == 0);
+      CHECK(linkClass(m, a, b) == LinkClass::kNvlink);
+      CHECK(gpuPairGBs(m, a, b) == Approx(150));
+    }
+  }
+  const std::string text = describe(m);
+  CHECK(text.find("GPU 0 - GPU 15: NVLink through NVSwitch, ~150 GB/s") != std::string::npos);
+  // The description travels with the switch links and the link speeds.
+  auto back = parseMachine(serialize(m));
+  REQUIRE(back.isOk());
+  CHECK(back.value().nvswitch == m.nvswitch);
+  CHECK(back.value().gpus[3].linkGBs == Approx(m.gpus[3].linkGBs));
+  CHECK(gpuPairGBs(back.value(), 0, 9) == Approx(150));
+  // A rank per GPU: every hop of the ring is NVLink, at the fabric's bandwidth.
+  std::vector<RankPlace> ranks;
+  for (int g = 0; g < 16; ++g) ranks.push_back(RankPlace{0, g, -1});
+  const auto plans = buildChannels(ranks, {m}, 2);
+  for (const auto& p : plans) {
+    CHECK(p.bottleneck == "NVLink");
+    CHECK(p.busBwGBs == Approx(150));
+  }
+  // In the CUDA driver's order, the switch links follow their GPUs.
+  Machine some = m;
+  orderGpusAsCuda(some, {m.gpus[9].busId, m.gpus[2].busId});
+  REQUIRE(some.nvswitch.size() == 2);
+  CHECK(some.nvswitch[0] == m.nvswitch[9]);
+  CHECK(linkClass(some, 0, 1) == LinkClass::kNvlink);
+  // Half the GPUs without switch links (a failed baseboard, say): those pairs are PCIe again.
+  Machine half = m;
+  for (size_t a = 8; a < 16; ++a) half.nvswitch[a] = 0;
+  CHECK(linkClass(half, 0, 7) == LinkClass::kNvlink);
+  CHECK(linkClass(half, 0, 8) != LinkClass::kNvlink);
+  CHECK(gpuPairGBs(half, 0, 8) <= m.gpus[0].linkGBs);
+}
+
+TEST_CASE("a machine description of an older version, without link speeds, still reads", "[topo]") {
+  const std::string old =
+      "machine 1 1 4 8\n"
+      "dev g 0000:04:00.0 4318 5367 770 0 0 3 1 0000:03 1 cuda0\n"
+      "dev n 0000:05:00.0 5555 4119 512 0 0 3 0 1 eth0\n";
+  auto m = parseMachine(old);
+  REQUIRE(m.isOk());
+  CHECK(m.value().gpus[0].linkGBs == 0);
+  CHECK(m.value().nics[0].linkGBs == 0);
+  CHECK(m.value().nvswitch.empty());
+  CHECK_FALSE(parseMachine("machine 1 1 4 8\nnvswitch 2 1 2\n").isOk());  // a list for GPUs it lacks
+}

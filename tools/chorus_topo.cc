@@ -7,8 +7,9 @@
 //                                                   (channels) with their slowest hop and NICs, and
 //                                                   the double binary trees
 //
-// Prints packages, NUMA nodes, cores, each NVIDIA GPU and NIC with its PCI locality, and the link
-// class between every pair of GPUs. Ranks are placed as the runtime places them: GPU = local rank
+// Prints packages, NUMA nodes, cores, each NVIDIA GPU and NIC with its PCI locality and link
+// speed, and the link class and bandwidth between every pair of GPUs (NVLink direct or through
+// NVSwitches, else PCIe). Ranks are placed as the runtime places them: GPU = local rank
 // mod GPUs; without GPUs, unbound CPU ranks spread over the NUMA nodes in blocks.
 #include <CLI/CLI.hpp>
 #include <cstdio>

@@ -74,7 +74,26 @@ Device deviceOf(hwloc_topology_t t, hwloc_obj_t o) {
   for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
     if (c->type == HWLOC_OBJ_OS_DEVICE && c->name) d.names.push_back(c->name);
   }
+  d.linkGBs = o->attr->pcidev.linkspeed > 0 ? o->attr->pcidev.linkspeed : 0;
   return d;
+}
+
+// An NVSwitch in a distance matrix: hwloc's NVML backend adds each switch a GPU's links reach as
+// its PCI function (class 0680, NVIDIA), subtype "NVSwitch".
+bool isNvSwitch(hwloc_obj_t o) {
+  if (!o || o->type != HWLOC_OBJ_PCI_DEVICE) return false;
+  if (o->subtype && std::strcmp(o->subtype, "NVSwitch") == 0) return true;
+  return o->attr->pcidev.vendor_id == 0x10de && (o->attr->pcidev.class_id >> 8) == 0x06;
+}
+
+// A live NIC's port speed from sysfs (Mb/s there), GB/s; 0 when the interface does not say.
+double portSpeedGBs(const Device& nic) {
+  for (const std::string& name : nic.names) {
+    std::ifstream f("/sys/class/net/" + name + "/speed");
+    long mbps = 0;
+    if (f >> mbps && mbps > 0) return mbps / 8000.0;
+  }
+  return 0;
 }
 
 // The GPU (index into m.gpus) an object of a distance matrix stands for, or -1.
@@ -199,16 +218,34 @@ Result<Machine> detect(const std::string& xmlPath) {
   unsigned nr = 1;
   hwloc_distances_s* dist = nullptr;
   if (hwloc_distances_get_by_name(raw, "NVLinkBandwidth", &nr, &dist, 0) == 0 && nr > 0 && dist) {
+    // GPU-to-GPU links, and GPU-to-switch links summed per GPU (the matrix is heterogeneous on
+    // NVSwitch machines: GPUs' OS devices, then the switches' PCI functions).
     m.nvlink.assign(m.gpus.size(), std::vector<uint64_t>(m.gpus.size(), 0));
+    std::vector<uint64_t> toSwitches(m.gpus.size(), 0);
     for (unsigned a = 0; a < dist->nbobjs; ++a) {
       const int ga = gpuIndexOf(m, dist->objs[a]);
       if (ga < 0) continue;
       for (unsigned b = 0; b < dist->nbobjs; ++b) {
+        const uint64_t v = dist->values[a * dist->nbobjs + b];
         const int gb = gpuIndexOf(m, dist->objs[b]);
-        if (gb >= 0 && ga != gb) m.nvlink[ga][gb] = dist->values[a * dist->nbobjs + b];
+        if (gb >= 0 && ga != gb) {
+          m.nvlink[ga][gb] = v;
+        } else if (gb < 0 && isNvSwitch(dist->objs[b])) {
+          toSwitches[ga] += v;
+        }
       }
     }
+    if (std::any_of(toSwitches.begin(), toSwitches.end(), [](uint64_t v) { return v > 0; })) {
+      m.nvswitch = std::move(toSwitches);
+    }
     hwloc_distances_release(raw, dist);
+  }
+  if (xmlPath.empty()) {
+    // A NIC moves no more than its port or its PCIe link allows: the slower of those known.
+    for (Device& nic : m.nics) {
+      const double port = portSpeedGBs(nic);
+      if (port > 0) nic.linkGBs = nic.linkGBs > 0 ? std::min(nic.linkGBs, port) : port;
+    }
   }
   if (xmlPath.empty()) orderGpusAsCuda(m, cudaVisibleBusIds());
   return m;
@@ -224,9 +261,34 @@ LinkClass linkClass(const Device& a, const Device& b) {
   return LinkClass::kCrossSocket;
 }
 
+namespace {
+
+// NVLink bandwidth between two GPUs in the matrix's unit (MB/s): direct links (the larger of the
+// two directions hwloc reports) plus the switch fabric's share.
+uint64_t nvlinkBetween(const Machine& m, size_t a, size_t b) {
+  uint64_t v = 0;
+  if (!m.nvlink.empty()) v = std::max(m.nvlink[a][b], m.nvlink[b][a]);
+  if (!m.nvswitch.empty()) v += std::min(m.nvswitch[a], m.nvswitch[b]);
+  return v;
+}
+
+}  // namespace
+
 LinkClass linkClass(const Machine& m, size_t gpuA, size_t gpuB) {
-  if (!m.nvlink.empty() && (m.nvlink[gpuA][gpuB] > 0 || m.nvlink[gpuB][gpuA] > 0)) return LinkClass::kNvlink;
+  if (nvlinkBetween(m, gpuA, gpuB) > 0) return LinkClass::kNvlink;
   return linkClass(m.gpus[gpuA], m.gpus[gpuB]);
+}
+
+double gpuPairGBs(const Machine& m, size_t gpuA, size_t gpuB) {
+  if (const uint64_t nv = nvlinkBetween(m, gpuA, gpuB); nv > 0) return nv / 1000.0;
+  // PCIe: the slower of the two GPUs' links (generation x width). A path between sockets also
+  // crosses their interconnect, which hwloc does not describe: its estimate caps the link.
+  const LinkClass k = linkClass(m.gpus[gpuA], m.gpus[gpuB]);
+  const double a = m.gpus[gpuA].linkGBs;
+  const double b = m.gpus[gpuB].linkGBs;
+  if (a <= 0 || b <= 0) return linkInfo(k).bwGBs;
+  const double link = std::min(a, b);
+  return k == LinkClass::kCrossSocket ? std::min(link, linkInfo(k).bwGBs) : link;
 }
 
 std::string describe(const Machine& m) {
@@ -245,6 +307,11 @@ std::string describe(const Machine& m) {
     w << (d.busId.empty() ? "(not PCI)" : d.busId) << " numa " << d.numa << " package " << d.package;
     if (!d.switches.empty()) w << " bridge " << d.switches.front();
     if (d.hostBridge >= 0) w << " host-bridge #" << d.hostBridge;
+    if (d.linkGBs > 0) {
+      char gbs[32];
+      std::snprintf(gbs, sizeof(gbs), " link %.1f GB/s", d.linkGBs);
+      w << gbs;
+    }
     for (const auto& n : d.names) w << " " << n;
     return w.str();
   };
@@ -253,8 +320,13 @@ std::string describe(const Machine& m) {
   for (size_t a = 0; a < m.gpus.size(); ++a) {
     for (size_t b = a + 1; b < m.gpus.size(); ++b) {
       o << "GPU " << a << " - GPU " << b << ": " << linkClassName(linkClass(m, a, b));
-      if (!m.nvlink.empty() && m.nvlink[a][b] > 0) o << " (" << m.nvlink[a][b] << ")";
-      o << "\n";
+      if (nvlinkBetween(m, a, b) > 0) {
+        const bool viaSwitch = !m.nvswitch.empty() && m.nvswitch[a] > 0 && m.nvswitch[b] > 0;
+        o << (viaSwitch ? " through NVSwitch" : "");
+      }
+      char gbs[32];
+      std::snprintf(gbs, sizeof(gbs), ", ~%.0f GB/s", gpuPairGBs(m, a, b));
+      o << gbs << "\n";
     }
   }
   return o.str();
@@ -385,7 +457,7 @@ void putDevice(std::ostringstream& o, char kind, const Device& d) {
   for (const auto& sw : d.switches) o << " " << sw;
   o << " " << d.names.size();
   for (const auto& n : d.names) o << " " << n;
-  o << "\n";
+  o << " " << d.linkGBs << "\n";
 }
 
 }  // namespace
@@ -402,6 +474,11 @@ std::string serialize(const Machine& m) {
     for (const auto& row : m.nvlink) {
       for (uint64_t v : row) o << " " << v;
     }
+    o << "\n";
+  }
+  if (!m.nvswitch.empty()) {
+    o << "nvswitch " << m.nvswitch.size();
+    for (uint64_t v : m.nvswitch) o << " " << v;
     o << "\n";
   }
   return o.str();
@@ -450,6 +527,8 @@ Result<Machine> parseMachine(const std::string& text) {
       for (auto& n : d.names) {
         if (!(l >> n)) return bad("device line: " + line);
       }
+      // Its link speed (absent from descriptions of older versions).
+      if (!(l >> d.linkGBs) || d.linkGBs < 0) d.linkGBs = 0;
       (k == 'g' ? m.gpus : m.nics).push_back(std::move(d));
     } else if (kind == "nvlink") {
       size_t n = 0;
@@ -459,6 +538,13 @@ Result<Machine> parseMachine(const std::string& text) {
         for (auto& v : row) {
           if (!(l >> v)) return bad("nvlink matrix");
         }
+      }
+    } else if (kind == "nvswitch") {
+      size_t n = 0;
+      if (!(l >> n) || n != m.gpus.size()) return bad("nvswitch list size");
+      m.nvswitch.assign(n, 0);
+      for (auto& v : m.nvswitch) {
+        if (!(l >> v)) return bad("nvswitch list");
       }
     } else {
       return bad("unknown line: " + line);
@@ -477,6 +563,7 @@ Result<Machine> parseMachine(const std::string& text) {
     }
   }
   if (!m.nvlink.empty() && m.nvlink.size() != m.gpus.size()) return bad("nvlink matrix size");
+  if (!m.nvswitch.empty() && m.nvswitch.size() != m.gpus.size()) return bad("nvswitch list size");
   return m;
 }
 
@@ -559,27 +646,41 @@ std::vector<ChannelPlan> buildChannels(const std::vector<RankPlace>& ranks, cons
     p.nicOfRank.assign(n, -1);
     bool network = false;
     LinkClass worst = LinkClass::kNvlink;
+    // The slowest hop by its bandwidth: a host's own link (hopGBs), or the network between the
+    // two NICs (the slower port where both are known).
+    double slowest = 0;
     for (size_t i = 0; i < n && n > 1; ++i) {
       const int a = p.ring[i];
       const int b = p.ring[(i + 1) % n];
+      double gbs = 0;
+      std::string name;
       if (ranks[a].host != ranks[b].host) {
         network = true;
         p.nicOfRank[a] = nicForChannel(hosts[ranks[a].host], ranks[a], c);
         p.nicOfRank[b] = nicForChannel(hosts[ranks[b].host], ranks[b], c);
-        continue;
+        const double na = p.nicOfRank[a] >= 0 ? hosts[ranks[a].host].nics[p.nicOfRank[a]].linkGBs : 0;
+        const double nb = p.nicOfRank[b] >= 0 ? hosts[ranks[b].host].nics[p.nicOfRank[b]].linkGBs : 0;
+        gbs = na > 0 && nb > 0 ? std::min(na, nb) : kNetworkBwGBs;
+        name = "network";
+      } else {
+        const Machine& m = hosts[ranks[a].host];
+        const LinkClass k = hopClass(m, ranks[a], ranks[b]);
+        if (hopCost(k) > hopCost(worst)) worst = k;
+        const bool twoGpus = ranks[a].gpu >= 0 && ranks[b].gpu >= 0 && ranks[a].gpu != ranks[b].gpu;
+        gbs = twoGpus ? gpuPairGBs(m, ranks[a].gpu, ranks[b].gpu) : linkBwGBs(k);
+        name = linkClassName(k);
       }
-      const LinkClass k = hopClass(hosts[ranks[a].host], ranks[a], ranks[b]);
-      if (hopCost(k) > hopCost(worst)) worst = k;
+      if (slowest == 0 || gbs < slowest) {
+        slowest = gbs;
+        p.bottleneck = name;
+      }
     }
-    if (network) {
-      p.bottleneck = "network";
-      p.busBwGBs = std::min(kNetworkBwGBs, linkBwGBs(worst));
-      p.hopLatencyUs = kNetworkLatencyUs;
-    } else {
+    if (slowest == 0) {
       p.bottleneck = linkClassName(worst);
-      p.busBwGBs = linkBwGBs(worst);
-      p.hopLatencyUs = kLocalLatencyUs;
+      slowest = linkBwGBs(worst);
     }
+    p.busBwGBs = slowest;
+    p.hopLatencyUs = network ? kNetworkLatencyUs : kLocalLatencyUs;
     plans.push_back(std::move(p));
   }
   return plans;
@@ -727,6 +828,11 @@ void orderGpusAsCuda(Machine& m, const std::vector<std::string>& cudaBusIds) {
       }
     }
     m.nvlink = std::move(nv);
+  }
+  if (!m.nvswitch.empty()) {
+    std::vector<uint64_t> sw(gpus.size(), 0);
+    for (size_t a = 0; a < gpus.size(); ++a) sw[a] = from[a] >= 0 ? m.nvswitch[from[a]] : 0;
+    m.nvswitch = std::move(sw);
   }
   m.gpus = std::move(gpus);
 }

@@ -36,6 +36,10 @@ struct Device {
   std::vector<std::string> switches;
   int64_t hostBridge = -1;
   std::vector<std::string> names;  // OS devices: cuda0, nvml0, eth0, ib0, mlx5_0, ...
+  // How fast it moves data, one direction, in GB/s; 0: unknown. A PCI device: its PCIe link
+  // (generation x width, as hwloc reads it); a NIC: the slower of that and its port speed (sysfs,
+  // live detection only), where known.
+  double linkGBs = 0;
 };
 
 struct Machine {
@@ -53,6 +57,11 @@ struct Machine {
   // GPU x GPU NVLink bandwidth (hwloc's "NVLinkBandwidth" matrix, its unit), in `gpus` order;
   // empty when hwloc reports none.
   std::vector<std::vector<uint64_t>> nvlink;
+  // Per GPU, its NVLink bandwidth to NVSwitches (the matrix's GPU-to-switch entries summed, same
+  // unit), in `gpus` order; empty when no GPU reaches a switch. The switches of one machine form
+  // one fabric (DGX-2's two baseboards are joined by switch-to-switch links the matrix does not
+  // show), so two GPUs on switches reach each other at the smaller of their two sums.
+  std::vector<uint64_t> nvswitch;
   // Operating-system CPU numbers of each NUMA node (logical order). Live detection only; not part
   // of serialize(): only the rank on this machine needs it, to place itself.
   std::vector<std::vector<int>> numaCpus;
@@ -83,6 +92,9 @@ int boundNuma(const Machine& m);
 
 LinkClass linkClass(const Machine& m, size_t gpuA, size_t gpuB);
 LinkClass linkClass(const Device& a, const Device& b);
+// One direction's bandwidth between two GPUs of `m`, GB/s: NVLink (direct links plus the
+// NVSwitch fabric), else the slower of their PCIe links, else the class's estimate.
+double gpuPairGBs(const Machine& m, size_t gpuA, size_t gpuB);
 
 // Several lines a person can read: counts, then each GPU and NIC with its locality.
 std::string describe(const Machine& m);
@@ -131,7 +143,8 @@ struct ChannelPlan {
   std::vector<int> nicOfRank;  // per rank: the NIC its host stretch is entered or left by, or -1
 };
 // Bandwidth and latency estimates per link class and for the network (documented in
-// docs/topology.md; they rank choices, they are not measurements).
+// docs/topology.md; they rank choices, they are not measurements), for hops whose links hwloc
+// does not measure (gpuPairGBs and NIC speeds take precedence).
 double linkBwGBs(LinkClass c);
 std::vector<ChannelPlan> buildChannels(const std::vector<RankPlace>& ranks, const std::vector<Machine>& hosts,
                                        int nChannels);
