@@ -91,12 +91,11 @@ Communicator::~Communicator() {
     // wait may last), else stop them.
     const int64_t deadline = nowNs() + config_.timeoutNs;
     if (!device_->drain(deadline)) device_->stop();
-    // Pieces a kernel published to a socket may still wait for the proxy, and pieces received for
-    // it too (a host-staged FIFO's counters are host memory): until both ends meet.
+    // Pieces a kernel published to a socket may still wait for the proxy (a host-staged FIFO's
+    // counters are host memory): until the proxy has sent them all.
     auto pending = [this] {
-      for (const auto& c : deviceConnections_) {
-        const FifoView& f = c->fifo();
-        if (c->viaProxy() && !f.closed() &&
+      for (const FifoView& f : deviceProxySends_) {
+        if (!f.closed() &&
             f.ctrl->head.load(std::memory_order_acquire) != f.ctrl->tail.load(std::memory_order_acquire)) {
           return true;
         }

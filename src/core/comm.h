@@ -322,6 +322,7 @@ class Communicator : public TaskOwner {
   std::unique_ptr<DeviceComm> device_;
   std::atomic<DeviceComm*> deviceRaw_{nullptr};
   std::vector<std::unique_ptr<Connection>> deviceConnections_;
+  std::vector<FifoView> deviceProxySends_;  // of those, the send FIFOs a socket proxy empties
   std::mutex deviceMu_;
   GpuInfo gpuInfo_;                          // this rank's GPU (ensureDevice)
   std::vector<Transport*> deviceTransport_;  // per peer, once chosen (connect(), one thread at a time)

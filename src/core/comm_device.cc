@@ -55,6 +55,11 @@ Status Communicator::chooseDeviceTransport(int peer, const GpuInfo& theirs) {
 
 void Communicator::watchDevice() {
   constexpr auto kEvery = std::chrono::milliseconds(50);
+  // A peer gone, or a socket closed, is a failure only if kernels still run a second later: a
+  // rank may leave once its part is done while the others finish theirs (as the host path, which
+  // looks only when a wait stalls).
+  constexpr int64_t kGraceNs = 1'000'000'000;
+  int64_t troubleSince = -1;
   std::unique_lock<std::mutex> lk(watchMu_);
   while (!watchCv_.wait_for(lk, kEvery, [this] { return watchStop_; })) {
     lk.unlock();
@@ -63,12 +68,20 @@ void Communicator::watchDevice() {
       std::lock_guard<std::mutex> g(deviceMu_);
       busy = device_ && device_->busy();
     }
+    Status s;
     if (busy && !failed_.load(std::memory_order_acquire)) {
-      Status s = checkPeers(nowNs(), true);
+      s = checkPeers(nowNs(), true);
       for (auto& t : transports_) {
         if (s.isOk()) s = t->kernelFifoError();
       }
-      if (!s.isOk()) fail(s, true);
+    }
+    if (s.isOk()) {
+      troubleSince = -1;
+    } else if (troubleSince < 0) {
+      troubleSince = nowNs();
+    } else if (nowNs() - troubleSince >= kGraceNs) {
+      fail(s, true);
+      troubleSince = -1;
     }
     lk.lock();
   }

@@ -243,6 +243,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.connectSend(ctx, n.peer, tagOf(n), handle));
       if (n.device) {
         CHORUS_TRY(c->addDeviceEnd(n, *conn, t.name()));
+        if (conn->viaProxy()) c->deviceProxySends_.push_back(conn->fifo());
         keep(c, n, std::move(conn));
         continue;
       }
