@@ -74,10 +74,13 @@ void enterRank(int r, const Options& o, int out) {
   if (o.hosts > 1) setenv("CHORUS_HOSTID", ("pretend-host-" + std::to_string(r * o.hosts / o.n)).c_str(), 1);
   if (o.staged) setenv("CHORUS_P2P_DISABLE", "1", 1);
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+  const cudaError_t counted = cudaGetDeviceCount(&devices);
+  if (counted == cudaErrorNoDevice || counted == cudaErrorInsufficientDriver ||
+      (counted == cudaSuccess && devices == 0)) {
     say(out, "rank " + std::to_string(r) + " skipped: no CUDA device");
     _exit(77);
   }
+  RANK_CUDA(counted);  // any other error is a broken machine, not a missing GPU
   RANK_CUDA(cudaSetDevice(0));  // the communicator binds the device current at init
 }
 
@@ -235,8 +238,9 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
 }
 
 // Forks the ranks (fn(r) each), gathers their report lines until every rank is done, prints them.
+// Only `victim` (-1: none) may end by SIGKILL.
 template <typename Fn>
-int runRanks(int n, Fn fn, std::string* all) {
+int runRanks(int n, int victim, Fn fn, std::string* all) {
   int fds[2];
   if (pipe(fds) != 0) return 1;
   std::fflush(stdout);
@@ -258,12 +262,17 @@ int runRanks(int n, Fn fn, std::string* all) {
   }
   close(fds[0]);
   int worst = 0;
-  for (pid_t p : pids) {
+  for (int r = 0; r < n; ++r) {
     int st = 0;
-    waitpid(p, &st, 0);
+    waitpid(pids[r], &st, 0);
     const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 77 && worst == 0) worst = 77;
-    if (code != 0 && code != 77 && code != 128 + SIGKILL) worst = code;
+    if (code != 0 && code != 77 && !(r == victim && code == 128 + SIGKILL)) {
+      all->append("rank " + std::to_string(r) + " ended with " +
+                  (WIFEXITED(st) ? "exit code " + std::to_string(code) : "signal " + std::to_string(WTERMSIG(st))) +
+                  "\n");
+      worst = code;
+    }
   }
   std::fputs(all->c_str(), stdout);
   return worst;
@@ -308,12 +317,12 @@ int main(int argc, char** argv) {
       if (chorusGetUniqueId(&id) != chorusSuccess) return 1;
     }
     rc = runRanks(
-        o.n, [&](int r, int out) { gridRank(r, o, ids, out); }, &all);
+        o.n, -1, [&](int r, int out) { gridRank(r, o, ids, out); }, &all);
   } else {
     chorusUniqueId id;
     if (chorusGetUniqueId(&id) != chorusSuccess) return 1;
     rc = runRanks(
-        o.n, [&](int r, int out) { killRank(r, o, id, out); }, &all);
+        o.n, o.n - 1, [&](int r, int out) { killRank(r, o, id, out); }, &all);
     if (rc == 0) {
       // Every survivor failed within kPromptS of the death, naming the dead rank.
       double died = 0;

@@ -319,14 +319,18 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config)
       return initRank(comm, 1, id.toUniqueId(), 0, config);
     }
     CHORUS_ASSIGN_OR_RETURN(BootstrapId id, fixedBootstrapId(l.rootHostPort));
-    // The GPU from the local rank, unless the config names one; only in a program that has loaded
-    // CUDA (a host-only program never initialises it).
+    // The GPU from the local rank, unless the config names one or the program chose the current
+    // device; only in a program that has loaded CUDA (a host-only program never initialises it).
     chorusConfig_t withDevice = CHORUS_CONFIG_INITIALIZER;
     if (config) std::memcpy(&withDevice, config, std::min(sizeof(withDevice), config->size));
     const bool named = config && config->size >= offsetof(chorusConfig_t, cudaDevice) + sizeof(int) &&
                        config->cudaDevice != CHORUS_CONFIG_UNDEF_INT;
     if (!named && l.localRank >= 0 && cuda::built() && cuda::driverLoaded()) {
       CHORUS_ASSIGN_OR_RETURN(int visible, cuda::deviceCount());
+      if (visible > 0) {
+        CHORUS_ASSIGN_OR_RETURN(const bool chosen, cuda::currentDeviceChosen());
+        if (chosen) return initRank(comm, l.nranks, id.toUniqueId(), l.rank, config);
+      }
       if (const int d = deviceForLocalRank(l.localRank, visible); d >= 0) {
         withDevice.size = sizeof(withDevice);
         withDevice.cudaDevice = d;

@@ -74,7 +74,6 @@ struct InitRecord {
 }  // namespace
 
 Communicator::~Communicator() {
-  stopDeviceWatch();
   // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
   if (!aborted()) {
@@ -105,6 +104,12 @@ Communicator::~Communicator() {
     while (!aborted() && !failed_.load(std::memory_order_acquire) && nowNs() < deadline && pending()) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  }
+  // The watchdog ran through the waits above: a kernel waiting on a dead peer still ends within
+  // seconds rather than at the deadline.
+  stopDeviceWatch();
+  if (device_) {
+    std::lock_guard<std::mutex> g(deviceMu_);
     deviceRaw_.store(nullptr, std::memory_order_release);
     device_.reset();
   }

@@ -143,12 +143,10 @@ Status DeviceComm::enqueue(const std::vector<LaunchParams>& launches, void* stre
     lastStream_ = s;
   }
   anyLaunch_ = true;
-  anyCaptured_ = anyCaptured_ || capturing;
   return Status::ok();
 }
 
 bool DeviceComm::busy() const {
-  if (anyCaptured_) return true;
   if (!anyLaunch_) return false;
   cuda::DeviceGuard on(device_);
   return !(cuda::eventDone(lastEvent_) && cuda::streamDone(ownStream_));

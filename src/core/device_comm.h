@@ -60,8 +60,9 @@ class DeviceComm {
   Status enqueue(const std::vector<device::LaunchParams>& launches, void* stream);
   // Whether everything enqueued on the own stream is done.
   bool ownDone() const;
-  // Whether a kernel of this communicator may be running: the last launch is not done, or some
-  // launch went into a graph (which may replay at any time).
+  // Whether a launch made outside a graph capture may still run: the last one is not done. A
+  // graph's replays are not seen here (nothing tells the host when one starts): a kernel of a
+  // replay waiting on a dead peer ends at its deadline (CHORUS_TIMEOUT) or on abort.
   bool busy() const;
 
   // The first failure of a kernel of this communicator (status 0: none).
@@ -84,7 +85,6 @@ class DeviceComm {
   void* lastEvent_ = nullptr;   // recorded after each launch
   void* lastStream_ = nullptr;  // where it was recorded (null: nowhere yet)
   bool anyLaunch_ = false;
-  bool anyCaptured_ = false;
 
   // The connector table: the host's copy and the device's (fixed capacity, entries added only).
   std::map<std::tuple<ConnFamily, int, bool>, uint16_t> index_;

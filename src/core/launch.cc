@@ -242,9 +242,11 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       CHORUS_ASSIGN_OR_RETURN(std::vector<char> handle, c->bootstrap_->recv(n.peer, tagOf(n)));
       CHORUS_ASSIGN_OR_RETURN(auto conn, t.connectSend(ctx, n.peer, tagOf(n), handle));
       if (n.device) {
-        CHORUS_TRY(c->addDeviceEnd(n, *conn, t.name()));
-        if (conn->viaProxy()) c->deviceProxySends_.push_back(conn->fifo());
+        // Kept first: a proxy may serve its FIFO already, and must not outlive it if this fails.
+        const Connection& kept = *conn;
         keep(c, n, std::move(conn));
+        CHORUS_TRY(c->addDeviceEnd(n, kept, t.name()));
+        if (kept.viaProxy()) c->deviceProxySends_.push_back(kept.fifo());
         continue;
       }
       auto cursor = std::make_unique<SendCursor>();

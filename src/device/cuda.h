@@ -47,6 +47,9 @@ Result<MemInfo> memInfo(const void* p);
 // Devices (CUDA builds; these load the driver through the runtime when it is not loaded yet).
 Result<int> deviceCount();
 Result<int> currentDevice();
+// Whether the program chose this thread's current device: it is not 0, or its primary context
+// is active (cudaSetDevice and any allocation or launch make it so).
+Result<bool> currentDeviceChosen();
 // An error that says what to change when `device` is not a device of this machine.
 Status checkDevice(int device, const char* what);
 // Whether kernels on device `a` can read and write device `b`'s memory (the same device, or

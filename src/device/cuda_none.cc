@@ -16,6 +16,7 @@ Status noCuda(const std::string& what) {
 bool built() { return false; }
 Result<int> deviceCount() { return 0; }
 Result<int> currentDevice() { return noCuda("asking for the current CUDA device"); }
+Result<bool> currentDeviceChosen() { return noCuda("asking for the current CUDA device"); }
 Status checkDevice(int device, const char* what) { return noCuda(std::string(what) + " is " + std::to_string(device)); }
 bool canAccessPeer(int, int) { return false; }
 Result<void*> allocShareable(size_t, int) { return noCuda("allocating device memory"); }

@@ -167,6 +167,21 @@ Result<int> currentDevice() {
   return d;
 }
 
+Result<bool> currentDeviceChosen() {
+  CHORUS_ASSIGN_OR_RETURN(const int d, currentDevice());
+  if (d != 0) return true;
+  static decltype(&::cuDevicePrimaryCtxGetState) state = nullptr;
+  static decltype(&::cuDeviceGet) get = nullptr;
+  static const bool found = entry("cuDevicePrimaryCtxGetState", &state) && entry("cuDeviceGet", &get);
+  if (!found) return internalError("the CUDA driver has no cuDevicePrimaryCtxGetState");
+  CUdevice dev = 0;
+  CHORUS_TRY(driverStatus(get(&dev, d), "cuDeviceGet"));
+  unsigned flags = 0;
+  int active = 0;
+  CHORUS_TRY(driverStatus(state(dev, &flags, &active), "cuDevicePrimaryCtxGetState"));
+  return active != 0;
+}
+
 Status checkDevice(int device, const char* what) {
   CHORUS_ASSIGN_OR_RETURN(int n, deviceCount());
   if (n == 0)
@@ -333,6 +348,7 @@ Status freeShareable(void* p) {
   }
   if (size) {
     // Kernels still using it would fault: the caller synchronised (as with cudaFree's implicit one).
+    RelaxedCapture relaxed;
     CHORUS_TRY(runtimeStatus(cudaDeviceSynchronize(), "synchronising before freeing device memory"));
     const auto ptr = reinterpret_cast<CUdeviceptr>(p);
     CHORUS_TRY(driverStatus(vmm().unmap(ptr, size), "cuMemUnmap"));
@@ -346,6 +362,7 @@ Status streamSynchronize(void* stream) {
 }
 
 bool streamDone(void* stream) {
+  RelaxedCapture relaxed;  // a watching thread must not break another thread's capture
   const cudaError_t rc = cudaStreamQuery(static_cast<cudaStream_t>(stream));
   if (rc == cudaErrorNotReady) return false;
   if (rc != cudaSuccess) (void)cudaGetLastError();
@@ -447,6 +464,7 @@ Status streamWaitEvent(void* stream, void* event) {
 }
 
 bool eventDone(void* event) {
+  RelaxedCapture relaxed;  // a watching thread must not break another thread's capture
   const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (rc == cudaErrorNotReady) return false;
   if (rc != cudaSuccess) (void)cudaGetLastError();
