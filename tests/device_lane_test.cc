@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <barrier>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -30,75 +29,13 @@
 #include "src/common/log.h"
 #include "src/device/lane_exec.h"
 #include "src/device/launch_pack.h"
+#include "tests/host_block.h"
 #include "transports/transport.h"
 
 using namespace chorus;
 using namespace chorus::device;
 
 namespace {
-
-// A block of host threads, as lane_exec.h asks of a Block.
-struct BlockShared {
-  explicit BlockShared(unsigned n) : bar(n) {}
-  std::barrier<> bar;
-  uint64_t slot = 0;
-  std::atomic<bool> any{false};
-};
-
-class HostBlock {
- public:
-  HostBlock(BlockShared& s, unsigned tid, unsigned n, unsigned index) : s_(s), tid_(tid), n_(n), index_(index) {}
-  unsigned tid() const { return tid_; }
-  unsigned nthreads() const { return n_; }
-  unsigned index() const { return index_; }
-  void sync() { s_.bar.arrive_and_wait(); }
-  uint32_t acquire(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).load(std::memory_order_acquire); }
-  void release(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_release); }
-  void store(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_relaxed); }
-  bool claim(uint32_t* p) {
-    uint32_t expected = 0;
-    return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, 1, std::memory_order_acq_rel);
-  }
-  uint64_t nowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  void relax() { std::this_thread::yield(); }
-  bool any(bool v) {
-    if (v) s_.any.store(true, std::memory_order_relaxed);
-    sync();
-    const bool r = s_.any.load(std::memory_order_relaxed);
-    sync();
-    if (tid_ == 0) s_.any.store(false, std::memory_order_relaxed);
-    sync();
-    return r;
-  }
-  // Each word of a line is one atomic access, as each is one store on the device.
-  FifoLine loadLine(const FifoLine* l) {
-    FifoLine v;
-    for (int i = 0; i < 2; ++i) {
-      v.word[i] = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(l->word[i])).load(std::memory_order_relaxed);
-    }
-    return v;
-  }
-  void storeLine(FifoLine* l, uint64_t w0, uint64_t w1) {
-    std::atomic_ref<uint64_t>(l->word[0]).store(w0, std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(l->word[1]).store(w1, std::memory_order_relaxed);
-  }
-  uint64_t share(uint64_t v) {
-    if (tid_ == 0) s_.slot = v;
-    sync();
-    v = s_.slot;
-    sync();
-    return v;
-  }
-
- private:
-  BlockShared& s_;
-  unsigned tid_;
-  unsigned n_;
-  unsigned index_;
-};
 
 struct Fifo {
   Fifo(uint32_t nslots, uint32_t slotBytes) : mem(deviceFifoBytes(nslots, slotBytes) + 64, 0) {
@@ -377,32 +314,9 @@ class Clique {
     p.timeoutNs = timeoutNs;
     return p;
   }
-  // Each rank's launches in order on a thread of its own; each launch's blocks as `threads` host
-  // threads each.
   static void run(const std::vector<std::vector<LaunchParams>>& launches, unsigned threads,
                   const std::vector<bool>& runs) {
-    std::vector<std::thread> ranks;
-    for (size_t r = 0; r < launches.size(); ++r) {
-      if (!runs.empty() && !runs[r]) continue;
-      ranks.emplace_back([&launches, r, threads] {
-        for (const LaunchParams& p : launches[r]) {
-          std::vector<std::unique_ptr<BlockShared>> shared;
-          std::vector<std::thread> pool;
-          for (unsigned b = 0; b < p.nblocks; ++b) {
-            shared.push_back(std::make_unique<BlockShared>(threads));
-            BlockShared* s = shared.back().get();
-            for (unsigned t = 0; t < threads; ++t) {
-              pool.emplace_back([&p, s, b, t, threads] {
-                HostBlock blk(*s, t, threads, b);
-                runBlock(blk, p);
-              });
-            }
-          }
-          for (auto& t : pool) t.join();
-        }
-      });
-    }
-    for (auto& t : ranks) t.join();
+    runOnHostThreads(launches, threads, runs);
   }
 
   struct Rank {

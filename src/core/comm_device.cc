@@ -145,12 +145,15 @@ Status Communicator::deviceFault() const {
       where = "its point-to-point queue from rank " + std::to_string(e.seqIndex);
       break;
   }
-  const std::string at = " on " + where + ", step " + std::to_string(e.step) + " of its schedule (operation #" +
-                         std::to_string(e.seq) + " there)";
+  const bool oneCopy = e.waiting == 3 || e.waiting == 4;
+  const std::string at = " on " + where + (oneCopy ? "" : ", step " + std::to_string(e.step) + " of its schedule") +
+                         " (operation #" + std::to_string(e.seq) + " there)";
   const std::string peer = e.peer >= 0 ? describePeer(e.peer) : std::string("its peer");
-  const std::string waited = e.waiting == 1   ? "waiting for data from " + peer
-                             : e.waiting == 2 ? "waiting for room in the FIFO to " + peer
-                                              : "with " + peer;
+  std::string waited = "with " + peer;
+  if (e.waiting == 1) waited = "waiting for data from " + peer;
+  if (e.waiting == 2) waited = "waiting for room in the FIFO to " + peer;
+  if (e.waiting == 3) waited = "waiting for " + peer + " to reach a one-copy all-reduce";
+  if (e.waiting == 4) waited = "waiting for " + peer + " to finish its part of a one-copy all-reduce";
   switch (why) {
     case device::DeviceFault::kTimeout: {
       Status s =

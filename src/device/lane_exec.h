@@ -60,6 +60,17 @@ struct alignas(16) Vec16 {
   unsigned char b[16];
 };
 
+// Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
+// or the deadline, counted from the first look (*since, 0 before it).
+template <class Block>
+CHORUS_HD uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) {
+  if (b.acquire(const_cast<uint32_t*>(p.abortFlag))) return static_cast<uint32_t>(DeviceFault::kAborted);
+  if (b.acquire(&p.error->status)) return static_cast<uint32_t>(DeviceFault::kPeerFault);
+  const uint64_t now = b.nowNs();
+  if (!*since) *since = now;
+  return now - *since > p.timeoutNs ? static_cast<uint32_t>(DeviceFault::kTimeout) : 0;
+}
+
 template <class Block, typename T, bool kLL = false>
 class LaneExec {
  public:
@@ -325,15 +336,7 @@ class LaneExec {
       }
     }
   }
-  // Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
-  // or the deadline, counted from the first look (*since, 0 before it).
-  CHORUS_HD uint32_t stopReason(uint64_t* since) {
-    if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) return static_cast<uint32_t>(DeviceFault::kAborted);
-    if (b_.acquire(&p_.error->status)) return static_cast<uint32_t>(DeviceFault::kPeerFault);
-    const uint64_t now = b_.nowNs();
-    if (!*since) *since = now;
-    return now - *since > p_.timeoutNs ? static_cast<uint32_t>(DeviceFault::kTimeout) : 0;
-  }
+  CHORUS_HD uint32_t stopReason(uint64_t* since) { return device::stopReason(b_, p_, since); }
   // The leader's poll until ready() or a reason to stop; 1: ready.
   template <typename F>
   CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready) {
@@ -368,13 +371,37 @@ class LaneExec {
 
 // Runs lane `li` of `p` with the block's threads. Returns false when it failed (the launch's
 // error record then says why, unless another block's failure claimed it first).
+// The counter that numbers a lane's operations (DeviceCommState).
+CHORUS_HD uint64_t* laneSeqWord(const LaunchParams& p, const DeviceLane& lane) {
+  DeviceCommState& st = *p.state;
+  return lane.seqKind == SeqKind::kColl      ? &st.collSeq[lane.seqIndex]
+         : lane.seqKind == SeqKind::kP2pSend ? &st.p2pSendSeq[lane.seqIndex]
+                                             : &st.p2pRecvSeq[lane.seqIndex];
+}
+
+// The leader records lane `li`'s failure in the launch's error record, unless another block's
+// failure claimed it first (a block stopped by it, kPeerFault, records nothing).
+template <class Block>
+CHORUS_HD void recordFault(Block& b, const LaunchParams& p, uint32_t li, DeviceFault why, uint32_t step, int32_t peer,
+                           uint32_t waiting, uint64_t seq, uint32_t bytes) {
+  DeviceError* e = p.error;
+  if (why == DeviceFault::kPeerFault || !b.claim(&e->claimed)) return;
+  e->block = b.index();
+  e->lane = li;
+  e->step = step;
+  e->peer = peer;
+  e->waiting = waiting;
+  e->seq = seq;
+  e->bytes = bytes;
+  e->seqIndex = p.lanes[li].seqIndex;
+  e->seqKind = static_cast<uint32_t>(p.lanes[li].seqKind);
+  b.release(&e->status, static_cast<uint32_t>(why));
+}
+
 template <class Block, typename T, bool kLL>
 CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   const DeviceLane& lane = p.lanes[li];
-  DeviceCommState& st = *p.state;
-  uint64_t* seqWord = lane.seqKind == SeqKind::kColl      ? &st.collSeq[lane.seqIndex]
-                      : lane.seqKind == SeqKind::kP2pSend ? &st.p2pSendSeq[lane.seqIndex]
-                                                          : &st.p2pRecvSeq[lane.seqIndex];
+  uint64_t* seqWord = laneSeqWord(p, lane);
   // Only this block advances this counter in this launch; the leader reads it and every thread
   // learns it (the last launch's store is ordered before this one by the stream).
   const uint64_t seq = b.share(b.tid() == 0 ? *seqWord + 1 : 0);
@@ -399,29 +426,123 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
     const Step& s = steps[at.step < lane.nsteps ? at.step : lane.nsteps - 1];
     const bool rx = stop.status == PrimStatus::kNeedData || stop.status == PrimStatus::kMismatch;
     const uint16_t k = rx ? lane.recv[s.recvFrom] : lane.send[s.sendTo];
-    DeviceError* e = p.error;
-    // The first failure of the launch is the one recorded; a block stopped by it (kPeerFault)
-    // records nothing.
-    if (why != DeviceFault::kPeerFault && b.claim(&e->claimed)) {
-      e->block = b.index();
-      e->lane = li;
-      e->step = static_cast<uint32_t>(at.step);
-      e->peer = ex.faultPeer >= 0 ? ex.faultPeer : (k != kNoConnector ? p.connectors[k].peer : -1);
-      e->waiting = ex.faultWaiting;
-      e->seq = seq;
-      e->bytes = stop.bytes;
-      e->seqIndex = lane.seqIndex;
-      e->seqKind = static_cast<uint32_t>(lane.seqKind);
-      b.release(&e->status, static_cast<uint32_t>(why));
-    }
+    const int32_t peer = ex.faultPeer >= 0 ? ex.faultPeer : (k != kNoConnector ? p.connectors[k].peer : -1);
+    recordFault(b, p, li, why, static_cast<uint32_t>(at.step), peer, ex.faultWaiting, seq, stop.bytes);
   }
   b.sync();
   return false;
 }
 
+// One-copy all-reduce: rank r's block k (lane.seqIndex) reduces part r * parts + k of the message
+// from every rank's input, in rank order, and writes the result into every rank's output. Around
+// it, two barriers of the ranks' blocks k through the signal areas, both numbered by the lane's
+// sequence number (the same on every rank, advanced by the kernel, so graph replays agree):
+// "arrived" (every rank's kernel runs, so its input is ready and its output free to write) and
+// "done" (every part of this rank's output is written and no one reads its input any more).
+template <class Block, typename T>
+class OneCopy {
+ public:
+  CHORUS_HD OneCopy(Block& blk, const LaunchParams& p, uint32_t li)
+      : b_(blk), p_(p), li_(li), lane_(p.lanes[li]), a_(*lane_.oneCopy) {}
+
+  CHORUS_HD bool run() {
+    uint64_t* seqWord = laneSeqWord(p_, lane_);
+    const uint64_t seq = b_.share(b_.tid() == 0 ? *seqWord + 1 : 0);
+    if (!barrier(0, seq)) return false;
+    reducePart();
+    b_.sync();  // every thread's writes to every output precede the "done" signal
+    if (!barrier(1, seq)) return false;
+    if (b_.tid() == 0) *seqWord = seq;
+    b_.sync();
+    return true;
+  }
+
+ private:
+  // Signals this rank's block into every rank's area, then waits for every rank's signal in its
+  // own. The leader does both; the block learns whether it may go on.
+  CHORUS_HD bool barrier(int done, uint64_t seq) {
+    const int k = lane_.seqIndex;
+    uint32_t why = 0;
+    int32_t late = -1;
+    if (b_.tid() == 0) {
+      for (uint32_t r = 0; r < a_.nranks; ++r) {
+        if (r != a_.rank) b_.release64(oneCopyWord(a_.signal[r], k, done, static_cast<int>(a_.rank)), seq);
+      }
+      uint64_t since = 0;
+      uint64_t* mine = a_.signal[a_.rank];
+      for (uint32_t r = 0; r < a_.nranks && !why; ++r) {
+        if (r == a_.rank) continue;
+        uint64_t* word = oneCopyWord(mine, k, done, static_cast<int>(r));
+        for (uint32_t polls = 1; !reached(b_.acquire64(word), seq); ++polls) {
+          b_.relax();
+          if (polls % kPollsPerCheck == 0 && (why = stopReason(b_, p_, &since)) != 0) {
+            late = static_cast<int32_t>(r);
+            break;
+          }
+        }
+      }
+      if (why) {
+        recordFault(b_, p_, li_, static_cast<DeviceFault>(why), static_cast<uint32_t>(done), late, done ? 4u : 3u, seq,
+                    0);
+      }
+    }
+    return b_.share(why) == 0;
+  }
+
+  // This block's part: elements [begin, end) of the message.
+  CHORUS_HD void reducePart() {
+    constexpr size_t kPer = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 1;
+    const uint64_t nparts = uint64_t(a_.nranks) * a_.parts;
+    const uint64_t part = uint64_t(a_.rank) * a_.parts + static_cast<uint64_t>(lane_.seqIndex);
+    // Parts of whole 16-byte vectors, the last one shorter.
+    const uint64_t per = ((a_.count + nparts - 1) / nparts + kPer - 1) / kPer * kPer;
+    const uint64_t begin = part * per < a_.count ? part * per : a_.count;
+    const uint64_t end = begin + per < a_.count ? begin + per : a_.count;
+    const size_t n = a_.nranks;
+    bool vec = 16 % sizeof(T) == 0;
+    for (size_t r = 0; r < n; ++r) {
+      vec = vec && aligned(a_.input[r] + begin * sizeof(T)) && aligned(a_.output[r] + begin * sizeof(T));
+    }
+    uint64_t done = begin;
+    if (vec) {
+      const uint64_t nvec = (end - begin) / kPer;
+      for (uint64_t v = b_.tid(); v < nvec; v += b_.nthreads()) {
+        const size_t at = (begin + v * kPer) * sizeof(T);
+        Vec16 acc;
+        __builtin_memcpy(&acc, a_.input[0] + at, 16);
+        for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc, k, ElemOps<T>::pre(lane_.spec, loadElem<T>(&acc, k)));
+        for (size_t r = 1; r < n; ++r) {
+          Vec16 x;
+          __builtin_memcpy(&x, a_.input[r] + at, 16);
+          for (size_t k = 0; k < kPer; ++k) {
+            storeElem<T>(&acc, k, reduceOne<T>(lane_.spec, loadElem<T>(&acc, k), loadElem<T>(&x, k), r + 1 == n));
+          }
+        }
+        for (size_t r = 0; r < n; ++r) __builtin_memcpy(a_.output[r] + at, &acc, 16);
+      }
+      done = begin + nvec * kPer;
+    }
+    for (uint64_t i = done + b_.tid(); i < end; i += b_.nthreads()) {
+      T acc = ElemOps<T>::pre(lane_.spec, loadElem<T>(a_.input[0], i));
+      for (size_t r = 1; r < n; ++r) acc = reduceOne<T>(lane_.spec, acc, loadElem<T>(a_.input[r], i), r + 1 == n);
+      for (size_t r = 0; r < n; ++r) storeElem<T>(a_.output[r], i, acc);
+    }
+  }
+  CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+  // A peer's signal is this operation's number, or a later one's (it went on).
+  CHORUS_HD static bool reached(uint64_t signal, uint64_t seq) { return static_cast<int64_t>(signal - seq) >= 0; }
+
+  Block& b_;
+  const LaunchParams& p_;
+  uint32_t li_;
+  const DeviceLane& lane_;
+  const OneCopyArgs& a_;
+};
+
 // The lane's protocol.
 template <class Block, typename T>
 CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
+  if (p.lanes[li].oneCopy) return OneCopy<Block, T>(b, p, li).run();
   return p.lanes[li].proto == ProtoKind::kLL ? runLaneAs<Block, T, true>(b, p, li)
                                              : runLaneAs<Block, T, false>(b, p, li);
 }

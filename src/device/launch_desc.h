@@ -90,7 +90,7 @@ struct DeviceError {
   uint32_t lane;     // index in LaunchParams::lanes
   uint32_t step;     // of the lane's schedule
   int32_t peer;      // the peer waited for, or whose slot did not match
-  uint32_t waiting;  // 1: for data, 2: for space, 0: not a wait
+  uint32_t waiting;  // 1: for data, 2: for space, 3: for a one-copy peer to arrive, 4: to finish
   uint64_t seq;      // the lane's sequence number
   uint32_t bytes;    // kMismatch: what the piece should have held
   uint32_t claimed;  // 0 until a block claims the record (the first failure wins)
@@ -98,6 +98,32 @@ struct DeviceError {
   uint32_t seqKind;  // SeqKind
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
+
+// A one-copy all-reduce (src/device/lane_exec.h, runOneCopy): every rank's buffers and signal
+// area as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
+// captured graph keeps it). Rank r's part k of the message, of nranks * parts parts, is reduced
+// by rank r's block k from every input and written to every output.
+struct OneCopyArgs {
+  static constexpr int kMaxRanks = 8;
+  uint32_t nranks = 0;
+  uint32_t rank = 0;
+  uint32_t parts = 0;  // blocks per rank (lane.seqIndex: which)
+  uint32_t pad = 0;
+  uint64_t count = 0;  // elements
+  const char* input[kMaxRanks] = {};
+  char* output[kMaxRanks] = {};
+  uint64_t* signal[kMaxRanks] = {};  // each rank's signal area (oneCopySignalBytes)
+};
+static_assert(std::is_trivially_copyable_v<OneCopyArgs>);
+
+// A rank's signal area: per channel, an "arrived" and a "done" word per rank, each the sequence
+// number of the last operation that rank reached there (its kernel writes them into every
+// peer's area; each kernel polls its own).
+constexpr size_t kOneCopySignalWords = size_t(DeviceCommState::kMaxChannels) * 2 * OneCopyArgs::kMaxRanks;
+constexpr size_t oneCopySignalBytes() { return kOneCopySignalWords * sizeof(uint64_t); }
+CHORUS_HD uint64_t* oneCopyWord(uint64_t* area, int channel, int done, int rank) {
+  return area + (size_t(channel) * 2 + done) * OneCopyArgs::kMaxRanks + rank;
+}
 
 // Which counter of DeviceCommState tags a lane's slots.
 enum class SeqKind : uint8_t { kColl, kP2pSend, kP2pRecv };
@@ -120,7 +146,8 @@ struct DeviceLane {
                                   kNoConnector, kNoConnector, kNoConnector};
   uint16_t recv[kMaxLanePeers] = {kNoConnector, kNoConnector, kNoConnector, kNoConnector,
                                   kNoConnector, kNoConnector, kNoConnector};
-  Step step = {};  // a lane of one step carries it here: nothing to upload
+  Step step = {};                        // a lane of one step carries it here: nothing to upload
+  const OneCopyArgs* oneCopy = nullptr;  // set: a one-copy all-reduce's part, not a schedule
 };
 static_assert(std::is_trivially_copyable_v<DeviceLane>);
 

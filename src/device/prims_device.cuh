@@ -27,6 +27,12 @@ class CudaBlock {
   __device__ void store(uint32_t* p, uint32_t v) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
   }
+  __device__ uint64_t acquire64(uint64_t* p) {
+    return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).load(cuda::memory_order_acquire);
+  }
+  __device__ void release64(uint64_t* p, uint64_t v) {
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+  }
   __device__ bool claim(uint32_t* p) {
     uint32_t expected = 0;
     return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).compare_exchange_strong(

@@ -1,0 +1,273 @@
+// The one-copy all-reduce's kernel (src/device/lane_exec.h, OneCopy) run by blocks of host
+// threads: ranks are sets of blocks whose buffers and signal areas are plain host memory, each
+// rank's OneCopyArgs naming every rank's, as the communicator fills them with peers' mapped device
+// memory. Checked element by element against a reference folded here in rank order, for several
+// types and operators, 2 to 8 ranks, 1 to 3 blocks per rank, aligned and unaligned buffers, in
+// place and not, several operations in a row (the barriers' numbers advance), and a rank that
+// never comes (the deadline and the abort word end the wait, naming it).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "src/device/launch_pack.h"
+#include "tests/host_block.h"
+
+using namespace chorus;
+using namespace chorus::device;
+
+namespace {
+
+// n ranks' device state, signal areas and the arguments of their one-copy lanes.
+class OneCopyRanks {
+ public:
+  OneCopyRanks(int n, int parts) : n_(n), parts_(parts), ranks_(n) {
+    for (Rank& k : ranks_) {
+      k.signal.assign(kOneCopySignalWords, 0);
+      k.p2p.assign(2 * n, 0);
+      std::memset(&k.state, 0, sizeof(k.state));
+      k.state.p2pSendSeq = k.p2p.data();
+      k.state.p2pRecvSeq = k.p2p.data() + n;
+    }
+  }
+
+  // One all-reduce of `count` elements per rank (in[r] to out[r]), every rank's blocks at once
+  // (ranks with runs[r] false never run). Returns each rank's error record.
+  std::vector<DeviceError> allReduce(int type, const ReduceSpec& spec, size_t count, const std::vector<const char*>& in,
+                                     const std::vector<char*>& out, unsigned threads,
+                                     const std::vector<bool>& runs = {}, uint64_t timeoutNs = 20'000'000'000ull,
+                                     uint32_t* abortWord = nullptr) {
+    std::vector<DeviceError> errors(n_);
+    std::vector<std::vector<LaunchParams>> launches(n_);
+    for (int r = 0; r < n_; ++r) {
+      Rank& k = ranks_[r];
+      k.args = std::make_unique<OneCopyArgs>();
+      k.args->nranks = static_cast<uint32_t>(n_);
+      k.args->rank = static_cast<uint32_t>(r);
+      k.args->parts = static_cast<uint32_t>(parts_);
+      k.args->count = count;
+      for (int q = 0; q < n_; ++q) {
+        k.args->input[q] = in[q];
+        k.args->output[q] = out[q];
+        k.args->signal[q] = ranks_[q].signal.data();
+      }
+      std::memset(&errors[r], 0, sizeof(DeviceError));
+      LaunchParams base;
+      base.state = &k.state;
+      base.error = &errors[r];
+      base.abortFlag = abortWord ? abortWord : &noAbort_;
+      base.commId = 5;
+      base.timeoutNs = timeoutNs;
+      LaunchPacker packer(base);
+      std::vector<DeviceLane> lanes;
+      for (int part = 0; part < parts_; ++part) {
+        DeviceLane l;
+        l.type = static_cast<uint8_t>(type);
+        l.seqKind = SeqKind::kColl;
+        l.seqIndex = part;
+        l.input = in[r];
+        l.output = out[r];
+        l.spec = spec;
+        l.oneCopy = k.args.get();
+        lanes.push_back(l);
+      }
+      packer.addCollective(lanes, Span{}, Span{});
+      launches[r] = packer.finish();
+    }
+    runOnHostThreads(launches, threads, runs);
+    return errors;
+  }
+
+ private:
+  struct Rank {
+    std::vector<uint64_t> signal;
+    std::vector<uint64_t> p2p;
+    DeviceCommState state;
+    std::unique_ptr<OneCopyArgs> args;
+  };
+  int n_;
+  int parts_;
+  std::vector<Rank> ranks_;
+  uint32_t noAbort_ = 0;
+};
+
+// Rank r's element i of operation `round`: small integers, so sums and products are exact.
+template <typename T>
+T valueOf(int r, size_t i, int round) {
+  return T(static_cast<int>((i * 5 + static_cast<size_t>(r) * 11 + static_cast<size_t>(round) * 3) % 7) - 3);
+}
+
+template <typename T>
+T fold(RedKind kind, T a, T b) {
+  switch (kind) {
+    case RedKind::kSum:
+      return T(a + b);
+    case RedKind::kProd:
+      return T(a * b);
+    case RedKind::kMax:
+      return a > b ? a : b;
+    default:
+      return a < b ? a : b;
+  }
+}
+
+template <typename T>
+constexpr int kTypeOf = -1;
+template <>
+constexpr int kTypeOf<int8_t> = chorusInt8;
+template <>
+constexpr int kTypeOf<int32_t> = chorusInt32;
+template <>
+constexpr int kTypeOf<uint64_t> = chorusUint64;
+template <>
+constexpr int kTypeOf<float> = chorusFloat32;
+template <>
+constexpr int kTypeOf<double> = chorusFloat64;
+
+// `rounds` all-reduces in a row through the same ranks; `shift` bytes past 16-byte alignment.
+template <typename T>
+void check(int n, int parts, RedKind kind, size_t count, bool inPlace, size_t shift, unsigned threads, int rounds = 2) {
+  INFO("ranks " << n << " parts " << parts << " op " << static_cast<int>(kind) << " count " << count
+                << (inPlace ? " in place" : "") << " shift " << shift << " threads " << threads);
+  OneCopyRanks ranks(n, parts);
+  ReduceSpec spec;
+  spec.kind = kind;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::vector<char>> in(n, std::vector<char>(count * sizeof(T) + 32));
+    std::vector<std::vector<char>> out(n, std::vector<char>(count * sizeof(T) + 32));
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    auto at = [&](std::vector<char>& v) {
+      char* p = v.data() + (16 - reinterpret_cast<uintptr_t>(v.data()) % 16) % 16 + shift;
+      return p;
+    };
+    for (int r = 0; r < n; ++r) {
+      char* i = at(in[r]);
+      char* o = at(out[r]);
+      for (size_t e = 0; e < count; ++e) {
+        const T v = valueOf<T>(r, e, round);
+        std::memcpy(i + e * sizeof(T), &v, sizeof(T));
+        const T junk = T(99);
+        std::memcpy(o + e * sizeof(T), inPlace ? &v : &junk, sizeof(T));
+      }
+      ip[r] = inPlace ? o : i;
+      op[r] = o;
+    }
+    const auto errors = ranks.allReduce(kTypeOf<T>, spec, count, ip, op, threads);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " round " << round);
+      REQUIRE(errors[r].status == 0);
+      for (size_t e = 0; e < count; ++e) {
+        T want = valueOf<T>(0, e, round);
+        for (int q = 1; q < n; ++q) want = fold<T>(kind, want, valueOf<T>(q, e, round));
+        T got;
+        std::memcpy(&got, op[r] + e * sizeof(T), sizeof(T));
+        INFO("element " << e);
+        REQUIRE(got == want);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("one-copy all-reduce on host threads: ranks, parts and sizes", "[one_copy]") {
+  for (int n : {2, 3, 4, 8}) {
+    for (int parts : {1, 3}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(64), size_t(1001)}) {
+        check<int32_t>(n, parts, RedKind::kSum, count, false, 0, 3);
+      }
+    }
+  }
+  check<int32_t>(4, 2, RedKind::kSum, 4099, true, 0, 4, 3);
+}
+
+TEST_CASE("one-copy all-reduce on host threads: types, operators, unaligned buffers", "[one_copy]") {
+  for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+    check<float>(3, 2, kind, 777, false, 0, 3);
+    check<double>(2, 1, kind, 300, true, 8, 2);
+    check<int8_t>(4, 2, kind, 1000, false, 3, 3);
+    check<uint64_t>(3, 1, kind, 129, true, 0, 2);
+  }
+  // Unaligned: only the element loop runs; aligned but not a whole vector long: both loops.
+  check<float>(3, 2, RedKind::kSum, 1000, false, 4, 3);
+  check<float>(5, 1, RedKind::kSum, 37, true, 0, 1);
+}
+
+TEST_CASE("one-copy all-reduce on host threads: pre-multiplied sums and integer averages", "[one_copy]") {
+  const int n = 3;
+  const size_t count = 500;
+  OneCopyRanks ranks(n, 2);
+  std::vector<std::vector<int32_t>> buf(n, std::vector<int32_t>(count));
+  std::vector<const char*> ip(n);
+  std::vector<char*> op(n);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) buf[r][i] = valueOf<int32_t>(r, i, 0) * 6;
+    ip[r] = reinterpret_cast<const char*>(buf[r].data());
+    op[r] = reinterpret_cast<char*>(buf[r].data());
+  }
+  ReduceSpec premul;
+  premul.hasPre = true;
+  premul.scaleI = 2;
+  REQUIRE(ranks.allReduce(chorusInt32, premul, count, ip, op, 3)[0].status == 0);
+  ReduceSpec avg;
+  avg.hasPostDiv = true;
+  avg.divisor = n;
+  const auto errors = ranks.allReduce(chorusInt32, avg, count, ip, op, 3);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(errors[r].status == 0);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t sum = 0;
+      for (int q = 0; q < n; ++q) sum += valueOf<int32_t>(q, i, 0) * 6 * 2;
+      REQUIRE(buf[r][i] == sum);  // the average of n equal sums is the sum
+    }
+  }
+}
+
+TEST_CASE("a one-copy all-reduce waiting on a rank that never comes ends at the deadline or the abort word",
+          "[one_copy]") {
+  const int n = 3;
+  const size_t count = 256;
+  for (const bool byAbort : {false, true}) {
+    INFO((byAbort ? "abort" : "deadline"));
+    OneCopyRanks ranks(n, 2);
+    std::vector<std::vector<float>> in(n, std::vector<float>(count, 1.0f));
+    std::vector<std::vector<float>> out(n, std::vector<float>(count));
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    for (int r = 0; r < n; ++r) {
+      ip[r] = reinterpret_cast<const char*>(in[r].data());
+      op[r] = reinterpret_cast<char*>(out[r].data());
+    }
+    uint32_t abortWord = 0;
+    std::thread aborter;
+    if (byAbort) {
+      aborter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::atomic_ref<uint32_t>(abortWord).store(1, std::memory_order_release);
+      });
+    }
+    const auto start = std::chrono::steady_clock::now();
+    // Rank 1 never runs; ranks 0 and 2 wait for it to arrive.
+    const auto errors = ranks.allReduce(chorusFloat32, ReduceSpec(), count, ip, op, 2, {true, false, true},
+                                        byAbort ? 60'000'000'000ull : 200'000'000ull, &abortWord);
+    if (aborter.joinable()) aborter.join();
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+    for (int r : {0, 2}) {
+      INFO("rank " << r);
+      const DeviceError& e = errors[r];
+      CHECK(e.status == static_cast<uint32_t>(byAbort ? DeviceFault::kAborted : DeviceFault::kTimeout));
+      CHECK(e.waiting == 3);  // for the peer to arrive
+      CHECK(e.peer == 1);
+      CHECK(e.step == 0);
+      CHECK(e.seq == 1);
+      CHECK(e.seqKind == static_cast<uint32_t>(SeqKind::kColl));
+      CHECK((e.seqIndex == 0 || e.seqIndex == 1));
+      // Nothing was written: no rank reduced a part whose inputs were not all there.
+      for (size_t i = 0; i < count; ++i) REQUIRE(out[r][i] == 0.0f);
+    }
+  }
+}
