@@ -8,6 +8,11 @@
 //       over cuda_ipc; --staged sets CHORUS_P2P_DISABLE (the host-staged shm FIFOs); --hosts H
 //       spreads the ranks over H pretend hosts (CHORUS_HOSTID), which reach each other over
 //       sockets (host-staged FIFOs the proxies poll);
+//   cuda_proc_test onecopy NRANKS
+//       the one-copy all-reduce (CHORUS_ONECOPY=1) between processes of one host on buffers of
+//       chorusCudaMemAlloc registered on every rank: every type and op, sizes and in place
+//       checked, its log line seen; then the median time per all-reduce from 64 KiB to 64 MiB,
+//       one-copy against the FIFO ring on the same buffers (a second communicator without it);
 //   cuda_proc_test kill NRANKS [--hosts H]
 //       the last rank kills itself (SIGKILL) while every rank's kernel is in a device all-reduce;
 //       each survivor's communicator must report the dead rank within 5 s, its kernel ended.
@@ -22,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +86,7 @@ void enterRank(int r, const Options& o, int out) {
     say(out, "rank " + std::to_string(r) + " skipped: no CUDA device");
     _exit(77);
   }
-  RANK_CUDA(counted);  // any other error is a broken machine, not a missing GPU
+  RANK_CUDA(counted);           // any other error is a broken machine, not a missing GPU
   RANK_CUDA(cudaSetDevice(0));  // the communicator binds the device current at init
 }
 
@@ -237,6 +243,131 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
   _exit(0);
 }
 
+// Rank r of the one-copy check and comparison.
+[[noreturn]] void oneCopyRank(int r, const Options& o, const std::vector<chorusUniqueId>& ids, int out) {
+  enterRank(r, o, out);
+  const int n = o.n;
+  const std::string logFile = "/tmp/chorus_onecopy." + std::to_string(getppid()) + "." + std::to_string(r) + ".log";
+  setenv("CHORUS_DEBUG", "INFO", 1);
+  setenv("CHORUS_DEBUG_SUBSYS", "COLL", 1);
+  setenv("CHORUS_DEBUG_FILE", logFile.c_str(), 1);
+  setenv("CHORUS_ONECOPY", "1", 1);
+  chorusComm_t fast = join(r, n, ids[0], out);
+  setenv("CHORUS_ONECOPY", "0", 1);
+  unsetenv("CHORUS_DEBUG");
+  chorusComm_t ring = join(r, n, ids[1], out);
+  cudaStream_t cs;
+  RANK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  chorusStream_t stream = nullptr;
+  if (chorusStreamFromCuda(cs, &stream) != chorusSuccess) _exit(1);
+  const size_t maxBytes = size_t(64) << 20;
+  void* sendMem = nullptr;
+  void* recvMem = nullptr;
+  void* handles[2] = {};
+  if (chorusCudaMemAlloc(&sendMem, maxBytes) != chorusSuccess ||
+      chorusCudaMemAlloc(&recvMem, maxBytes) != chorusSuccess ||
+      chorusCommRegister(fast, sendMem, maxBytes, &handles[0]) != chorusSuccess ||
+      chorusCommRegister(fast, recvMem, maxBytes, &handles[1]) != chorusSuccess) {
+    say(out, "rank " + std::to_string(r) + " FAIL: allocating or registering: " + chorusGetLastError(fast));
+    _exit(1);
+  }
+  int failures = 0;
+  int cases = 0;
+  for (int t = 0; t < chorusNumTypes; ++t) {
+    for (int op = 0; op < 4; ++op) {
+      for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(65539), size_t(1) << 20}) {
+        if (count > 65539 && (t != chorusFloat32 || op != 0)) continue;
+        for (bool inPlace : {false, true}) {
+          const size_t es = kTypeSize[t];
+          const Bytes in = values(t, r, count);
+          // Past the allocations' starts, by a few elements: parts of a registered range.
+          char* dst = static_cast<char*>(recvMem) + 3 * es;
+          char* src = inPlace ? dst : static_cast<char*>(sendMem) + 5 * es;
+          RANK_CUDA(cudaMemcpy(src, in.data(), in.size(), cudaMemcpyHostToDevice));
+          const chorusResult_t rc = issueOne(Coll::kAllReduce, fast, r, n, src, dst, count, t, op, 0, stream);
+          RANK_CUDA(cudaStreamSynchronize(cs));
+          chorusResult_t async = chorusSuccess;
+          chorusCommGetAsyncError(fast, &async);
+          Bytes got(count * es);
+          RANK_CUDA(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost));
+          Bytes want;
+          std::string why;
+          if (rc != chorusSuccess || async != chorusSuccess) {
+            why = std::string("the call failed: ") + chorusGetLastError(fast);
+          } else if (expected(Coll::kAllReduce, t, op, n, r, 0, count, &want, in) && got != want) {
+            size_t i = 0;
+            while (i < got.size() && got[i] == want[i]) ++i;
+            why = "differs from the reference at byte " + std::to_string(i) + " of " + std::to_string(got.size());
+          }
+          if (!why.empty() && ++failures <= 20) {
+            say(out, "rank " + std::to_string(r) + " FAIL all_reduce " + kTypeName[t] + " " + kOpName[op] + " count " +
+                         std::to_string(count) + (inPlace ? " in place: " : ": ") + why);
+          }
+          ++cases;
+          if (rc != chorusSuccess || async != chorusSuccess) _exit(1);
+        }
+      }
+    }
+  }
+  // The log must say the one-copy path ran.
+  chorusCommDestroy(fast);
+  fast = nullptr;
+  FILE* f = std::fopen(logFile.c_str(), "r");
+  std::string log;
+  if (f) {
+    char buf[4096];
+    for (size_t got; (got = std::fread(buf, 1, sizeof(buf), f)) > 0;) log.append(buf, got);
+    std::fclose(f);
+  }
+  if (log.find("algo one-copy") == std::string::npos) {
+    ++failures;
+    say(out, "rank " + std::to_string(r) + " FAIL: no 'algo one-copy' line in " + logFile);
+  }
+  say(out, "rank " + std::to_string(r) + " done: " + std::to_string(cases) + " cases, " + std::to_string(failures) +
+               " failures");
+  // The comparison: the same registered buffers through a new one-copy communicator and the ring.
+  setenv("CHORUS_ONECOPY", "1", 1);
+  fast = join(r, n, ids[2], out);
+  if (chorusCommRegister(fast, sendMem, maxBytes, &handles[0]) != chorusSuccess ||
+      chorusCommRegister(fast, recvMem, maxBytes, &handles[1]) != chorusSuccess) {
+    _exit(1);
+  }
+  cudaEvent_t t0;
+  cudaEvent_t t1;
+  RANK_CUDA(cudaEventCreate(&t0));
+  RANK_CUDA(cudaEventCreate(&t1));
+  if (r == 0) say(out, "bytes  one-copy_us  ring_us  ring/one-copy   (median of 20, float sum, out of place)");
+  for (size_t bytes = size_t(64) << 10; bytes <= maxBytes; bytes *= 4) {
+    double us[2] = {0, 0};
+    chorusComm_t comms[2] = {fast, ring};
+    for (int which = 0; which < 2; ++which) {
+      std::vector<double> times;
+      for (int it = 0; it < 25; ++it) {
+        RANK_CUDA(cudaEventRecord(t0, cs));
+        if (chorusAllReduce(sendMem, recvMem, bytes / 4, chorusFloat32, chorusSum, comms[which], stream) !=
+            chorusSuccess) {
+          _exit(1);
+        }
+        RANK_CUDA(cudaEventRecord(t1, cs));
+        RANK_CUDA(cudaEventSynchronize(t1));
+        float ms = 0;
+        RANK_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+        if (it >= 5) times.push_back(ms * 1000.0);
+      }
+      std::sort(times.begin(), times.end());
+      us[which] = times[times.size() / 2];
+    }
+    if (r == 0) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "%10zu  %10.1f  %8.1f  %6.2f", bytes, us[0], us[1], us[1] / us[0]);
+      say(out, line);
+    }
+  }
+  chorusCommDestroy(fast);
+  chorusCommDestroy(ring);
+  _exit(failures ? 1 : 0);
+}
+
 // Forks the ranks (fn(r) each), gathers their report lines until every rank is done, prints them.
 // Only `victim` (-1: none) may end by SIGKILL.
 template <typename Fn>
@@ -281,6 +412,7 @@ int runRanks(int n, int victim, Fn fn, std::string* all) {
 int usage() {
   std::printf(
       "usage: cuda_proc_test grid NRANKS [--hosts H] [--staged] [--quick]\n"
+      "       cuda_proc_test onecopy NRANKS\n"
       "       cuda_proc_test kill NRANKS [--hosts H]\n");
   return 2;
 }
@@ -303,14 +435,23 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (o.n < 2 || o.n > 8 || o.hosts < 1 || o.hosts > o.n || (mode != "grid" && mode != "kill")) return usage();
+  if (o.n < 2 || o.n > 8 || o.hosts < 1 || o.hosts > o.n || (mode != "grid" && mode != "kill" && mode != "onecopy")) {
+    return usage();
+  }
   std::printf("cuda_proc_test %s, %d ranks as processes on one GPU, %d host%s%s\n", mode.c_str(), o.n, o.hosts,
               o.hosts > 1 ? "s (sockets, host-staged)" : " (cuda_ipc)",
               o.staged ? ", P2P disabled (shm, host-staged)" : "");
   const auto t0 = std::chrono::steady_clock::now();
   std::string all;
   int rc = 0;
-  if (mode == "grid") {
+  if (mode == "onecopy") {
+    std::vector<chorusUniqueId> ids(3);
+    for (auto& id : ids) {
+      if (chorusGetUniqueId(&id) != chorusSuccess) return 1;
+    }
+    rc = runRanks(
+        o.n, -1, [&](int r, int out) { oneCopyRank(r, o, ids, out); }, &all);
+  } else if (mode == "grid") {
     // The roots run in this process, which outlives every rank.
     std::vector<chorusUniqueId> ids(2);
     for (auto& id : ids) {

@@ -4,7 +4,8 @@
 // memory. Checked element by element against a reference folded here in rank order, for several
 // types and operators, 2 to 8 ranks, 1 to 3 blocks per rank, aligned and unaligned buffers, in
 // place and not, several operations in a row (the barriers' numbers advance), and a rank that
-// never comes (the deadline and the abort word end the wait, naming it).
+// never comes (the deadline and the abort word end the wait, naming it). Then the host's decision
+// from the ranks' records (made-up GPUs and processes), which every rank takes alike.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "include/chorus/chorus.h"
+#include "src/core/onecopy.h"
 #include "src/device/launch_pack.h"
 #include "tests/host_block.h"
 
@@ -270,4 +272,74 @@ TEST_CASE("a one-copy all-reduce waiting on a rank that never comes ends at the 
       for (size_t i = 0; i < count; ++i) REQUIRE(out[r][i] == 0.0f);
     }
   }
+}
+
+namespace {
+
+// A rank's process: `proc` numbers processes of the one host; `p2pOff` sets CHORUS_P2P_DISABLE.
+PeerInfo process(int proc, bool p2pOff = false) {
+  PeerInfo p;
+  p.hostHash = 42;
+  p.processNonce = 1000 + static_cast<uint64_t>(proc);
+  p.pid = 100 + proc;
+  p.flags = p2pOff ? PeerInfo::kP2pDisabled : 0;
+  return p;
+}
+
+// A record that offers: `gpu` names its GPU, `reach` the GPUs that GPU reaches (itself first).
+OneCopyRecord offering(uint64_t gpu, std::initializer_list<uint64_t> reach, uint64_t count = 1000) {
+  OneCopyRecord r;
+  r.offers = 1;
+  r.count = count;
+  r.type = chorusFloat32;
+  r.gpu.uuid[0] = gpu;
+  r.gpu.uuid[1] = gpu * 7;
+  for (uint64_t g : reach) {
+    r.gpu.reach[r.gpu.nreach][0] = g;
+    r.gpu.reach[r.gpu.nreach][1] = g * 7;
+    ++r.gpu.nreach;
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("one-copy: every rank decides alike from the records", "[one_copy]") {
+  // Processes sharing one GPU, as on a one-GPU machine.
+  CHECK(oneCopyAgreed({process(0), process(1), process(2)}, {offering(1, {1}), offering(1, {1}), offering(1, {1})}));
+  // Threads of one process on one GPU.
+  CHECK(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(1, {1})}));
+  // Two GPUs with peer access both ways, in two processes or in one.
+  CHECK(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  CHECK(oneCopyAgreed({process(0), process(0)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  // Peer access one way only, or none: no.
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2})}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(2, {2})}));
+  // Three ranks: every pair must reach, not only pairs with rank 0.
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1), process(2)},
+                            {offering(1, {1, 2, 3}), offering(2, {2, 1}), offering(3, {3, 1})}));
+  // CHORUS_P2P_DISABLE on one rank, between processes: no (on one GPU, in one process: still yes).
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1, true)}, {offering(1, {1}), offering(1, {1})}));
+  CHECK(oneCopyAgreed({process(0, true), process(0, true)}, {offering(1, {1}), offering(1, {1})}));
+  // One rank not offering (a buffer not registered, or not on its GPU), or another call: no.
+  OneCopyRecord shy = offering(1, {1});
+  shy.offers = 0;
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1), process(2)}, {offering(1, {1}), shy, offering(1, {1})}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), offering(1, {1}, 999)}));
+  OneCopyRecord other = offering(1, {1});
+  other.type = chorusInt32;
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), other}));
+  // A rank without a GPU record never reaches.
+  OneCopyRecord none = offering(0, {});
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), none}));
+}
+
+TEST_CASE("one-copy: blocks per rank grow with each rank's share", "[one_copy]") {
+  CHECK(oneCopyParts(0, 2) == 1);
+  CHECK(oneCopyParts(1024, 2) == 1);
+  CHECK(oneCopyParts(size_t(1) << 20, 2) == 2);   // 512 KiB each
+  CHECK(oneCopyParts(size_t(1) << 20, 4) == 1);   // 256 KiB each
+  CHECK(oneCopyParts(size_t(8) << 20, 4) == 8);   // 2 MiB each
+  CHECK(oneCopyParts(size_t(1) << 30, 2) == 16);  // capped
+  CHECK(oneCopyParts(size_t(1) << 30, 8) == 16);
 }

@@ -31,6 +31,8 @@ checks=(
   "cuda_proc_4|cuda_proc_test grid 4 --quick"
   "cuda_proc_staged|cuda_proc_test grid 2 --staged --quick"
   "cuda_proc_hosts|cuda_proc_test grid 4 --hosts 2 --quick"
+  "cuda_onecopy_2|cuda_proc_test onecopy 2"
+  "cuda_onecopy_4|cuda_proc_test onecopy 4"
   "cuda_kill|cuda_proc_test kill 4"
   "cuda_kill_hosts|cuda_proc_test kill 4 --hosts 2"
 )

@@ -117,7 +117,15 @@ class BootstrapReader {
 };
 
 // Tags of bootstrap messages: the high byte says who uses them.
-enum class TagSpace : uint64_t { kColl = 1, kConnect = 2, kSplit = 3, kUser = 4, kShrink = 5, kDeviceInfo = 6 };
+enum class TagSpace : uint64_t {
+  kColl = 1,
+  kConnect = 2,
+  kSplit = 3,
+  kUser = 4,
+  kShrink = 5,
+  kDeviceInfo = 6,
+  kOneCopy = 7
+};
 inline uint64_t makeTag(TagSpace space, uint64_t value) {
   return (uint64_t(space) << 56) | (value & ((1ull << 56) - 1));
 }

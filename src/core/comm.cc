@@ -68,6 +68,7 @@ struct InitRecord {
   uint64_t directMaxBytes = 0;
   uint64_t peerSlotBytes = 0;
   uint32_t check = 0;
+  uint32_t oneCopy = 0;
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
 };
 
@@ -199,6 +200,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.directMaxBytes = config_.directMaxBytes;
   me.peerSlotBytes = config_.peerSlotBytes;
   me.check = config_.check ? 1 : 0;
+  me.oneCopy = config_.oneCopy ? 1 : 0;
   std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
@@ -237,6 +239,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       return differ("CHORUS_DIRECT_MAX_BYTES", std::to_string(a.directMaxBytes), std::to_string(b.directMaxBytes));
     }
     if (a.check != b.check) return differ("CHORUS_CHECK", std::to_string(a.check), std::to_string(b.check));
+    if (a.oneCopy != b.oneCopy) {
+      return differ("CHORUS_ONECOPY", std::to_string(a.oneCopy), std::to_string(b.oneCopy));
+    }
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;

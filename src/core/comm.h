@@ -8,8 +8,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +35,7 @@
 #include "src/core/work_count.h"
 #include "src/core/workers.h"
 #include "src/device/launch_desc.h"
+#include "src/device/launch_pack.h"
 #include "src/topo/topo.h"
 #include "transports/transport.h"
 
@@ -42,6 +45,10 @@ class Communicator;
 class Stream;
 
 // One call, as recorded when it is issued (validated already).
+// One-copy all-reduce records (src/core/comm_onecopy.cc).
+struct OneCopyBuffer;
+struct OneCopyRecord;
+
 struct OpInfo {
   CollType coll;
   const void* sendbuff;
@@ -213,8 +220,19 @@ class Communicator : public TaskOwner {
   // The transport of device connections to `peer`: chosen from both ranks' DevicePeer records,
   // which the two exchange before their first device connection (connect()); null until then.
   Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
-  // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h).
-  Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops);
+  // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h);
+  // `oneCopy` (empty, or one per op): the one-copy all-reduce's arguments where the op takes it.
+  Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
+                                                       const std::vector<const device::OneCopyArgs*>& oneCopy = {});
+  // The one-copy all-reduce (src/core/comm_onecopy.cc): for each communicator's ops, in order,
+  // the kernel's arguments where the op runs one-copy, else null. Candidates (the same on every
+  // rank) exchange a record with every peer, every communicator's sends before any receive.
+  static Status exchangeOneCopy(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,
+                                std::vector<std::vector<const device::OneCopyArgs*>>* args);
+  // Whether `op` exchanges one-copy records: decided alike on every rank.
+  bool oneCopyCandidate(const OpInfo& op) const;
+  // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed.
+  void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_.
   Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream);
   // The error a kernel recorded, as a sentence (DeviceComm::faulted() holds).
@@ -336,6 +354,18 @@ class Communicator : public TaskOwner {
   void watchDevice();
   void stopDeviceWatch();
   bool sharedGpuLogged_ = false;
+  // One-copy all-reduce (one launching thread at a time, as every launch): this rank's record
+  // for `op`, a buffer's part of it (offering its allocation to peers in other processes the
+  // first time; a user's buffer must be registered, the signal area need not), a peer's offered
+  // allocations mapped here, and the kernel's arguments from every rank's record.
+  Status recordOneCopy(const OpInfo& op, OneCopyRecord* r);
+  Status describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
+                         OneCopyBuffer* out);
+  Status mapOneCopy(int peer, const OneCopyRecord& r);
+  Result<const device::OneCopyArgs*> oneCopyArgsFor(const OpInfo& op, const std::vector<OneCopyRecord>& all);
+  uint64_t oneCopyCalls_ = 0;                                // candidates so far: their tags
+  std::set<uint64_t> oneCopyOffered_;                        // this rank's allocations offered
+  std::map<std::pair<int, uint64_t>, char*> oneCopyMapped_;  // (peer, allocation): mapped here
   mutable std::atomic<uint32_t> connectedDevAlgos_{0};
   std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
   void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set

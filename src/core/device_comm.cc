@@ -63,6 +63,8 @@ DeviceComm::~DeviceComm() {
     (void)drain(nowNs() + 10'000'000'000);
   }
   for (void* c : chunks_) cuda::deviceFree(c);
+  for (void* m : mapped_) (void)cuda::freeShareable(m);
+  if (signal_) (void)cuda::freeShareable(signal_);
   cuda::deviceFree(deviceTable_);
   cuda::deviceFree(state_);
   cuda::deviceFree(scratch_);
@@ -96,9 +98,22 @@ Result<const Step*> DeviceComm::steps(const std::vector<Step>& s) {
     key.append(reinterpret_cast<const char*>(words), sizeof(words));
     key.append(reinterpret_cast<const char*>(small), sizeof(small));
   }
-  auto it = stepCache_.find(key);
-  if (it != stepCache_.end()) return it->second;
-  const size_t bytes = (s.size() * sizeof(Step) + 63) / 64 * 64;
+  CHORUS_ASSIGN_OR_RETURN(const void* at, upload(std::move(key), s.data(), s.size() * sizeof(Step)));
+  return static_cast<const Step*>(at);
+}
+
+Result<const device::OneCopyArgs*> DeviceComm::oneCopyArgs(const device::OneCopyArgs& a) {
+  // Every field is a word or a pointer: no padding in the key.
+  std::string key(1, '\1');  // apart from schedules' keys
+  key.append(reinterpret_cast<const char*>(&a), sizeof(a));
+  CHORUS_ASSIGN_OR_RETURN(const void* at, upload(std::move(key), &a, sizeof(a)));
+  return static_cast<const device::OneCopyArgs*>(at);
+}
+
+Result<const void*> DeviceComm::upload(std::string key, const void* data, size_t n) {
+  auto it = uploads_.find(key);
+  if (it != uploads_.end()) return it->second;
+  const size_t bytes = (n + 63) / 64 * 64;
   cuda::DeviceGuard on(device_);
   CHORUS_TRY(on.status());
   if (bytes > chunkLeft_) {
@@ -108,12 +123,26 @@ Result<const Step*> DeviceComm::steps(const std::vector<Step>& s) {
     chunkAt_ = static_cast<char*>(mem);
     chunkLeft_ = chunk;
   }
-  auto* dst = reinterpret_cast<Step*>(chunkAt_);
-  CHORUS_TRY(cuda::copyToDevice(dst, s.data(), s.size() * sizeof(Step), copyStream_));
+  char* dst = chunkAt_;
+  CHORUS_TRY(cuda::copyToDevice(dst, data, n, copyStream_));
   chunkAt_ += bytes;
   chunkLeft_ -= bytes;
-  stepCache_.emplace(std::move(key), dst);
-  return static_cast<const Step*>(dst);
+  uploads_.emplace(std::move(key), dst);
+  return static_cast<const void*>(dst);
+}
+
+Result<uint64_t*> DeviceComm::oneCopySignal() {
+  if (signal_) return signal_;
+  cuda::DeviceGuard on(device_);
+  CHORUS_TRY(on.status());
+  CHORUS_ASSIGN_OR_RETURN(void* mem, cuda::allocShareable(device::oneCopySignalBytes(), device_));
+  Status zeroed = cuda::zeroDevice(mem, device::oneCopySignalBytes());
+  if (!zeroed.isOk()) {
+    (void)cuda::freeShareable(mem);
+    return zeroed;
+  }
+  signal_ = static_cast<uint64_t*>(mem);
+  return signal_;
 }
 
 LaunchParams DeviceComm::base(uint64_t commId, uint64_t timeoutNs) const {

@@ -49,6 +49,13 @@ class DeviceComm {
 
   // Device copies of schedules: the same steps give the same copy back.
   Result<const Step*> steps(const std::vector<Step>& s);
+  // One-copy all-reduce arguments in device memory: the same arguments give the same copy back.
+  Result<const device::OneCopyArgs*> oneCopyArgs(const device::OneCopyArgs& a);
+  // This rank's one-copy signal area (shareable device memory, zeroed), made on first use.
+  Result<uint64_t*> oneCopySignal();
+  // Peers' memory mapped here (importShareable): unmapped when this goes, after its kernels.
+  void adoptMapping(void* p) { mapped_.push_back(p); }
+
   // A slot of scratch for channel `channel`'s lanes.
   char* scratch(int channel) const { return scratch_ + static_cast<size_t>(channel) * maxSlotBytes_; }
 
@@ -97,9 +104,15 @@ class DeviceComm {
   device::DeviceError* error_ = nullptr;      // mapped host memory
   uint32_t* abortWord_ = nullptr;             // mapped host memory, in the same allocation
 
-  // Uploaded schedules, by content, in chunks of device memory that live as long as this.
-  std::unordered_map<std::string, const Step*> stepCache_;
+  // `n` bytes uploaded once per distinct key (the same key gives the same copy back).
+  Result<const void*> upload(std::string key, const void* data, size_t n);
+
+  // Uploads (schedules, one-copy arguments), by content, in chunks of device memory that live as
+  // long as this.
+  std::unordered_map<std::string, const void*> uploads_;
   std::vector<void*> chunks_;
+  uint64_t* signal_ = nullptr;  // oneCopySignal
+  std::vector<void*> mapped_;   // adoptMapping
   char* chunkAt_ = nullptr;
   size_t chunkLeft_ = 0;
 };

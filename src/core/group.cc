@@ -283,9 +283,16 @@ Status launchDevice(std::vector<CommOps>& work) {
     CHORUS_TRY(w.comm->ensureDevice());
   }
   CHORUS_TRY(checkAndConnect(work));
+  std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>> ops;
+  for (auto& w : work) ops.emplace_back(w.comm, &w.ops);
+  std::vector<std::vector<const device::OneCopyArgs*>> oneCopy;
+  if (Status s = Communicator::exchangeOneCopy(ops, &oneCopy); !s.isOk()) {
+    for (auto& w : work) w.comm->setAsyncError(s);
+    return s;
+  }
   std::vector<std::vector<device::LaunchParams>> launches(work.size());
   for (size_t i = 0; i < work.size(); ++i) {
-    auto r = work[i].comm->planDevice(work[i].ops);
+    auto r = work[i].comm->planDevice(work[i].ops, oneCopy[i]);
     if (!r.isOk()) {
       work[i].comm->setAsyncError(r.status());
       return r.status();

@@ -13,6 +13,7 @@
 #include "src/common/os.h"
 #include "src/core/comm.h"
 #include "src/core/engine.h"
+#include "src/core/onecopy.h"
 #include "src/device/launch_pack.h"
 
 namespace chorus {
@@ -592,7 +593,33 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   return task;
 }
 
-Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::vector<OpInfo>& ops) {
+void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer) {
+  const size_t bytes = op.count * typeSize(op.type);
+  const uint32_t parts = oneCopyParts(bytes, nranks_);
+  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+    log_.info(kSubsysColl, "{} count {} datatype {} algo one-copy ({} blocks per rank) (device, GPU {})",
+              collName(op.coll), op.count, typeName(op.type), parts, deviceComm()->device());
+  }
+  std::vector<device::DeviceLane> lanes(parts);
+  for (uint32_t k = 0; k < parts; ++k) {
+    device::DeviceLane& l = lanes[k];
+    l.type = static_cast<uint8_t>(op.type);
+    l.seqKind = device::SeqKind::kColl;
+    l.seqIndex = static_cast<int32_t>(k);
+    l.input = static_cast<const char*>(op.sendbuff);
+    l.output = static_cast<char*>(op.recvbuff);
+    l.spec = redOps_.spec(op.op, op.type);
+    l.oneCopy = args;
+  }
+  // The spans are this rank's buffers; peers' buffers are theirs to order (their launches wait
+  // for this kernel's "done" signal before anything after it).
+  const auto* in = static_cast<const char*>(op.sendbuff);
+  const auto* out = static_cast<const char*>(op.recvbuff);
+  packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
+}
+
+Result<std::vector<device::LaunchParams>> Communicator::planDevice(
+    const std::vector<OpInfo>& ops, const std::vector<const device::OneCopyArgs*>& oneCopy) {
   using device::DeviceLane;
   using device::SeqKind;
   std::lock_guard<std::mutex> planLock(planMu_);
@@ -627,7 +654,12 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(const std::ve
   };
   std::vector<LanePlan> lanePlans;
   std::vector<DeviceLane> lanes;
-  for (const auto& op : ops) {
+  for (size_t oi = 0; oi < ops.size(); ++oi) {
+    const OpInfo& op = ops[oi];
+    if (oi < oneCopy.size() && oneCopy[oi]) {
+      planOneCopy(op, oneCopy[oi], &packer);
+      continue;
+    }
     if (!runsOnChannels(op.coll)) {
       std::vector<P2pPart> parts;
       expandP2p(op, rank_, nranks_, &parts);

@@ -106,10 +106,7 @@ Status MemShare::deregister(void* handle) {
 
 uint64_t MemShare::findRegistered(const char* p, size_t bytes) const {
   for (const auto& [k, r] : regs_) {
-    if (r.allocId != 0 && p >= r.base && p - r.base <= static_cast<ptrdiff_t>(r.bytes) &&
-        bytes <= r.bytes - static_cast<size_t>(p - r.base)) {
-      return r.allocId;
-    }
+    if (r.allocId != 0 && r.holds(p, bytes)) return r.allocId;
   }
   return 0;
 }
@@ -119,6 +116,15 @@ bool MemShare::allocLive(const char* p, size_t bytes, uint64_t allocId) {
   std::lock_guard<std::mutex> g(t.mu);
   Allocation* a = findLocked(t, p, bytes);
   return a && a->id == allocId;
+}
+
+bool MemShare::covers(const void* ptr, size_t bytes) {
+  const auto* p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& [k, r] : regs_) {
+    if (r.holds(p, bytes)) return true;
+  }
+  return false;
 }
 
 bool MemShare::registered(const void* ptr, size_t bytes) {

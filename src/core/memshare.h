@@ -66,6 +66,9 @@ class MemShare {
   // Whether [ptr, ptr + bytes) lies in a range registered here inside a live chorusMemAlloc
   // allocation (what a peer in another process could read in place).
   bool registered(const void* ptr, size_t bytes);
+  // Whether a registration here holds [ptr, ptr + bytes), whatever memory it is (device buffers
+  // for the one-copy all-reduce).
+  bool covers(const void* ptr, size_t bytes);
   // Whether `peer` could read [ptr, ptr + bytes) in place (describe() would succeed), with no
   // side effect.
   bool readable(int peer, const void* ptr, size_t bytes);
@@ -81,6 +84,9 @@ class MemShare {
     const char* base;
     size_t bytes;
     uint64_t allocId;
+    bool holds(const char* p, size_t n) const {
+      return p >= base && p - base <= static_cast<ptrdiff_t>(bytes) && n <= bytes - static_cast<size_t>(p - base);
+    }
   };
   struct Export {
     uint64_t token;

@@ -78,6 +78,14 @@ Result<std::vector<GpuIdentity>> reachableGpus(int device);
 // importer maps it read/write for its own `device` (freed with freeShareable). Memory from
 // cudaMalloc goes as a legacy IPC handle instead, valid while the exporter keeps it.
 size_t shareableBytes(const void* p);
+// The allocation of allocShareable (cuMem) or importShareable that holds [p, p + bytes): its base,
+// mapped size and an id unique in this process, never reused; all zero when none does.
+struct ShareableRange {
+  void* base = nullptr;
+  size_t bytes = 0;
+  uint64_t id = 0;
+};
+ShareableRange shareableRange(const void* p, size_t bytes);
 Result<int> exportShareable(void* p);
 Result<void*> importShareable(int fd, size_t bytes, int device);
 struct IpcHandle {

@@ -24,6 +24,7 @@ Status freeShareable(void*) { return noCuda("freeing device memory"); }
 Result<GpuIdentity> gpuIdentity(int) { return noCuda("identifying a GPU"); }
 Result<std::vector<GpuIdentity>> reachableGpus(int) { return noCuda("asking which GPUs a GPU reaches"); }
 size_t shareableBytes(const void*) { return 0; }
+ShareableRange shareableRange(const void*, size_t) { return {}; }
 Result<int> exportShareable(void*) { return noCuda("exporting device memory"); }
 Result<void*> importShareable(int, size_t, int) { return noCuda("mapping another process's device memory"); }
 Result<IpcHandle> ipcExport(void*) { return noCuda("exporting device memory"); }

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "src/device/cuda.h"
 #include "src/device/prims_device.h"
@@ -60,8 +60,13 @@ const VmmApi& vmm() {
 // The cuMem allocations of allocShareable and importShareable, by address: their mapped size, to
 // undo them.
 struct VmmAllocations {
+  struct Entry {
+    size_t size;
+    uint64_t id;  // unique in this process, never reused
+  };
   std::mutex mu;
-  std::unordered_map<uintptr_t, size_t> sizes;  // guarded by mu
+  std::map<uintptr_t, Entry> at;  // guarded by mu
+  uint64_t nextId = 1;            // guarded by mu
 };
 VmmAllocations& vmmAllocations() {
   static auto* a = new VmmAllocations();
@@ -113,8 +118,9 @@ Result<void*> mapAndRelease(CUmemGenericAllocationHandle handle, size_t size, si
   }
   a.release(handle);
   CHORUS_TRY(driverStatus(rc, "mapping " + std::to_string(size) + " bytes of " + what));
-  std::lock_guard<std::mutex> g(vmmAllocations().mu);
-  vmmAllocations().sizes[ptr] = size;
+  VmmAllocations& all = vmmAllocations();
+  std::lock_guard<std::mutex> g(all.mu);
+  all.at[ptr] = VmmAllocations::Entry{size, all.nextId++};
   return reinterpret_cast<void*>(ptr);
 }
 
@@ -221,8 +227,19 @@ Result<void*> allocShareable(size_t bytes, int device) {
 
 size_t shareableBytes(const void* p) {
   std::lock_guard<std::mutex> g(vmmAllocations().mu);
-  auto it = vmmAllocations().sizes.find(reinterpret_cast<uintptr_t>(p));
-  return it == vmmAllocations().sizes.end() ? 0 : it->second;
+  auto it = vmmAllocations().at.find(reinterpret_cast<uintptr_t>(p));
+  return it == vmmAllocations().at.end() ? 0 : it->second.size;
+}
+
+ShareableRange shareableRange(const void* p, size_t bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  VmmAllocations& all = vmmAllocations();
+  std::lock_guard<std::mutex> g(all.mu);
+  auto it = all.at.upper_bound(at);
+  if (it == all.at.begin()) return {};
+  --it;
+  if (at - it->first > it->second.size || bytes > it->second.size - (at - it->first)) return {};
+  return ShareableRange{reinterpret_cast<void*>(it->first), it->second.size, it->second.id};
 }
 
 Result<int> exportShareable(void* p) {
@@ -340,10 +357,10 @@ Status freeShareable(void* p) {
   size_t size = 0;
   {
     std::lock_guard<std::mutex> g(vmmAllocations().mu);
-    auto it = vmmAllocations().sizes.find(reinterpret_cast<uintptr_t>(p));
-    if (it != vmmAllocations().sizes.end()) {
-      size = it->second;
-      vmmAllocations().sizes.erase(it);
+    auto it = vmmAllocations().at.find(reinterpret_cast<uintptr_t>(p));
+    if (it != vmmAllocations().at.end()) {
+      size = it->second.size;
+      vmmAllocations().at.erase(it);
     }
   }
   if (size) {

@@ -1,0 +1,197 @@
+// The one-copy all-reduce's host side (docs/GPU.md, "One-copy all-reduce"): which device
+// all-reduces take it, the records ranks exchange for each, the peers' memory mapped here, and the
+// arguments the kernel gets (src/device/lane_exec.h, OneCopy).
+//
+// A device all-reduce is a candidate on every rank alike (CHORUS_ONECOPY=1, 2 to 8 ranks, all on
+// one host): each rank then sends every peer a record (its GPU, whether it offers its buffers,
+// where they and its signal area lie) and receives theirs, every communicator of the launch
+// sending before any receives. It runs one-copy when every rank offers and every rank's GPU
+// reaches every other's; otherwise as any device all-reduce, so the ranks always decide alike. A
+// rank offers when both buffers are on its GPU and, if any peer is another process, both lie in
+// chorusCommRegister'ed ranges of chorusCudaMemAlloc (cuMem) allocations. The first record that
+// names one of this rank's allocations offers its POSIX descriptor to every peer in another
+// process (the descriptor server, token + the peer's rank); those peers import and map it once,
+// for the communicator's life (mapped memory outlives a free by its owner; docs say so).
+#include <algorithm>
+#include <cstring>
+
+#include "src/core/comm.h"
+#include "src/core/onecopy.h"
+#include "src/device/cuda.h"
+
+namespace chorus {
+
+bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all) {
+  for (size_t q = 0; q < all.size(); ++q) {
+    const OneCopyRecord& r = all[q];
+    if (!r.offers || r.count != all[0].count || r.type != all[0].type) return false;
+    for (size_t t = 0; t < q; ++t) {
+      const bool together = sameProcess(peers[q], peers[t]) && r.gpu.same(all[t].gpu);
+      if (!together && !gpuPeers(DevicePeer{peers[q], r.gpu}, DevicePeer{peers[t], all[t].gpu})) return false;
+    }
+  }
+  return true;
+}
+
+uint32_t oneCopyParts(size_t bytes, int nranks) {
+  const size_t per = bytes / static_cast<size_t>(nranks) / (256 * 1024);
+  return static_cast<uint32_t>(std::clamp<size_t>(per, 1, 16));
+}
+
+bool Communicator::oneCopyCandidate(const OpInfo& op) const {
+  if (!config_.oneCopy || op.coll != CollType::kAllReduce || !op.device) return false;
+  if (nranks_ < 2 || nranks_ > device::OneCopyArgs::kMaxRanks) return false;
+  for (int p = 0; p < nranks_; ++p) {
+    if (!sameHost(peers_[0], peers_[p])) return false;
+  }
+  return true;
+}
+
+Status Communicator::describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
+                                     OneCopyBuffer* out) {
+  out->addr = reinterpret_cast<uintptr_t>(ptr);
+  auto where = cuda::memInfo(ptr);
+  if (!where.isOk() || !where.value().device || where.value().ordinal != deviceComm()->device()) {
+    *offers = false;
+    return Status::ok();
+  }
+  if (!crossProcess) return Status::ok();
+  const cuda::ShareableRange range = cuda::shareableRange(ptr, bytes);
+  if (!range.base || (userBuffer && !memShare_->covers(ptr, bytes))) {
+    *offers = false;
+    return Status::ok();
+  }
+  out->allocId = range.id;
+  out->allocBytes = range.bytes;
+  out->offset = static_cast<uint64_t>(static_cast<const char*>(ptr) - static_cast<const char*>(range.base));
+  if (oneCopyOffered_.count(range.id)) return Status::ok();
+  // Offered now to every peer in another process, each under its own token.
+  out->token = randomU64() & ~uint64_t(0xff);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || sameProcess(peers_[rank_], peers_[p])) continue;
+    CHORUS_ASSIGN_OR_RETURN(int fd, cuda::exportShareable(range.base));
+    bootstrap_->exportFd(p, out->token + static_cast<uint64_t>(p), UniqueFd(fd));
+  }
+  oneCopyOffered_.insert(range.id);
+  return Status::ok();
+}
+
+Status Communicator::exchangeOneCopy(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,
+                                     std::vector<std::vector<const device::OneCopyArgs*>>* args) {
+  args->assign(work.size(), {});
+  struct Pending {
+    Communicator* c;
+    size_t at;  // in work
+    size_t op;  // in its ops
+    uint64_t tag;
+    OneCopyRecord mine;
+  };
+  std::vector<Pending> pending;
+  // Every candidate's record goes to every peer before any record is awaited.
+  for (size_t w = 0; w < work.size(); ++w) {
+    Communicator* c = work[w].first;
+    const std::vector<OpInfo>& ops = *work[w].second;
+    (*args)[w].assign(ops.size(), nullptr);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!c->oneCopyCandidate(ops[i])) continue;
+      Pending p{c, w, i, makeTag(TagSpace::kOneCopy, c->oneCopyCalls_++), OneCopyRecord()};
+      CHORUS_TRY(c->recordOneCopy(ops[i], &p.mine));
+      for (int q = 0; q < c->nranks_; ++q) {
+        if (q != c->rank_) CHORUS_TRY(c->bootstrap_->send(q, p.tag, &p.mine, sizeof(p.mine)));
+      }
+      pending.push_back(p);
+    }
+  }
+  for (Pending& p : pending) {
+    Communicator* c = p.c;
+    std::vector<OneCopyRecord> all(c->nranks_);
+    all[c->rank_] = p.mine;
+    for (int q = 0; q < c->nranks_; ++q) {
+      if (q == c->rank_) continue;
+      CHORUS_ASSIGN_OR_RETURN(std::vector<char> bytes, c->bootstrap_->recv(q, p.tag));
+      if (bytes.size() != sizeof(OneCopyRecord)) {
+        return internalError(c->describePeer(q) + " sent a one-copy record of " + std::to_string(bytes.size()) +
+                             " bytes, not " + std::to_string(sizeof(OneCopyRecord)) + " (another build of Chorus?)");
+      }
+      std::memcpy(&all[q], bytes.data(), sizeof(OneCopyRecord));
+      if (all[q].magic != kOneCopyMagic) return internalError(c->describePeer(q) + " sent a malformed one-copy record");
+      CHORUS_TRY(c->mapOneCopy(q, all[q]));
+    }
+    CHORUS_ASSIGN_OR_RETURN((*args)[p.at][p.op], c->oneCopyArgsFor((*work[p.at].second)[p.op], all));
+  }
+  return Status::ok();
+}
+
+Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
+  bool crossProcess = false;
+  for (int p = 0; p < nranks_; ++p) crossProcess = crossProcess || !sameProcess(peers_[rank_], peers_[p]);
+  const size_t bytes = op.count * typeSize(op.type);
+  r->count = op.count;
+  r->type = static_cast<uint32_t>(op.type);
+  r->gpu = gpuInfo_;
+  std::snprintf(r->server, sizeof(r->server), "%s", bootstrap_->fdServerName().c_str());
+  bool offers = bytes > 0;
+  CHORUS_TRY(describeOneCopy(op.sendbuff, bytes, crossProcess, true, &offers, &r->send));
+  CHORUS_TRY(describeOneCopy(op.recvbuff, bytes, crossProcess, true, &offers, &r->recv));
+  if (offers) {
+    CHORUS_ASSIGN_OR_RETURN(uint64_t * area, deviceComm()->oneCopySignal());
+    CHORUS_TRY(describeOneCopy(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
+  }
+  r->offers = offers ? 1 : 0;
+  return Status::ok();
+}
+
+Status Communicator::mapOneCopy(int peer, const OneCopyRecord& r) {
+  if (sameProcess(peers_[rank_], peers_[peer])) return Status::ok();
+  const std::string server(r.server, strnlen(r.server, sizeof(r.server)));
+  for (const OneCopyBuffer* b : {&r.send, &r.recv, &r.signal}) {
+    // Offered to every peer at once: taken now even when this operation will not run one-copy.
+    if (!b->token || oneCopyMapped_.count({peer, b->allocId})) continue;
+    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, bootstrap_->importFd(peer, server, b->token + static_cast<uint64_t>(rank_)));
+    cuda::DeviceGuard on(deviceComm()->device());
+    CHORUS_TRY(on.status());
+    CHORUS_ASSIGN_OR_RETURN(void* mem, cuda::importShareable(fd.get(), b->allocBytes, deviceComm()->device()));
+    deviceComm()->adoptMapping(mem);
+    oneCopyMapped_[{peer, b->allocId}] = static_cast<char*>(mem);
+  }
+  return Status::ok();
+}
+
+Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op,
+                                                                const std::vector<OneCopyRecord>& all) {
+  if (!oneCopyAgreed(peers_, all)) return nullptr;
+  DeviceComm& dev = *deviceComm();
+  device::OneCopyArgs a;
+  a.nranks = static_cast<uint32_t>(nranks_);
+  a.rank = static_cast<uint32_t>(rank_);
+  a.parts = oneCopyParts(op.count * typeSize(op.type), nranks_);
+  a.count = op.count;
+  for (int q = 0; q < nranks_; ++q) {
+    const OneCopyRecord& r = all[q];
+    if (sameProcess(peers_[rank_], peers_[q])) {
+      // Another GPU of this process: its memory through peer access (reached, as checked above).
+      if (q != rank_ && !r.gpu.same(gpuInfo_)) CHORUS_TRY(cuda::enablePeerAccess(r.gpu.ordinal));
+      a.input[q] = reinterpret_cast<const char*>(r.send.addr);
+      a.output[q] = reinterpret_cast<char*>(r.recv.addr);
+      a.signal[q] = reinterpret_cast<uint64_t*>(r.signal.addr);
+      continue;
+    }
+    auto at = [&](const OneCopyBuffer& b) -> Result<char*> {
+      auto it = oneCopyMapped_.find({q, b.allocId});
+      if (it == oneCopyMapped_.end()) {
+        return internalError(describePeer(q) + " named device memory it never offered here (allocation " +
+                             std::to_string(b.allocId) + ")");
+      }
+      return it->second + b.offset;
+    };
+    CHORUS_ASSIGN_OR_RETURN(char* in, at(r.send));
+    CHORUS_ASSIGN_OR_RETURN(char* out, at(r.recv));
+    CHORUS_ASSIGN_OR_RETURN(char* signal, at(r.signal));
+    a.input[q] = in;
+    a.output[q] = out;
+    a.signal[q] = reinterpret_cast<uint64_t*>(signal);
+  }
+  return dev.oneCopyArgs(a);
+}
+
+}  // namespace chorus
