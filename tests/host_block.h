@@ -80,31 +80,10 @@ class HostBlock {
 };
 
 // Each rank's launches in order on a thread of its own (ranks with runs[r] false never run);
-// each launch's blocks as `threads` host threads each, all at once.
-inline void runOnHostThreads(const std::vector<std::vector<LaunchParams>>& launches, unsigned threads,
-                             const std::vector<bool>& runs = {}) {
-  std::vector<std::thread> ranks;
-  for (size_t r = 0; r < launches.size(); ++r) {
-    if (!runs.empty() && !runs[r]) continue;
-    ranks.emplace_back([&launches, r, threads] {
-      for (const LaunchParams& p : launches[r]) {
-        std::vector<std::unique_ptr<BlockShared>> shared;
-        std::vector<std::thread> pool;
-        for (unsigned b = 0; b < p.nblocks; ++b) {
-          shared.push_back(std::make_unique<BlockShared>(threads));
-          BlockShared* s = shared.back().get();
-          for (unsigned t = 0; t < threads; ++t) {
-            pool.emplace_back([&p, s, b, t, threads] {
-              HostBlock blk(*s, t, threads, b);
-              runBlock(blk, p);
-            });
-          }
-        }
-        for (auto& t : pool) t.join();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
-}
+// each launch's blocks as `threads` host threads each, all at once. Defined once, in
+// device_lane_test.cc: the whole executor is instantiated for every type there, and compiling it
+// in a second file would double the sanitizer builds' longest compile.
+void runOnHostThreads(const std::vector<std::vector<LaunchParams>>& launches, unsigned threads,
+                      const std::vector<bool>& runs = {});
 
 }  // namespace chorus::device

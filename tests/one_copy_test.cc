@@ -82,6 +82,8 @@ class OneCopyRanks {
     runOnHostThreads(launches, threads, runs);
     return errors;
   }
+  // Rank r's device counters (a test may put the ranks out of step).
+  DeviceCommState& state(int r) { return ranks_[r].state; }
 
  private:
   struct Rank {
@@ -274,6 +276,32 @@ TEST_CASE("a one-copy all-reduce waiting on a rank that never comes ends at the 
   }
 }
 
+TEST_CASE("a one-copy all-reduce whose ranks are at different operations is an error, not a pass", "[one_copy]") {
+  // Rank 1 has run five more operations on channel 0 than rank 0 (as if the ranks had issued
+  // different ones): rank 0 sees rank 1's signal past its own operation and says so.
+  const int n = 2;
+  const size_t count = 64;
+  OneCopyRanks ranks(n, 1);
+  ranks.state(1).collSeq[0] = 5;
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count, 1));
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count, 0));
+  std::vector<const char*> ip(n);
+  std::vector<char*> op(n);
+  for (int r = 0; r < n; ++r) {
+    ip[r] = reinterpret_cast<const char*>(in[r].data());
+    op[r] = reinterpret_cast<char*>(out[r].data());
+  }
+  const auto errors = ranks.allReduce(chorusInt32, ReduceSpec(), count, ip, op, 2, {}, 200'000'000ull);
+  CHECK(errors[0].status == static_cast<uint32_t>(DeviceFault::kMismatch));
+  CHECK(errors[0].peer == 1);
+  CHECK(errors[0].waiting == 3);
+  // Rank 1 waits for rank 0 to reach its (later) operation, until its deadline.
+  CHECK(errors[1].status == static_cast<uint32_t>(DeviceFault::kTimeout));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) REQUIRE(out[r][i] == 0);  // nothing reduced
+  }
+}
+
 namespace {
 
 // A rank's process: `proc` numbers processes of the one host; `p2pOff` sets CHORUS_P2P_DISABLE.
@@ -309,9 +337,13 @@ TEST_CASE("one-copy: every rank decides alike from the records", "[one_copy]") {
   CHECK(oneCopyAgreed({process(0), process(1), process(2)}, {offering(1, {1}), offering(1, {1}), offering(1, {1})}));
   // Threads of one process on one GPU.
   CHECK(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(1, {1})}));
-  // Two GPUs with peer access both ways, in two processes or in one.
+  // Two GPUs with peer access both ways, in two processes; in one process no (a cuMem allocation
+  // is mapped for its own GPU only).
   CHECK(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
-  CHECK(oneCopyAgreed({process(0), process(0)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(0)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  // Mixed: two processes of two threads each, each process's threads on one GPU.
+  CHECK(oneCopyAgreed({process(0), process(0), process(1), process(1)},
+                      {offering(1, {1, 2}), offering(1, {1, 2}), offering(2, {2, 1}), offering(2, {2, 1})}));
   // Peer access one way only, or none: no.
   CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2})}));
   CHECK_FALSE(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(2, {2})}));
@@ -329,6 +361,19 @@ TEST_CASE("one-copy: every rank decides alike from the records", "[one_copy]") {
   OneCopyRecord other = offering(1, {1});
   other.type = chorusInt32;
   CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), other}));
+  // The reduction must be the same everywhere: a pre-multiplied sum whose scalar differs between
+  // ranks runs as any all-reduce (the kernel applies one rank's scalar to every input).
+  OneCopyRecord twice = offering(1, {1});
+  twice.hasPre = 1;
+  twice.scaleF = 2.0;
+  OneCopyRecord thrice = twice;
+  thrice.scaleF = 3.0;
+  CHECK(oneCopyAgreed({process(0), process(1)}, {twice, twice}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {twice, thrice}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {twice, offering(1, {1})}));
+  OneCopyRecord maxed = offering(1, {1});
+  maxed.redKind = static_cast<uint32_t>(RedKind::kMax);
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), maxed}));
   // A rank without a GPU record never reaches.
   OneCopyRecord none = offering(0, {});
   CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), none}));

@@ -74,7 +74,10 @@ case "$mode" in
     only=("${@:4}")
     mkdir -p "$out"
     export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    { date -u; nvidia-smi 2>&1; } > "$out/device.txt"
+    # Whether MPS runs: without it, processes sharing the GPU take turns on it (docs/GPU.md).
+    mps="not running"
+    pgrep -x nvidia-cuda-mps-control > /dev/null 2>&1 && mps=running
+    { date -u; nvidia-smi 2>&1; echo "MPS: $mps"; } > "$out/device.txt"
     results=()
     failed=0
     for c in "${checks[@]}"; do

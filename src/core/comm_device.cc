@@ -166,6 +166,10 @@ Status Communicator::deviceFault() const {
     case device::DeviceFault::kAborted:
       return remoteError("the communicator was aborted while a kernel was " + waited + at);
     case device::DeviceFault::kMismatch:
+      if (oneCopy) {
+        return invalidUsage("a kernel of this communicator found " + peer + " at a later one-copy all-reduce" + at +
+                            ": the ranks issued different operations");
+      }
       return invalidUsage("a kernel of this communicator received a piece from " + peer + at +
                           " that belongs to another operation (expected " + std::to_string(e.bytes) +
                           " bytes of this one): the ranks issued different operations, or sizes");

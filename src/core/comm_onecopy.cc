@@ -22,12 +22,19 @@
 namespace chorus {
 
 bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all) {
+  const OneCopyRecord& first = all[0];
   for (size_t q = 0; q < all.size(); ++q) {
     const OneCopyRecord& r = all[q];
-    if (!r.offers || r.count != all[0].count || r.type != all[0].type) return false;
+    if (!r.offers || r.count != first.count || r.type != first.type) return false;
+    if (r.redKind != first.redKind || r.hasPre != first.hasPre || r.hasPostDiv != first.hasPostDiv ||
+        r.scaleF != first.scaleF || r.scaleI != first.scaleI || r.divisor != first.divisor) {
+      return false;
+    }
     for (size_t t = 0; t < q; ++t) {
-      const bool together = sameProcess(peers[q], peers[t]) && r.gpu.same(all[t].gpu);
-      if (!together && !gpuPeers(DevicePeer{peers[q], r.gpu}, DevicePeer{peers[t], all[t].gpu})) return false;
+      const bool reach = sameProcess(peers[q], peers[t])
+                             ? r.gpu.same(all[t].gpu)
+                             : gpuPeers(DevicePeer{peers[q], r.gpu}, DevicePeer{peers[t], all[t].gpu});
+      if (!reach) return false;
     }
   }
   return true;
@@ -128,6 +135,13 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   const size_t bytes = op.count * typeSize(op.type);
   r->count = op.count;
   r->type = static_cast<uint32_t>(op.type);
+  const ReduceSpec spec = redOps_.spec(op.op, op.type);
+  r->redKind = static_cast<uint32_t>(spec.kind);
+  r->hasPre = spec.hasPre ? 1 : 0;
+  r->hasPostDiv = spec.hasPostDiv ? 1 : 0;
+  r->scaleF = spec.scaleF;
+  r->scaleI = spec.scaleI;
+  r->divisor = spec.divisor;
   r->gpu = gpuInfo_;
   std::snprintf(r->server, sizeof(r->server), "%s", bootstrap_->fdServerName().c_str());
   bool offers = bytes > 0;
@@ -142,7 +156,11 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
 }
 
 Status Communicator::mapOneCopy(int peer, const OneCopyRecord& r) {
-  if (sameProcess(peers_[rank_], peers_[peer])) return Status::ok();
+  if (sameProcess(peers_[rank_], peers_[peer])) {
+    // A thread of this process: its addresses as they are, and its signal area kept while this
+    // communicator's kernels may write into it.
+    return r.offers && r.signal.addr ? deviceComm()->holdPeerSignal(r.signal.addr) : Status::ok();
+  }
   const std::string server(r.server, strnlen(r.server, sizeof(r.server)));
   for (const OneCopyBuffer* b : {&r.send, &r.recv, &r.signal}) {
     // Offered to every peer at once: taken now even when this operation will not run one-copy.
@@ -169,8 +187,7 @@ Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op
   for (int q = 0; q < nranks_; ++q) {
     const OneCopyRecord& r = all[q];
     if (sameProcess(peers_[rank_], peers_[q])) {
-      // Another GPU of this process: its memory through peer access (reached, as checked above).
-      if (q != rank_ && !r.gpu.same(gpuInfo_)) CHORUS_TRY(cuda::enablePeerAccess(r.gpu.ordinal));
+      // This GPU (oneCopyAgreed): its addresses as they are.
       a.input[q] = reinterpret_cast<const char*>(r.send.addr);
       a.output[q] = reinterpret_cast<char*>(r.recv.addr);
       a.signal[q] = reinterpret_cast<uint64_t*>(r.signal.addr);

@@ -1,8 +1,12 @@
 #include "src/core/device_comm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "src/common/os.h"
@@ -64,7 +68,9 @@ DeviceComm::~DeviceComm() {
   }
   for (void* c : chunks_) cuda::deviceFree(c);
   for (void* m : mapped_) (void)cuda::freeShareable(m);
-  if (signal_) (void)cuda::freeShareable(signal_);
+  // This one's area and its peers': each freed by its last holder (signalAreas()).
+  peerSignals_.clear();
+  signal_.reset();
   cuda::deviceFree(deviceTable_);
   cuda::deviceFree(state_);
   cuda::deviceFree(scratch_);
@@ -131,18 +137,57 @@ Result<const void*> DeviceComm::upload(std::string key, const void* data, size_t
   return static_cast<const void*>(dst);
 }
 
+namespace {
+
+// The signal areas of this process's communicators, by address: a communicator whose one-copy
+// peers are threads of this process holds theirs too (a kernel of it may still write into a
+// peer's area after that peer is destroyed), so an area goes with the last holder.
+struct SignalAreas {
+  std::mutex mu;
+  std::map<uintptr_t, std::weak_ptr<void>> byAddress;  // guarded by mu
+};
+SignalAreas& signalAreas() {
+  static auto* a = new SignalAreas();
+  return *a;
+}
+
+}  // namespace
+
 Result<uint64_t*> DeviceComm::oneCopySignal() {
-  if (signal_) return signal_;
+  if (signal_) return static_cast<uint64_t*>(signal_.get());
   cuda::DeviceGuard on(device_);
   CHORUS_TRY(on.status());
   CHORUS_ASSIGN_OR_RETURN(void* mem, cuda::allocShareable(device::oneCopySignalBytes(), device_));
-  Status zeroed = cuda::zeroDevice(mem, device::oneCopySignalBytes());
-  if (!zeroed.isOk()) {
-    (void)cuda::freeShareable(mem);
-    return zeroed;
+  const int device = device_;
+  std::shared_ptr<void> area(mem, [device](void* p) {
+    {
+      std::lock_guard<std::mutex> g(signalAreas().mu);
+      signalAreas().byAddress.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    cuda::DeviceGuard on(device);
+    (void)cuda::freeShareable(p);
+  });
+  CHORUS_TRY(cuda::zeroDevice(mem, device::oneCopySignalBytes()));
+  {
+    std::lock_guard<std::mutex> g(signalAreas().mu);
+    signalAreas().byAddress[reinterpret_cast<uintptr_t>(mem)] = area;
   }
-  signal_ = static_cast<uint64_t*>(mem);
-  return signal_;
+  signal_ = std::move(area);
+  return static_cast<uint64_t*>(mem);
+}
+
+Status DeviceComm::holdPeerSignal(uint64_t address) {
+  std::shared_ptr<void> area;
+  {
+    std::lock_guard<std::mutex> g(signalAreas().mu);
+    auto it = signalAreas().byAddress.find(address);
+    if (it != signalAreas().byAddress.end()) area = it->second.lock();
+  }
+  if (!area) return remoteError("a peer's one-copy signal area is gone: its communicator was destroyed");
+  if (std::find(peerSignals_.begin(), peerSignals_.end(), area) == peerSignals_.end()) {
+    peerSignals_.push_back(std::move(area));
+  }
+  return Status::ok();
 }
 
 LaunchParams DeviceComm::base(uint64_t commId, uint64_t timeoutNs) const {

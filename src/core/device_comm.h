@@ -55,6 +55,9 @@ class DeviceComm {
   Result<uint64_t*> oneCopySignal();
   // Peers' memory mapped here (importShareable): unmapped when this goes, after its kernels.
   void adoptMapping(void* p) { mapped_.push_back(p); }
+  // Keeps the signal area at `address` of a peer in this process (oneCopySignal of its
+  // DeviceComm) while this lives; an error if it is gone already.
+  Status holdPeerSignal(uint64_t address);
 
   // A slot of scratch for channel `channel`'s lanes.
   char* scratch(int channel) const { return scratch_ + static_cast<size_t>(channel) * maxSlotBytes_; }
@@ -111,8 +114,9 @@ class DeviceComm {
   // long as this.
   std::unordered_map<std::string, const void*> uploads_;
   std::vector<void*> chunks_;
-  uint64_t* signal_ = nullptr;  // oneCopySignal
-  std::vector<void*> mapped_;   // adoptMapping
+  std::shared_ptr<void> signal_;                    // oneCopySignal
+  std::vector<std::shared_ptr<void>> peerSignals_;  // holdPeerSignal
+  std::vector<void*> mapped_;                       // adoptMapping
   char* chunkAt_ = nullptr;
   size_t chunkLeft_ = 0;
 };

@@ -26,7 +26,14 @@ struct OneCopyRecord {
   uint32_t offers = 0;  // 1: every peer may read and write these buffers in place
   uint64_t count = 0;
   uint32_t type = 0;
-  uint32_t pad = 0;
+  // The reduction as this rank resolved it: the kernel applies one rank's to every input, so
+  // every rank's must be the same (a pre-multiplied sum's scalar may differ between ranks).
+  uint32_t redKind = 0;
+  uint32_t hasPre = 0;
+  uint32_t hasPostDiv = 0;
+  double scaleF = 1.0;
+  uint64_t scaleI = 1;
+  uint64_t divisor = 1;
   GpuInfo gpu;
   OneCopyBuffer send;
   OneCopyBuffer recv;
@@ -35,8 +42,10 @@ struct OneCopyRecord {
 };
 
 // Whether the ranks of `all` (one record each, in rank order; peers[q] is rank q) run one-copy:
-// every rank offers, all issued the same count and type, and every two ranks' GPUs are one GPU
-// in one process or reach each other (gpuPeers: neither set CHORUS_P2P_DISABLE).
+// every rank offers, all issued the same count, type and reduction (scalar included), two ranks
+// of one process share one GPU (a cuMem allocation is mapped for its own GPU only), and two ranks
+// of different processes have GPUs that reach each other (gpuPeers: the same GPU, or peer access
+// both ways, and neither set CHORUS_P2P_DISABLE).
 bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all);
 // Blocks per rank of a one-copy all-reduce of `bytes`: one per 256 KiB of each rank's share, 1 to 16.
 uint32_t oneCopyParts(size_t bytes, int nranks);

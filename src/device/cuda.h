@@ -48,7 +48,7 @@ Result<MemInfo> memInfo(const void* p);
 Result<int> deviceCount();
 Result<int> currentDevice();
 // Whether the program chose this thread's current device: it is not 0, or its primary context
-// is active (cudaSetDevice and any allocation or launch make it so).
+// is active (any allocation or launch makes it so, and cudaSetDevice from CUDA 12 on).
 Result<bool> currentDeviceChosen();
 // An error that says what to change when `device` is not a device of this machine.
 Status checkDevice(int device, const char* what);

@@ -179,7 +179,7 @@ Result<bool> currentDeviceChosen() {
   static decltype(&::cuDevicePrimaryCtxGetState) state = nullptr;
   static decltype(&::cuDeviceGet) get = nullptr;
   static const bool found = entry("cuDevicePrimaryCtxGetState", &state) && entry("cuDeviceGet", &get);
-  if (!found) return internalError("the CUDA driver has no cuDevicePrimaryCtxGetState");
+  if (!found) return false;  // a driver without it: the local rank decides, as before
   CUdevice dev = 0;
   CHORUS_TRY(driverStatus(get(&dev, d), "cuDeviceGet"));
   unsigned flags = 0;
@@ -354,24 +354,26 @@ Result<std::vector<GpuIdentity>> reachableGpus(int device) {
 
 Status freeShareable(void* p) {
   if (!p) return Status::ok();
+  RelaxedCapture relaxed;  // a free must not break another stream's capture
+  const auto at = reinterpret_cast<uintptr_t>(p);
   size_t size = 0;
   {
     std::lock_guard<std::mutex> g(vmmAllocations().mu);
-    auto it = vmmAllocations().at.find(reinterpret_cast<uintptr_t>(p));
-    if (it != vmmAllocations().at.end()) {
-      size = it->second.size;
-      vmmAllocations().at.erase(it);
-    }
+    auto it = vmmAllocations().at.find(at);
+    if (it != vmmAllocations().at.end()) size = it->second.size;
   }
-  if (size) {
-    // Kernels still using it would fault: the caller synchronised (as with cudaFree's implicit one).
-    RelaxedCapture relaxed;
-    CHORUS_TRY(runtimeStatus(cudaDeviceSynchronize(), "synchronising before freeing device memory"));
-    const auto ptr = reinterpret_cast<CUdeviceptr>(p);
-    CHORUS_TRY(driverStatus(vmm().unmap(ptr, size), "cuMemUnmap"));
-    return driverStatus(vmm().addressFree(ptr, size), "cuMemAddressFree");
+  if (!size) return runtimeStatus(cudaFree(p), "cudaFree");
+  // Kernels still using it would fault: the caller synchronised (as with cudaFree's implicit one).
+  // The record goes only once the memory is gone, so a failed free can be tried again (and is
+  // never taken for cudaMalloc memory).
+  CHORUS_TRY(runtimeStatus(cudaDeviceSynchronize(), "synchronising before freeing device memory"));
+  const auto ptr = static_cast<CUdeviceptr>(at);
+  CHORUS_TRY(driverStatus(vmm().unmap(ptr, size), "cuMemUnmap"));
+  {
+    std::lock_guard<std::mutex> g(vmmAllocations().mu);
+    vmmAllocations().at.erase(at);
   }
-  return runtimeStatus(cudaFree(p), "cudaFree");
+  return driverStatus(vmm().addressFree(ptr, size), "cuMemAddressFree");
 }
 
 Status streamSynchronize(void* stream) {

@@ -473,7 +473,18 @@ class OneCopy {
       for (uint32_t r = 0; r < a_.nranks && !why; ++r) {
         if (r == a_.rank) continue;
         uint64_t* word = oneCopyWord(mine, k, done, static_cast<int>(r));
-        for (uint32_t polls = 1; !reached(b_.acquire64(word), seq); ++polls) {
+        for (uint32_t polls = 1;; ++polls) {
+          // A peer's word is this operation's number once it got here. A later one cannot be: a
+          // peer passes this barrier only after this rank's next signal, which it has not sent.
+          // Seen, it means the ranks' sequences differ (different operations): an error, not a
+          // pass on a stale word.
+          const auto ahead = static_cast<int64_t>(b_.acquire64(word) - seq);
+          if (ahead == 0) break;
+          if (ahead > 0) {
+            why = static_cast<uint32_t>(DeviceFault::kMismatch);
+            late = static_cast<int32_t>(r);
+            break;
+          }
           b_.relax();
           if (polls % kPollsPerCheck == 0 && (why = stopReason(b_, p_, &since)) != 0) {
             late = static_cast<int32_t>(r);
@@ -529,8 +540,6 @@ class OneCopy {
     }
   }
   CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-  // A peer's signal is this operation's number, or a later one's (it went on).
-  CHORUS_HD static bool reached(uint64_t signal, uint64_t seq) { return static_cast<int64_t>(signal - seq) >= 0; }
 
   Block& b_;
   const LaunchParams& p_;

@@ -99,7 +99,7 @@ struct DeviceError {
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
 
-// A one-copy all-reduce (src/device/lane_exec.h, runOneCopy): every rank's buffers and signal
+// A one-copy all-reduce (src/device/lane_exec.h, OneCopy): every rank's buffers and signal
 // area as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
 // captured graph keeps it). Rank r's part k of the message, of nranks * parts parts, is reduced
 // by rank r's block k from every input and written to every output.
