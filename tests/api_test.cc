@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "include/chorus/chorus.h"
+#include "include/chorus/chorus_cuda.h"
 #include "tests/test_util.h"
 
 using chorus::test::hasMessage;
@@ -589,4 +590,95 @@ TEST_CASE("a hang is explained: stall warning, flight recorder dumps on request,
   CHECK(nlohmann::json::parse(readFile(prefix + ".hang.1.json")).size() == 5);
   REQUIRE(::pthread_sigmask(SIG_SETMASK, &savedMask, nullptr) == 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("NCCL 2.28's newer calls: scalable init, revoke, windows, simulated groups", "[api][nccl228]") {
+  // Scalable init: every rank gets the same two ids; the first carries the bootstrap.
+  std::vector<chorusUniqueId> ids(2);
+  for (auto& id : ids) REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> comms(2, nullptr);
+  const auto rc =
+      onRanks(2, [&](int r) { return chorusCommInitRankScalable(&comms[r], 2, r, 2, ids.data(), nullptr); });
+  REQUIRE(rc[0] == chorusSuccess);
+  REQUIRE(rc[1] == chorusSuccess);
+  chorusComm_t bad = nullptr;
+  CHECK(chorusCommInitRankScalable(&bad, 2, 0, 0, ids.data(), nullptr) == chorusInvalidArgument);
+  CHECK(hasMessage());
+  CHECK(chorusCommInitRankScalable(&bad, 2, 0, 1, nullptr, nullptr) == chorusInvalidArgument);
+  chorusUniqueId junk;
+  std::memset(&junk, 0x5a, sizeof(junk));
+  std::vector<chorusUniqueId> withJunk = {ids[0], junk};
+  CHECK(chorusCommInitRankScalable(&bad, 2, 0, 2, withJunk.data(), nullptr) == chorusInvalidArgument);
+  CHECK(bad == nullptr);
+
+  // A simulated group runs nothing and estimates its time.
+  std::vector<std::vector<float>> data(2, std::vector<float>(1 << 16, 1.0f));
+  chorusSimInfo_t sim = CHORUS_SIM_INFO_INITIALIZER;
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(chorusAllReduce(data[r].data(), data[r].data(), data[r].size(), chorusFloat32, chorusSum, comms[r],
+                            nullptr) == chorusSuccess);
+  }
+  REQUIRE(chorusGroupSimulateEnd(&sim) == chorusSuccess);
+  CHECK(sim.estimatedTime > 0);
+  for (int r = 0; r < 2; ++r) CHECK(data[r][12345] == 1.0f);  // not run
+  chorusSimInfo_t unset;
+  std::memset(&unset, 0, sizeof(unset));
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  CHECK(chorusGroupSimulateEnd(&unset) == chorusInvalidArgument);
+  // Still open after the refused call, which failed the group as any failed call inside one does.
+  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  CHECK(chorusGroupSimulateEnd(&sim) == chorusInvalidUsage);  // no group
+  // The communicators still work: the simulated group left nothing behind.
+  const auto ran = onRanks(2, [&](int r) {
+    return chorusAllReduce(data[r].data(), data[r].data(), data[r].size(), chorusFloat32, chorusSum, comms[r], nullptr);
+  });
+  REQUIRE(ran[0] == chorusSuccess);
+  REQUIRE(ran[1] == chorusSuccess);
+  CHECK(data[0][12345] == 2.0f);
+
+  // Windows: a local registration by another name.
+  chorusWindow_t win = nullptr;
+  CHECK(chorusCommWindowRegister(comms[0], data[0].data(), 4096, nullptr, CHORUS_WIN_DEFAULT) == chorusInvalidArgument);
+  CHECK(chorusCommWindowRegister(comms[0], data[0].data(), 4096, &win, 7) == chorusInvalidArgument);
+  REQUIRE(chorusCommWindowRegister(comms[0], data[0].data(), 4096, &win, CHORUS_WIN_COLL_SYMMETRIC) == chorusSuccess);
+  REQUIRE(win != nullptr);
+  CHECK(chorusCommWindowDeregister(comms[0], win) == chorusSuccess);
+  CHECK(chorusCommWindowDeregister(comms[0], win) == chorusInvalidArgument);  // twice
+
+  // Revoke: bad flags refused; then operations are refused, the error says revoked, and the
+  // communicator can still be shrunk and destroyed.
+  CHECK(chorusCommRevoke(comms[0], 1) == chorusInvalidArgument);
+  const auto revoked = onRanks(2, [&](int r) { return chorusCommRevoke(comms[r], CHORUS_REVOKE_DEFAULT); });
+  REQUIRE(revoked[0] == chorusSuccess);
+  REQUIRE(revoked[1] == chorusSuccess);
+  chorusResult_t async = chorusSuccess;
+  REQUIRE(chorusCommGetAsyncError(comms[0], &async) == chorusSuccess);
+  CHECK(async == chorusRemoteError);
+  CHECK(std::string(chorusGetLastError(comms[0])).find("revoked") != std::string::npos);
+  CHECK(chorusAllReduce(data[0].data(), data[0].data(), 16, chorusFloat32, chorusSum, comms[0], nullptr) !=
+        chorusSuccess);
+  CHECK(std::string(chorusGetLastError(comms[0])).find("revoked") != std::string::npos);
+  std::vector<chorusComm_t> shrunk(2, nullptr);
+  int none = 0;
+  const auto sh = onRanks(
+      2, [&](int r) { return chorusCommShrink(comms[r], &none, 0, &shrunk[r], nullptr, CHORUS_SHRINK_DEFAULT); });
+  REQUIRE(sh[0] == chorusSuccess);
+  REQUIRE(sh[1] == chorusSuccess);
+  const auto again = onRanks(2, [&](int r) {
+    return chorusAllReduce(data[r].data(), data[r].data(), 16, chorusFloat32, chorusSum, shrunk[r], nullptr);
+  });
+  CHECK(again[0] == chorusSuccess);
+  CHECK(again[1] == chorusSuccess);
+  CHECK(data[1][3] == 4.0f);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(chorusCommDestroy(shrunk[r]) == chorusSuccess);
+    CHECK(chorusCommDestroy(comms[r]) == chorusSuccess);
+  }
+  // Where a pointer points: host memory is -1 (device memory needs a GPU: cuda_api_test).
+  int device = 7;
+  CHECK(chorusPointerGetDevice(data[0].data(), &device) == chorusSuccess);
+  CHECK(device == -1);
+  CHECK(chorusPointerGetDevice(data[0].data(), nullptr) == chorusInvalidArgument);
+  chorusResetDebugInit();  // reopens the log where CHORUS_DEBUG_FILE says (here: stderr)
 }

@@ -177,6 +177,11 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
  *  chorusInProgress, and completion is polled with chorusCommGetAsyncError. */
 chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId commId, int rank,
                                         chorusConfig_t* config);
+/** As chorusCommInitRankConfig with nId ids (NCCL 2.28's ncclCommInitRankScalable), the same ids in
+ *  the same order on every rank: NCCL spreads its bootstrap over them; Chorus's bootstrap uses the
+ *  first (one root serves every rank) and checks the others are well formed. */
+chorusResult_t chorusCommInitRankScalable(chorusComm_t* newcomm, int nranks, int myrank, int nId,
+                                          chorusUniqueId* commIds, chorusConfig_t* config);
 /** Creates ndev communicators of one clique whose ranks are threads of this process. devlist, when
  *  not NULL, is each rank's CUDA device (entries may repeat: several ranks may share a GPU); NULL
  *  leaves each rank's device to its first device buffer (chorus_cuda.h), and host buffers need
@@ -207,11 +212,23 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
  *  makes the call fail with a message naming the rank. Excluded ranks must not call it. */
 chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int excludeRanksCount, chorusComm_t* newcomm,
                                 chorusConfig_t* config, int shrinkFlags);
+/** chorusCommRevoke flags, equal to NCCL's. */
+#define CHORUS_REVOKE_DEFAULT 0x00
+/** Stops every operation of comm in flight (each fails with chorusRemoteError) and refuses new
+ *  ones; returns once none runs (NCCL 2.28's ncclCommRevoke). Local, not collective. Afterwards
+ *  chorusCommShrink, chorusCommDestroy and chorusCommAbort work; chorusCommGetAsyncError reports
+ *  chorusRemoteError saying the communicator was revoked. revokeFlags must be
+ *  CHORUS_REVOKE_DEFAULT. */
+chorusResult_t chorusCommRevoke(chorusComm_t comm, int revokeFlags);
 
 /** A sentence for a result code. */
 const char* chorusGetErrorString(chorusResult_t result);
 /** The last error's message, on this thread (comm may be NULL). */
 const char* chorusGetLastError(chorusComm_t comm);
+/** Reads CHORUS_DEBUG_FILE again: the log of communicators made from now on goes where it says
+ *  (ncclResetDebugInit). CHORUS_DEBUG and CHORUS_DEBUG_SUBSYS are read at each communicator's
+ *  init already. */
+void chorusResetDebugInit(void);
 /** chorusSuccess, chorusInProgress while a non-blocking call runs, or the error that stopped the
  *  communicator (a dead peer, a timeout, ...). */
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
@@ -235,6 +252,16 @@ chorusResult_t chorusMemFree(void* ptr);
  *  nothing. Deregister before chorusMemFree, and before destroying comm. */
 chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t size, void** handle);
 chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle);
+/** A registered window (NCCL 2.28's ncclWindow_t). */
+typedef struct chorusWindow* chorusWindow_t;
+#define CHORUS_WIN_DEFAULT 0x00
+#define CHORUS_WIN_COLL_SYMMETRIC 0x01
+/** ncclCommWindowRegister's shape: registers [buff, buff + size) as chorusCommRegister does and
+ *  returns it as a window. NCCL's call is collective and enables its symmetric kernels; Chorus's
+ *  registers locally (every rank calls it, none waits), and winFlags (CHORUS_WIN_DEFAULT or
+ *  CHORUS_WIN_COLL_SYMMETRIC) change nothing. */
+chorusResult_t chorusCommWindowRegister(chorusComm_t comm, void* buff, size_t size, chorusWindow_t* win, int winFlags);
+chorusResult_t chorusCommWindowDeregister(chorusComm_t comm, chorusWindow_t win);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Reduction operators                                                                             */
@@ -286,6 +313,24 @@ chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t data
 /** Group calls nest; state is per thread. Nothing starts until the outermost chorusGroupEnd. */
 chorusResult_t chorusGroupStart(void);
 chorusResult_t chorusGroupEnd(void);
+/** What chorusGroupSimulateEnd tells (ncclSimInfo_t's layout). */
+typedef struct chorusSimInfo_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime; /* microseconds */
+} chorusSimInfo_t;
+#define CHORUS_SIM_INFO_MAGIC 0x74685283
+#define CHORUS_SIM_INFO_INITIALIZER                                                                           \
+  {                                                                                                           \
+    sizeof(chorusSimInfo_t), CHORUS_SIM_INFO_MAGIC, CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH), \
+        CHORUS_UNDEF_FLOAT                                                                                    \
+  }
+/** Ends the outermost group as chorusGroupEnd would, but runs nothing: simInfo->estimatedTime is
+ *  the tuner's estimate of the group's time in microseconds (each communicator's operations one
+ *  after another, the slowest communicator's sum), and the operations are dropped. Inits in the
+ *  group are refused. */
+chorusResult_t chorusGroupSimulateEnd(chorusSimInfo_t* simInfo);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Host streams and events                                                                         */

@@ -42,6 +42,10 @@ chorusResult_t chorusStreamGetCuda(chorusStream_t stream, struct CUstream_st** c
 chorusResult_t chorusCudaMemAlloc(void** ptr, size_t size);
 /** Frees memory of chorusCudaMemAlloc (after synchronising its device). */
 chorusResult_t chorusCudaMemFree(void* ptr);
+/** Where ptr points: *device is the CUDA device of device (or managed) memory, -1 for host memory
+ *  (and for every pointer in a program that has not loaded CUDA, or a build without CUDA). This is
+ *  how Chorus itself tells a call's buffers apart. */
+chorusResult_t chorusPointerGetDevice(const void* ptr, int* device);
 
 #ifdef __cplusplus
 }

@@ -304,6 +304,19 @@ chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUn
   return guard("chorusCommInitRankConfig", [&] { return initRank(comm, nranks, commId, rank, config); });
 }
 
+chorusResult_t chorusCommInitRankScalable(chorusComm_t* newcomm, int nranks, int myrank, int nId,
+                                          chorusUniqueId* commIds, chorusConfig_t* config) {
+  return guard("chorusCommInitRankScalable", [&]() -> Status {
+    if (nId < 1) return invalidArgument("nId is " + std::to_string(nId) + "; pass at least one id");
+    if (!commIds) return invalidArgument("commIds is NULL");
+    for (int i = 1; i < nId; ++i) {
+      Status s = BootstrapId::fromUniqueId(commIds[i]).status();
+      if (!s.isOk()) return invalidArgument("commIds[" + std::to_string(i) + "] is not an id: " + s.message());
+    }
+    return initRank(newcomm, nranks, commIds[0], myrank, config);
+  });
+}
+
 chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm, chorusConfig_t* config) {
   return guard("chorusCommInitFromEnv", [&]() -> Status {
     if (!comm) return invalidArgument("comm (the output pointer) is NULL");
@@ -472,6 +485,20 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, int* excludeRanksList, int ex
   });
 }
 
+chorusResult_t chorusCommRevoke(chorusComm_t comm, int revokeFlags) {
+  return guard("chorusCommRevoke", [&]() -> Status {
+    if (revokeFlags != CHORUS_REVOKE_DEFAULT) {
+      return invalidArgument("revokeFlags is " + std::to_string(revokeFlags) + "; pass CHORUS_REVOKE_DEFAULT (0)");
+    }
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
+    if (c->state() == Communicator::State::kFinalized) {
+      return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
+    }
+    c->revoke();
+    return Status::ok();
+  });
+}
+
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
   return guard("chorusCommGetAsyncError", [&]() -> Status {
     if (!asyncError) return invalidArgument("asyncError is NULL");
@@ -577,6 +604,34 @@ chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle) {
     if (!handle) return invalidArgument("handle is NULL");
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
     return c->deregisterBuffer(handle);
+  });
+}
+
+chorusResult_t chorusCommWindowRegister(chorusComm_t comm, void* buff, size_t size, chorusWindow_t* win, int winFlags) {
+  return guard("chorusCommWindowRegister", [&]() -> Status {
+    if (!win) return invalidArgument("win (the output pointer) is NULL");
+    *win = nullptr;
+    if (winFlags != CHORUS_WIN_DEFAULT && winFlags != CHORUS_WIN_COLL_SYMMETRIC) {
+      return invalidArgument("winFlags is " + std::to_string(winFlags) +
+                             "; pass CHORUS_WIN_DEFAULT or CHORUS_WIN_COLL_SYMMETRIC");
+    }
+    if (!buff) return invalidArgument("buff is NULL");
+    if (size == 0) return invalidArgument("size is 0");
+    if (reinterpret_cast<uintptr_t>(buff) + size < reinterpret_cast<uintptr_t>(buff)) {
+      return invalidArgument("buff + size wraps around the address space");
+    }
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
+    CHORUS_ASSIGN_OR_RETURN(void* handle, c->registerBuffer(buff, size));
+    *win = static_cast<chorusWindow_t>(handle);
+    return Status::ok();
+  });
+}
+
+chorusResult_t chorusCommWindowDeregister(chorusComm_t comm, chorusWindow_t win) {
+  return guard("chorusCommWindowDeregister", [&]() -> Status {
+    if (!win) return invalidArgument("win is NULL");
+    CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
+    return c->deregisterBuffer(win);
   });
 }
 
@@ -726,5 +781,19 @@ chorusResult_t chorusGroupStart(void) {
 chorusResult_t chorusGroupEnd(void) {
   return guard("chorusGroupEnd", [] { return groupEnd(); });
 }
+
+chorusResult_t chorusGroupSimulateEnd(chorusSimInfo_t* simInfo) {
+  return guard("chorusGroupSimulateEnd", [&]() -> Status {
+    if (!simInfo) return invalidArgument("simInfo is NULL");
+    if (simInfo->magic != CHORUS_SIM_INFO_MAGIC || simInfo->size < sizeof(chorusSimInfo_t)) {
+      return invalidArgument("simInfo was not set from CHORUS_SIM_INFO_INITIALIZER (magic or size wrong)");
+    }
+    CHORUS_ASSIGN_OR_RETURN(const double us, groupSimulateEnd());
+    simInfo->estimatedTime = static_cast<float>(us);
+    return Status::ok();
+  });
+}
+
+void chorusResetDebugInit(void) { resetLogSink(); }
 
 }  // extern "C"

@@ -87,4 +87,15 @@ chorusResult_t chorusCudaMemFree(void* ptr) {
   return guard("chorusCudaMemFree", [&]() -> Status { return cuda::freeShareable(ptr); });
 }
 
+chorusResult_t chorusPointerGetDevice(const void* ptr, int* device) {
+  return guard("chorusPointerGetDevice", [&]() -> Status {
+    if (!device) return invalidArgument("device (the output pointer) is NULL");
+    *device = -1;
+    if (!ptr) return Status::ok();
+    CHORUS_ASSIGN_OR_RETURN(cuda::MemInfo m, cuda::memInfo(ptr));
+    if (m.device) *device = m.ordinal;
+    return Status::ok();
+  });
+}
+
 }  // extern "C"

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -32,32 +33,39 @@ std::string debugFilePath(const char* pattern) {
 }
 
 // One sink for the process, stderr or CHORUS_DEBUG_FILE: either is process-wide, and the sink's
-// mutex keeps lines from different communicators whole.
-spdlog::logger& sink() {
-  static spdlog::logger* logger = [] {
-    spdlog::sink_ptr s;
-    std::string fallback;
-    if (const char* file = std::getenv("CHORUS_DEBUG_FILE"); file && *file) {
-      const std::string path = debugFilePath(file);
-      try {
-        s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
-      } catch (const std::exception& e) {
-        fallback = "CHORUS_DEBUG_FILE=" + std::string(file) + ": cannot write " + path + " (" + e.what() +
-                   "); logging to stderr";
-      }
+// mutex keeps lines from different communicators whole. resetLogSink makes a new one; the old one
+// stays (a line being written through it must not lose its logger), one per reset.
+spdlog::logger* makeSink() {
+  spdlog::sink_ptr s;
+  std::string fallback;
+  if (const char* file = std::getenv("CHORUS_DEBUG_FILE"); file && *file) {
+    const std::string path = debugFilePath(file);
+    try {
+      s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+    } catch (const std::exception& e) {
+      fallback = "CHORUS_DEBUG_FILE=" + std::string(file) + ": cannot write " + path + " (" + e.what() +
+                 "); logging to stderr";
     }
-    if (!s) s = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    auto* l = new spdlog::logger("chorus", s);
-    l->set_pattern("%v");
-    l->set_level(spdlog::level::trace);
-    l->flush_on(spdlog::level::trace);
-    if (!fallback.empty()) l->info("{}:{} CHORUS WARN {}", hostName(), ::getpid(), fallback);
-    return l;
-  }();
-  return *logger;
+  }
+  if (!s) s = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto* l = new spdlog::logger("chorus", s);
+  l->set_pattern("%v");
+  l->set_level(spdlog::level::trace);
+  l->flush_on(spdlog::level::trace);
+  if (!fallback.empty()) l->info("{}:{} CHORUS WARN {}", hostName(), ::getpid(), fallback);
+  return l;
 }
 
+std::atomic<spdlog::logger*>& currentSink() {
+  static std::atomic<spdlog::logger*> logger{makeSink()};
+  return logger;
+}
+
+spdlog::logger& sink() { return *currentSink().load(std::memory_order_acquire); }
+
 }  // namespace
+
+void resetLogSink() { currentSink().store(makeSink(), std::memory_order_release); }
 
 Logger::Logger(LogLevel level, uint32_t subsys, int rank) : level_(level), subsys_(subsys), rank_(rank) {}
 

@@ -13,6 +13,9 @@
 
 namespace chorus {
 
+// Opens the process's log sink again from CHORUS_DEBUG_FILE (chorusResetDebugInit).
+void resetLogSink();
+
 class Logger {
  public:
   Logger() = default;

@@ -231,6 +231,8 @@ class Communicator : public TaskOwner {
                                 std::vector<std::vector<const device::OneCopyArgs*>>* args);
   // Whether `op` exchanges one-copy records: decided alike on every rank.
   bool oneCopyCandidate(const OpInfo& op) const;
+  // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
+  double estimateUs(const OpInfo& op) const;
   // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed.
   void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_.
@@ -260,6 +262,9 @@ class Communicator : public TaskOwner {
 
   // Ends the communicator's life: stop (abort) or wait (destroy), then free.
   void abort();
+  // chorusCommRevoke: fails the communicator without telling peers and waits until no operation
+  // of it runs.
+  void revoke();
   // The algorithm a device collective runs (the tuner's choice; the slice all-reduce, which reads
   // registered host buffers in place, runs as the ring).
   Algo deviceAlgo(const OpInfo& op) const;

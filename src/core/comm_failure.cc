@@ -56,6 +56,15 @@ void Communicator::fail(const Status& s, bool tellPeers) {
   stopTraffic();
 }
 
+void Communicator::revoke() {
+  // As chorusCommShrink's CHORUS_SHRINK_ABORT: the operations in flight fail at once, later ones
+  // are refused, and the peers are not told (each survivor revokes its own).
+  fail(remoteError("the communicator was revoked (chorusCommRevoke): operations in flight were stopped and new "
+                   "ones are refused; shrink or destroy it"),
+       false);
+  (void)waitIdle();
+}
+
 void Communicator::tellFailure(const Status& s) {
   // A failure about another rank (waited for in vain, found dead) leads with that rank: this
   // rank only noticed it, and every rank it tells should name the same culprit.

@@ -1,5 +1,6 @@
 #include "src/core/group.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "src/common/guard.h"
@@ -58,6 +59,50 @@ Status runInit(const InitJob& job) {
   return s;
 }
 
+namespace {
+
+// Handles of inits recorded in a group exist; one that will not run must not look "in progress"
+// forever.
+void failInits(const std::vector<InitJob>& inits, const Status& s) {
+  for (const auto& job : inits) {
+    std::lock_guard<std::mutex> lk(job.handle->initMu);
+    job.handle->initStatus = s;
+    job.handle->initDone.store(true, std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+Result<double> groupSimulateEnd() {
+  if (tGroup.depth == 0) {
+    return invalidUsage("chorusGroupSimulateEnd without a matching chorusGroupStart on this thread");
+  }
+  if (--tGroup.depth > 0) return 0.0;
+  GroupState g = std::move(tGroup);
+  tGroup = GroupState();
+  if (!g.error.isOk()) {
+    Status s = invalidUsage("a call inside this group failed: " + g.error.message());
+    failInits(g.inits, s);
+    return s;
+  }
+  if (!g.inits.empty()) {
+    Status s = invalidUsage(
+        "chorusGroupSimulateEnd cannot simulate communicator inits; end their group with "
+        "chorusGroupEnd");
+    failInits(g.inits, s);
+    return s;
+  }
+  std::vector<std::pair<Communicator*, double>> perComm;
+  for (const OpInfo& op : g.ops) {
+    auto it = std::find_if(perComm.begin(), perComm.end(), [&](const auto& p) { return p.first == op.comm; });
+    if (it == perComm.end()) it = perComm.insert(perComm.end(), {op.comm, 0.0});
+    it->second += op.comm->estimateUs(op);
+  }
+  double slowest = 0;
+  for (const auto& [c, us] : perComm) slowest = std::max(slowest, us);
+  return slowest;
+}
+
 Status groupEnd() {
   if (tGroup.depth == 0) {
     return invalidUsage("chorusGroupEnd without a matching chorusGroupStart on this thread");
@@ -68,12 +113,7 @@ Status groupEnd() {
   if (!g.error.isOk()) {
     Status s =
         invalidUsage("a call inside this group failed, so nothing in the group was launched: " + g.error.message());
-    // Handles of inits recorded in the group exist; they must not look "in progress" forever.
-    for (const auto& job : g.inits) {
-      std::lock_guard<std::mutex> lk(job.handle->initMu);
-      job.handle->initStatus = s;
-      job.handle->initDone.store(true, std::memory_order_release);
-    }
+    failInits(g.inits, s);
     return s;
   }
   if (!g.inits.empty()) {

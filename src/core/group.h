@@ -27,6 +27,10 @@ bool inGroup();
 void groupStart();
 // Ends one level; at the outermost level runs what was recorded.
 Status groupEnd();
+// Ends one level as groupEnd, but at the outermost level runs nothing: the recorded operations'
+// estimated time (microseconds: each communicator's one after another, the slowest's), and they
+// are dropped.
+Result<double> groupSimulateEnd();
 // Records an op (inside a group) or launches it at once (outside).
 Status submitOp(const OpInfo& op);
 // Records an init (inside a group); returns false when not in a group.

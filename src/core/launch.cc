@@ -593,6 +593,33 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   return task;
 }
 
+double Communicator::estimateUs(const OpInfo& op) const {
+  const AllReduceModel& m = tuner_.model();
+  if (nranks_ < 2 || m.bwGBs <= 0) return 0;
+  const double n = nranks_;
+  const double bytes = static_cast<double>(op.count * typeSize(op.type));
+  const double perByteUs = 1.0 / (m.bwGBs * 1e3);
+  const double hopUs = m.ringLatencyUs / (2.0 * (n - 1));  // one hop of the ring
+  switch (op.coll) {
+    case CollType::kAllReduce:
+      return choose(op).algo == Algo::kTree ? treeAllReduceUs(m, bytes) : ringAllReduceUs(m, bytes);
+    case CollType::kAllGather:
+    case CollType::kReduceScatter:
+      // Half an all-reduce's ring: n - 1 steps, each rank sending (n - 1) / n of n messages.
+      return m.ringLatencyUs / 2 + (n - 1) * bytes * perByteUs;
+    case CollType::kBroadcast:
+    case CollType::kReduce:
+      // A pipeline along the chain: its length once, then the message at the link's speed.
+      return (n - 1) * hopUs + bytes * perByteUs;
+    case CollType::kAlltoAll:
+    case CollType::kGather:
+    case CollType::kScatter:
+      return hopUs + (n - 1) * bytes * perByteUs;
+    default:  // a send or a receive
+      return hopUs + bytes * perByteUs;
+  }
+}
+
 void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer) {
   const size_t bytes = op.count * typeSize(op.type);
   const uint32_t parts = oneCopyParts(bytes, nranks_);

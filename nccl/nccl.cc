@@ -1,0 +1,522 @@
+// libnccl.so.2 from Chorus: every function the libnccl.so.2 of NCCL 2.28.9 exports, with its
+// signature, over Chorus's public C API (docs/nccl.md). Compiled against the CUDA toolkit's own
+// nccl.h and nccl_device.h, so a signature that differs from NCCL's does not compile.
+//
+// As NCCL does, each function is defined as pnccl<Name> and exported as ncclName too, a weak
+// alias a profiler may interpose. ncclComm_t is a chorusComm_t, and every enum and the unique id
+// are Chorus's, which match NCCL's numerically (static_asserts below). NCCL_* variables become
+// their CHORUS_* twins when the library loads (a CHORUS_* variable already set wins).
+//
+// Buffers: device buffers go on the caller's CUDA stream (a chorusStreamFromCuda wrapper, made
+// once per stream and kept); host buffers, which NCCL refuses, run synchronously once the stream's
+// earlier work is done (the call returns when the operation is complete, or at chorusGroupEnd
+// inside a group). The device API of nccl_device.h (DevComm, teams, LSA and GIN barriers, LL
+// all-to-all) is not served: those calls fail with ncclInvalidUsage and say so.
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "chorus/chorus.h"
+#include "chorus/chorus_cuda.h"
+
+static_assert(sizeof(ncclUniqueId) == sizeof(chorusUniqueId));
+static_assert(NCCL_UNIQUE_ID_BYTES == CHORUS_UNIQUE_ID_BYTES);
+static_assert(ncclSuccess == static_cast<int>(chorusSuccess) && ncclInProgress == static_cast<int>(chorusInProgress) &&
+              ncclNumResults == static_cast<int>(chorusNumResults));
+static_assert(ncclInt8 == static_cast<int>(chorusInt8) && ncclFloat16 == static_cast<int>(chorusFloat16) &&
+              ncclBfloat16 == static_cast<int>(chorusBfloat16) &&
+              ncclFloat8e5m2 == static_cast<int>(chorusFloat8e5m2) && ncclNumTypes == static_cast<int>(chorusNumTypes));
+static_assert(ncclSum == static_cast<int>(chorusSum) && ncclAvg == static_cast<int>(chorusAvg) &&
+              ncclNumOps == static_cast<int>(chorusNumOps));
+static_assert(ncclScalarDevice == static_cast<int>(chorusScalarDevice) &&
+              ncclScalarHostImmediate == static_cast<int>(chorusScalarHostImmediate));
+static_assert(NCCL_SPLIT_NOCOLOR == CHORUS_SPLIT_NOCOLOR && NCCL_SHRINK_ABORT == CHORUS_SHRINK_ABORT &&
+              NCCL_REVOKE_DEFAULT == CHORUS_REVOKE_DEFAULT && NCCL_WIN_COLL_SYMMETRIC == CHORUS_WIN_COLL_SYMMETRIC);
+static_assert(NCCL_CONFIG_UNDEF_INT == CHORUS_CONFIG_UNDEF_INT);
+static_assert(sizeof(ncclSimInfo_t) == sizeof(chorusSimInfo_t) &&
+              offsetof(ncclSimInfo_t, estimatedTime) == offsetof(chorusSimInfo_t, estimatedTime));
+// ncclConfig_t's fields are the leading fields of chorusConfig_t, in order.
+static_assert(offsetof(ncclConfig_t, nvlinkCentricSched) == offsetof(chorusConfig_t, nvlinkCentricSched));
+
+// pnccl<name> is the function; nccl<name> a weak alias of it.
+#define NCCL_API(ret, name, ...)                                                                   \
+  extern "C" ret name(__VA_ARGS__) __attribute__((weak, alias("p" #name), visibility("default"))); \
+  extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
+
+namespace {
+
+constexpr unsigned kNcclConfigMagic = 0xcafebeef;
+constexpr unsigned kNcclSimInfoMagic = 0x74685283;
+
+// Why the last call refused on this side failed (the device API): ncclGetLastError says it until
+// the next call reaches Chorus.
+thread_local std::string tRefusal;
+
+ncclResult_t pass(chorusResult_t r) {
+  tRefusal.clear();
+  return static_cast<ncclResult_t>(r);
+}
+
+ncclResult_t refuse(const char* what) {
+  tRefusal = std::string(what) +
+             " is NCCL's device API (nccl_device.h), which Chorus's libnccl.so.2 does not serve yet; "
+             "use the host API's collectives";
+  return ncclInvalidUsage;
+}
+
+chorusComm_t chorusOf(ncclComm_t c) { return reinterpret_cast<chorusComm_t>(c); }
+chorusUniqueId chorusIdOf(const ncclUniqueId& id) {
+  chorusUniqueId out;
+  std::memcpy(&out, &id, sizeof(out));
+  return out;
+}
+chorusDataType_t typeOf(ncclDataType_t t) { return static_cast<chorusDataType_t>(t); }
+chorusRedOp_t opOf(ncclRedOp_t op) { return static_cast<chorusRedOp_t>(op); }
+
+// --- The environment: NCCL's variables as Chorus's ---
+
+void setIfUnset(const char* chorusName, const std::string& value) {
+  if (!std::getenv(chorusName)) setenv(chorusName, value.c_str(), 0);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+// Says once, on stderr, that an NCCL variable's value has no Chorus counterpart, when NCCL_DEBUG
+// asks for anything but silence.
+void cannotMap(const char* name, const char* value, const char* why) {
+  const char* debug = std::getenv("NCCL_DEBUG");
+  if (!debug || lower(debug) == "none" || lower(debug) == "version") return;
+  std::fprintf(stderr, "CHORUS WARN %s=%s: %s; Chorus chooses itself\n", name, value, why);
+}
+
+void mapEnvironment() {
+  // Taken as they are.
+  static const char* const kSame[][2] = {
+      {"NCCL_DEBUG", "CHORUS_DEBUG"},
+      {"NCCL_DEBUG_SUBSYS", "CHORUS_DEBUG_SUBSYS"},
+      {"NCCL_DEBUG_FILE", "CHORUS_DEBUG_FILE"},
+      {"NCCL_COMM_ID", "CHORUS_COMM_ID"},
+      {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
+      {"NCCL_P2P_DISABLE", "CHORUS_P2P_DISABLE"},
+      {"NCCL_SHM_DISABLE", "CHORUS_SHM_DISABLE"},
+      {"NCCL_TOPO_FILE", "CHORUS_TOPO_FILE"},
+      {"NCCL_TOPO_DUMP_FILE", "CHORUS_TOPO_DUMP_FILE"},
+  };
+  for (const auto& m : kSame) {
+    if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
+  }
+  // NCCL_ALGO and NCCL_PROTO: one algorithm or protocol Chorus has; lists, exclusions and
+  // per-collective settings are left to Chorus's tuner.
+  if (const char* v = std::getenv("NCCL_ALGO")) {
+    const std::string a = lower(v);
+    if (a == "ring" || a == "tree") {
+      setIfUnset("CHORUS_ALGO", a);
+    } else {
+      cannotMap("NCCL_ALGO", v, "only Ring and Tree have Chorus counterparts (CHORUS_ALGO)");
+    }
+  }
+  if (const char* v = std::getenv("NCCL_PROTO")) {
+    const std::string p = lower(v);
+    if (p == "simple" || p == "ll") {
+      setIfUnset("CHORUS_PROTO", p);
+    } else if (p == "ll128") {
+      setIfUnset("CHORUS_PROTO", "ll");  // Chorus's LL is the nearest
+    } else {
+      cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 (as LL) have Chorus counterparts (CHORUS_PROTO)");
+    }
+  }
+  // Channels: Chorus runs a fixed number, NCCL_MAX_NCHANNELS if set, else NCCL_MIN_NCHANNELS.
+  if (const char* v = std::getenv("NCCL_MAX_NCHANNELS")) {
+    setIfUnset("CHORUS_NCHANNELS", v);
+  } else if (const char* w = std::getenv("NCCL_MIN_NCHANNELS")) {
+    setIfUnset("CHORUS_NCHANNELS", w);
+  }
+  // NCCL_BUFFSIZE is a FIFO's whole size; Chorus's is CHORUS_SLOTS slots of CHORUS_SLOT_BYTES
+  // (a multiple of 64 from 4 KiB to 64 MiB).
+  if (const char* v = std::getenv("NCCL_BUFFSIZE")) {
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(v, &end, 0);
+    const char* slotsText = std::getenv("CHORUS_SLOTS");
+    const unsigned long long slots = slotsText ? std::strtoull(slotsText, nullptr, 10) : 8;
+    if (end == v || *end != 0 || bytes == 0 || slots == 0) {
+      cannotMap("NCCL_BUFFSIZE", v, "not a byte count");
+    } else {
+      unsigned long long slot = bytes / slots / 64 * 64;
+      slot = slot < 4096 ? 4096 : slot > (64ull << 20) ? (64ull << 20) : slot;
+      setIfUnset("CHORUS_SLOT_BYTES", std::to_string(slot));
+    }
+  }
+}
+
+__attribute__((constructor)) void mapEnvironmentAtLoad() { mapEnvironment(); }
+
+// --- Streams and buffers ---
+
+// A wrapper per CUDA stream, made on first use and kept for the process's life (a few bytes
+// each; a stream handle reused by a new stream names that stream, as the wrapper does).
+chorusResult_t wrapperOf(cudaStream_t s, chorusStream_t* out) {
+  static std::mutex mu;
+  static auto* wrappers = new std::unordered_map<cudaStream_t, chorusStream_t>();
+  std::lock_guard<std::mutex> g(mu);
+  auto it = wrappers->find(s);
+  if (it != wrappers->end()) {
+    *out = it->second;
+    return chorusSuccess;
+  }
+  const chorusResult_t r = chorusStreamFromCuda(s, out);
+  if (r == chorusSuccess) wrappers->emplace(s, *out);
+  return r;
+}
+
+bool onDevice(const void* p) {
+  int device = -1;
+  return p && chorusPointerGetDevice(p, &device) == chorusSuccess && device >= 0;
+}
+
+// The Chorus stream for a call on CUDA stream `s` whose buffers are `a` and `b` (either may be
+// NULL): the stream's wrapper for device buffers; for host buffers the NULL stream, once the
+// CUDA stream's earlier work is done (skipped in a program without CUDA, where no such work
+// exists).
+chorusResult_t streamFor(cudaStream_t s, const void* a, const void* b, chorusStream_t* out) {
+  *out = nullptr;
+  if (onDevice(a) || onDevice(b)) return wrapperOf(s, out);
+  if (s) {
+    chorusStream_t w = nullptr;
+    if (wrapperOf(s, &w) == chorusSuccess) {
+      const chorusResult_t r = chorusStreamSynchronize(w);
+      if (r != chorusSuccess) return r;
+    }
+  }
+  return chorusSuccess;
+}
+
+// chorusConfig_t from ncclConfig_t, field for field (as far as the caller's ncclConfig_t goes:
+// an older NCCL's is shorter).
+ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
+  chorusConfig_t c = CHORUS_CONFIG_INITIALIZER;
+  *out = c;
+  if (!in) return ncclSuccess;
+  if (in->magic != kNcclConfigMagic) {
+    tRefusal = "config was not set from NCCL_CONFIG_INITIALIZER (its magic is wrong)";
+    return ncclInvalidArgument;
+  }
+  const size_t have = in->size < sizeof(ncclConfig_t) ? in->size : sizeof(ncclConfig_t);
+#define CHORUS_TAKE(field) \
+  if (offsetof(ncclConfig_t, field) + sizeof(in->field) <= have) out->field = in->field
+  CHORUS_TAKE(blocking);
+  CHORUS_TAKE(cgaClusterSize);
+  CHORUS_TAKE(minCTAs);
+  CHORUS_TAKE(maxCTAs);
+  CHORUS_TAKE(netName);
+  CHORUS_TAKE(splitShare);
+  CHORUS_TAKE(trafficClass);
+  CHORUS_TAKE(commName);
+  CHORUS_TAKE(collnetEnable);
+  CHORUS_TAKE(CTAPolicy);
+  CHORUS_TAKE(shrinkShare);
+  CHORUS_TAKE(nvlsCTAs);
+  CHORUS_TAKE(nChannelsPerNetPeer);
+  CHORUS_TAKE(nvlinkCentricSched);
+#undef CHORUS_TAKE
+  return ncclSuccess;
+}
+
+}  // namespace
+
+// --- Version, ids, errors ---
+
+NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+  if (!version) {
+    tRefusal = "version is NULL";
+    return ncclInvalidArgument;
+  }
+  *version = NCCL_VERSION_CODE;  // the NCCL whose interface this library implements
+  tRefusal.clear();
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  return pass(chorusGetUniqueId(reinterpret_cast<chorusUniqueId*>(uniqueId)));
+}
+
+NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  return chorusGetErrorString(static_cast<chorusResult_t>(result));
+}
+
+NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  return tRefusal.empty() ? chorusGetLastError(chorusOf(comm)) : tRefusal.c_str();
+}
+
+NCCL_API(void, ncclResetDebugInit, void) {
+  mapEnvironment();
+  chorusResetDebugInit();
+}
+
+// NCCL's own library exports it (without a pnccl name); it resets its debug state as
+// ncclResetDebugInit does.
+extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal() {
+  mapEnvironment();
+  chorusResetDebugInit();
+}
+
+// --- Communicators ---
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return pass(chorusCommInitRank(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank));
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t* config) {
+  chorusConfig_t c;
+  if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
+  return pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank,
+                                       config ? &c : nullptr));
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId* commIds, ncclConfig_t* config) {
+  chorusConfig_t c;
+  if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
+  return pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
+                                         reinterpret_cast<chorusUniqueId*>(commIds), config ? &c : nullptr));
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
+  return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) { return pass(chorusCommFinalize(chorusOf(comm))); }
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return pass(chorusCommDestroy(chorusOf(comm))); }
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return pass(chorusCommAbort(chorusOf(comm))); }
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  return pass(chorusCommRevoke(chorusOf(comm), revokeFlags));
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  chorusConfig_t c;
+  if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
+  return pass(
+      chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr));
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  chorusConfig_t c;
+  if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
+  return pass(chorusCommShrink(chorusOf(comm), excludeRanksList, excludeRanksCount,
+                               reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr, shrinkFlags));
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  return pass(chorusCommGetAsyncError(chorusOf(comm), reinterpret_cast<chorusResult_t*>(asyncError)));
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  return pass(chorusCommCount(chorusOf(comm), count));
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  return pass(chorusCommCuDevice(chorusOf(comm), device));
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  return pass(chorusCommUserRank(chorusOf(comm), rank));
+}
+
+// --- Memory and registration ---
+
+// Device memory on the current device where the program has a GPU (as NCCL's); host memory that
+// peers can map otherwise.
+NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  if (chorusCudaMemAlloc(ptr, size) == chorusSuccess) return pass(chorusSuccess);
+  return pass(chorusMemAlloc(ptr, size));
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+  return pass(onDevice(ptr) ? chorusCudaMemFree(ptr) : chorusMemFree(ptr));
+}
+
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return pass(chorusCommRegister(chorusOf(comm), buff, size, handle));
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  return pass(chorusCommDeregister(chorusOf(comm), handle));
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+         int winFlags) {
+  return pass(chorusCommWindowRegister(chorusOf(comm), buff, size, reinterpret_cast<chorusWindow_t*>(win), winFlags));
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  return pass(chorusCommWindowDeregister(chorusOf(comm), reinterpret_cast<chorusWindow_t>(win)));
+}
+
+// --- Reduction operators ---
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  return pass(chorusRedOpCreatePreMulSum(reinterpret_cast<chorusRedOp_t*>(op), scalar, typeOf(datatype),
+                                         static_cast<chorusScalarResidence_t>(residence), chorusOf(comm)));
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  return pass(chorusRedOpDestroy(opOf(op), chorusOf(comm)));
+}
+
+// --- Collectives and point-to-point ---
+
+#define CHORUS_STREAM(a, b)                                                    \
+  chorusStream_t cs = nullptr;                                                 \
+  if (chorusResult_t sr = streamFor(stream, a, b, &cs); sr != chorusSuccess) { \
+    return pass(sr);                                                           \
+  }
+
+NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), root, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  CHORUS_STREAM(buff, nullptr);
+  return pass(chorusBcast(buff, count, typeOf(datatype), root, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusBroadcast(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusAllGather(sendbuff, recvbuff, sendcount, typeOf(datatype), chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusAlltoAll(sendbuff, recvbuff, count, typeOf(datatype), chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusGather(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, recvbuff);
+  return pass(chorusScatter(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  CHORUS_STREAM(sendbuff, nullptr);
+  return pass(chorusSend(sendbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  CHORUS_STREAM(recvbuff, nullptr);
+  return pass(chorusRecv(recvbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+}
+
+#undef CHORUS_STREAM
+
+// --- Groups ---
+
+NCCL_API(ncclResult_t, ncclGroupStart, void) { return pass(chorusGroupStart()); }
+NCCL_API(ncclResult_t, ncclGroupEnd, void) { return pass(chorusGroupEnd()); }
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+  if (!simInfo || simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
+    tRefusal = "simInfo is NULL or was not set from NCCL_SIM_INFO_INITIALIZER";
+    return ncclInvalidArgument;
+  }
+  chorusSimInfo_t info = CHORUS_SIM_INFO_INITIALIZER;
+  const chorusResult_t r = chorusGroupSimulateEnd(&info);
+  if (r == chorusSuccess) simInfo->estimatedTime = info.estimatedTime;
+  return pass(r);
+}
+
+// --- The device API (nccl_device.h): not served ---
+
+NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
+  return refuse("ncclDevCommCreate");
+}
+
+NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t, ncclDevComm_t const*) { return refuse("ncclDevCommDestroy"); }
+
+NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
+         ncclDevResourceRequirements_t*) {
+  return refuse("ncclGinBarrierCreateRequirement");
+}
+
+NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t, int, ncclLsaBarrierHandle_t*,
+         ncclDevResourceRequirements_t*) {
+  return refuse("ncclLsaBarrierCreateRequirement");
+}
+
+NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int, int, ncclLLA2AHandle_t*, ncclDevResourceRequirements_t*) {
+  return refuse("ncclLLA2ACreateRequirement");
+}
+
+// Functions of the device API that return no result: an empty answer, and ncclGetLastError says
+// why.
+NCCL_API(int, ncclLLA2ACalcSlots, int, int) {
+  (void)refuse("ncclLLA2ACalcSlots");
+  return 0;
+}
+
+NCCL_API(ncclTeam_t, ncclTeamWorld, ncclComm_t) {
+  (void)refuse("ncclTeamWorld");
+  return ncclTeam_t{};
+}
+
+NCCL_API(ncclTeam_t, ncclTeamLsa, ncclComm_t) {
+  (void)refuse("ncclTeamLsa");
+  return ncclTeam_t{};
+}
+
+NCCL_API(ncclTeam_t, ncclTeamRail, ncclComm_t) {
+  (void)refuse("ncclTeamRail");
+  return ncclTeam_t{};
+}
+
+NCCL_API(int, ncclTeamRankToWorld, ncclComm_t, ncclTeam_t, int) {
+  (void)refuse("ncclTeamRankToWorld");
+  return -1;
+}
+
+NCCL_API(int, ncclTeamRankToLsa, ncclComm_t, ncclTeam_t, int) {
+  (void)refuse("ncclTeamRankToLsa");
+  return -1;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The NCCL drop-in exports exactly what NCCL's own libnccl.so.2 exports: the functions each
+# defines (nm -D --defined-only), by name, compared as two sorted lists. Any name missing from
+# ours, or any name ours has that NCCL's has not, fails the test and is listed.
+#   symbols.sh OURS REFERENCE
+set -uo pipefail
+ours=$1
+ref=$2
+if [ ! -e "$ref" ]; then
+  echo "SKIP: no reference libnccl.so.2 at $ref (the CUDA toolkit's)"
+  exit 77
+fi
+list() { nm -D --defined-only "$1" | awk '$2 ~ /^[TtWwVv]$/ {print $3}' | sed 's/@.*//' | sort -u; }
+a=$(list "$ours") || exit 1
+b=$(list "$ref") || exit 1
+missing=$(comm -13 <(echo "$a") <(echo "$b"))
+extra=$(comm -23 <(echo "$a") <(echo "$b"))
+echo "ours: $(echo "$a" | wc -l) functions ($ours); NCCL's: $(echo "$b" | wc -l) ($ref)"
+status=0
+if [ -n "$missing" ]; then
+  echo "missing from ours:"; echo "$missing" | sed 's/^/  /'
+  status=1
+fi
+if [ -n "$extra" ]; then
+  echo "ours has, NCCL's has not:"; echo "$extra" | sed 's/^/  /'
+  status=1
+fi
+[ $status -eq 0 ] && echo "the same $(echo "$a" | wc -l) names"
+# Our library must be the drop-in by its soname, as loaders look it up.
+soname=$(objdump -p "$ours" | awk '/SONAME/ {print $2}')
+if [ "$soname" != "libnccl.so.2" ]; then
+  echo "SONAME is '$soname', not libnccl.so.2"
+  status=1
+fi
+exit $status
