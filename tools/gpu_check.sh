@@ -16,7 +16,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# The checks: name, then the program and its arguments (from DIR/bin).
+# The checks: name, then the program and its arguments (from DIR/bin); "@" starts a command run
+# from the repository root instead, where DIR stands for the folder of the built programs.
 # cuda_coll is cut by rank count so that no run is longer than one command on the device machine
 # may be; gpu_bench measures (docs/GPU.md, "Measurements") and passes whenever it ran.
 checks=(
@@ -34,6 +35,7 @@ checks=(
   "cuda_onecopy_2|cuda_proc_test onecopy 2"
   "cuda_onecopy_4|cuda_proc_test onecopy 4"
   "cuda_kill|cuda_proc_test kill 4"
+  "nccl_torch|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
   "cuda_kill_hosts|cuda_proc_test kill 4 --hosts 2"
 )
 
@@ -48,11 +50,14 @@ case "$mode" in
     targets=()
     for c in "${checks[@]}"; do
       prog=${c#*|}
+      [[ $prog == @* ]] && continue
       t=${prog%% *}
       [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
     done
-    cmake --build "$dir/build" --target "${targets[@]}"
-    mkdir -p "$dir/bin" "$dir/lib"
+    cmake --build "$dir/build" --target "${targets[@]}" chorus_nccl
+    mkdir -p "$dir/bin" "$dir/lib" "$dir/nccl"
+    # The NCCL drop-in, for the checks that load it (it finds libchorus.so in DIR/lib).
+    cp -L "$dir/build/nccl/libnccl.so.2" "$dir/nccl/libnccl.so.2"
     for t in "${targets[@]}"; do
       found=$(find "$dir/build" -type f -name "$t" -perm -u+x | head -1)
       [ -n "$found" ] || { echo "gpu_check: $t was not built"; exit 1; }
@@ -85,9 +90,15 @@ case "$mode" in
       prog=${c#*|}
       if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
       start=$(date +%s)
-      # shellcheck disable=SC2086
-      timeout -k 10 600 "$dir/bin/"$prog > "$out/$name.log" 2>&1
-      rc=$?
+      if [[ $prog == @* ]]; then
+        cmd=${prog#@}
+        timeout -k 10 600 bash -c "${cmd//DIR/$dir}" > "$out/$name.log" 2>&1
+        rc=$?
+      else
+        # shellcheck disable=SC2086
+        timeout -k 10 600 "$dir/bin/"$prog > "$out/$name.log" 2>&1
+        rc=$?
+      fi
       took=$(($(date +%s) - start))
       case $rc in
         0) verdict=passed ;;
