@@ -10,7 +10,9 @@
  * built-in operator (sum, prod, max, min, avg) x every root, in place and not, inside and outside
  * a group, each element of each result checked against a reference computed here from the
  * values every rank contributes (small integers, exact in every type; an average to within the
- * type's rounding).
+ * type's rounding). Then split with a config, ncclMemAlloc, registration and windows, a
+ * pre-multiplied sum with per-rank scalars, a simulated group, revoke, and the device API's
+ * refusals.
  *
  *   nccl_host_test [--expect-refusal]
  * Exit: 0 all passed; 1 a check failed; 3 the library refused (what --expect-refusal wants).
@@ -344,6 +346,91 @@ done:
   free(out);
 }
 
+/* NCCL's device API (nccl_device.h is C++; these are its C-linkage entry points, declared here
+ * with the same layout). */
+struct ncclTeam {
+  int nRanks, rank, stride;
+};
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
+int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+struct ncclTeam ncclTeamWorld(ncclComm_t comm);
+
+static void expect(int ok, const char* what) {
+  if (!ok && ++failures <= 20) fprintf(stderr, "rank %d FAIL %s\n", rank, what);
+  ++cases;
+}
+
+/* The rest of the host API through libnccl.so.2: split with a config, memory, registration and
+ * windows, a pre-multiplied sum, a simulated group, revoke, and the device API's refusals. */
+static void checkExtras(ncclComm_t comm) {
+  /* Split into even and odd ranks, with a config (a commName), and all-reduce inside. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.commName = "halves";
+  ncclComm_t half = NULL;
+  if (!call(ncclCommSplit(comm, rank % 2, rank, &half, &config), comm, "ncclCommSplit")) return;
+  int halfSize = 0;
+  ncclCommCount(half, &halfSize);
+  expect(halfSize == (nranks + 1 - rank % 2) / 2, "ncclCommSplit: the half's size");
+  int32_t v = rank;
+  if (!call(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, half, NULL), half, "ncclAllReduce on the half")) return;
+  int32_t want = 0;
+  for (int r = rank % 2; r < nranks; r += 2) want += r;
+  expect(v == want, "ncclAllReduce on the half");
+  /* A config that was never initialised is refused, saying so. */
+  ncclConfig_t junk;
+  memset(&junk, 0, sizeof(junk));
+  ncclComm_t never = NULL;
+  expect(ncclCommSplit(comm, 0, rank, &never, &junk) == ncclInvalidArgument &&
+             strstr(ncclGetLastError(comm), "NCCL_CONFIG_INITIALIZER") != NULL,
+         "ncclCommSplit with an uninitialised config is ncclInvalidArgument, naming the initializer");
+  /* ncclMemAlloc memory (host memory here, no GPU), registered, and as a window. */
+  float* mem = NULL;
+  if (!call(ncclMemAlloc((void**)&mem, 4096 * sizeof(float)), comm, "ncclMemAlloc")) return;
+  void* handle = NULL;
+  ncclWindow_t win = NULL;
+  if (!call(ncclCommRegister(comm, mem, 4096 * sizeof(float), &handle), comm, "ncclCommRegister") ||
+      !call(ncclCommWindowRegister(comm, mem, 4096 * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC), comm,
+            "ncclCommWindowRegister"))
+    return;
+  for (int i = 0; i < 4096; ++i) mem[i] = (float)(i % 7 + rank);
+  /* A pre-multiplied sum with each rank's own scalar (rank + 1). */
+  ncclRedOp_t premul;
+  float scalar = (float)(rank + 1);
+  if (!call(ncclRedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), comm,
+            "ncclRedOpCreatePreMulSum"))
+    return;
+  if (!call(ncclAllReduce(mem, mem, 4096, ncclFloat32, premul, comm, NULL), comm, "ncclAllReduce premul")) return;
+  int premulOk = 1;
+  for (int i = 0; i < 4096; ++i) {
+    double w = 0;
+    for (int r = 0; r < nranks; ++r) w += (double)(i % 7 + r) * (r + 1);
+    premulOk = premulOk && mem[i] == (float)w;
+  }
+  expect(premulOk, "ncclAllReduce with ncclRedOpCreatePreMulSum on registered ncclMemAlloc memory");
+  call(ncclRedOpDestroy(premul, comm), comm, "ncclRedOpDestroy");
+  call(ncclCommWindowDeregister(comm, win), comm, "ncclCommWindowDeregister");
+  call(ncclCommDeregister(comm, handle), comm, "ncclCommDeregister");
+  call(ncclMemFree(mem), comm, "ncclMemFree");
+  /* A simulated group estimates and runs nothing. */
+  int32_t untouched = 5;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  call(ncclGroupStart(), comm, "ncclGroupStart");
+  call(ncclAllReduce(&untouched, &untouched, 1, ncclInt32, ncclSum, comm, NULL), comm, "ncclAllReduce (simulated)");
+  expect(ncclGroupSimulateEnd(&sim) == ncclSuccess && sim.estimatedTime > 0 && untouched == 5,
+         "ncclGroupSimulateEnd: an estimate, and nothing run");
+  /* The device API refuses, with a message, and never crashes. */
+  expect(ncclDevCommCreate(comm, NULL, NULL) == ncclInvalidUsage && strstr(ncclGetLastError(comm), "device API"),
+         "ncclDevCommCreate is ncclInvalidUsage, saying the device API is not served");
+  expect(ncclLLA2ACalcSlots(1024, 8) == 0, "ncclLLA2ACalcSlots answers 0");
+  struct ncclTeam team = ncclTeamWorld(comm);
+  expect(team.nRanks == 0, "ncclTeamWorld answers an empty team");
+  /* Revoke the half: its operations are refused, and it can still be destroyed. */
+  expect(ncclCommRevoke(half, NCCL_REVOKE_DEFAULT) == ncclSuccess, "ncclCommRevoke");
+  expect(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, half, NULL) != ncclSuccess,
+         "an all-reduce on a revoked communicator is refused");
+  expect(ncclCommDestroy(half) == ncclSuccess, "ncclCommDestroy of a revoked communicator");
+}
+
 int main(int argc, char** argv) {
   const int expectRefusal = argc > 1 && strcmp(argv[1], "--expect-refusal") == 0;
   MPI_Init(&argc, &argv);
@@ -378,6 +465,7 @@ int main(int argc, char** argv) {
       const size_t counts[] = {1, 7, 1000};
       for (size_t c = 0; c < 3 && !refused; ++c) checkAll(comm, t, counts[c], salt++);
     }
+    if (!refused) checkExtras(comm);
     if (refused) {
       ncclCommAbort(comm);
     } else {
