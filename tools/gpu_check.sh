@@ -4,7 +4,10 @@
 #   tools/gpu_check.sh prepare [DIR]      on a machine with the CUDA toolkit (no GPU needed): builds
 #                                         the GPU checks for sm_90 in DIR/build (default: gpu-check),
 #                                         copies the stripped programs to DIR/bin and the shared
-#                                         libraries a bare machine lacks to DIR/lib
+#                                         libraries a bare machine lacks to DIR/lib; with
+#                                         NCCL_TESTS_SRC (an nccl-tests checkout or git directory,
+#                                         never part of this repository) also nccl-tests, built
+#                                         against the NCCL drop-in and the MPI shim, in DIR/nccl-tests
 #   tools/gpu_check.sh run OUT [DIR [NAME...]]
 #                                         on the GPU machine: runs every check (or the NAMEd ones)
 #                                         with DIR's programs, writes each one's full log and the
@@ -36,6 +39,8 @@ checks=(
   "cuda_onecopy_4|cuda_proc_test onecopy 4"
   "cuda_kill|cuda_proc_test kill 4"
   "nccl_torch|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
+  "nccl_tests_2|@bash tools/nccl_tests_check.sh DIR 2"
+  "nccl_tests_4|@bash tools/nccl_tests_check.sh DIR 4"
   "cuda_kill_hosts|cuda_proc_test kill 4 --hosts 2"
 )
 
@@ -54,10 +59,35 @@ case "$mode" in
       t=${prog%% *}
       [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
     done
-    cmake --build "$dir/build" --target "${targets[@]}" chorus_nccl
-    mkdir -p "$dir/bin" "$dir/lib" "$dir/nccl"
-    # The NCCL drop-in, for the checks that load it (it finds libchorus.so in DIR/lib).
+    targets+=(chorusrun)
+    cmake --build "$dir/build" --target "${targets[@]}" chorus_nccl chorus_mpi_shim
+    mkdir -p "$dir/bin" "$dir/lib" "$dir/nccl" "$dir/mpi/include" "$dir/mpi/lib"
+    # The NCCL drop-in, for the checks that load it (it finds libchorus.so in DIR/lib), and the
+    # MPI shim nccl-tests is built against.
     cp -L "$dir/build/nccl/libnccl.so.2" "$dir/nccl/libnccl.so.2"
+    cp -L "$dir/build/mpi_shim/lib/libmpi.so" "$dir/mpi/lib/libmpi.so"
+    cp tests/nccl/mpi_shim/mpi.h "$dir/mpi/include/mpi.h"
+    if [ -n "${NCCL_TESTS_SRC:-}" ]; then
+      src="$dir/nccl-tests-src"
+      rm -rf "$src" && mkdir -p "$src"
+      if [ -d "$NCCL_TESTS_SRC/src" ]; then
+        cp -r "$NCCL_TESTS_SRC/." "$src/"
+      else
+        git --git-dir="$NCCL_TESTS_SRC" archive HEAD | tar -x -C "$src"
+      fi
+      cuda=${CUDA_HOME:-/usr/local/cuda}
+      home="$PWD/$dir/nccl-home"
+      mkdir -p "$home/include" "$home/lib"
+      cp "$cuda/include/nccl.h" "$home/include/"
+      ln -sf "$PWD/$dir/nccl/libnccl.so.2" "$home/lib/libnccl.so"
+      make -C "$src" -j"$(nproc)" MPI=1 MPI_HOME="$PWD/$dir/mpi" NCCL_HOME="$home" \
+        CUDA_HOME="$cuda" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+        BUILDDIR="$PWD/$dir/nccl-tests-build" > "$dir/nccl-tests.build.log" 2>&1 ||
+        { tail -30 "$dir/nccl-tests.build.log"; exit 1; }
+      mkdir -p "$dir/nccl-tests"
+      cp "$dir"/nccl-tests-build/*_perf "$dir/nccl-tests/"
+      strip "$dir"/nccl-tests/*_perf
+    fi
     for t in "${targets[@]}"; do
       found=$(find "$dir/build" -type f -name "$t" -perm -u+x | head -1)
       [ -n "$found" ] || { echo "gpu_check: $t was not built"; exit 1; }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# nccl-tests through Chorus's libnccl.so.2 on one GPU (docs/nccl.md): every *_perf binary that
+# tools/gpu_check.sh prepare built from an nccl-tests checkout (with MPI=1 against the MPI shim of
+# tests/nccl/mpi_shim), run as NRANKS processes on GPU 0 under chorusrun, with data checking
+# (-c 1). A run passes when it exits 0 and reports "Out of bounds values : 0 OK".
+#   tools/nccl_tests_check.sh DIR NRANKS
+set -uo pipefail
+dir=${1:?usage: nccl_tests_check.sh DIR NRANKS}
+n=${2:?usage: nccl_tests_check.sh DIR NRANKS}
+if ! ls "$dir"/nccl-tests/*_perf > /dev/null 2>&1; then
+  echo "SKIP: nccl-tests were not built (tools/gpu_check.sh prepare needs NCCL_TESTS_SRC)"
+  exit 77
+fi
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; then
+  echo "SKIP: no GPU"
+  exit 77
+fi
+export LD_LIBRARY_PATH="$PWD/$dir/nccl:$PWD/$dir/mpi/lib:$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+failed=0
+for t in "$dir"/nccl-tests/*_perf; do
+  name=$(basename "$t")
+  out=$("$dir/bin/chorusrun" -n "$n" -x NCCL_TESTS_DEVICE=0 -- "$t" -b 8 -e 8M -f 8 -g 1 -c 1 -n 5 -w 2 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ] && echo "$out" | grep -q "Out of bounds values : 0 OK"; then
+    echo "== $name on $n ranks: ok"
+  else
+    echo "== $name on $n ranks: FAILED (exit $rc)"
+    failed=1
+  fi
+done
+# Which libnccl.so.2 they loaded: the banner line nccl-tests prints ("NCCL version").
+[ $failed -eq 0 ] && echo "PASSED: every nccl-tests binary on $n ranks through $dir/nccl/libnccl.so.2"
+exit $failed
