@@ -15,6 +15,8 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -183,21 +185,25 @@ bool onDevice(const void* p) {
   return p && chorusPointerGetDevice(p, &device) == chorusSuccess && device >= 0;
 }
 
+// Whether this process has loaded the CUDA driver (a program that never touched CUDA has not, and
+// then no CUDA stream holds work).
+bool cudaLoaded() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
 // The Chorus stream for a call on CUDA stream `s` whose buffers are `a` and `b` (either may be
 // NULL): the stream's wrapper for device buffers; for host buffers the NULL stream, once the
-// CUDA stream's earlier work is done (skipped in a program without CUDA, where no such work
-// exists).
+// CUDA stream's earlier work is done (the legacy default stream's too) in a program that uses
+// CUDA.
 chorusResult_t streamFor(cudaStream_t s, const void* a, const void* b, chorusStream_t* out) {
   *out = nullptr;
   if (onDevice(a) || onDevice(b)) return wrapperOf(s, out);
-  if (s) {
-    chorusStream_t w = nullptr;
-    if (wrapperOf(s, &w) == chorusSuccess) {
-      const chorusResult_t r = chorusStreamSynchronize(w);
-      if (r != chorusSuccess) return r;
-    }
-  }
-  return chorusSuccess;
+  if (!cudaLoaded()) return chorusSuccess;
+  chorusStream_t w = nullptr;
+  const chorusResult_t r = wrapperOf(s, &w);
+  return r == chorusSuccess ? chorusStreamSynchronize(w) : r;
 }
 
 // chorusConfig_t from ncclConfig_t, field for field (as far as the caller's ncclConfig_t goes:

@@ -696,6 +696,12 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs_;
   int64_t nextWarn = start + warnNs_;
+  // A peer that died after its last message to this rank sends nothing more and closes no
+  // connection of this rank's: once a second of waiting, its listener is asked whether it is
+  // still there (a refused connection means its process is gone; an accepted one is closed at
+  // once, which its accept loop drops without a word).
+  constexpr int64_t kProbeEveryNs = 1'000'000'000;
+  int64_t nextProbe = start + kProbeEveryNs;
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
     auto it = messages_.find({peer, tag});
@@ -715,6 +721,17 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
                                            " (" + peers_[peer].toString() + "); is it alive and in the same call?");
     }
     noteSlowWait(start, &nextWarn, peer, "a bootstrap message");
+    if (nowNs() >= nextProbe && peer != rank_) {
+      lk.unlock();
+      const std::string what =
+          "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + "), waited on for a message,";
+      Status alive =
+          connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, what, abort_, /*refusedIsFinal=*/true).status();
+      lk.lock();
+      nextProbe = nowNs() + kProbeEveryNs;
+      if (!alive.isOk() && alive.code() == chorusRemoteError && !(abort_ && abort_->load())) return alive;
+      continue;  // a message may have come meanwhile
+    }
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
 }
