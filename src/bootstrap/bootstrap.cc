@@ -729,7 +729,19 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
           connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, what, abort_, /*refusedIsFinal=*/true).status();
       lk.lock();
       nextProbe = nowNs() + kProbeEveryNs;
-      if (!alive.isOk() && alive.code() == chorusRemoteError && !(abort_ && abort_->load())) return alive;
+      if (!alive.isOk() && alive.code() == chorusRemoteError && !(abort_ && abort_->load())) {
+        // Gone. It may have gone because another rank failed first, whose notice (the cause)
+        // is on its way: a moment for it, or for a message the peer sent before it went.
+        const int64_t grace = nowNs() + kProbeEveryNs;
+        while (nowNs() < grace && earlyNotice_.empty()) {
+          auto m = messages_.find({peer, tag});
+          if (m != messages_.end() && !m->second.empty()) break;
+          cv_.wait_for(lk, std::chrono::milliseconds(20));
+        }
+        auto m = messages_.find({peer, tag});
+        if (m != messages_.end() && !m->second.empty()) continue;  // taken at the top
+        return earlyNotice_.empty() ? Result<std::vector<char>>(alive) : remoteError(earlyNotice_);
+      }
       continue;  // a message may have come meanwhile
     }
     cv_.wait_for(lk, std::chrono::milliseconds(100));
