@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "src/bootstrap/bootstrap.h"
+#include "src/bootstrap/socket.h"
 #include "src/common/log.h"
 #include "src/core/clique.h"
 #include "transports/transport.h"
@@ -286,4 +288,60 @@ TEST_CASE("ranks exchange GPU records before their first device connection and c
   REQUIRE(Communicator::exchangeGpuInfo(work).isOk());
   CHECK(name(0, 1) == "inproc");
   for (auto& h : handles) h->impl.reset();
+}
+
+TEST_CASE("a bootstrap wait on a rank that is gone ends within seconds, naming it", "[transport][bootstrap]") {
+  // Two ranks of one clique from known addresses; rank 1 sends one message and then goes (its
+  // bootstrap and listener destroyed, as its process's would be). Rank 0, waiting for a second
+  // message, finds out from the listener's refusal, not at its 60 s timeout.
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  const uint64_t secret[2] = {7, 11};
+  std::vector<SockAddr> addrs(2);
+  std::vector<UniqueFd> listeners;
+  for (int r = 0; r < 2; ++r) {
+    auto local = SockAddr::parse("127.0.0.1:0");
+    REQUIRE(local.isOk());
+    auto l = listenOn(local.value(), &addrs[r]);
+    REQUIRE(l.isOk());
+    listeners.push_back(l.take());
+  }
+  const int64_t timeout = int64_t(60) * 1000000000;
+  auto b0 = Bootstrap::fromTable(99, secret, 0, addrs, std::move(listeners[0]), timeout, log, nullptr);
+  auto b1 = Bootstrap::fromTable(99, secret, 1, addrs, std::move(listeners[1]), timeout, log, nullptr);
+  REQUIRE(b0.isOk());
+  REQUIRE(b1.isOk());
+  std::unique_ptr<Bootstrap> zero = b0.take();
+  std::unique_ptr<Bootstrap> one = b1.take();
+  const int first = 1;
+  REQUIRE(one->send(0, 5, &first, sizeof(first)).isOk());
+  REQUIRE(zero->recv(1, 5).isOk());
+  one.reset();
+  const auto start = std::chrono::steady_clock::now();
+  auto second = zero->recv(1, 6);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE_FALSE(second.isOk());
+  CHECK(second.status().code() == chorusRemoteError);
+  CHECK(second.status().message().find("rank 1") != std::string::npos);
+  CHECK(second.status().message().find("refused") != std::string::npos);
+  CHECK(took < 8.0);  // a probe after 1 s, then up to 3 s for a notice naming a cause; the timeout is 60 s
+  // A live peer that is only slow is not taken for gone: its message, sent after a few probes,
+  // arrives.
+  std::vector<SockAddr> addrs2(2);
+  std::vector<UniqueFd> listeners2;
+  for (int r = 0; r < 2; ++r) {
+    auto l = listenOn(SockAddr::parse("127.0.0.1:0").value(), &addrs2[r]);
+    REQUIRE(l.isOk());
+    listeners2.push_back(l.take());
+  }
+  auto c0 = Bootstrap::fromTable(100, secret, 0, addrs2, std::move(listeners2[0]), timeout, log, nullptr).take();
+  auto c1 = Bootstrap::fromTable(100, secret, 1, addrs2, std::move(listeners2[1]), timeout, log, nullptr).take();
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const int v = 42;
+    (void)c1->send(0, 7, &v, sizeof(v));
+  });
+  auto got = c0->recv(1, 7);
+  late.join();
+  REQUIRE(got.isOk());
+  CHECK(got.value().size() == sizeof(int));
 }

@@ -544,6 +544,11 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   if (kind == BootstrapHeader::kNotice) {
     std::string text(payload.begin(), payload.end());
     {
+      std::lock_guard<std::mutex> g(mu_);
+      if (firstNotice_.empty()) firstNotice_ = text + " (reported by rank " + std::to_string(src) + ")";
+    }
+    cv_.notify_all();
+    {
       std::lock_guard<std::mutex> g(noticeMu_);
       if (onNotice_) {
         onNotice_(src, text);
@@ -696,6 +701,12 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs_;
   int64_t nextWarn = start + warnNs_;
+  // A peer that died after its last message to this rank sends nothing more and closes no
+  // connection of this rank's: once a second of waiting, its listener is asked whether it is
+  // still there (a refused connection means its process is gone; an accepted one is closed at
+  // once, which its accept loop drops without a word).
+  constexpr int64_t kProbeEveryNs = 1'000'000'000;
+  int64_t nextProbe = start + kProbeEveryNs;
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
     auto it = messages_.find({peer, tag});
@@ -715,6 +726,30 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
                                            " (" + peers_[peer].toString() + "); is it alive and in the same call?");
     }
     noteSlowWait(start, &nextWarn, peer, "a bootstrap message");
+    if (nowNs() >= nextProbe && peer != rank_) {
+      lk.unlock();
+      const std::string what =
+          "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + "), waited on for a message,";
+      Status alive =
+          connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, what, abort_, /*refusedIsFinal=*/true).status();
+      lk.lock();
+      nextProbe = nowNs() + kProbeEveryNs;
+      if (!alive.isOk() && alive.code() == chorusRemoteError && !(abort_ && abort_->load())) {
+        // Gone. It may have gone because another rank failed first, whose notice (the cause)
+        // is on its way: a moment for it, or for a message the peer sent before it went.
+        // (A notice a communicator's handler took counts too: firstNotice_.)
+        const int64_t grace = nowNs() + 3 * kProbeEveryNs;
+        while (nowNs() < grace && firstNotice_.empty()) {
+          auto m = messages_.find({peer, tag});
+          if (m != messages_.end() && !m->second.empty()) break;
+          cv_.wait_for(lk, std::chrono::milliseconds(20));
+        }
+        auto m = messages_.find({peer, tag});
+        if (m != messages_.end() && !m->second.empty()) continue;  // taken at the top
+        return firstNotice_.empty() ? Result<std::vector<char>>(alive) : remoteError(firstNotice_);
+      }
+      continue;  // a message may have come meanwhile
+    }
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
 }
