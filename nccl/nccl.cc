@@ -17,6 +17,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -111,8 +112,6 @@ void mapEnvironment() {
       {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
       {"NCCL_P2P_DISABLE", "CHORUS_P2P_DISABLE"},
       {"NCCL_SHM_DISABLE", "CHORUS_SHM_DISABLE"},
-      {"NCCL_TOPO_FILE", "CHORUS_TOPO_FILE"},
-      {"NCCL_TOPO_DUMP_FILE", "CHORUS_TOPO_DUMP_FILE"},
   };
   for (const auto& m : kSame) {
     if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
@@ -137,11 +136,12 @@ void mapEnvironment() {
       cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 (as LL) have Chorus counterparts (CHORUS_PROTO)");
     }
   }
-  // Channels: Chorus runs a fixed number, NCCL_MAX_NCHANNELS if set, else NCCL_MIN_NCHANNELS.
-  if (const char* v = std::getenv("NCCL_MAX_NCHANNELS")) {
-    setIfUnset("CHORUS_NCHANNELS", v);
-  } else if (const char* w = std::getenv("NCCL_MIN_NCHANNELS")) {
-    setIfUnset("CHORUS_NCHANNELS", w);
+  // Channels: Chorus runs a fixed number (1 unless set, 32 at most); NCCL_MIN_NCHANNELS raises it,
+  // NCCL_MAX_NCHANNELS caps what that gives.
+  if (const char* v = std::getenv("NCCL_MIN_NCHANNELS")) {
+    long n = std::strtol(v, nullptr, 10);
+    if (const char* m = std::getenv("NCCL_MAX_NCHANNELS")) n = std::min(n, std::strtol(m, nullptr, 10));
+    if (n >= 1) setIfUnset("CHORUS_NCHANNELS", std::to_string(std::min(n, 32L)));
   }
   // NCCL_BUFFSIZE is a FIFO's whole size; Chorus's is CHORUS_SLOTS slots of CHORUS_SLOT_BYTES
   // (a multiple of 64 from 4 KiB to 64 MiB).
@@ -201,6 +201,8 @@ chorusResult_t streamFor(cudaStream_t s, const void* a, const void* b, chorusStr
   *out = nullptr;
   if (onDevice(a) || onDevice(b)) return wrapperOf(s, out);
   if (!cudaLoaded()) return chorusSuccess;
+  // No buffer to tell by (an empty send or receive): the CUDA stream, as NCCL would.
+  if (!a && !b) return wrapperOf(s, out);
   chorusStream_t w = nullptr;
   const chorusResult_t r = wrapperOf(s, &w);
   return r == chorusSuccess ? chorusStreamSynchronize(w) : r;
@@ -344,8 +346,8 @@ NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 // Device memory on the current device where the program has a GPU (as NCCL's); host memory that
 // peers can map otherwise.
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
-  if (chorusCudaMemAlloc(ptr, size) == chorusSuccess) return pass(chorusSuccess);
-  return pass(chorusMemAlloc(ptr, size));
+  // A failed device allocation (out of memory) is an error, never host memory in its place.
+  return pass(cudaLoaded() ? chorusCudaMemAlloc(ptr, size) : chorusMemAlloc(ptr, size));
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
@@ -463,12 +465,15 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) { return pass(chorusGroupStart()); 
 NCCL_API(ncclResult_t, ncclGroupEnd, void) { return pass(chorusGroupEnd()); }
 
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
-  if (!simInfo || simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
-    tRefusal = "simInfo is NULL or was not set from NCCL_SIM_INFO_INITIALIZER";
-    return ncclInvalidArgument;
-  }
+  // As NCCL: without simInfo, the group ends as ncclGroupEnd ends it; with a simInfo not from its
+  // initializer, the group is still ended (its operations dropped) and the call refused.
+  if (!simInfo) return pass(chorusGroupEnd());
   chorusSimInfo_t info = CHORUS_SIM_INFO_INITIALIZER;
   const chorusResult_t r = chorusGroupSimulateEnd(&info);
+  if (simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
+    tRefusal = "simInfo was not set from NCCL_SIM_INFO_INITIALIZER; the group was ended and nothing ran";
+    return ncclInvalidArgument;
+  }
   if (r == chorusSuccess) simInfo->estimatedTime = info.estimatedTime;
   return pass(r);
 }

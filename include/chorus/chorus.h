@@ -225,7 +225,7 @@ chorusResult_t chorusCommRevoke(chorusComm_t comm, int revokeFlags);
 const char* chorusGetErrorString(chorusResult_t result);
 /** The last error's message, on this thread (comm may be NULL). */
 const char* chorusGetLastError(chorusComm_t comm);
-/** Reads CHORUS_DEBUG_FILE again: the log of communicators made from now on goes where it says
+/** Reads CHORUS_DEBUG_FILE again: every communicator's log goes where it says from now on
  *  (ncclResetDebugInit). CHORUS_DEBUG and CHORUS_DEBUG_SUBSYS are read at each communicator's
  *  init already. */
 void chorusResetDebugInit(void);

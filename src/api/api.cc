@@ -222,6 +222,12 @@ Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, in
   CHORUS_TRY(checkRank(rank, nranks, "rank"));
   CHORUS_ASSIGN_OR_RETURN(BootstrapId id, BootstrapId::fromUniqueId(commId));
   CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
+  // The device current on the calling thread, taken here: a group's or a non-blocking init runs on
+  // a thread of its own, whose current device is always 0 (NCCL records the caller's too).
+  if (options.cudaDevice < 0 && options.deviceFromCurrent && cuda::built() && cuda::driverLoaded()) {
+    Result<int> d = cuda::currentDevice();
+    if (d.isOk()) options.cudaDevice = d.value();
+  }
   auto handle = std::make_shared<CommHandle>();
   InitJob job{handle, id, rank, nranks, options};
   if (deferInit(job)) {
