@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "src/common/os.h"
 
@@ -34,7 +36,8 @@ std::string debugFilePath(const char* pattern) {
 
 // One sink for the process, stderr or CHORUS_DEBUG_FILE: either is process-wide, and the sink's
 // mutex keeps lines from different communicators whole. resetLogSink makes a new one; the old one
-// stays (a line being written through it must not lose its logger), one per reset.
+// stays alive and reachable in retiredSinks (a line being written through it must not lose its
+// logger), one per reset. Neither is ever destroyed: threads may still log during exit.
 spdlog::logger* makeSink() {
   spdlog::sink_ptr s;
   std::string fallback;
@@ -65,7 +68,12 @@ spdlog::logger& sink() { return *currentSink().load(std::memory_order_acquire); 
 
 }  // namespace
 
-void resetLogSink() { currentSink().store(makeSink(), std::memory_order_release); }
+void resetLogSink() {
+  static std::mutex mu;
+  static auto* retiredSinks = new std::vector<spdlog::logger*>();
+  std::lock_guard<std::mutex> lock(mu);
+  retiredSinks->push_back(currentSink().exchange(makeSink(), std::memory_order_acq_rel));
+}
 
 Logger::Logger(LogLevel level, uint32_t subsys, int rank) : level_(level), subsys_(subsys), rank_(rank) {}
 
