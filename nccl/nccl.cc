@@ -5,7 +5,8 @@
 // As NCCL does, each function is defined as pnccl<Name> and exported as ncclName too, a weak
 // alias a profiler may interpose. ncclComm_t is a chorusComm_t, and every enum and the unique id
 // are Chorus's, which match NCCL's numerically (static_asserts below). NCCL_* variables become
-// their CHORUS_* twins when the library loads (a CHORUS_* variable already set wins).
+// their CHORUS_* twins at the first ncclGetUniqueId, communicator init or ncclMemAlloc, and again
+// at ncclResetDebugInit (a CHORUS_* variable the user set wins).
 //
 // Buffers: device buffers go on the caller's CUDA stream (a chorusStreamFromCuda wrapper, made
 // once per stream and kept); host buffers, which NCCL refuses, run synchronously once the stream's
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "chorus/chorus.h"
 #include "chorus/chorus_cuda.h"
@@ -85,8 +87,22 @@ chorusRedOp_t opOf(ncclRedOp_t op) { return static_cast<chorusRedOp_t>(op); }
 
 // --- The environment: NCCL's variables as Chorus's ---
 
+// The CHORUS_* variables this library set from NCCL_* ones; a later mapping may change or remove
+// them, never one the user set. Guarded by envMutex().
+std::vector<std::string>& mappedNames() {
+  static auto* names = new std::vector<std::string>();
+  return *names;
+}
+
+std::mutex& envMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+
 void setIfUnset(const char* chorusName, const std::string& value) {
-  if (!std::getenv(chorusName)) setenv(chorusName, value.c_str(), 0);
+  if (std::getenv(chorusName)) return;
+  setenv(chorusName, value.c_str(), 0);
+  mappedNames().emplace_back(chorusName);
 }
 
 std::string lower(std::string s) {
@@ -102,7 +118,11 @@ void cannotMap(const char* name, const char* value, const char* why) {
   std::fprintf(stderr, "CHORUS WARN %s=%s: %s; Chorus chooses itself\n", name, value, why);
 }
 
+// Maps NCCL's variables as they are now, first removing what an earlier mapping set. Callers hold
+// envMutex().
 void mapEnvironment() {
+  for (const std::string& name : mappedNames()) unsetenv(name.c_str());
+  mappedNames().clear();
   // Taken as they are.
   static const char* const kSame[][2] = {
       {"NCCL_DEBUG", "CHORUS_DEBUG"},
@@ -160,7 +180,22 @@ void mapEnvironment() {
   }
 }
 
-__attribute__((constructor)) void mapEnvironmentAtLoad() { mapEnvironment(); }
+// As NCCL reads its variables at its first initialisation (ncclGetUniqueId or a communicator's
+// init), not when it is loaded: a program may set them after loading the library (Python sets
+// os.environ after importing torch, which loads it).
+void mapEnvironmentOnce() {
+  static bool mapped = false;
+  std::lock_guard<std::mutex> g(envMutex());
+  if (mapped) return;
+  mapEnvironment();
+  mapped = true;
+}
+
+// ncclResetDebugInit: the variables as they are now, over what an earlier mapping set.
+void mapEnvironmentAgain() {
+  std::lock_guard<std::mutex> g(envMutex());
+  mapEnvironment();
+}
 
 // --- Streams and buffers ---
 
@@ -254,6 +289,7 @@ NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
 }
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  mapEnvironmentOnce();
   return pass(chorusGetUniqueId(reinterpret_cast<chorusUniqueId*>(uniqueId)));
 }
 
@@ -266,25 +302,27 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
 }
 
 NCCL_API(void, ncclResetDebugInit, void) {
-  mapEnvironment();
+  mapEnvironmentAgain();
   chorusResetDebugInit();
 }
 
 // NCCL's own library exports it (without a pnccl name); it resets its debug state as
 // ncclResetDebugInit does.
 extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal() {
-  mapEnvironment();
+  mapEnvironmentAgain();
   chorusResetDebugInit();
 }
 
 // --- Communicators ---
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  mapEnvironmentOnce();
   return pass(chorusCommInitRank(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
+  mapEnvironmentOnce();
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank,
@@ -293,6 +331,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncc
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
          ncclUniqueId* commIds, ncclConfig_t* config) {
+  mapEnvironmentOnce();
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
@@ -300,6 +339,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
+  mapEnvironmentOnce();
   return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
 }
 
@@ -346,6 +386,7 @@ NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 // Device memory on the current device where the program has a GPU (as NCCL's); host memory that
 // peers can map otherwise.
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  mapEnvironmentOnce();
   // A failed device allocation (out of memory) is an error, never host memory in its place.
   return pass(cudaLoaded() ? chorusCudaMemAlloc(ptr, size) : chorusMemAlloc(ptr, size));
 }

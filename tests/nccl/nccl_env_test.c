@@ -1,0 +1,110 @@
+/* NCCL's environment variables through Chorus's libnccl.so.2 (docs/environment.md, "NCCL's
+ * names"): read at the first initialisation, not at load; each sets its CHORUS_* twin unless the
+ * user set the twin; ncclResetDebugInit maps them again as they are then. One rank, no MPI. */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+/* nccl.h marks ncclResetDebugInit deprecated; NCCL 2.28 still exports it, and so does the drop-in. */
+static void resetDebugInit(void) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+}
+
+static void expect(const char* name, const char* want, const char* when) {
+  const char* got = getenv(name);
+  if (want == NULL ? got == NULL : (got != NULL && strcmp(got, want) == 0)) return;
+  fprintf(stderr, "FAIL %s: %s is %s%s%s, expected %s%s%s\n", when, name, got ? "\"" : "", got ? got : "unset",
+          got ? "\"" : "", want ? "\"" : "", want ? want : "unset", want ? "\"" : "");
+  ++failures;
+}
+
+static void check(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return;
+  fprintf(stderr, "FAIL %s: %s (%s)\n", what, ncclGetErrorString(r), ncclGetLastError(NULL));
+  exit(1);
+}
+
+int main(void) {
+  static const char* const kNames[] = {"DEBUG",         "DEBUG_SUBSYS",  "DEBUG_FILE", "COMM_ID",    "SOCKET_IFNAME",
+                                       "P2P_DISABLE",   "SHM_DISABLE",   "ALGO",       "PROTO",      "NCHANNELS",
+                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",   "SLOT_BYTES", "SLOTS"};
+  char name[64];
+  for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
+    snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
+    unsetenv(name);
+    snprintf(name, sizeof(name), "CHORUS_%s", kNames[i]);
+    unsetenv(name);
+  }
+
+  /* Set after the library loaded, before the first initialisation (os.environ after import). */
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("NCCL_PROTO", "LL128", 1);
+  setenv("NCCL_MIN_NCHANNELS", "4", 1);
+  setenv("NCCL_MAX_NCHANNELS", "2", 1);
+  setenv("NCCL_BUFFSIZE", "4194304", 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("NCCL_P2P_DISABLE", "1", 1);
+  setenv("CHORUS_P2P_DISABLE", "0", 1); /* the user's CHORUS_* twin wins */
+  expect("CHORUS_ALGO", NULL, "before the first init");
+  expect("CHORUS_DEBUG", NULL, "before the first init");
+
+  ncclUniqueId id;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  const char* when = "after ncclGetUniqueId";
+  expect("CHORUS_DEBUG", "WARN", when);
+  expect("CHORUS_ALGO", "ring", when);
+  expect("CHORUS_PROTO", "ll", when);
+  expect("CHORUS_NCHANNELS", "2", when);
+  expect("CHORUS_SLOT_BYTES", "524288", when); /* 4 MiB over the default 8 slots */
+  expect("CHORUS_SHM_DISABLE", "1", when);
+  expect("CHORUS_P2P_DISABLE", "0", when);
+
+  /* The mapped settings run: an all-reduce on one rank (ring, LL, 2 channels, 512 KiB slots). */
+  ncclComm_t comm;
+  check(ncclCommInitRank(&comm, 1, id, 0), "ncclCommInitRank");
+  enum { kCount = 100000 };
+  float* in = malloc(kCount * sizeof(float));
+  float* out = malloc(kCount * sizeof(float));
+  for (int i = 0; i < kCount; ++i) in[i] = (float)(i % 977) - 300.0f;
+  check(ncclAllReduce(in, out, kCount, ncclFloat32, ncclSum, comm, NULL), "ncclAllReduce");
+  for (int i = 0; i < kCount; ++i) {
+    if (out[i] != in[i]) {
+      fprintf(stderr, "FAIL all-reduce on one rank: element %d is %g, expected %g\n", i, out[i], in[i]);
+      ++failures;
+      break;
+    }
+  }
+
+  /* Later changes wait for ncclResetDebugInit, as NCCL's do. */
+  setenv("NCCL_ALGO", "Tree", 1);
+  setenv("NCCL_DEBUG", "VERSION", 1);
+  unsetenv("NCCL_PROTO");
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  expect("CHORUS_ALGO", "ring", "after a change without ncclResetDebugInit");
+
+  resetDebugInit();
+  when = "after ncclResetDebugInit";
+  expect("CHORUS_ALGO", "tree", when);
+  expect("CHORUS_DEBUG", "VERSION", when);
+  expect("CHORUS_PROTO", NULL, when); /* set by the drop-in, removed with its NCCL_PROTO */
+  expect("CHORUS_NCHANNELS", "2", when);
+  expect("CHORUS_P2P_DISABLE", "0", when);
+
+  /* A value Chorus has no counterpart for sets nothing. */
+  setenv("NCCL_ALGO", "NVLS", 1);
+  resetDebugInit();
+  expect("CHORUS_ALGO", NULL, "after NCCL_ALGO=NVLS");
+
+  check(ncclCommDestroy(comm), "ncclCommDestroy");
+  free(in);
+  free(out);
+  if (failures == 0) printf("nccl_env: every NCCL_* variable mapped as documented\n");
+  return failures == 0 ? 0 : 1;
+}
