@@ -1,5 +1,6 @@
 // The transports as units (transports/transport.h): which one connects which peers, what each
 // says about sharing memory, and the socket transport's stop after a failed setup.
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <catch2/catch.hpp>
@@ -324,6 +325,23 @@ TEST_CASE("a bootstrap wait on a rank that is gone ends within seconds, naming i
   CHECK(second.status().message().find("rank 1") != std::string::npos);
   CHECK(second.status().message().find("refused") != std::string::npos);
   CHECK(took < 8.0);  // a probe after 1 s, then up to 3 s for a notice naming a cause; the timeout is 60 s
+  // So do the waits for its data connection and for its claim of a shared-memory descriptor.
+  const auto endsNamingIt = [](const Status& s, std::chrono::steady_clock::time_point since) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    CHECK(s.code() == chorusRemoteError);
+    CHECK(s.message().find("rank 1") != std::string::npos);
+    CHECK(s.message().find("refused") != std::string::npos);
+    CHECK(secs < 8.0);
+  };
+  auto t = std::chrono::steady_clock::now();
+  auto conn = zero->takeConnection(1, 8);
+  REQUIRE_FALSE(conn.isOk());
+  endsNamingIt(conn.status(), t);
+  zero->exportFd(1, 9, UniqueFd(::eventfd(0, EFD_CLOEXEC)));
+  t = std::chrono::steady_clock::now();
+  const Status claim = zero->awaitClaim(1, 9);
+  REQUIRE_FALSE(claim.isOk());
+  endsNamingIt(claim, t);
   // A live peer that is only slow is not taken for gone: its message, sent after a few probes,
   // arrives.
   std::vector<SockAddr> addrs2(2);

@@ -477,8 +477,10 @@ Status Bootstrap::awaitClaim(int peer, uint64_t token) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs_;
   int64_t nextWarn = start + warnNs_;
+  int64_t nextProbe = start + kProbeEveryNs;
   std::unique_lock<std::mutex> lk(mu_);
-  while (exported_.count(token)) {
+  const auto claimed = [&] { return exported_.count(token) == 0; };
+  while (!claimed()) {
     if (abort_ && abort_->load(std::memory_order_acquire)) {
       return Status(chorusRemoteError, "waiting for rank " + std::to_string(peer) + " to map its FIFO was aborted");
     }
@@ -489,6 +491,11 @@ Status Bootstrap::awaitClaim(int peer, uint64_t token) {
                                            " s)");
     }
     noteSlowWait(start, &nextWarn, peer, "the mapping of a shared-memory FIFO");
+    if (Status gone = probeWaitedPeer(lk, peer, "the mapping of a shared-memory FIFO", &nextProbe, claimed);
+        !gone.isOk()) {
+      return gone;
+    }
+    if (claimed()) break;
     cv_.wait_for(lk, std::chrono::milliseconds(10));
   }
   return Status::ok();
@@ -701,13 +708,12 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs_;
   int64_t nextWarn = start + warnNs_;
-  // A peer that died after its last message to this rank sends nothing more and closes no
-  // connection of this rank's: once a second of waiting, its listener is asked whether it is
-  // still there (a refused connection means its process is gone; an accepted one is closed at
-  // once, which its accept loop drops without a word).
-  constexpr int64_t kProbeEveryNs = 1'000'000'000;
   int64_t nextProbe = start + kProbeEveryNs;
   std::unique_lock<std::mutex> lk(mu_);
+  const auto arrived = [&] {
+    auto m = messages_.find({peer, tag});
+    return m != messages_.end() && !m->second.empty();
+  };
   while (true) {
     auto it = messages_.find({peer, tag});
     if (it != messages_.end() && !it->second.empty()) {
@@ -726,32 +732,29 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
                                            " (" + peers_[peer].toString() + "); is it alive and in the same call?");
     }
     noteSlowWait(start, &nextWarn, peer, "a bootstrap message");
-    if (nowNs() >= nextProbe && peer != rank_) {
-      lk.unlock();
-      const std::string what =
-          "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + "), waited on for a message,";
-      Status alive =
-          connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, what, abort_, /*refusedIsFinal=*/true).status();
-      lk.lock();
-      nextProbe = nowNs() + kProbeEveryNs;
-      if (!alive.isOk() && alive.code() == chorusRemoteError && !(abort_ && abort_->load())) {
-        // Gone. It may have gone because another rank failed first, whose notice (the cause)
-        // is on its way: a moment for it, or for a message the peer sent before it went.
-        // (A notice a communicator's handler took counts too: firstNotice_.)
-        const int64_t grace = nowNs() + 3 * kProbeEveryNs;
-        while (nowNs() < grace && firstNotice_.empty()) {
-          auto m = messages_.find({peer, tag});
-          if (m != messages_.end() && !m->second.empty()) break;
-          cv_.wait_for(lk, std::chrono::milliseconds(20));
-        }
-        auto m = messages_.find({peer, tag});
-        if (m != messages_.end() && !m->second.empty()) continue;  // taken at the top
-        return firstNotice_.empty() ? Result<std::vector<char>>(alive) : remoteError(firstNotice_);
-      }
-      continue;  // a message may have come meanwhile
-    }
+    if (Status gone = probeWaitedPeer(lk, peer, "a message", &nextProbe, arrived); !gone.isOk()) return gone;
+    if (arrived()) continue;  // taken at the top
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
+}
+
+Status Bootstrap::probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
+                                  const std::function<bool()>& arrived) {
+  if (peer == rank_ || nowNs() < *nextProbeNs) return Status::ok();
+  lk.unlock();
+  const std::string who =
+      "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + "), waited on for " + what + ",";
+  Status alive = connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, who, abort_, /*refusedIsFinal=*/true).status();
+  lk.lock();
+  *nextProbeNs = nowNs() + kProbeEveryNs;
+  if (alive.isOk() || alive.code() != chorusRemoteError || (abort_ && abort_->load())) return Status::ok();
+  // Gone. It may have gone because another rank failed first, whose notice (the cause) is on its
+  // way: a moment for it, or for what the peer did before it went. (A notice a communicator's
+  // handler took counts too: firstNotice_.)
+  const int64_t grace = nowNs() + 3 * kProbeEveryNs;
+  while (nowNs() < grace && firstNotice_.empty() && !arrived()) cv_.wait_for(lk, std::chrono::milliseconds(20));
+  if (arrived()) return Status::ok();
+  return firstNotice_.empty() ? alive : remoteError(firstNotice_);
 }
 
 bool Bootstrap::pending(int peer, uint64_t tag) {
@@ -801,7 +804,12 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs_;
   int64_t nextWarn = start + warnNs_;
+  int64_t nextProbe = start + kProbeEveryNs;
   std::unique_lock<std::mutex> lk(mu_);
+  const auto arrived = [&] {
+    auto c = connections_.find({peer, tag});
+    return c != connections_.end() && !c->second.empty();
+  };
   while (true) {
     auto it = connections_.find({peer, tag});
     if (it != connections_.end() && !it->second.empty()) {
@@ -819,6 +827,8 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
                                            peers_[peer].toString() + ") to open its data connection");
     }
     noteSlowWait(start, &nextWarn, peer, "a data connection");
+    if (Status gone = probeWaitedPeer(lk, peer, "a data connection", &nextProbe, arrived); !gone.isOk()) return gone;
+    if (arrived()) continue;
     cv_.wait_for(lk, std::chrono::milliseconds(100));
   }
 }

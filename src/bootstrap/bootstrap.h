@@ -228,6 +228,15 @@ class Bootstrap : public OutOfBand {
   int64_t warnNs_ = 0;
   // The WARN line of a wait for `peer` that takes long; moves *nextWarnNs on (doubling).
   void noteSlowWait(int64_t startNs, int64_t* nextWarnNs, int peer, const char* what) const;
+  // For a wait on `peer` (`lk` holds mu_): a peer that died after the last thing it sent this rank
+  // sends nothing more and may close no connection of this rank's, so from *nextProbeNs on, once a
+  // second, its listener is asked whether it is still there (refused: its process is gone; an
+  // accepted connection is closed at once, which its accept loop drops without a word). A gone
+  // peer ends the wait with the first failure notice that reaches this rank within 3 s (the
+  // cause it may have gone for), else naming it, unless arrived() becomes true meanwhile.
+  Status probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
+                         const std::function<bool()>& arrived);
+  static constexpr int64_t kProbeEveryNs = 1'000'000'000;
   Logger log_;
   const std::atomic<bool>* abort_ = nullptr;
   uint64_t collSeq_ = 0;  // allgather/barrier counter, advanced identically on every rank
