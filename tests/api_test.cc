@@ -400,6 +400,25 @@ TEST_CASE("abort frees a communicator without waiting on peers", "[api][abort]")
   chorusStreamDestroy(s);
 }
 
+TEST_CASE("abort ends a non-blocking init in progress at once", "[api][abort]") {
+  // Rank 0 of two starts a non-blocking init; rank 1 never comes. Aborting rank 0 ends the
+  // init's wait for rank 1, not its 60 s timeout.
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.timeoutSeconds = 60;  // the init's too, unless CHORUS_INIT_TIMEOUT says otherwise
+  chorusComm_t c = nullptr;
+  REQUIRE(chorusCommInitRankConfig(&c, 2, id, 0, &cfg) == chorusInProgress);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  chorusResult_t state = chorusSuccess;
+  CHECK(chorusCommGetAsyncError(c, &state) == chorusSuccess);
+  CHECK(state == chorusInProgress);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(chorusCommAbort(c) == chorusSuccess);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+}
+
 TEST_CASE("memory from chorusMemAlloc works in collectives", "[api][mem]") {
   World w(2);
   REQUIRE(w.ok());

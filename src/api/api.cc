@@ -421,6 +421,8 @@ chorusResult_t chorusCommAbort(chorusComm_t comm) {
       std::lock_guard<std::mutex> g(h->initMu);
       if (h->impl) h->impl->abort();
     }
+    // An init still running (non-blocking) stops in its current wait instead of at its timeout.
+    h->initCancel.cancel();
     joinInit(*h);
     if (h->impl) {
       h->impl->abort();

@@ -91,7 +91,8 @@ struct CommOptions {
   std::string name;
   int cudaDevice = -1;            // -1: the current device when CUDA is loaded, else the first device buffer's
   bool deviceFromCurrent = true;  // false: -1 leaves it to the first device buffer
-  // Set for the ranks of one clique (chorusCommInitAll); see InitCancel.
+  // The ranks of one clique's (chorusCommInitAll), else the handle's own (chorusCommAbort of a
+  // non-blocking init in progress); see InitCancel.
   InitCancel* cancel = nullptr;
 };
 Result<CommOptions> readUserConfig(const chorusConfig_t* config);
@@ -419,6 +420,9 @@ struct CommHandle {
   std::unique_ptr<Communicator> impl;
   // Non-blocking init runs here; joined before the handle is used or freed.
   std::thread initThread;
+  // Ends this handle's init in progress, every wait in it (chorusCommAbort of a communicator
+  // whose non-blocking init runs); an init of a clique (chorusCommInitAll) uses the clique's.
+  InitCancel initCancel;
   std::atomic<bool> initDone{false};
   std::mutex initMu;
   Status initStatus;  // guarded by initMu

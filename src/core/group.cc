@@ -50,7 +50,9 @@ Status submitOp(const OpInfo& op) {
 
 Status runInit(const InitJob& job) {
   CommHandle* h = job.handle.get();
-  auto r = Communicator::create(job.id, job.rank, job.nranks, job.options, nullptr);
+  CommOptions options = job.options;
+  if (!options.cancel) options.cancel = &h->initCancel;
+  auto r = Communicator::create(job.id, job.rank, job.nranks, options, nullptr);
   Status s = r.status();
   std::lock_guard<std::mutex> g(h->initMu);
   if (r.isOk()) h->impl = r.take();
