@@ -2,7 +2,8 @@
 # nccl-tests through Chorus's libnccl.so.2 on one GPU (docs/nccl.md): every *_perf binary that
 # tools/gpu_check.sh prepare built from an nccl-tests checkout (with MPI=1 against the MPI shim of
 # tests/nccl/mpi_shim), run as NRANKS processes on GPU 0 under chorusrun, with data checking
-# (-c 1). A run passes when it exits 0 and reports "Out of bounds values : 0 OK".
+# (-c 1). A run passes when it exits 0 within 2 minutes, reports "Out of bounds values : 0 OK" and
+# shows, with NCCL_DEBUG=VERSION, that the library it loaded is Chorus's ("Chorus version").
 #   tools/nccl_tests_check.sh DIR NRANKS
 set -uo pipefail
 dir=${1:?usage: nccl_tests_check.sh DIR NRANKS}
@@ -15,20 +16,27 @@ if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; th
   echo "SKIP: no GPU"
   exit 77
 fi
-export LD_LIBRARY_PATH="$PWD/$dir/nccl:$PWD/$dir/mpi/lib:$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+dir=$(cd "$dir" && pwd)
+export LD_LIBRARY_PATH="$dir/nccl:$dir/mpi/lib:$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 failed=0
 for t in "$dir"/nccl-tests/*_perf; do
   name=$(basename "$t")
-  out=$("$dir/bin/chorusrun" -n "$n" -x NCCL_TESTS_DEVICE=0 -- "$t" -b 8 -e 8M -f 8 -g 1 -c 1 -n 5 -w 2 2>&1)
+  out=$(NCCL_DEBUG=VERSION timeout -k 10 120 "$dir/bin/chorusrun" -n "$n" -x NCCL_TESTS_DEVICE=0 -- \
+    "$t" -b 8 -e 8M -f 8 -g 1 -c 1 -n 5 -w 2 2>&1)
   rc=$?
   echo "$out"
-  if [ $rc -eq 0 ] && echo "$out" | grep -q "Out of bounds values : 0 OK"; then
-    echo "== $name on $n ranks: ok"
-  else
-    echo "== $name on $n ranks: FAILED (exit $rc)"
+  if [ $rc -ne 0 ]; then
+    echo "== $name on $n ranks: FAILED (exit $rc$([ $rc -eq 124 ] && echo ', timed out after 120 s'))"
     failed=1
+  elif ! echo "$out" | grep -q "Chorus version"; then
+    echo "== $name on $n ranks: FAILED (no \"Chorus version\" line: it did not load $dir/nccl/libnccl.so.2)"
+    failed=1
+  elif ! echo "$out" | grep -q "Out of bounds values : 0 OK"; then
+    echo "== $name on $n ranks: FAILED (wrong results)"
+    failed=1
+  else
+    echo "== $name on $n ranks: ok"
   fi
 done
-# Which libnccl.so.2 they loaded: the banner line nccl-tests prints ("NCCL version").
 [ $failed -eq 0 ] && echo "PASSED: every nccl-tests binary on $n ranks through $dir/nccl/libnccl.so.2"
 exit $failed

@@ -19,6 +19,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 
 def free_port():
@@ -135,7 +136,19 @@ def main():
                    MASTER_PORT=str(port), LD_PRELOAD=os.path.realpath(args.dropin))
         procs.append(subprocess.Popen([sys.executable, __file__, args.dropin, "--world", str(args.world),
                                        "--steps", str(args.steps), "--rank-process"], env=env))
-    codes = [pr.wait(timeout=600) for pr in procs]
+    # One deadline for all: a rank that hangs is killed, and so are the others (they would wait on it).
+    deadline = time.monotonic() + 300
+    codes = []
+    for pr in procs:
+        try:
+            codes.append(pr.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            print("FAIL: a rank was still running after 300 s; killing every rank")
+            for other in procs:
+                other.kill()
+            codes.append("timed out")
+    for pr in procs:
+        pr.wait()
     ok = all(c == 0 for c in codes)
     print(("PASSED" if ok else f"FAILED (exit codes {codes})") + f": ProcessGroupNCCL through the drop-in, "
           f"{args.world} ranks on cuda:0")

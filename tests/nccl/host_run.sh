@@ -29,7 +29,9 @@ case "$want" in
     exit 1 ;;
   refuses)
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && echo "$out" | grep -q "the library refused"; then
-      echo "NCCL's own library refused host memory cleanly, as expected: the other runs load Chorus's"
+      echo "$out" | grep -m1 "returned" || true
+      echo "NCCL's own library refused cleanly (without a GPU at its first call, with one at the first host" \
+        "buffer), as expected: the other runs load Chorus's"
       exit 0
     fi
     echo "FAIL: expected a clean refusal"
