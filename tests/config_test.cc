@@ -1,4 +1,5 @@
-// Config::fromEnv: the algorithm settings (the others are exercised through the grid variants).
+// Config::fromEnv: the algorithm settings and the FIFO slot count (the others are exercised through the
+// grid variants).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
@@ -75,5 +76,30 @@ TEST_CASE("CHORUS_DIRECT_MAX_BYTES takes a byte count", "[config]") {
     auto d = Config::fromEnv();
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().message().find("CHORUS_DIRECT_MAX_BYTES=4k") != std::string::npos);
+  }
+}
+
+TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {
+  // A slot is its 32-bit FIFO position modulo the count: any other count breaks the turn of the
+  // slots when positions wrap.
+  const char* had = std::getenv("CHORUS_SLOTS");
+  const std::string saved = had ? had : "";
+  for (const char* ok : {"2", "4", "16", "64"}) {
+    setenv("CHORUS_SLOTS", ok, 1);
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().slots == std::atoi(ok));
+  }
+  for (const char* bad : {"3", "6", "12", "48"}) {
+    setenv("CHORUS_SLOTS", bad, 1);
+    auto c = Config::fromEnv();
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().message().find(std::string("CHORUS_SLOTS=") + bad + " is not a power of two") !=
+          std::string::npos);
+  }
+  if (had) {
+    setenv("CHORUS_SLOTS", saved.c_str(), 1);
+  } else {
+    unsetenv("CHORUS_SLOTS");
   }
 }

@@ -330,6 +330,14 @@ class Clique {
   void setProto(ProtoKind proto) { proto_ = proto; }
   // How many launches rank 0's last call took.
   size_t lastLaunches() const { return lastLaunches_; }
+  // Every FIFO in host memory starts (empty) at position `pos`, as one would after `pos` pieces;
+  // before any launch.
+  void startPositionsAt(uint32_t pos) {
+    for (auto& f : fifos_) {
+      f->view.ctrl->tail.store(pos, std::memory_order_relaxed);
+      f->view.ctrl->head.store(pos, std::memory_order_relaxed);
+    }
+  }
 
  private:
   LaunchParams base(int r, DeviceError* error, uint64_t timeoutNs, uint32_t* abortWord) {
@@ -430,11 +438,12 @@ const char* protoName(ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple
 template <typename T>
 void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace,
                     ProtoKind first = ProtoKind::kSimple, ProtoKind second = ProtoKind::kSimple,
-                    Wiring wiring = Wiring::kMemory) {
+                    Wiring wiring = Wiring::kMemory, uint32_t startAt = 0) {
   INFO("algo " << static_cast<int>(algo) << " ranks " << n << " channels " << nch << " threads " << threads << " count "
                << count << (inPlace ? " in place" : "") << " protocols " << protoName(first) << ", "
-               << protoName(second) << " wiring " << static_cast<int>(wiring));
+               << protoName(second) << " wiring " << static_cast<int>(wiring) << " positions from " << startAt);
   Clique clique(n, nch, 256, 2, wiring);  // 256-byte slots, two per FIFO: many pieces, FIFOs often full
+  if (startAt) clique.startPositionsAt(startAt);
   std::vector<std::vector<T>> in(n);
   std::vector<std::vector<T>> out(n);
   for (int launchNo = 0; launchNo < 2; ++launchNo) {
@@ -494,6 +503,19 @@ TEST_CASE("device lanes on host threads: all-reduce with the LL protocol, and af
   }
   checkAllReduce<int8_t>(Algo::kRing, 3, 3, 4, 5001, true, ll, ll);
   checkAllReduce<int8_t>(Algo::kTree, 4, 2, 3, 333, false, ll, ll);
+}
+
+// FIFO positions are 32-bit and wrap: pieces across the wrap, in both protocols, from positions
+// just before it (the LL flag of the position before the wrap, never written lines' 0, included).
+TEST_CASE("device lanes on host threads: FIFO positions that wrap past 2^32", "[device_lane]") {
+  const ProtoKind ll = ProtoKind::kLL;
+  const ProtoKind simple = ProtoKind::kSimple;
+  for (uint32_t before : {1u, 2u, 5u}) {
+    const uint32_t start = static_cast<uint32_t>(0) - before;
+    checkAllReduce<int32_t>(Algo::kRing, 3, 1, 2, 1000, false, ll, ll, Wiring::kMemory, start);
+    checkAllReduce<int32_t>(Algo::kTree, 4, 1, 3, 1000, false, ll, simple, Wiring::kMemory, start);
+    checkAllReduce<float>(Algo::kDirect, 2, 1, 1, 300, true, simple, ll, Wiring::kMemory, start);
+  }
 }
 
 TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce, Simple and LL",

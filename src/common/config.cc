@@ -259,6 +259,11 @@ Result<Config> Config::fromEnv() {
   c.peerSlotBytes = static_cast<size_t>(x);
   x = c.slots;
   CHORUS_TRY(readEnvInt("CHORUS_SLOTS", 2, 64, &x));
+  // A power of two: a slot is its 32-bit FIFO position modulo the count, and only a count that
+  // divides 2^32 keeps the slots in turn when the positions wrap.
+  if ((x & (x - 1)) != 0) {
+    return invalidArgument("CHORUS_SLOTS=" + std::to_string(x) + " is not a power of two: set 2, 4, 8, 16, 32 or 64");
+  }
   c.slots = static_cast<int>(x);
   x = c.nChannels;
   CHORUS_TRY(readEnvInt("CHORUS_NCHANNELS", 1, 32, &x));

@@ -31,7 +31,7 @@
 //
 // LaneExec<Block, T, true> runs the LL protocol instead (NCCL's): the piece goes to the slot's
 // lines in the FIFO's line area (FifoLine, src/algo/fifo.h), 8 bytes of data a line, every word
-// with the flag of the slot's position (position + 1), behind kLineHeaderLines lines of header
+// with the flag of the slot's position (lineFlag: position + 1, never 0), behind kLineHeaderLines lines of header
 // that the leader writes once the piece's lines are out. The leader of the receiving block polls
 // the header's lines, not the tail counter; each thread then polls the lines it reads until their
 // flags are current, so no fence and no counter stands between the sender's stores and the
@@ -54,6 +54,12 @@ namespace chorus::device {
 
 // Polls between two looks at the abort word, the error record and the clock.
 constexpr uint32_t kPollsPerCheck = 1024;
+
+// The flag of the LL lines of the piece at FIFO position `pos`: pos + 1, except where that wraps
+// to 0, the flag of lines never written (the line area starts zeroed), which would make a slot's
+// first piece after the wrap look arrived before it is sent. That position is the last slot's
+// (slot counts are powers of two), whose flags are otherwise multiples of the count, never 1.
+CHORUS_HD constexpr uint32_t lineFlag(uint32_t pos) { return pos + 1 == 0 ? 1u : pos + 1; }
 
 // 16 bytes, moved as one load and one store.
 struct alignas(16) Vec16 {
@@ -94,7 +100,7 @@ class LaneExec {
     const DeviceConnector& c = recvConn();
     if constexpr (kLL) {
       const FifoLine* h = slotLines(c, recvPos_[curRecv_]);
-      const uint32_t flag = recvPos_[curRecv_] + 1;
+      const uint32_t flag = lineFlag(recvPos_[curRecv_]);
       uint64_t w[kLineHeaderLines] = {};
       if (leader()) {
         ok = spin(1, c.peer, [&] {
@@ -135,7 +141,7 @@ class LaneExec {
       // The piece's lines, and the flag they must carry (a pair's two slots are both in use).
       const FifoLine* data = slotLines(recvConn(), recvPos_[curRecv_]) + kLineHeaderLines;
       const int i = rxLines_[0].at ? 1 : 0;
-      rxLines_[i] = {data, recvPos_[curRecv_] + 1};
+      rxLines_[i] = {data, lineFlag(recvPos_[curRecv_])};
       return reinterpret_cast<const char*>(data);
     }
     return reinterpret_cast<const char*>(header(recvConn(), recvPos_[curRecv_]) + 1);
@@ -166,7 +172,7 @@ class LaneExec {
       // ended with a barrier), though LL needs no order between them.
       FifoLine* h = slotLines(sendConn(), pos - 1);
       const uint64_t w[kLineHeaderLines] = {txHdr_.commId, txHdr_.seq, txHdr_.step | uint64_t(txHdr_.bytes) << 32};
-      for (uint32_t i = 0; i < kLineHeaderLines; ++i) storeWord(h + i, w[i], pos);
+      for (uint32_t i = 0; i < kLineHeaderLines; ++i) storeWord(h + i, w[i], lineFlag(pos - 1));
       // No one reads the tail for this piece's data: it only keeps the position for a later
       // Simple piece, whose own release store orders that piece. No fence here.
       b_.store(sendConn().tail, pos);
@@ -237,7 +243,7 @@ class LaneExec {
     const LineRef lb = linesOf(m.b);
     const bool dstLines = toDst && m.dst == reinterpret_cast<char*>(txLines_);
     const bool dst2Lines = m.dst2 && m.dst2 == reinterpret_cast<char*>(txLines_);
-    const uint32_t txFlag = sendPos_[curSend_] + 1;
+    const uint32_t txFlag = lineFlag(sendPos_[curSend_]);
     bool failed = false;
     uint64_t since = 0;
     for (size_t j = b_.tid(); j < nlines && !failed; j += b_.nthreads()) {
