@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NCCL drop-in exports exactly what NCCL's own libnccl.so.2 exports: the functions each
-# defines (nm -D --defined-only), by name, compared as two sorted lists. Any name missing from
-# ours, or any name ours has that NCCL's has not, fails the test and is listed.
+# defines (nm -D --defined-only), by name and binding (T: the pnccl* functions, W: the nccl* weak
+# aliases a profiler may interpose), compared as two sorted lists. Any entry missing from ours, or
+# any entry ours has that NCCL's has not, fails the test and is listed. (NCCL exports no data.)
 #   symbols.sh OURS REFERENCE
 set -uo pipefail
 ours=$1
@@ -10,7 +11,7 @@ if [ ! -e "$ref" ]; then
   echo "SKIP: no reference libnccl.so.2 at $ref (the CUDA toolkit's)"
   exit 77
 fi
-list() { nm -D --defined-only "$1" | awk '$2 ~ /^[TtWwVv]$/ {print $3}' | sed 's/@.*//' | sort -u; }
+list() { nm -D --defined-only "$1" | awk '$2 ~ /^[TtWwVv]$/ {print $3, $2}' | sed 's/@[^ ]*//' | sort -u; }
 a=$(list "$ours") || exit 1
 b=$(list "$ref") || exit 1
 missing=$(comm -13 <(echo "$a") <(echo "$b"))
@@ -25,7 +26,7 @@ if [ -n "$extra" ]; then
   echo "ours has, NCCL's has not:"; echo "$extra" | sed 's/^/  /'
   status=1
 fi
-[ $status -eq 0 ] && echo "the same $(echo "$a" | wc -l) names"
+[ $status -eq 0 ] && echo "the same $(echo "$a" | wc -l) names, each with the same binding"
 # Our library must be the drop-in by its soname, as loaders look it up.
 soname=$(objdump -p "$ours" | awk '/SONAME/ {print $2}')
 if [ "$soname" != "libnccl.so.2" ]; then
