@@ -2,6 +2,7 @@
 // grid variants).
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "src/algo/tuner.h"
@@ -11,14 +12,24 @@ using namespace chorus;
 
 namespace {
 
-// Sets one variable for a scope.
+// Sets one variable for a scope; its earlier value (or its absence) comes back after it.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* had = std::getenv(name)) earlier_ = had;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (earlier_) {
+      setenv(name_, earlier_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
 
  private:
   const char* name_;
+  std::optional<std::string> earlier_;
 };
 
 }  // namespace
@@ -82,24 +93,17 @@ TEST_CASE("CHORUS_DIRECT_MAX_BYTES takes a byte count", "[config]") {
 TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {
   // A slot is its 32-bit FIFO position modulo the count: any other count breaks the turn of the
   // slots when positions wrap.
-  const char* had = std::getenv("CHORUS_SLOTS");
-  const std::string saved = had ? had : "";
   for (const char* ok : {"2", "4", "16", "64"}) {
-    setenv("CHORUS_SLOTS", ok, 1);
+    ScopedEnv e("CHORUS_SLOTS", ok);
     auto c = Config::fromEnv();
     REQUIRE(c.isOk());
     CHECK(c.value().slots == std::atoi(ok));
   }
   for (const char* bad : {"3", "6", "12", "48"}) {
-    setenv("CHORUS_SLOTS", bad, 1);
+    ScopedEnv e("CHORUS_SLOTS", bad);
     auto c = Config::fromEnv();
     REQUIRE_FALSE(c.isOk());
     CHECK(c.status().message().find(std::string("CHORUS_SLOTS=") + bad + " is not a power of two") !=
           std::string::npos);
-  }
-  if (had) {
-    setenv("CHORUS_SLOTS", saved.c_str(), 1);
-  } else {
-    unsetenv("CHORUS_SLOTS");
   }
 }

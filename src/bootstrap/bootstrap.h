@@ -256,7 +256,7 @@ class Bootstrap : public OutOfBand {
   std::mutex noticeMu_;  // held while the handler runs
   std::function<void(int, const std::string&)> onNotice_;
   std::string earlyNotice_;  // guarded by mu_: the first notice that came before any handler
-  std::string firstNotice_;  // guarded by mu_: the first notice, handled or not (recv's probe)
+  std::string firstNotice_;  // guarded by mu_: the first notice, handled or not (probeWaitedPeer)
 };
 
 }  // namespace chorus
