@@ -5,7 +5,13 @@
 //   nranks, truncated toward zero, applied once, when the last contribution is added;
 // - float avg and pre-multiplied sum multiply each rank's own input by the scalar before it enters
 //   the sum (fp16/bf16/fp8 in float, then rounded to the type);
-// - min/max propagate NaN; fp16/bf16/fp8 compute each step in float and round to the type.
+// - min/max propagate NaN; fp16/bf16/fp8 compute each step in float and round to the type;
+// - a NaN result of an op or a pre-multiplication is the type's positive quiet NaN without payload
+//   (float 0x7fc00000, double 0x7ff8000000000000, fp16 0x7e00, ...). Which operand's NaN comes out,
+//   and whether its payload survives, differs between x86 (the first operand's, quieted; the
+//   compiler may swap operands) and the GPU (float: 0x7fffffff), so every path (scalar, vector,
+//   F16C, device) makes it this one. Subnormals are kept everywhere (no flush to zero: nvcc's
+//   default without fast math, and no contraction into FMA on either side, cmake/cuda.cmake).
 //
 // The two building blocks every schedule needs:
 //   pre(dst, src, n):                dst = pre(src)                  (a rank's first contribution)
@@ -70,6 +76,12 @@ CHORUS_HD F floatOp(RedKind k, F a, F b) {
   }
 }
 
+// The rule for NaN results above: NaN compares unequal to itself in every IEEE mode we build with.
+template <typename F>
+CHORUS_HD F quietNan(F r) {
+  return r != r ? F(NAN) : r;
+}
+
 template <typename T>
 CHORUS_HD T intOp(RedKind k, T a, T b) {
   using U = std::make_unsigned_t<T>;
@@ -108,19 +120,19 @@ struct ElemOps<T, std::enable_if_t<std::is_integral_v<T>>> {
 
 template <typename T>
 struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
-  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? T(x * T(s.scaleF)) : x; }
-  CHORUS_HD static T op(const ReduceSpec& s, T a, T b) { return floatOp<T>(s.kind, a, b); }
+  // Without a scalar, pre is a copy: a NaN keeps its bits, as a copy does on every path.
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? quietNan(T(x * T(s.scaleF))) : x; }
+  CHORUS_HD static T op(const ReduceSpec& s, T a, T b) { return quietNan(floatOp<T>(s.kind, a, b)); }
   CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
 };
 
 template <typename T>
 struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
-  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? fromFloat<T>(toFloat(x) * float(s.scaleF)) : x; }
-  // A NaN result is the positive quiet NaN: which operand's NaN an addition returns depends on
-  // the order the compiler gave it, and every path (scalar, vector, F16C, device) must agree.
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) {
+    return s.hasPre ? fromFloat<T>(quietNan(toFloat(x) * float(s.scaleF))) : x;
+  }
   CHORUS_HD static T op(const ReduceSpec& s, T a, T b) {
-    const float r = floatOp<float>(s.kind, toFloat(a), toFloat(b));
-    return fromFloat<T>(r != r ? NAN : r);
+    return fromFloat<T>(quietNan(floatOp<float>(s.kind, toFloat(a), toFloat(b))));
   }
   CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
 };

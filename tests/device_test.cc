@@ -1,4 +1,5 @@
-// The device reductions against the host's scalar path, bit for bit, for every type and op, and
+// The device reductions against the host's scalar path, bit for bit, for every type and op (inputs
+// random bits with special values among them: subnormals, signed zeros, infinities, NaN payloads), and
 // a two-rank ring all-reduce run by the launch kernel (src/device/prims_device.cuh): two channels
 // per rank, one thread block each, three launches in a row (Simple, LL, Simple on the same FIFOs),
 // and a wait that ends at its deadline.
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -17,8 +19,24 @@
 #include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
 #include "src/device/prims_device.h"
+#include "tests/special_floats.h"
 
 using namespace chorus;
+
+namespace {
+
+// An element's bits in hex, as the type stores them (little-endian, most significant first).
+std::string hex(const unsigned char* p, size_t bytes) {
+  std::string s = "0x";
+  char d[3];
+  for (size_t i = bytes; i-- > 0;) {
+    std::snprintf(d, sizeof(d), "%02x", p[i]);
+    s += d;
+  }
+  return s;
+}
+
+}  // namespace
 
 int main() {
   int devices = 0;
@@ -38,6 +56,10 @@ int main() {
     std::vector<unsigned char> a(bytes), b(bytes), want(bytes), got(bytes);
     for (auto& x : a) x = static_cast<unsigned char>(rng());
     for (auto& x : b) x = static_cast<unsigned char>(rng());
+    // Random bits already hold NaNs and subnormals; a quarter of the elements become special
+    // values (subnormals, signed zeros, infinities, NaNs with payloads), so pairs of them meet.
+    test::sprinkleSpecials(type, a.data(), n, rng);
+    test::sprinkleSpecials(type, b.data(), n, rng);
     void *da, *db, *dout;
     cudaMalloc(&da, bytes);
     cudaMalloc(&db, bytes);
@@ -57,7 +79,15 @@ int main() {
         device::launchReduce(s, type, dout, da, db, n, true, nullptr);
         cudaMemcpy(got.data(), dout, bytes, cudaMemcpyDeviceToHost);
         if (std::memcmp(want.data(), got.data(), bytes) != 0) {
-          std::printf("FAIL: type %d op %d variant %d differs from the host\n", type, kind, variant);
+          size_t i = 0;
+          while (std::memcmp(want.data() + i * sizes[type], got.data() + i * sizes[type], sizes[type]) == 0) ++i;
+          std::printf(
+              "FAIL: type %d op %d variant %d differs from the host at element %zu of %zu: received %s, local %s "
+              "give %s on the device, %s on the host\n",
+              type, kind, variant, i, n, hex(a.data() + i * sizes[type], sizes[type]).c_str(),
+              hex(b.data() + i * sizes[type], sizes[type]).c_str(),
+              hex(got.data() + i * sizes[type], sizes[type]).c_str(),
+              hex(want.data() + i * sizes[type], sizes[type]).c_str());
           ++failures;
         }
       }

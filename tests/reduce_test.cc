@@ -7,11 +7,14 @@
 #include <vector>
 
 #include "kernels/reduce_host.h"
+#include "tests/special_floats.h"
 
 using namespace chorus;
 
 namespace {
 
+// Floats are eighths from -125 to 125, and one in eight is a special value (tests/special_floats.h):
+// a subnormal, a signed zero, an infinity or a NaN with a payload and either sign.
 template <typename T>
 std::vector<T> randomValues(size_t n, uint32_t seed) {
   std::mt19937_64 rng(seed);
@@ -19,7 +22,7 @@ std::vector<T> randomValues(size_t n, uint32_t seed) {
   for (auto& x : v) {
     if constexpr (std::is_floating_point_v<T>) {
       x = static_cast<T>(static_cast<int64_t>(rng() % 2001) - 1000) / T(8);
-      if (rng() % 97 == 0) x = NAN;
+      if (rng() % 8 == 0) x = test::specialFloat<T>(rng());
     } else {
       x = static_cast<T>(rng());
     }
@@ -27,20 +30,26 @@ std::vector<T> randomValues(size_t n, uint32_t seed) {
   return v;
 }
 
+// The rule of kernels/reduce.h: a NaN result is the positive quiet NaN without payload.
+template <typename T>
+T quiet(T r) {
+  return std::isnan(r) ? T(NAN) : r;
+}
+
 // The reference: one element at a time, in the obvious way.
 template <typename T>
 T refOp(RedKind k, T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return (k == RedKind::kSum || k == RedKind::kProd) ? a + b : NAN;
+    if (std::isnan(a) || std::isnan(b)) return T(NAN);
     switch (k) {
       case RedKind::kSum:
-        return a + b;
+        return quiet(a + b);
       case RedKind::kProd:
-        return a * b;
+        return quiet(a * b);
       case RedKind::kMax:
-        return std::max(a, b);
+        return a > b ? a : b;  // equal (+0 and -0): the second operand, as the kernels
       default:
-        return std::min(a, b);
+        return a < b ? a : b;
     }
   } else {
     using U = std::make_unsigned_t<T>;
@@ -57,11 +66,9 @@ T refOp(RedKind k, T a, T b) {
   }
 }
 
+// Bit for bit: NaNs too (their payload and sign are part of the rule), and -0 is not +0.
 template <typename T>
 bool sameBits(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) && std::isnan(b)) return true;
-  }
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
@@ -117,7 +124,7 @@ void checkType(int typeId, CpuIsa isa) {
     for (size_t i = 0; i < n; ++i) {
       T want;
       if constexpr (std::is_floating_point_v<T>) {
-        want = a[i] + static_cast<T>(b[i] * T(0.5));
+        want = quiet(a[i] + quiet(static_cast<T>(b[i] * T(0.5))));
       } else {
         using U = std::make_unsigned_t<T>;
         T sum = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]) * U(3));
@@ -130,7 +137,7 @@ void checkType(int typeId, CpuIsa isa) {
     for (size_t i = 0; i < n; ++i) {
       T want;
       if constexpr (std::is_floating_point_v<T>) {
-        want = static_cast<T>(b[i] * T(0.5));
+        want = quiet(static_cast<T>(b[i] * T(0.5)));
       } else {
         using U = std::make_unsigned_t<T>;
         want = static_cast<T>(static_cast<U>(b[i]) * U(3));
@@ -149,6 +156,8 @@ void checkLowFloat(int typeId, size_t bytes, CpuIsa isa) {
   std::vector<unsigned char> a(n * bytes), b(n * bytes), ref(n * bytes), got(n * bytes);
   for (auto& x : a) x = static_cast<unsigned char>(rng());
   for (auto& x : b) x = static_cast<unsigned char>(rng());
+  test::sprinkleSpecials(typeId, a.data(), n, rng);
+  test::sprinkleSpecials(typeId, b.data(), n, rng);
   {
     const std::optional<HostKernels> k = kernelsOrFail(isa);
     for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
@@ -218,4 +227,42 @@ TEST_CASE("fp16 sum rounds in float and propagates NaN in max", "[reduce]") {
   s.kind = RedKind::kSum;
   k->reduce(s, 10, &z, &x, &y, 1, true);
   CHECK(toFloat(z) == 448.0f);
+}
+
+// The rule for NaN results and subnormals, in bits, on the scalar path (the other paths and the
+// device must give the scalar path's bits: the cases above and tests/device_test.cc).
+TEST_CASE("NaN results are the positive quiet NaN and subnormals survive, in every floating type", "[reduce]") {
+  auto k = hostKernelsFor(CpuIsa::kScalar);
+  auto run = [&](RedKind kind, bool pre, int type, auto a, auto b) {
+    decltype(a) out;
+    ReduceSpec s;
+    s.kind = kind;
+    s.hasPre = pre;
+    s.scaleF = 0.5;
+    k->reduce(s, type, &out, &a, &b, 1, true);
+    return out;
+  };
+  // float: a payload and a sign on either operand become 0x7fc00000; inf - inf too.
+  for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+    for (bool pre : {false, true}) {
+      CHECK(run(kind, pre, chorusFloat32, 0xffd23456u, 0x3f800000u) == 0x7fc00000u);
+      CHECK(run(kind, pre, chorusFloat32, 0x3f800000u, 0xffd23456u) == 0x7fc00000u);
+      CHECK(run(kind, pre, chorusFloat32, 0x7f800001u, 0xffc00000u) == 0x7fc00000u);
+      CHECK(run(kind, pre, chorusFloat64, uint64_t(0xfffa5a5a5a5a5a5a), uint64_t(0x3ff0000000000000)) ==
+            uint64_t(0x7ff8000000000000));
+      CHECK(run(kind, pre, chorusFloat16, uint16_t(0xfd55), uint16_t(0x3c00)) == uint16_t(0x7e00));
+      CHECK(run(kind, pre, chorusBfloat16, uint16_t(0xffa5), uint16_t(0x3f80)) == uint16_t(0x7fc0));
+    }
+  }
+  CHECK(run(RedKind::kSum, false, chorusFloat32, 0x7f800000u, 0xff800000u) == 0x7fc00000u);
+  // The smallest subnormals add up instead of flushing to zero.
+  CHECK(run(RedKind::kSum, false, chorusFloat32, 0x00000001u, 0x00000001u) == 0x00000002u);
+  CHECK(run(RedKind::kSum, false, chorusFloat64, uint64_t(1), uint64_t(1)) == uint64_t(2));
+  CHECK(run(RedKind::kSum, false, chorusFloat16, uint16_t(1), uint16_t(1)) == uint16_t(2));
+  CHECK(run(RedKind::kSum, false, chorusBfloat16, uint16_t(1), uint16_t(1)) == uint16_t(2));
+  CHECK(run(RedKind::kMax, false, chorusFloat32, 0x80000001u, 0x00000000u) == 0x00000000u);
+  // Equal operands (+0 and -0): max and min give the second.
+  CHECK(run(RedKind::kMax, false, chorusFloat32, 0x80000000u, 0x00000000u) == 0x00000000u);
+  CHECK(run(RedKind::kMax, false, chorusFloat32, 0x00000000u, 0x80000000u) == 0x80000000u);
+  CHECK(run(RedKind::kMin, false, chorusFloat32, 0x00000000u, 0x80000000u) == 0x80000000u);
 }
