@@ -838,31 +838,35 @@ void orderGpusAsCuda(Machine& m, const std::vector<std::string>& cudaBusIds) {
 }
 
 std::vector<std::string> cudaVisibleBusIds() {
-  // The driver API through dlopen, as the CUDA runtime itself reaches it: no link-time
-  // dependency, and CUDA_VISIBLE_DEVICES is honoured by the driver.
-  static const std::vector<std::string> ids = [] {
-    std::vector<std::string> out;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return out;
-    using InitFn = int (*)(unsigned);
-    using CountFn = int (*)(int*);
-    using GetFn = int (*)(int*, int);
-    using BusIdFn = int (*)(char*, int, int);
-    auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
-    auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
-    auto get = reinterpret_cast<GetFn>(dlsym(lib, "cuDeviceGet"));
-    auto busId = reinterpret_cast<BusIdFn>(dlsym(lib, "cuDeviceGetPCIBusId"));
-    int n = 0;
-    if (init && count && get && busId && init(0) == 0 && count(&n) == 0) {
-      for (int i = 0; i < n; ++i) {
-        int dev = 0;
-        char buf[64] = {0};
-        if (get(&dev, i) == 0 && busId(buf, sizeof(buf), dev) == 0) out.emplace_back(buf);
-      }
+  // The driver API of a libcuda the program has already loaded (RTLD_NOLOAD loads nothing): a
+  // host-only program never loads or initialises CUDA, and a process in which nothing loaded it has
+  // no device memory yet. Then the GPUs keep hwloc's (PCI) order, which only steers where ranks are
+  // placed; the answer of a loaded driver is kept (CUDA_VISIBLE_DEVICES is read once per process).
+  static std::mutex mu;
+  static std::vector<std::string> ids;
+  static bool known = false;
+  std::lock_guard<std::mutex> g(mu);
+  if (known) return ids;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!lib) return {};
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  using GetFn = int (*)(int*, int);
+  using BusIdFn = int (*)(char*, int, int);
+  auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<GetFn>(dlsym(lib, "cuDeviceGet"));
+  auto busId = reinterpret_cast<BusIdFn>(dlsym(lib, "cuDeviceGetPCIBusId"));
+  int n = 0;
+  if (init && count && get && busId && init(0) == 0 && count(&n) == 0) {
+    for (int i = 0; i < n; ++i) {
+      int dev = 0;
+      char buf[64] = {0};
+      if (get(&dev, i) == 0 && busId(buf, sizeof(buf), dev) == 0) ids.emplace_back(buf);
     }
-    // The library stays loaded: the driver does not expect to be unloaded after cuInit.
-    return out;
-  }();
+  }
+  // The handle stays: the driver does not expect to be unloaded after cuInit.
+  known = true;
   return ids;
 }
 

@@ -74,8 +74,8 @@ Result<Machine> detect(const std::string& xmlPath);
 // find are added with what the bus id says. Empty `cudaBusIds`: m is left as it is. The NVLink
 // matrix follows the new order.
 void orderGpusAsCuda(Machine& m, const std::vector<std::string>& cudaBusIds);
-// The PCI bus ids of the devices the CUDA driver makes visible, in its order; empty without a
-// driver (libcuda.so.1 is opened at run time, so the library never needs it).
+// The PCI bus ids of the devices the CUDA driver makes visible, in its order; empty while the
+// program has not loaded the driver (libcuda.so.1 is never loaded here, only looked up).
 std::vector<std::string> cudaVisibleBusIds();
 
 // detect(), once per process and path (hwloc takes milliseconds to load a machine with its PCI
