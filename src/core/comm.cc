@@ -304,6 +304,11 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
                 peerTransport_[r]->name());
     }
   }
+  // A communicator bound to a GPU makes its device side now, as NCCL does at init: its first
+  // collective then allocates nothing and loads no kernel, either of which can wait for work
+  // already queued on the device (lazy module loading waits for every running kernel), so no
+  // collective call waits behind the user's stream.
+  if (cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) CHORUS_TRY(ensureDevice());
   setState(State::kReady);
   return Status::ok();
 }

@@ -51,6 +51,7 @@ Status eventRecord(void*, void*) { return noCuda("recording a CUDA event"); }
 Status streamWaitEvent(void*, void*) { return noCuda("ordering CUDA streams"); }
 bool eventDone(void*) { return true; }
 Status copyToDevice(void*, const void*, size_t, void*) { return noCuda("copying to device memory"); }
+Status loadKernels() { return noCuda("loading the collective kernel"); }
 Status launch(const device::LaunchParams&, void*) { return noCuda("launching a kernel"); }
 std::string runtimeErrorText(int code) { return "CUDA runtime error " + std::to_string(code); }
 

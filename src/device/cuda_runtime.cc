@@ -497,6 +497,10 @@ Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream) {
   return runtimeStatus(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+Status loadKernels() {
+  return runtimeStatus(static_cast<cudaError_t>(device::loadKernels()), "loading the collective kernel");
+}
+
 Status launch(const device::LaunchParams& p, void* stream) {
   const int rc = device::launchLanes(p, device::kLaunchThreads, stream);
   return runtimeStatus(static_cast<cudaError_t>(rc), "launching the collective kernel");

@@ -13,4 +13,9 @@ int launchLanes(const LaunchParams& p, unsigned threads, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+int loadKernels() {
+  cudaFuncAttributes attr;
+  return static_cast<int>(cudaFuncGetAttributes(&attr, launchKernel));
+}
+
 }  // namespace chorus::device

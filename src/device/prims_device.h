@@ -16,4 +16,10 @@ constexpr unsigned kLaunchThreads = 512;
 // current device. Returns a cudaError_t (0: enqueued).
 int launchLanes(const LaunchParams& p, unsigned threads, void* stream);
 
+// Loads the launch kernel into the current device's context now. Under lazy module loading (the
+// default since CUDA 12.2) the first launch would load it, and loading waits for every kernel
+// running in the context: a first collective would wait behind the user's stream. Called when a
+// communicator's device side is made, before any collective. Returns a cudaError_t (0: loaded).
+int loadKernels();
+
 }  // namespace chorus::device
