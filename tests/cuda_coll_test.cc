@@ -10,8 +10,10 @@
 //     stream; graph capture and replay;
 //   - abort: a kernel waiting on a rank that never comes ends with chorusCommAbort, and at its
 //     deadline with an error naming the channel, step and peer.
-// Needs a CUDA device: without one it says so and exits with 77 (ctest: skipped). `--quick` runs a
-// smaller grid; `--ranks N` the grid for N ranks alone (with N = 2, the stream and abort checks too).
+// Needs a CUDA device: without one it says so and exits with 77 (ctest: skipped). `--quick` samples
+// the grid (every configuration, one in kQuickStride of its small cases, each case in some
+// configuration); `--ranks N` runs the grid for N ranks alone (with N = 2, the stream and abort
+// checks too).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -33,6 +35,8 @@ using namespace chorus::test;
 namespace {
 
 int failures = 0;
+// --quick: each configuration runs one in this many of the small cases (grid()).
+constexpr int kQuickStride = 16;
 #define EXPECT(cond, ...)                                           \
   do {                                                              \
     if (!(cond)) {                                                  \
@@ -177,24 +181,34 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
   }
 }
 
-// `onlyRanks`: the grid for that many ranks alone (0: 2, 3 and 4).
-void grid(bool quick, int onlyRanks) {
+// `onlyRanks`: the grid for that many ranks alone (0: 2, 3 and 4). `stride` > 1 samples it: every
+// configuration (ranks x channels x algorithm x protocol) still runs, but each of its small cases
+// only when (case + configuration) % stride == 0, so that neighbouring configurations take other
+// cases and the whole list is still covered across them; large cases run at 1 MiB always and 16 MiB
+// with two channels. A line per configuration says how long it took, so a stall shows where.
+void grid(int stride, int onlyRanks) {
   const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
                         Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
   const size_t small[] = {0, 1, 7, 1000, 65539};
   const char* algos[] = {"ring", "tree", "direct"};
+  const bool sampled = stride > 1;
   int cases = 0;
+  int config = 0;
   for (int n : {2, 3, 4}) {
     if (onlyRanks && n != onlyRanks) continue;
     for (int nch : {1, 2, 4}) {
       for (const char* algo : algos) {
         for (const char* proto : {"simple", "ll"}) {
-          if (quick && (nch == 4 || n == 3)) continue;
+          ++config;
+          const auto t0 = std::chrono::steady_clock::now();
+          const int before = cases;
+          const int failedBefore = failures;
           setenv("CHORUS_NCHANNELS", std::to_string(nch).c_str(), 1);
           setenv("CHORUS_ALGO", algo, 1);
           setenv("CHORUS_PROTO", proto, 1);  // the device's lanes; the host path has no LL
           const bool simple = std::strcmp(proto, "simple") == 0;
           Ranks k(n);
+          int index = 0;
           for (Coll c : colls) {
             // CHORUS_ALGO picks the all-reduce's algorithm; the rest always run the ring.
             if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
@@ -202,6 +216,7 @@ void grid(bool quick, int onlyRanks) {
               for (int op = 0; op < (reduces(c) ? 5 : 1); ++op) {
                 for (size_t count : small) {
                   for (bool inPlace : {false, true}) {
+                    if ((index++ + config) % stride != 0) continue;
                     const int root = static_cast<int>(count % n);
                     const std::string label = std::string(kCollName[static_cast<int>(c)]) + " " + kTypeName[t] + " " +
                                               kOpName[op] + " count " + std::to_string(count) +
@@ -216,7 +231,7 @@ void grid(bool quick, int onlyRanks) {
           }
           // Large: float sums and int8 maxes up to 64 MiB.
           for (size_t bytes : {size_t(1) << 20, size_t(16) << 20, size_t(64) << 20}) {
-            if (quick && bytes > (size_t(16) << 20)) continue;
+            if (sampled && (bytes > (size_t(16) << 20) || (bytes > (size_t(1) << 20) && nch != 2))) continue;
             for (Coll c : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
               if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
               const size_t count = c == Coll::kAllReduce ? bytes / 4 : bytes / 4 / n;
@@ -231,6 +246,10 @@ void grid(bool quick, int onlyRanks) {
               cases += 2;
             }
           }
+          std::printf("grid: ranks %d channels %d algo %s proto %s: %d cases, %d failed, %.1f s\n", n, nch, algo, proto,
+                      cases - before, failures - failedBefore,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          std::fflush(stdout);
         }
       }
     }
@@ -238,7 +257,7 @@ void grid(bool quick, int onlyRanks) {
   unsetenv("CHORUS_NCHANNELS");
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_PROTO");
-  std::printf("grid: %d cases\n", cases);
+  std::printf("grid: %d cases%s\n", cases, sampled ? " (sampled)" : "");
 }
 
 __global__ void spinThenFill(float* p, size_t n, float v, long long spinNs) {
@@ -321,10 +340,10 @@ void streams() {
   for (int r = 0; r < n; ++r)
     chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
   EXPECT(chorusGroupEnd() == chorusSuccess, "capture");
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaStreamEndCapture(k.cuda[r], &graphs[r]));
-    CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
-  }
+  // Every capture ends before any graph is instantiated: in thread-local mode, instantiating while
+  // another stream of this thread still captures is not permitted.
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaStreamEndCapture(k.cuda[r], &graphs[r]));
+  for (int r = 0; r < n; ++r) CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
   for (int rep = 0; rep < 3; ++rep) {
     for (int r = 0; r < n; ++r) CUDA_OK(cudaGraphLaunch(execs[r], k.cuda[r]));
   }
@@ -340,6 +359,8 @@ void streams() {
 }
 
 void abortAndDeadline() {
+  const char* was = std::getenv("CHORUS_TIMEOUT");
+  const std::string before = was ? was : "";
   for (bool byAbort : {true, false}) {
     setenv("CHORUS_TIMEOUT", byAbort ? "600" : "2", 1);
     const int n = 2;
@@ -373,7 +394,11 @@ void abortAndDeadline() {
       // Rank 1's communicator is fine; rank 0's is failed: destroy both.
     }
   }
-  unsetenv("CHORUS_TIMEOUT");
+  if (was) {
+    setenv("CHORUS_TIMEOUT", before.c_str(), 1);
+  } else {
+    unsetenv("CHORUS_TIMEOUT");
+  }
 }
 
 }  // namespace
@@ -386,11 +411,11 @@ int main(int argc, char** argv) {
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
   }
-  bool quick = false;
+  int stride = 1;
   int onlyRanks = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
+      stride = kQuickStride;
     } else if (std::strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
       onlyRanks = std::atoi(argv[++i]);
     } else {
@@ -398,6 +423,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // A hang fails its case within half a minute, with the kernel's error, instead of running into
+  // the check's time limit with nothing said.
+  setenv("CHORUS_TIMEOUT", "30", 0);
   CUDA_OK(cudaSetDevice(0));
   const auto t0 = std::chrono::steady_clock::now();
   if (onlyRanks == 0 || onlyRanks == 2) {
@@ -406,7 +434,7 @@ int main(int argc, char** argv) {
     abortAndDeadline();
     std::printf("abort and deadline: done, %d failures so far\n", failures);
   }
-  grid(quick, onlyRanks);
+  grid(stride, onlyRanks);
   std::printf("%s: %d failures, %.1f s\n", failures ? "FAILED" : "PASSED", failures,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return failures ? 1 : 0;

@@ -7,41 +7,53 @@
 #                                         libraries a bare machine lacks to DIR/lib; with
 #                                         NCCL_TESTS_SRC (an nccl-tests checkout or git directory,
 #                                         never part of this repository) also nccl-tests, built
-#                                         against the NCCL drop-in and the MPI shim, in DIR/nccl-tests
+#                                         against the NCCL drop-in and the MPI shim, in DIR/nccl-tests;
+#                                         packs all that into DIR/pack/gpu-check.tgz (what travels)
 #   tools/gpu_check.sh run OUT [DIR [NAME...]]
-#                                         on the GPU machine: runs every check (or the NAMEd ones)
-#                                         with DIR's programs, writes each one's full log and the
-#                                         device's description under OUT, and prints a table last;
-#                                         exits 1 if any failed
+#                                         on the GPU machine: unpacks DIR/pack/gpu-check.tgz when DIR
+#                                         has no bin/, runs the default checks (or the NAMEd ones, the
+#                                         full grids included) with DIR's programs, each under its own
+#                                         time limit and all within CHORUS_GPU_CHECK_BUDGET seconds
+#                                         (default 330); after every check it appends the check's line
+#                                         to OUT/summary.txt and repacks every log into OUT/logs.tgz
+#                                         (OUT holds those and device.txt, nothing else),
+#                                         so a run cut short still returns what ran; prints the table
+#                                         last; exits 1 if any check failed or did not run
 #
-# DIR/bin and DIR/lib are what travels (the build tree stays behind). A check that finds no GPU
-# exits 77 and shows as "skipped", never as passed.
+# A check that finds no GPU exits 77 and shows as "skipped", never as passed. Checks whose ranks are
+# processes run as clients of the MPS control daemon when it could be started (as root): without
+# it, processes sharing the GPU take turns on it in time slices (docs/GPU.md); device.txt says
+# whether it ran, and a process check that fails under MPS runs once more without it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# The checks: name, then the program and its arguments (from DIR/bin); "@" starts a command run
-# from the repository root instead, where DIR stands for the folder of the built programs.
-# cuda_coll is cut by rank count so that no run is longer than one command on the device machine
-# may be; gpu_bench measures (docs/GPU.md, "Measurements") and passes whenever it ran.
+# The checks: name|limit in seconds|where (default: in a run without names; full: by name only)|
+# how (thread: one process; proc: ranks are processes, MPS helps)|the program and its arguments
+# (from DIR/bin); "@" starts a command run from the repository root instead, where DIR stands for the
+# folder of the built programs. The default list runs in about 5 minutes on an H100 or H200; the
+# full grids (about 3 minutes per rank count) are for a call of their own. gpu_bench measures
+# (docs/GPU.md, "Measurements") and passes whenever it ran.
 checks=(
-  "device_test|device_test"
-  "cuda_host_only|api_test [nocuda]"
-  "cuda_api|api_test [cuda]~[nocuda]"
-  "gpu_bench|gpu_bench"
-  "cuda_coll_2|cuda_coll_test --ranks 2"
-  "cuda_coll_3|cuda_coll_test --ranks 3"
-  "cuda_coll_4|cuda_coll_test --ranks 4"
-  "cuda_proc_2|cuda_proc_test grid 2"
-  "cuda_proc_4|cuda_proc_test grid 4 --quick"
-  "cuda_proc_staged|cuda_proc_test grid 2 --staged --quick"
-  "cuda_proc_hosts|cuda_proc_test grid 4 --hosts 2 --quick"
-  "cuda_onecopy_2|cuda_proc_test onecopy 2"
-  "cuda_onecopy_4|cuda_proc_test onecopy 4"
-  "cuda_kill|cuda_proc_test kill 4"
-  "nccl_torch|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
-  "nccl_tests_2|@bash tools/nccl_tests_check.sh DIR 2"
-  "nccl_tests_4|@bash tools/nccl_tests_check.sh DIR 4"
-  "cuda_kill_hosts|cuda_proc_test kill 4 --hosts 2"
+  "device_test|60|default|thread|device_test"
+  "cuda_host_only|30|default|thread|env CHORUS_TEST_EXPECT_LIBCUDA=1 DIR/bin/api_test [nocuda]"
+  "cuda_api|60|default|thread|api_test [cuda]~[nocuda]"
+  "cuda_coll|150|default|thread|cuda_coll_test --quick"
+  "nccl_torch|120|default|proc|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
+  "nccl_tests_2|60|default|proc|@bash tools/nccl_tests_check.sh DIR 2"
+  "cuda_proc_2|60|default|proc|cuda_proc_test grid 2 --quick"
+  "cuda_proc_staged|60|default|proc|cuda_proc_test grid 2 --staged --quick"
+  "cuda_proc_hosts|60|default|proc|cuda_proc_test grid 4 --hosts 2 --quick"
+  "cuda_onecopy_2|60|default|proc|cuda_proc_test onecopy 2"
+  "cuda_kill|30|default|proc|cuda_proc_test kill 4"
+  "cuda_kill_hosts|30|default|proc|cuda_proc_test kill 4 --hosts 2"
+  "cuda_proc_4|90|default|proc|cuda_proc_test grid 4 --quick"
+  "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
+  "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
+  "gpu_bench|60|default|thread|gpu_bench"
+  "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
+  "cuda_coll_full_3|400|full|thread|cuda_coll_test --ranks 3"
+  "cuda_coll_full_4|400|full|thread|cuda_coll_test --ranks 4"
+  "cuda_proc_full_2|300|full|proc|cuda_proc_test grid 2"
 )
 
 mode=${1:-}
@@ -54,8 +66,9 @@ case "$mode" in
     rm -f "$dir.configure.log"
     targets=()
     for c in "${checks[@]}"; do
-      prog=${c#*|}
+      IFS='|' read -r _ _ _ _ prog <<< "$c"
       [[ $prog == @* ]] && continue
+      [[ $prog == env\ * ]] && prog=${prog##*DIR/bin/}
       t=${prog%% *}
       [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
     done
@@ -101,48 +114,139 @@ case "$mode" in
         esac
       done
     done
-    du -sh "$dir/bin" "$dir/lib"
+    strip --strip-unneeded "$dir"/lib/libchorus.so* "$dir/nccl/libnccl.so.2" 2> /dev/null || true
+    mkdir -p "$dir/pack"
+    parts=(bin lib nccl mpi)
+    [ -d "$dir/nccl-tests" ] && parts+=(nccl-tests)
+    tar -czf "$dir/pack/gpu-check.tgz" -C "$dir" "${parts[@]}"
+    du -sh "$dir/bin" "$dir/lib" "$dir/pack/gpu-check.tgz"
+    bytes=$(stat -c %s "$dir/pack/gpu-check.tgz")
+    if [ "$bytes" -gt $((64 * 1024 * 1024)) ]; then
+      echo "gpu_check: $dir/pack/gpu-check.tgz is $bytes bytes, over the 64 MiB that may travel"
+      exit 1
+    fi
     ;;
   run)
     out=${2:?usage: tools/gpu_check.sh run OUT [DIR [NAME...]]}
     dir=${3:-gpu-check}
     only=("${@:4}")
-    mkdir -p "$out"
+    budget=${CHORUS_GPU_CHECK_BUDGET:-330}
+    began=$(date +%s)
+    # The logs gather outside OUT and travel packed (OUT/logs.tgz): the machine that ran them may
+    # return only a few files of OUT.
+    logs=$(mktemp -d "${TMPDIR:-/tmp}/chorus-gpu-check.XXXXXX")/logs
+    mkdir -p "$out" "$logs"
+    if [ ! -d "$dir/bin" ] && [ -f "$dir/pack/gpu-check.tgz" ]; then
+      tar -xzf "$dir/pack/gpu-check.tgz" -C "$dir" || { echo "gpu_check: cannot unpack $dir/pack/gpu-check.tgz"; exit 1; }
+    fi
+    [ -d "$dir/bin" ] || { echo "gpu_check: no $dir/bin (run prepare first)"; exit 1; }
     export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    # Whether MPS runs: without it, processes sharing the GPU take turns on it (docs/GPU.md).
-    mps="not running"
-    pgrep -x nvidia-cuda-mps-control > /dev/null 2>&1 && mps=running
-    { date -u; nvidia-smi 2>&1; echo "MPS: $mps"; } > "$out/device.txt"
+    # MPS: a daemon of this run's own (its pipe directory), so that only the checks given its
+    # CUDA_MPS_PIPE_DIRECTORY are its clients; stopped at the end.
+    mps_dir=""
+    mps="not started"
+    if [ "$(id -u)" -eq 0 ] && command -v nvidia-cuda-mps-control > /dev/null 2>&1; then
+      mps_dir=$(mktemp -d /tmp/chorus-mps.XXXXXX)
+      if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$mps_dir nvidia-cuda-mps-control -d 2> "$logs/mps.log"; then
+        mps="running for the process checks (pipe directory $mps_dir)"
+      else
+        mps="could not be started (logs/mps.log)"
+        mps_dir=""
+      fi
+    elif [ "$(id -u)" -ne 0 ]; then
+      mps="not started (not root)"
+    else
+      mps="not started (no nvidia-cuda-mps-control)"
+    fi
+    stop_mps() {
+      [ -n "$mps_dir" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir nvidia-cuda-mps-control > /dev/null 2>&1
+      mps_dir=""
+    }
+    trap stop_mps EXIT
+    { date -u; nvidia-smi 2>&1; echo "MPS: $mps"; echo "budget: $budget s"; } > "$out/device.txt"
+    : > "$out/summary.txt"
+    pack() {
+      cp "$out/device.txt" "$out/summary.txt" "$logs/"
+      tar -czf "$out/logs.tgz.part" -C "$(dirname "$logs")" logs && mv "$out/logs.tgz.part" "$out/logs.tgz"
+    }
+    # Runs one check's command with a limit; its exit status.
+    run_one() {
+      local limit=$1 how=$2 prog=$3 log=$4 withMps=$5
+      local -
+      set -f  # the arguments are words: "[nocuda]" is a test filter, not a file pattern
+      local -a env_mps=()
+      [ "$withMps" = 1 ] && env_mps=(CUDA_MPS_PIPE_DIRECTORY="$mps_dir" CUDA_MPS_LOG_DIRECTORY="$mps_dir")
+      if [[ $prog == @* ]]; then
+        local cmd=${prog#@}
+        env "${env_mps[@]}" timeout -k 10 "$limit" bash -c "${cmd//DIR/$dir}" >> "$log" 2>&1
+      elif [[ $prog == env\ * ]]; then
+        # shellcheck disable=SC2086
+        env "${env_mps[@]}" timeout -k 10 "$limit" ${prog//DIR/$dir} >> "$log" 2>&1
+      else
+        # shellcheck disable=SC2086
+        env "${env_mps[@]}" timeout -k 10 "$limit" "$dir/bin/"$prog >> "$log" 2>&1
+      fi
+    }
     results=()
     failed=0
     for c in "${checks[@]}"; do
-      name=${c%%|*}
-      prog=${c#*|}
-      if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
-      start=$(date +%s)
-      if [[ $prog == @* ]]; then
-        cmd=${prog#@}
-        timeout -k 10 600 bash -c "${cmd//DIR/$dir}" > "$out/$name.log" 2>&1
-        rc=$?
-      else
-        # shellcheck disable=SC2086
-        timeout -k 10 600 "$dir/bin/"$prog > "$out/$name.log" 2>&1
-        rc=$?
+      IFS='|' read -r name limit where how prog <<< "$c"
+      if [ ${#only[@]} -gt 0 ]; then
+        [[ " ${only[*]} " == *" $name "* ]] || continue
+      elif [ "$where" != default ]; then
+        continue
       fi
-      took=$(($(date +%s) - start))
-      case $rc in
-        0) verdict=passed ;;
-        77) verdict=skipped ;;
-        *) verdict="FAILED (exit $rc)"; failed=1 ;;
-      esac
-      results+=("$(printf '%-24s %-20s %5s s  %s' "$name" "$verdict" "$took" "$(tail -1 "$out/$name.log")")")
+      left=$((budget - ($(date +%s) - began)))
+      log="$logs/$name.log"
+      : > "$log"
+      if [ "$left" -lt 10 ]; then
+        verdict="NOT RUN (budget spent)"
+        took=0
+        failed=1
+      else
+        [ "$limit" -gt "$left" ] && limit=$left
+        start=$(date +%s)
+        withMps=0
+        [ "$how" = proc ] && [ -n "$mps_dir" ] && withMps=1
+        [ $withMps = 1 ] && echo "== under MPS" >> "$log"
+        run_one "$limit" "$how" "$prog" "$log" $withMps
+        rc=$?
+        note=""
+        if [ $withMps = 1 ] && [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+          left=$((budget - ($(date +%s) - began)))
+          if [ "$left" -ge 20 ]; then
+            [ "$limit" -gt "$left" ] && limit=$left
+            echo "== exit $rc under MPS; once more without MPS" >> "$log"
+            run_one "$limit" "$how" "$prog" "$log" 0
+            rc2=$?
+            note=" (under MPS: exit $rc; without: exit $rc2)"
+            rc=$rc2
+          fi
+        fi
+        took=$(($(date +%s) - start))
+        case $rc in
+          0) verdict="passed$note" ;;
+          77) verdict=skipped ;;
+          124|137) verdict="FAILED (time limit ${limit} s)$note"; failed=1 ;;
+          *) verdict="FAILED (exit $rc)$note"; failed=1 ;;
+        esac
+      fi
+      line=$(printf '%-18s %-34s %5s s  %s' "$name" "$verdict" "$took" "$(grep -v '^$' "$log" | tail -1 | cut -c1-120)")
+      results+=("$line")
+      echo "$line" >> "$out/summary.txt"
+      echo "$line"
+      pack
     done
-    echo "== GPU checks ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1))"
+    stop_mps
+    total=$(($(date +%s) - began))
+    echo "total: $total s of a budget of $budget s" >> "$out/summary.txt"
+    pack
+    echo "== GPU checks ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); MPS $mps; $total s)"
     printf '%s\n' "${results[@]}"
     exit $failed
     ;;
   *)
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
