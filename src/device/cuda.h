@@ -69,7 +69,9 @@ struct GpuIdentity {
   char busId[16] = {0};
 };
 Result<GpuIdentity> gpuIdentity(int device);
-// The GPUs kernels on `device` reach by peer access, `device` itself first.
+// The GPUs kernels on `device` reach by peer access, `device` itself first: every GPU of the
+// machine NVML says it reads and writes, whether or not CUDA_VISIBLE_DEVICES shows it to this
+// process (those have no bus id here); without NVML, the visible devices CUDA says it reaches.
 Result<std::vector<GpuIdentity>> reachableGpus(int device);
 
 // Device memory shared with another process of the host (transports/cuda_ipc). An allocation of

@@ -2,6 +2,7 @@
 // statically, and the driver's virtual memory entry points found through it at run time.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <mutex>
 
 #include "src/device/cuda.h"
+#include "src/device/gpu_reach.h"
 #include "src/device/prims_device.h"
 
 namespace chorus::cuda {
@@ -339,10 +341,92 @@ Result<GpuIdentity> gpuIdentity(int device) {
   return id;
 }
 
+namespace {
+
+// The few NVML entry points reachableGpus needs, by their C ABI (the toolkit has no nvml.h):
+// stable since NVML's first releases.
+struct NvmlApi {
+  using Device = void*;
+  int (*init)() = nullptr;                          // nvmlInit_v2
+  int (*count)(unsigned*) = nullptr;                // nvmlDeviceGetCount_v2
+  int (*byIndex)(unsigned, Device*) = nullptr;      // nvmlDeviceGetHandleByIndex_v2
+  int (*uuid)(Device, char*, unsigned) = nullptr;   // nvmlDeviceGetUUID
+  int (*p2p)(Device, Device, int, int*) = nullptr;  // nvmlDeviceGetP2PStatus
+  static constexpr int kSuccess = 0;                // NVML_SUCCESS
+  static constexpr int kCapsRead = 0;               // NVML_P2P_CAPS_INDEX_READ
+  static constexpr int kCapsWrite = 1;              // NVML_P2P_CAPS_INDEX_WRITE
+  static constexpr int kP2pOk = 0;                  // NVML_P2P_STATUS_OK
+  bool ok = false;
+};
+
+// Opened once, on the device path's first use (the driver is loaded by then); null entry points
+// when the machine has no NVML.
+const NvmlApi& nvml() {
+  static const NvmlApi api = [] {
+    NvmlApi a;
+    void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return a;
+    a.init = reinterpret_cast<int (*)()>(dlsym(h, "nvmlInit_v2"));
+    a.count = reinterpret_cast<int (*)(unsigned*)>(dlsym(h, "nvmlDeviceGetCount_v2"));
+    a.byIndex = reinterpret_cast<int (*)(unsigned, NvmlApi::Device*)>(dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+    a.uuid = reinterpret_cast<int (*)(NvmlApi::Device, char*, unsigned)>(dlsym(h, "nvmlDeviceGetUUID"));
+    a.p2p = reinterpret_cast<int (*)(NvmlApi::Device, NvmlApi::Device, int, int*)>(dlsym(h, "nvmlDeviceGetP2PStatus"));
+    a.ok = a.init && a.count && a.byIndex && a.uuid && a.p2p && a.init() == NvmlApi::kSuccess;
+    return a;  // the handle stays: NVML is not shut down while the process may ask again
+  }();
+  return api;
+}
+
+// Every GPU of the machine and whether `self` reads and writes it by peer access, from NVML;
+// empty when NVML cannot say (no library, or `self` is not among its GPUs).
+std::vector<MachineGpu> machineGpus(const GpuIdentity& self) {
+  const NvmlApi& n = nvml();
+  if (!n.ok) return {};
+  unsigned count = 0;
+  if (n.count(&count) != NvmlApi::kSuccess) return {};
+  std::vector<NvmlApi::Device> devs;
+  std::vector<MachineGpu> gpus;
+  NvmlApi::Device mine = nullptr;
+  for (unsigned i = 0; i < count; ++i) {
+    NvmlApi::Device d = nullptr;
+    char text[96] = {0};
+    MachineGpu g;
+    if (n.byIndex(i, &d) != NvmlApi::kSuccess || n.uuid(d, text, sizeof(text)) != NvmlApi::kSuccess ||
+        !parseGpuUuid(text, g.uuid)) {
+      continue;
+    }
+    if (g.uuid[0] == self.uuid[0] && g.uuid[1] == self.uuid[1]) mine = d;
+    devs.push_back(d);
+    gpus.push_back(g);
+  }
+  if (!mine) return {};
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    int read = -1;
+    int write = -1;
+    gpus[i].peerReadWrite = devs[i] != mine && n.p2p(mine, devs[i], NvmlApi::kCapsRead, &read) == NvmlApi::kSuccess &&
+                            n.p2p(mine, devs[i], NvmlApi::kCapsWrite, &write) == NvmlApi::kSuccess &&
+                            read == NvmlApi::kP2pOk && write == NvmlApi::kP2pOk;
+  }
+  return gpus;
+}
+
+}  // namespace
+
 Result<std::vector<GpuIdentity>> reachableGpus(int device) {
   std::vector<GpuIdentity> out;
   CHORUS_ASSIGN_OR_RETURN(GpuIdentity self, gpuIdentity(device));
   out.push_back(self);
+  // NVML first: it sees the GPUs CUDA_VISIBLE_DEVICES hides from this process (gpu_reach.h).
+  if (const std::vector<MachineGpu> machine = machineGpus(self); !machine.empty()) {
+    const auto reach = reachFromMachine(self.uuid, machine);
+    for (size_t i = 1; i < reach.size(); ++i) {
+      GpuIdentity g;  // no bus id: a GPU this process may not see has no number here
+      g.uuid[0] = reach[i][0];
+      g.uuid[1] = reach[i][1];
+      out.push_back(g);
+    }
+    return out;
+  }
   CHORUS_ASSIGN_OR_RETURN(int n, deviceCount());
   for (int d = 0; d < n; ++d) {
     if (d == device || !canAccessPeer(device, d)) continue;
