@@ -131,6 +131,7 @@ void mapEnvironment() {
       {"NCCL_COMM_ID", "CHORUS_COMM_ID"},
       {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
       {"NCCL_P2P_DISABLE", "CHORUS_P2P_DISABLE"},
+      {"NCCL_CUMEM_ENABLE", "CHORUS_CUMEM_ENABLE"},
       {"NCCL_SHM_DISABLE", "CHORUS_SHM_DISABLE"},
   };
   for (const auto& m : kSame) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "src/common/config.h"
 #include "src/device/cuda.h"
 #include "src/device/gpu_reach.h"
 #include "src/device/prims_device.h"
@@ -129,8 +130,14 @@ Result<void*> mapAndRelease(CUmemGenericAllocationHandle handle, size_t size, si
 // A cuMem allocation exportable as a POSIX file descriptor, or null when the device or driver
 // cannot make one (the caller falls back to cudaMalloc).
 Result<void*> vmmAlloc(size_t bytes, int device) {
+  // CHORUS_CUMEM_ENABLE=0 (NCCL_CUMEM_ENABLE=0 through the drop-in): cudaMalloc and legacy IPC
+  // handles, as on a driver without cuMem descriptors.
+  static const bool off = [] {
+    const char* v = envValue("CHORUS_CUMEM_ENABLE");  // 0 or 1, checked at init (Config::fromEnv)
+    return v && std::strcmp(v, "0") == 0;
+  }();
   const VmmApi& a = vmm();
-  if (!a.ok) return nullptr;
+  if (off || !a.ok) return nullptr;
   int vmmOk = 0;
   int fdOk = 0;
   if (a.attribute(&vmmOk, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) != CUDA_SUCCESS ||
