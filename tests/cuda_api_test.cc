@@ -54,7 +54,22 @@ TEST_CASE("a host-only run never loads CUDA, and its communicators have no devic
   REQUIRE(chorusCommCuDevice(w[0], &dev) == chorusSuccess);
   CHECK(dev == -1);
   CHECK_FALSE(chorus::cuda::driverLoaded());
-  CHECK_FALSE(libcudaMapped());
+  if (libcudaMapped()) {
+    // What came with it, to find who loaded it: the GPU vendors' libraries and plugins mapped.
+    std::ifstream maps("/proc/self/maps");
+    std::string line, seen;
+    while (std::getline(maps, line)) {
+      const size_t at = line.find('/');
+      if (at == std::string::npos) continue;
+      const std::string path = line.substr(at);
+      if (seen.find(path) == std::string::npos &&
+          (path.find("nvidia") != std::string::npos || path.find("cuda") != std::string::npos ||
+           path.find("OpenCL") != std::string::npos || path.find("hwloc") != std::string::npos)) {
+        seen += path + "\n";
+      }
+    }
+    FAIL_CHECK("libcuda is mapped; with it:\n" << seen);
+  }
   // Where a libcuda could have been loaded all along (a machine with a driver, or the toolkit's
   // stub on LD_LIBRARY_PATH: ctest's cuda_host_only_stub), the checks above mean something; say
   // so last, since this loads it.

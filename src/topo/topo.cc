@@ -170,6 +170,12 @@ Result<Machine> detect(const std::string& xmlPath) {
   if (hwloc_topology_init(&raw) != 0) return systemError("hwloc_topology_init failed");
   Topology t(raw);
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);
+  // The components that open a GPU vendor's runtime stay out: OpenCL's (NVIDIA's ICD loads
+  // libcuda), CUDA's, Level Zero's, ROCm SMI's and GL's. A host-only job must never load the CUDA
+  // driver (src/device/cuda.h), and GPUs are found as PCI devices anyway; NVML's NVLink matrix stays.
+  for (const char* c : {"opencl", "cuda", "levelzero", "rsmi", "gl"}) {
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, c);
+  }
   if (!xmlPath.empty() && hwloc_topology_set_xml(raw, xmlPath.c_str()) != 0) {
     return invalidArgument("cannot read the hwloc XML file " + xmlPath + " (CHORUS_TOPO_FILE): check the path");
   }
