@@ -367,6 +367,16 @@ void abortAndDeadline() {
     Ranks k(n);
     float* buf;
     CUDA_OK(cudaMalloc(&buf, 4096 * 4));
+    // Both ranks once, so that the pair is connected: a first operation connects its ranks on the
+    // host (both must come), and only then does a kernel wait for a peer.
+    float* both[n];
+    for (int r = 0; r < n; ++r) CUDA_OK(cudaMalloc(&both[r], 4096 * 4));
+    chorusGroupStart();
+    for (int r = 0; r < n; ++r)
+      chorusAllReduce(both[r], both[r], 4096, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+    EXPECT(chorusGroupEnd() == chorusSuccess, "connect the pair");
+    k.sync();
+    for (int r = 0; r < n; ++r) CUDA_OK(cudaFree(both[r]));
     // Rank 0 alone: it waits for rank 1, which never comes.
     EXPECT(chorusAllReduce(buf, buf, 4096, chorusFloat32, chorusSum, k.comms[0], k.streams[0]) == chorusSuccess,
            "enqueue the lone all-reduce");
@@ -426,6 +436,8 @@ int main(int argc, char** argv) {
   // A hang fails its case within half a minute, with the kernel's error, instead of running into
   // the check's time limit with nothing said.
   setenv("CHORUS_TIMEOUT", "30", 0);
+  // A line at a time: a run cut short by a time limit still shows how far it came.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CUDA_OK(cudaSetDevice(0));
   const auto t0 = std::chrono::steady_clock::now();
   if (onlyRanks == 0 || onlyRanks == 2) {

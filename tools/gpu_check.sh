@@ -13,7 +13,7 @@
 #                                         on the GPU machine: unpacks DIR/pack/gpu-check.tgz when DIR
 #                                         has no bin/, runs the default checks (or the NAMEd ones, the
 #                                         full grids included) with DIR's programs, each under its own
-#                                         time limit and all within CHORUS_GPU_CHECK_BUDGET seconds
+#                                         time limit and all within GPU_CHECK_BUDGET seconds
 #                                         (default 330); after every check it appends the check's line
 #                                         to OUT/summary.txt and repacks every log into OUT/logs.tgz
 #                                         (OUT holds those and device.txt, nothing else),
@@ -131,7 +131,7 @@ case "$mode" in
     out=${2:?usage: tools/gpu_check.sh run OUT [DIR [NAME...]]}
     dir=${3:-gpu-check}
     only=("${@:4}")
-    budget=${CHORUS_GPU_CHECK_BUDGET:-330}
+    budget=${GPU_CHECK_BUDGET:-330}
     began=$(date +%s)
     # The logs gather outside OUT and travel packed (OUT/logs.tgz): the machine that ran them may
     # return only a few files of OUT.
