@@ -1,17 +1,20 @@
 // The transports as units (transports/transport.h): which one connects which peers, what each
-// says about sharing memory, and the socket transport's stop after a failed setup.
+// says about sharing memory, the socket transport's stop after a failed setup, and the failures of
+// its FIFOs for kernels, one per peer.
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "src/bootstrap/bootstrap.h"
 #include "src/bootstrap/socket.h"
 #include "src/common/log.h"
 #include "src/core/clique.h"
+#include "src/core/device_comm.h"
 #include "transports/transport.h"
 
 using namespace chorus;
@@ -240,20 +243,96 @@ TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken 
     rx.ctrl->head.store(i + 1, std::memory_order_release);
   }
   producer.join();
-  CHECK(rt->kernelFifoError().isOk());
+  CHECK(rt->kernelFifoErrors().empty());
   // The sending side goes away (its process died, say): the receiving proxy reports it for the
   // communicator's watchdog, naming the peer, since a kernel cannot see a closed FIFO.
   st.reset();  // its proxy thread, and with it the socket
   send.take().reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (rt->kernelFifoError().isOk() && std::chrono::steady_clock::now() < deadline) {
+  while (rt->kernelFifoErrors().empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  const Status s = rt->kernelFifoError();
+  const std::vector<Status> errors = rt->kernelFifoErrors();
+  REQUIRE(errors.size() == 1);
+  const Status s = errors[0];
   REQUIRE_FALSE(s.isOk());
   CHECK(s.message().find("rank 1") != std::string::npos);
   CHECK(s.subject() == 1);
   rt.reset();  // its proxy before the receive FIFO it serves
+}
+
+TEST_CASE("a socket transport keeps the first failure of its FIFOs for kernels per peer", "[transport]") {
+  // Rank 0 receives over sockets for kernels from rank 1 (two connections: two channels, say) and
+  // from rank 2; host threads stand in for the kernels. A peer that finished and closed its
+  // sockets must be told apart from another: the watchdog counts a failure about a peer only while
+  // kernels wait on it (failureInFlight), so the transport keeps one per peer, not the first alone.
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  auto rt = makeSocketTransport(env);
+  std::unique_ptr<Transport> st[3] = {nullptr, makeSocketTransport(env), makeSocketTransport(env)};
+  // One socket pair per connection, by tag: the sender opens one end, the receiver takes the other.
+  struct Oob : GonePeer {
+    std::map<uint64_t, std::pair<UniqueFd, UniqueFd>> pairs;
+    Result<UniqueFd> openConnection(int, uint64_t tag) override { return std::move(pairs[tag].first); }
+    Result<UniqueFd> takeConnection(int, uint64_t tag) override { return std::move(pairs[tag].second); }
+  } oob;
+  const struct {
+    int from;
+    uint64_t tag;
+  } links[] = {{1, 5}, {1, 6}, {2, 7}};
+  for (const auto& l : links) {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    oob.pairs[l.tag] = {UniqueFd(sv[0]), UniqueFd(sv[1])};
+  }
+  ConnectContext ctx;
+  ctx.oob = &oob;
+  ctx.nslots = 2;
+  ctx.slotBytes = 4096;
+  ctx.forKernels = true;
+  std::vector<std::unique_ptr<Connection>> recvs;
+  std::vector<std::unique_ptr<Connection>> sends[3];
+  for (const auto& l : links) {
+    std::vector<char> handle;
+    auto recv = rt->setupRecv(ctx, l.from, l.tag, &handle);
+    REQUIRE(recv.isOk());
+    auto send = st[l.from]->connectSend(ctx, 0, l.tag, handle);
+    REQUIRE(send.isOk());
+    REQUIRE(rt->finishRecv(ctx, *recv.value(), l.from, l.tag).isOk());
+    recvs.push_back(recv.take());
+    sends[l.from].push_back(send.take());
+  }
+  auto waitFor = [&](size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (rt->kernelFifoErrors().size() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return rt->kernelFifoErrors();
+  };
+  CHECK(rt->kernelFifoErrors().empty());
+  // Rank 1 leaves: both its connections end, one failure about it.
+  st[1].reset();
+  sends[1].clear();
+  std::vector<Status> errors = waitFor(1);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].subject() == 1);
+  CHECK(errors[0].message().find("rank 1") != std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its second connection's end, too
+  CHECK(rt->kernelFifoErrors().size() == 1);
+  // Counted only while kernels wait on rank 1.
+  CHECK(failureInFlight(errors, {2}).isOk());
+  CHECK(failureInFlight(errors, {}).isOk());
+  CHECK(failureInFlight(errors, {1, 2}).subject() == 1);
+  // Rank 2 leaves too: its failure is kept beside rank 1's, not dropped as a second failure.
+  st[2].reset();
+  sends[2].clear();
+  errors = waitFor(2);
+  REQUIRE(errors.size() == 2);
+  CHECK(errors[0].subject() == 1);
+  CHECK(errors[1].subject() == 2);
+  CHECK(failureInFlight(errors, {2}).subject() == 2);
+  rt.reset();  // its proxies before the receive FIFOs they serve
 }
 
 TEST_CASE("ranks exchange GPU records before their first device connection and choose alike", "[transport]") {

@@ -149,9 +149,13 @@ class Transport {
   // After a failure or an abort: stops moving data on this transport's connections, closing them,
   // and returns once its threads no longer touch the callers' buffers.
   virtual void stopTraffic() {}
-  // Why a FIFO for kernels this transport serves broke (its peer's socket closed, say), or ok.
-  // Kernels cannot see a closed FIFO: the communicator's watchdog asks here while they run.
-  virtual Status kernelFifoError() const { return Status::ok(); }
+  // Why FIFOs for kernels this transport serves broke (a peer's socket closed, say): the first
+  // failure about each peer (Status::subject() names it) and any about no peer in particular;
+  // kept for the transport's life. Kernels cannot see a closed FIFO: the communicator's watchdog
+  // asks here while they run, and counts a failure about a peer only while a launch that waits on
+  // that peer runs (failureInFlight, src/core/device_comm.h): a peer may close its connections
+  // once its part is done. Thread-safe.
+  virtual std::vector<Status> kernelFifoErrors() const { return {}; }
 };
 
 // The registry: one instance of each transport, in the order they are preferred (in-process,

@@ -157,6 +157,8 @@ class Communicator : public TaskOwner {
   // Records an operation in the flight recorder, as running when it starts at once (the inline
   // path); returns its id (0: recorder off).
   uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running = false);
+  // The flight recorder's entry for `op`, but its state and times.
+  static FlightEntry flightEntry(const OpInfo& op, uint64_t seq, const char* algo);
   // What this communicator is and was doing: identity, state, channels, the flight recorder.
   std::string dumpState() const;
   // With CHORUS_FLIGHT_DUMP: writes dumpState() (and, with CHORUS_FLIGHT_TRACE, the Chrome trace)
@@ -223,8 +225,10 @@ class Communicator : public TaskOwner {
   Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
   // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h);
   // `oneCopy` (empty, or one per op): the one-copy all-reduce's arguments where the op takes it.
+  // `flight`, when given, gets each op's flight recorder entry (for enqueueDevice).
   Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
-                                                       const std::vector<const device::OneCopyArgs*>& oneCopy = {});
+                                                       const std::vector<const device::OneCopyArgs*>& oneCopy = {},
+                                                       std::vector<FlightEntry>* flight = nullptr);
   // The one-copy all-reduce (src/core/comm_onecopy.cc): for each communicator's ops, in order,
   // the kernel's arguments where the op runs one-copy, else null. Candidates (the same on every
   // rank) exchange a record with every peer, every communicator's sends before any receive.
@@ -236,8 +240,15 @@ class Communicator : public TaskOwner {
   double estimateUs(const OpInfo& op) const;
   // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed.
   void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
-  // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_.
-  Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream);
+  // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_, and records
+  // their ops' entries (planDevice) in the flight recorder as enqueued, or captured when the
+  // stream is capturing a graph. Never waits on the device.
+  Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream,
+                       std::vector<FlightEntry> flight = {});
+  // Marks the flight entries of device launches that the host can tell are over (done, failed,
+  // stopped: LaunchTracker) without waiting on the device. Takes deviceMu_; the device watchdog
+  // does this every 50 ms, a call on the NULL stream when its launch is done.
+  void lookAtDevice();
   // The error a kernel recorded, as a sentence (DeviceComm::faulted() holds).
   Status deviceFault() const;
   // A device connection end made by connect(): into the device's connector table, and logged.
@@ -347,6 +358,10 @@ class Communicator : public TaskOwner {
   std::atomic<DeviceComm*> deviceRaw_{nullptr};
   std::vector<std::unique_ptr<Connection>> deviceConnections_;
   std::vector<FifoView> deviceProxySends_;  // of those, the send FIFOs a socket proxy empties
+  // Serialises device_'s calls (DeviceComm is thread-compatible: its launch tracker, events) and
+  // with them the marking of its launches' flight entries. Held while errMu_ and the flight
+  // recorder's mutex are taken, never the other way round. fail() only tries it: an enqueue
+  // blocked on a full launch queue may hold it while fail() must stop the kernels.
   std::mutex deviceMu_;
   GpuInfo gpuInfo_;                          // this rank's GPU (ensureDevice)
   std::vector<Transport*> deviceTransport_;  // per peer, once chosen (connect(), one thread at a time)
@@ -359,6 +374,13 @@ class Communicator : public TaskOwner {
   bool watchStop_ = false;  // guarded by watchMu_
   void watchDevice();
   void stopDeviceWatch();
+  // lookAtDevice with deviceMu_ held; returns the ranks the launches still in flight wait on.
+  std::vector<int> lookAtDeviceLocked();
+  // What the watchdog fails the communicator for while kernels run: a peer process gone, a FIFO
+  // for kernels broken, where about no rank in particular or a rank in `inFlight`.
+  Status deviceTrouble(const std::vector<int>& inFlight);
+  // The peers whose processes this rank watches (peerPidfd_) and that have exited.
+  std::vector<int> exitedPeers() const;
   bool sharedGpuLogged_ = false;
   // One-copy all-reduce (one launching thread at a time, as every launch): this rank's record
   // for `op`, a buffer's part of it (offering its allocation to peers in other processes the
@@ -397,6 +419,12 @@ class Communicator : public TaskOwner {
     uint64_t split = 0;
     uint64_t shrink = 0;
     uint64_t check = 0;  // collectives compared under CHORUS_CHECK
+    // Device operations, for the flight recorder only (kernels number slots by counters of their
+    // own, DeviceCommState): collectives, and point-to-point per peer and direction (planDevice,
+    // under planMu_; sized there).
+    uint64_t deviceColl = 0;
+    std::vector<uint64_t> deviceP2pSend;
+    std::vector<uint64_t> deviceP2pRecv;
   } seq_;
 
   RedOpTable redOps_;

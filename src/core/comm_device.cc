@@ -55,26 +55,26 @@ Status Communicator::chooseDeviceTransport(int peer, const GpuInfo& theirs) {
 
 void Communicator::watchDevice() {
   constexpr auto kEvery = std::chrono::milliseconds(50);
-  // A peer gone, or a socket closed, is a failure only if kernels still run a second later: a
-  // rank may leave once its part is done while the others finish theirs (as the host path, which
-  // looks only when a wait stalls).
+  // A peer gone, or a socket closed, is a failure only if kernels that wait on that peer still run
+  // a second later: a rank may leave once its part is done while the others finish theirs (as the
+  // host path, which looks only when a wait stalls), and a launch that does not involve it must
+  // not fail for it however long it runs (failureInFlight).
   constexpr int64_t kGraceNs = 1'000'000'000;
   int64_t troubleSince = -1;
   std::unique_lock<std::mutex> lk(watchMu_);
   while (!watchCv_.wait_for(lk, kEvery, [this] { return watchStop_; })) {
     lk.unlock();
     bool busy = false;
+    std::vector<int> inFlight;
     {
       std::lock_guard<std::mutex> g(deviceMu_);
-      busy = device_ && device_->busy();
-    }
-    Status s;
-    if (busy && !failed_.load(std::memory_order_acquire)) {
-      s = checkPeers(nowNs(), true);
-      for (auto& t : transports_) {
-        if (s.isOk()) s = t->kernelFifoError();
+      if (device_) {
+        busy = device_->busy();
+        inFlight = lookAtDeviceLocked();
       }
     }
+    Status s;
+    if (busy && !failed_.load(std::memory_order_acquire)) s = deviceTrouble(inFlight);
     if (s.isOk()) {
       troubleSince = -1;
     } else if (troubleSince < 0) {
@@ -85,6 +85,52 @@ void Communicator::watchDevice() {
     }
     lk.lock();
   }
+}
+
+Status Communicator::deviceTrouble(const std::vector<int>& inFlight) {
+  std::vector<Status> found;
+  for (int r : exitedPeers()) {
+    found.push_back(remoteError(describePeer(r) + " is gone: its process exited or was killed").about(r));
+  }
+  for (auto& t : transports_) {
+    std::vector<Status> broken = t->kernelFifoErrors();
+    found.insert(found.end(), broken.begin(), broken.end());
+  }
+  return failureInFlight(found, inFlight);
+}
+
+void Communicator::lookAtDevice() {
+  std::lock_guard<std::mutex> g(deviceMu_);
+  if (device_) (void)lookAtDeviceLocked();
+}
+
+std::vector<int> Communicator::lookAtDeviceLocked() {
+  const LaunchTracker::Found f = device_->look();
+  if (flight_ && flight_->enabled()) {
+    const int64_t now = nowNs();
+    auto mark = [&](const std::vector<LaunchTracker::Span>& spans, FlightEntry::State state, int result,
+                    const std::string& why) {
+      for (const LaunchTracker::Span& sp : spans) flight_->mark(sp.first, sp.last, state, result, now, why);
+    };
+    mark(f.done, FlightEntry::State::kDone, 0, {});
+    if (!f.faulted.empty() || !f.notRun.empty()) {
+      const Status fault = deviceFault();
+      mark(f.faulted, FlightEntry::State::kFailed, fault.code(), fault.message());
+      mark(f.notRun, FlightEntry::State::kFailed, fault.code(),
+           "not run: a kernel of an earlier launch of this communicator failed, which stops every later one");
+    }
+    if (!f.stopped.empty()) {
+      chorusResult_t code = chorusRemoteError;  // aborted, when the communicator has no error
+      {
+        std::lock_guard<std::mutex> e(errMu_);
+        if (!asyncError_.isOk()) code = asyncError_.code();
+      }
+      mark(f.stopped, FlightEntry::State::kFailed, code,
+           "stopped: the communicator failed or was aborted before its launch was seen finished (it may have "
+           "finished just before)");
+    }
+  }
+  return device_->peersInFlight();
 }
 
 void Communicator::stopDeviceWatch() {
@@ -125,9 +171,37 @@ Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, con
   return Status::ok();
 }
 
-Status Communicator::enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream) {
+Status Communicator::enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream,
+                                   std::vector<FlightEntry> flight) {
   std::lock_guard<std::mutex> g(deviceMu_);
-  return device_->enqueue(launches, cudaStream);
+  // The entries go in first, under deviceMu_ with the launch: the watchdog's look, which marks
+  // them, waits for both.
+  LaunchTracker::Span span;
+  if (flight_ && flight_->enabled() && !flight.empty()) {
+    const int64_t now = nowNs();
+    for (FlightEntry& e : flight) {
+      e.state = FlightEntry::State::kEnqueued;
+      e.gpu = device_->device();
+      e.cudaStream = reinterpret_cast<uintptr_t>(cudaStream);
+      e.issuedNs = now;
+    }
+    span.first = flight_->issueAll(flight);
+    span.last = span.first + flight.size() - 1;
+  }
+  Result<bool> captured = device_->enqueue(launches, cudaStream, span);
+  if (!captured.isOk()) {
+    if (span.first) {
+      flight_->mark(span.first, span.last, FlightEntry::State::kFailed, captured.status().code(), nowNs(),
+                    "its launch failed: " + captured.status().message());
+    }
+    return captured.status();
+  }
+  if (span.first && captured.value()) {
+    flight_->mark(span.first, span.last, FlightEntry::State::kCaptured, 0, nowNs());
+  } else if (span.first && launches.empty()) {
+    flight_->mark(span.first, span.last, FlightEntry::State::kDone, 0, nowNs());  // nothing to run
+  }
+  return Status::ok();
 }
 
 Status Communicator::deviceFault() const {

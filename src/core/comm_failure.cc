@@ -34,6 +34,15 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     failed_.store(true, std::memory_order_release);
   }
   log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  if (deviceComm()) {
+    // The device entries as far as the host can tell now, before the log and the dump show them
+    // (a kernel's fault marks its launch's entries failed), and before the abort word below makes
+    // a launch that finishes from now on indistinguishable from one it stopped. Only tried: an
+    // enqueue may hold deviceMu_ while blocked on kernels that only the abort word below ends.
+    // No caller holds deviceMu_ (try_lock on a mutex this thread holds would be undefined).
+    std::unique_lock<std::mutex> g(deviceMu_, std::try_to_lock);
+    if (g.owns_lock() && device_) (void)lookAtDeviceLocked();
+  }
   if (flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
     const auto entries = flight_->snapshot();
     if (!entries.empty()) {
@@ -94,22 +103,27 @@ void Communicator::watchPeers() {
   if (std::string early = bootstrap_->earlyNotice(); !early.empty()) fail(remoteError(early), false);
 }
 
+std::vector<int> Communicator::exitedPeers() const {
+  std::vector<int> gone;
+  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
+    if (peerPidfd_[r].valid() && pidfdExited(peerPidfd_[r].get())) gone.push_back(r);
+  }
+  return gone;
+}
+
 Status Communicator::checkPeers(int64_t now, bool force) {
   if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
   lastPeerCheckNs_.store(now, std::memory_order_relaxed);
-  for (int r = 0; r < static_cast<int>(peerPidfd_.size()); ++r) {
-    if (peerPidfd_[r].valid() && pidfdExited(peerPidfd_[r].get())) {
-      // A rank that failed on its own tells the others before its process ends, but the notice
-      // may still sit unread on this rank's listener: give it a moment to say more than this.
-      for (int i = 0; i < 20 && !failed_.load(std::memory_order_acquire); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      Status told = asyncError();
-      if (!told.isOk()) return told;
-      return remoteError(describePeer(r) + " is gone: its process exited or was killed").about(r);
-    }
+  const std::vector<int> gone = exitedPeers();
+  if (gone.empty()) return Status::ok();
+  // A rank that failed on its own tells the others before its process ends, but the notice may
+  // still sit unread on this rank's listener: give it a moment to say more than this.
+  for (int i = 0; i < 20 && !failed_.load(std::memory_order_acquire); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return Status::ok();
+  Status told = asyncError();
+  if (!told.isOk()) return told;
+  return remoteError(describePeer(gone[0]) + " is gone: its process exited or was killed").about(gone[0]);
 }
 
 void Communicator::stopTraffic() {

@@ -108,8 +108,7 @@ void Communicator::stopFlight() {
   }
 }
 
-uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running) {
-  if (!flight_ || !flight_->enabled()) return 0;
+FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char* algo) {
   FlightEntry e;
   e.seq = seq;
   e.coll = collName(op.coll);
@@ -122,6 +121,12 @@ uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* 
   const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
                       op.coll == CollType::kScatter || op.coll == CollType::kSend || op.coll == CollType::kRecv;
   e.root = rooted ? op.root : -1;
+  return e;
+}
+
+uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running) {
+  if (!flight_ || !flight_->enabled()) return 0;
+  FlightEntry e = flightEntry(op, seq, algo);
   e.issuedNs = nowNs();
   if (running) {
     e.state = FlightEntry::State::kRunning;
@@ -167,6 +172,11 @@ std::string Communicator::dumpState() const {
   if (!e.isOk()) s += fmt::format(", failed: {}", e.message());
   if (aborted()) s += ", aborted";
   s += fmt::format("\n  launches outstanding: {}\n", work_.outstanding());
+  if (const DeviceComm* d = deviceComm()) {
+    // As of the device watchdog's last look (every 50 ms): no wait on the device here.
+    s += fmt::format("  device path on GPU {}: {} kernel launches not yet seen finished{}\n", d->device(),
+                     d->launchesInFlight(), d->faulted() ? ", a kernel recorded a fault" : "");
+  }
   if (channelStatus_) s += "  channels: " + describeChannels() + "\n";
   if (!flight_ || !flight_->enabled()) return s + "  flight recorder off (CHORUS_FLIGHT_ENTRIES=0)\n";
   const auto entries = flight_->snapshot();

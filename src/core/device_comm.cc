@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,7 +25,101 @@ namespace {
 // Uploaded schedules live in chunks of this much device memory.
 constexpr size_t kStepChunkBytes = size_t(1) << 20;
 
+// `into` and `more`, both sorted and unique, merged.
+void mergePeers(std::vector<int>* into, const std::vector<int>& more) {
+  std::vector<int> out;
+  out.reserve(into->size() + more.size());
+  std::set_union(into->begin(), into->end(), more.begin(), more.end(), std::back_inserter(out));
+  *into = std::move(out);
+}
+
 }  // namespace
+
+uint32_t LaunchTracker::counterOf(device::SeqKind kind, int32_t index, int nranks) {
+  const auto i = static_cast<uint32_t>(index);
+  constexpr auto kChannels = static_cast<uint32_t>(DeviceCommState::kMaxChannels);
+  switch (kind) {
+    case device::SeqKind::kColl:
+      return i;
+    case device::SeqKind::kP2pSend:
+      return kChannels + i;
+    case device::SeqKind::kP2pRecv:
+      return kChannels + static_cast<uint32_t>(nranks) + i;
+  }
+  return i;
+}
+
+void LaunchTracker::add(void* event, Span flight, const std::vector<int>& peers,
+                        const std::vector<uint32_t>& laneCounters) {
+  const bool merge = !launches_.empty() && event == launches_.back().event;
+  if (!merge) launches_.emplace_back().event = event;
+  Launch& l = launches_.back();
+  if (flight.first != 0) l.flight.push_back(flight);
+  mergePeers(&l.peers, peers);
+  for (uint32_t c : laneCounters) {
+    if (c >= seq_.size()) seq_.resize(c + 1, 0);
+    const uint64_t v = ++seq_[c];
+    auto it = std::find_if(l.lastSeq.begin(), l.lastSeq.end(), [c](const auto& p) { return p.first == c; });
+    if (it == l.lastSeq.end()) {
+      l.lastSeq.emplace_back(c, v);
+    } else {
+      it->second = v;
+    }
+  }
+}
+
+LaunchTracker::Found LaunchTracker::look(const std::function<bool(void*)>& eventDone,
+                                         const std::function<DeviceState()>& state) {
+  Found f;
+  size_t done = 0;
+  if (!faultSeen_) {
+    while (done < launches_.size() && eventDone(launches_[done].event)) ++done;
+  }
+  // After the events: a fault or a stop that ended one of the launches just seen done shows here.
+  const DeviceState st = state();
+  auto spans = [](std::vector<Span>* to, const Launch& l) { to->insert(to->end(), l.flight.begin(), l.flight.end()); };
+  if (!faultSeen_ && st.faulted) {
+    faultSeen_ = true;
+    // The launch whose lanes took the faulting value; with none (graph replays), the oldest.
+    size_t at = 0;
+    for (size_t i = 0; i < launches_.size(); ++i) {
+      const auto& seqs = launches_[i].lastSeq;
+      auto it = std::find_if(seqs.begin(), seqs.end(), [&](const auto& p) { return p.first == st.faultCounter; });
+      if (it != seqs.end() && it->second >= st.faultSeq) {
+        at = i;
+        break;
+      }
+    }
+    for (size_t i = 0; i < launches_.size(); ++i)
+      spans(i < at ? &f.done : i == at ? &f.faulted : &f.notRun, launches_[i]);
+    done = launches_.size();
+  } else if (faultSeen_) {
+    for (const Launch& l : launches_) spans(&f.notRun, l);
+    done = launches_.size();
+  } else if (st.stopped) {
+    for (const Launch& l : launches_) spans(&f.stopped, l);
+    done = launches_.size();
+  } else {
+    for (size_t i = 0; i < done; ++i) spans(&f.done, launches_[i]);
+  }
+  for (size_t i = 0; i < done; ++i) f.freed.push_back(launches_[i].event);
+  launches_.erase(launches_.begin(), launches_.begin() + static_cast<std::ptrdiff_t>(done));
+  return f;
+}
+
+std::vector<int> LaunchTracker::peers() const {
+  std::vector<int> all;
+  for (const Launch& l : launches_) mergePeers(&all, l.peers);
+  return all;
+}
+
+Status failureInFlight(const std::vector<Status>& failures, const std::vector<int>& peersInFlight) {
+  for (const Status& s : failures) {
+    if (s.isOk()) continue;
+    if (s.subject() < 0 || std::binary_search(peersInFlight.begin(), peersInFlight.end(), s.subject())) return s;
+  }
+  return Status::ok();
+}
 
 Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, size_t maxSlotBytes) {
   cuda::DeviceGuard on(device);
@@ -33,9 +128,12 @@ Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, s
   d->device_ = device;
   d->nranks_ = nranks;
   d->maxSlotBytes_ = (maxSlotBytes + 15) / 16 * 16;
+  CHORUS_TRY(cuda::loadKernels());
   CHORUS_ASSIGN_OR_RETURN(d->ownStream_, cuda::streamCreate());
   CHORUS_ASSIGN_OR_RETURN(d->copyStream_, cuda::streamCreate());
   CHORUS_ASSIGN_OR_RETURN(d->lastEvent_, cuda::eventCreate());
+  d->events_.push_back(d->lastEvent_);
+  d->freeEvents_.push_back(d->lastEvent_);
   // Every family's ends, both ways: rings by channel (kRingSets sets), the others by peer.
   d->capacity_ = 2 * (static_cast<size_t>(kRingSets) * DeviceCommState::kMaxChannels +
                       static_cast<size_t>(kConnFamilies - 1) * static_cast<size_t>(nranks));
@@ -75,7 +173,7 @@ DeviceComm::~DeviceComm() {
   cuda::deviceFree(state_);
   cuda::deviceFree(scratch_);
   cuda::hostFreeMapped(error_);
-  cuda::eventDestroy(lastEvent_);
+  for (void* e : events_) cuda::eventDestroy(e);
   cuda::streamDestroy(ownStream_);
   cuda::streamDestroy(copyStream_);
 }
@@ -201,23 +299,112 @@ LaunchParams DeviceComm::base(uint64_t commId, uint64_t timeoutNs) const {
   return p;
 }
 
-Status DeviceComm::enqueue(const std::vector<LaunchParams>& launches, void* stream) {
-  if (launches.empty()) return Status::ok();
+Result<bool> DeviceComm::enqueue(const std::vector<LaunchParams>& launches, void* stream, LaunchTracker::Span flight) {
+  if (launches.empty()) return false;
   cuda::DeviceGuard on(device_);
   CHORUS_TRY(on.status());
   void* s = stream ? stream : ownStream_;
   CHORUS_ASSIGN_OR_RETURN(const bool capturing, cuda::streamCapturing(s));
+  // The event that will tell this launch is over, taken before anything is enqueued (a failure
+  // leaves nothing untracked behind): a free one, a new one, or past kMaxLaunches the newest
+  // launch's, recorded again (the two are then over together).
+  void* event = nullptr;
+  if (!capturing) {
+    if (tracker_.full()) {
+      event = tracker_.newestEvent();
+    } else if (!freeEvents_.empty()) {
+      event = freeEvents_.back();
+      freeEvents_.pop_back();
+    } else {
+      CHORUS_ASSIGN_OR_RETURN(event, cuda::eventCreate());
+      events_.push_back(event);
+    }
+  }
+  auto giveBack = [&] {
+    if (event && event != tracker_.newestEvent()) freeEvents_.push_back(event);
+  };
   // Kernels of one communicator share its FIFOs and counters: one at a time, in issue order. A
   // launch on another stream than the last waits for the last (outside a capture: a graph's
   // order against other streams is the graph's own, as NCCL's).
-  if (!capturing && lastStream_ && lastStream_ != s) CHORUS_TRY(cuda::streamWaitEvent(s, lastEvent_));
-  for (const LaunchParams& p : launches) CHORUS_TRY(cuda::launch(p, s));
-  if (!capturing) {
-    CHORUS_TRY(cuda::eventRecord(lastEvent_, s));
-    lastStream_ = s;
+  if (!capturing && lastStream_ && lastStream_ != s) {
+    if (Status w = cuda::streamWaitEvent(s, lastEvent_); !w.isOk()) {
+      giveBack();
+      return w;
+    }
+  }
+  for (const LaunchParams& p : launches) {
+    if (Status l = cuda::launch(p, s); !l.isOk()) {
+      giveBack();  // a launch before this one may run untracked: the communicator fails with this
+      return l;
+    }
   }
   anyLaunch_ = true;
-  return Status::ok();
+  if (capturing) return true;
+  if (Status r = cuda::eventRecord(event, s); !r.isOk()) {
+    giveBack();
+    return r;
+  }
+  lastEvent_ = event;
+  lastStream_ = s;
+  tracker_.add(event, flight, peersOf(launches), countersOf(launches));
+  tracked_.store(tracker_.size(), std::memory_order_relaxed);
+  return false;
+}
+
+std::vector<int> DeviceComm::peersOf(const std::vector<LaunchParams>& launches) const {
+  std::vector<char> waits(static_cast<size_t>(nranks_), 0);
+  auto mark = [&](uint16_t c) {
+    if (c == device::kNoConnector || c >= table_.size()) return;
+    const int peer = table_[c].peer;
+    if (peer >= 0 && peer < nranks_) waits[static_cast<size_t>(peer)] = 1;
+  };
+  for (const LaunchParams& p : launches) {
+    for (uint32_t li = 0; li < p.laneBegin[p.nblocks]; ++li) {
+      const device::DeviceLane& l = p.lanes[li];
+      // A one-copy part waits on every rank of the communicator through the signal areas.
+      if (l.oneCopy) std::fill(waits.begin(), waits.end(), 1);
+      for (int i = 0; i < kMaxLanePeers; ++i) {
+        mark(l.send[i]);
+        mark(l.recv[i]);
+      }
+    }
+  }
+  std::vector<int> peers;
+  for (int r = 0; r < nranks_; ++r) {
+    if (waits[static_cast<size_t>(r)]) peers.push_back(r);
+  }
+  return peers;
+}
+
+std::vector<uint32_t> DeviceComm::countersOf(const std::vector<LaunchParams>& launches) const {
+  std::vector<uint32_t> counters;
+  for (const LaunchParams& p : launches) {
+    for (uint32_t li = 0; li < p.laneBegin[p.nblocks]; ++li) {
+      counters.push_back(LaunchTracker::counterOf(p.lanes[li].seqKind, p.lanes[li].seqIndex, nranks_));
+    }
+  }
+  return counters;
+}
+
+LaunchTracker::Found DeviceComm::look() {
+  if (tracker_.size() == 0) return {};
+  cuda::DeviceGuard on(device_);
+  LaunchTracker::Found f =
+      tracker_.look([](void* e) { return cuda::eventDone(e); },
+                    [this] {
+                      LaunchTracker::DeviceState st;
+                      st.faulted = faulted();  // acquire: the record's fields after
+                      if (st.faulted) {
+                        st.faultCounter = LaunchTracker::counterOf(static_cast<device::SeqKind>(error_->seqKind),
+                                                                   error_->seqIndex, nranks_);
+                        st.faultSeq = error_->seq;
+                      }
+                      st.stopped = std::atomic_ref<uint32_t>(*abortWord_).load(std::memory_order_acquire) != 0;
+                      return st;
+                    });
+  freeEvents_.insert(freeEvents_.end(), f.freed.begin(), f.freed.end());
+  tracked_.store(tracker_.size(), std::memory_order_relaxed);
+  return f;
 }
 
 bool DeviceComm::busy() const {

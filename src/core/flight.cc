@@ -1,5 +1,7 @@
 #include "src/core/flight.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,12 +13,16 @@ const char* flightStateName(FlightEntry::State s) {
   switch (s) {
     case FlightEntry::State::kIssued:
       return "issued";
+    case FlightEntry::State::kEnqueued:
+      return "enqueued";
     case FlightEntry::State::kRunning:
       return "running";
     case FlightEntry::State::kDone:
       return "done";
     case FlightEntry::State::kFailed:
       return "failed";
+    case FlightEntry::State::kCaptured:
+      return "captured";
   }
   return "?";
 }
@@ -29,7 +35,20 @@ uint64_t FlightRecorder::issue(FlightEntry e) {
   return e.id;
 }
 
-void FlightRecorder::mark(uint64_t first, uint64_t last, FlightEntry::State state, int result, int64_t now) {
+uint64_t FlightRecorder::issueAll(const std::vector<FlightEntry>& es) {
+  if (ring_.empty() || es.empty()) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  const uint64_t first = next_;
+  for (const FlightEntry& e : es) {
+    FlightEntry& at = ring_[next_ % ring_.size()];
+    at = e;
+    at.id = next_++;
+  }
+  return first;
+}
+
+void FlightRecorder::mark(uint64_t first, uint64_t last, FlightEntry::State state, int result, int64_t now,
+                          const std::string& why) {
   if (ring_.empty() || first == 0) return;
   std::lock_guard<std::mutex> g(mu_);
   // Only ids still in the ring: the newest ring_.size() of them.
@@ -37,12 +56,16 @@ void FlightRecorder::mark(uint64_t first, uint64_t last, FlightEntry::State stat
   for (uint64_t id = std::max(first, oldest); id <= last && id < next_; ++id) {
     FlightEntry& e = ring_[id % ring_.size()];
     if (e.id != id || e.state >= state || e.state == FlightEntry::State::kDone) continue;
-    if (state == FlightEntry::State::kRunning) {
+    if (state == FlightEntry::State::kCaptured) {
+      // Nothing ends: the graph's replays run it, untold.
+    } else if (state == FlightEntry::State::kRunning) {
       e.startNs = now;
     } else {
-      if (e.startNs == 0) e.startNs = now;
+      // A device entry's start is not known; its end is when the host saw it over.
+      if (e.startNs == 0 && !e.onDevice()) e.startNs = now;
       e.endNs = now;
       e.result = result;
+      if (state == FlightEntry::State::kFailed) e.why = why;
     }
     e.state = state;
   }
@@ -60,13 +83,37 @@ std::vector<FlightEntry> FlightRecorder::snapshot() const {
 
 namespace {
 
+std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
+
+// Where a device entry ran, and what the host knows of it: from its enqueue on, never when its
+// kernels started.
+std::string describeDevice(const FlightEntry& e, int64_t now) {
+  std::string s = fmt::format(" on GPU {} ", e.gpu);
+  s += e.cudaStream ? fmt::format("stream {:#x}", e.cudaStream) : std::string("(the communicator's own stream)");
+  s += std::string(" ") + flightStateName(e.state);
+  switch (e.state) {
+    case FlightEntry::State::kDone:
+      return s + " (seen " + ms(e.endNs - e.issuedNs) + " after enqueue)";
+    case FlightEntry::State::kFailed:
+      return s + fmt::format(" (seen {} after enqueue) result {}", ms(e.endNs - e.issuedNs), e.result) +
+             (e.why.empty() ? "" : ": " + e.why);
+    case FlightEntry::State::kCaptured:
+      return s + " into a CUDA graph (its replays are not tracked)";
+    default:
+      return s + " for " + ms(now - e.issuedNs) + " (not seen finished)";
+  }
+}
+
 std::string describe(const FlightEntry& e, int64_t now) {
-  std::string s = fmt::format("#{} {} seq {} count {} type {}", e.id, e.coll, e.seq, e.count, e.type);
+  std::string s = fmt::format("#{} {}{} seq {} count {} type {}", e.id, e.onDevice() ? "device " : "", e.coll, e.seq,
+                              e.count, e.type);
   if (e.op >= 0) s += fmt::format(" op {}", e.op);
   const bool p2p = std::string(e.coll) == "Send" || std::string(e.coll) == "Recv";
   if (e.root >= 0) s += fmt::format(" {} {}", p2p ? "peer" : "root", e.root);
-  s += fmt::format(" algo {} {}", e.algo, flightStateName(e.state));
-  auto ms = [](int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); };
+  s += fmt::format(" algo {}", e.algo);
+  if (*e.proto) s += fmt::format(" proto {}", e.proto);
+  if (e.onDevice()) return s + describeDevice(e, now);
+  s += fmt::format(" {}", flightStateName(e.state));
   switch (e.state) {
     case FlightEntry::State::kIssued:
       s += " for " + ms(now - e.issuedNs);
@@ -77,6 +124,7 @@ std::string describe(const FlightEntry& e, int64_t now) {
     default:
       s += fmt::format(" in {} (queued {})", ms(e.endNs - e.startNs), ms(e.startNs - e.issuedNs));
       if (e.state == FlightEntry::State::kFailed) s += fmt::format(" result {}", e.result);
+      if (e.state == FlightEntry::State::kFailed && !e.why.empty()) s += ": " + e.why;
       break;
   }
   return s;
@@ -101,20 +149,37 @@ std::string FlightRecorder::chromeTrace(const std::vector<FlightEntry>& entries,
            .dump();
   s += ",\n" +
        Json{{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", thread}}}}.dump();
+  const auto device = std::find_if(entries.begin(), entries.end(), [](const FlightEntry& e) { return e.onDevice(); });
+  if (device != entries.end()) {
+    s += ",\n" + Json{{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"tid", 1},
+                      {"args", {{"name", thread + " (GPU " + std::to_string(device->gpu) + ")"}}}}
+                     .dump();
+  }
   for (const FlightEntry& e : entries) {
+    // A device span runs from the enqueue to when the host saw it over (or now); a captured one is
+    // an instant.
     const int64_t start = e.startNs ? e.startNs : e.issuedNs;
-    const int64_t end = e.endNs ? e.endNs : now;
+    const int64_t end = e.state == FlightEntry::State::kCaptured ? start : e.endNs ? e.endNs : now;
     Json ev = {{"name", std::string(e.coll) + " #" + std::to_string(e.seq)},
                {"cat", e.algo},
                {"ph", "X"},
                {"pid", rank},
-               {"tid", 0},
+               {"tid", e.onDevice() ? 1 : 0},
                {"ts", static_cast<double>(start) / 1e3},
                {"dur", static_cast<double>(end - start) / 1e3}};
     ev["args"] = {{"id", e.id},         {"count", e.count},
                   {"type", e.type},     {"op", e.op},
                   {"root", e.root},     {"state", flightStateName(e.state)},
                   {"result", e.result}, {"queued_us", static_cast<double>(start - e.issuedNs) / 1e3}};
+    if (*e.proto) ev["args"]["proto"] = e.proto;
+    if (e.onDevice()) {
+      ev["args"]["gpu"] = e.gpu;
+      ev["args"]["stream"] = e.cudaStream ? fmt::format("{:#x}", e.cudaStream) : std::string("own");
+    }
+    if (!e.why.empty()) ev["args"]["why"] = e.why;
     s += ",\n" + ev.dump();
   }
   return s + "\n]\n";

@@ -308,6 +308,8 @@ Status waitDevice(const std::vector<Communicator*>& comms) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+  // Their flight entries done (or failed, for a kernel's fault) now, not at the watchdog's next look.
+  for (Communicator* c : comms) c->lookAtDevice();
   for (Communicator* c : comms) {
     if (c->aborted()) return remoteError("the communicator was aborted");
     CHORUS_TRY(c->asyncError());  // a kernel's failure (DeviceComm::faulted) becomes the communicator's
@@ -333,8 +335,9 @@ Status launchDevice(std::vector<CommOps>& work) {
     return s;
   }
   std::vector<std::vector<device::LaunchParams>> launches(work.size());
+  std::vector<std::vector<FlightEntry>> flight(work.size());  // recorded when enqueued
   for (size_t i = 0; i < work.size(); ++i) {
-    auto r = work[i].comm->planDevice(work[i].ops, oneCopy[i]);
+    auto r = work[i].comm->planDevice(work[i].ops, oneCopy[i], &flight[i]);
     if (!r.isOk()) {
       work[i].comm->setAsyncError(r.status());
       return r.status();
@@ -346,20 +349,20 @@ Status launchDevice(std::vector<CommOps>& work) {
     Communicator* c = work[i].comm;
     const std::shared_ptr<Stream>& s = work[i].stream;
     if (s && s->isCuda()) {
-      CHORUS_TRY(c->enqueueDevice(launches[i], s->cudaStream()));
+      CHORUS_TRY(c->enqueueDevice(launches[i], s->cudaStream(), std::move(flight[i])));
       continue;
     }
     if (s) {
       c->work().started();
-      s->enqueue([c, l = std::move(launches[i])]() {
-        Status st = c->enqueueDevice(l, nullptr);
+      s->enqueue([c, l = std::move(launches[i]), f = std::move(flight[i])]() mutable {
+        Status st = c->enqueueDevice(l, nullptr, std::move(f));
         if (st.isOk()) st = waitDevice({c});
         c->work().finished();
         return st;
       });
       continue;
     }
-    CHORUS_TRY(c->enqueueDevice(launches[i], nullptr));
+    CHORUS_TRY(c->enqueueDevice(launches[i], nullptr, std::move(flight[i])));
     waitHere.push_back(c);
   }
   return waitHere.empty() ? Status::ok() : waitDevice(waitHere);

@@ -646,11 +646,25 @@ void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args
 }
 
 Result<std::vector<device::LaunchParams>> Communicator::planDevice(
-    const std::vector<OpInfo>& ops, const std::vector<const device::OneCopyArgs*>& oneCopy) {
+    const std::vector<OpInfo>& ops, const std::vector<const device::OneCopyArgs*>& oneCopy,
+    std::vector<FlightEntry>* flight) {
   using device::DeviceLane;
   using device::SeqKind;
   std::lock_guard<std::mutex> planLock(planMu_);
   DeviceComm& dev = *deviceComm();
+  // Each op's flight entry, numbered as the host numbers its own operations (collectives per
+  // communicator, point-to-point per peer and direction), on counters of the device path's.
+  if (seq_.deviceP2pSend.size() != static_cast<size_t>(nranks_)) {
+    seq_.deviceP2pSend.assign(nranks_, 0);
+    seq_.deviceP2pRecv.assign(nranks_, 0);
+  }
+  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo, const char* proto) {
+    if (!flight || !flight_ || !flight_->enabled()) return;
+    FlightEntry e = flightEntry(op, seq, algo);
+    e.proto = proto;
+    flight->push_back(e);
+  };
+  auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
   device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
   const AlgoContext ctx = algoContext();
   // Point-to-point lanes by queue (a peer and a direction), in issue order; copies to self pair up.
@@ -685,11 +699,14 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     const OpInfo& op = ops[oi];
     if (oi < oneCopy.size() && oneCopy[oi]) {
       planOneCopy(op, oneCopy[oi], &packer);
+      record(op, ++seq_.deviceColl, "one-copy", "");
       continue;
     }
     if (!runsOnChannels(op.coll)) {
       std::vector<P2pPart> parts;
       expandP2p(op, rank_, nranks_, &parts);
+      uint64_t firstSeq = 0;
+      const char* proto = "";  // the parts' protocol, each chosen from its own size
       for (const auto& p : parts) {
         if (p.peer == rank_) {
           (p.send ? selfSends : selfRecvs).push_back(p);
@@ -699,12 +716,17 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
         if (p.send) l.send[0] = dev.connector(ConnFamily::kP2p, p.peer, true);
         if (!p.send) l.recv[0] = dev.connector(ConnFamily::kP2p, p.peer, false);
         (p.send ? sendQ : recvQ)[p.peer].push_back(l);
+        const uint64_t seq = ++(p.send ? seq_.deviceP2pSend : seq_.deviceP2pRecv)[p.peer];
+        if (!firstSeq) firstSeq = seq;
+        proto = !*proto || std::strcmp(proto, protoLabel(l.proto)) == 0 ? protoLabel(l.proto) : "Simple and LL";
       }
+      record(op, firstSeq, "p2p", proto);
       continue;
     }
     const Algo algo = deviceAlgo(op);
     const ProtoKind proto = deviceProto(op);
     const size_t elem = typeSize(op.type);
+    record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto));
     if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
       log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} (device, GPU {})", collName(op.coll), op.count,
                 typeName(op.type), algoName(algo), proto == ProtoKind::kLL ? "LL" : "Simple", dev.device());

@@ -118,9 +118,9 @@ class SocketTransport : public Transport {
     for (auto& p : proxies_) p->quiesce(int64_t(1000) * 1000000);
   }
 
-  Status kernelFifoError() const override {
+  std::vector<Status> kernelFifoErrors() const override {
     std::lock_guard<std::mutex> g(failMu_);
-    return kernelFailure_;
+    return kernelFailures_;
   }
 
  private:
@@ -150,13 +150,17 @@ class SocketTransport : public Transport {
     return conn;
   }
 
-  // A proxy's FIFO for kernels broke: the first such failure, for the communicator's watchdog.
+  // A proxy's FIFO for kernels broke (on the proxy's thread): the first such failure about each
+  // peer, for the communicator's watchdog, which counts it only while kernels wait on that peer.
+  // A peer's other connections (channels, directions) ending after it add nothing.
   void polledFailed(int peer, const std::string& name, const std::string& why) {
     std::lock_guard<std::mutex> g(failMu_);
-    if (!kernelFailure_.isOk()) return;
-    kernelFailure_ = remoteError("the socket connection to rank " + std::to_string(peer) + " (" + name +
-                                 "), which this communicator's kernels use, ended: " + why)
-                         .about(peer);
+    for (const Status& s : kernelFailures_) {
+      if (s.subject() == peer) return;
+    }
+    kernelFailures_.push_back(remoteError("the socket connection to rank " + std::to_string(peer) + " (" + name +
+                                          "), which this communicator's kernels use, ended: " + why)
+                                  .about(peer));
   }
 
   // Hands the connection's FIFO and socket to its proxy. Only from here on may stopTraffic
@@ -174,7 +178,7 @@ class SocketTransport : public Transport {
   std::vector<std::unique_ptr<SocketProxy>> proxies_;
   std::vector<FifoView> served_;  // the FIFOs handed to a proxy, for stopTraffic
   mutable std::mutex failMu_;
-  Status kernelFailure_;  // guarded by failMu_
+  std::vector<Status> kernelFailures_;  // guarded by failMu_: one per peer at most, in the order they came
 };
 
 }  // namespace
