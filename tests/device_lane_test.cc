@@ -6,9 +6,10 @@
 // exact in any order), over several launches in a row (positions and sequence numbers carry
 // over in the FIFOs and the state, as they do on the device), with 1, 3 and 4 threads per block.
 // A wait on a rank that never comes ends at the deadline, or at the abort word, with an error
-// record that names the block, step and peer. The host-staged transports (shm, and socket with
-// its proxy polling the FIFOs) carry the same lanes through their FIFOs for kernels, host threads
-// standing in for the kernels.
+// record that names the block, step and peer; a send and a receive of different sizes end as a
+// mismatch at once, whichever protocol each end's size picked. The host-staged transports (shm,
+// and socket with its proxy polling the FIFOs) carry the same lanes through their FIFOs for
+// kernels, host threads standing in for the kernels.
 #include <sys/socket.h>
 
 #include <atomic>
@@ -26,6 +27,7 @@
 #include "include/chorus/chorus.h"
 #include "src/algo/algorithm.h"
 #include "src/algo/fifo.h"
+#include "src/algo/tuner.h"
 #include "src/common/log.h"
 #include "src/device/lane_exec.h"
 #include "src/device/launch_pack.h"
@@ -132,6 +134,21 @@ class LoopbackOob {
 // What carries a clique's FIFOs: plain host memory, or a host-staged transport's FIFOs for
 // kernels (no device: host threads stand in for the kernels), each rank with its own instance.
 enum class Wiring { kMemory, kShm, kSocket };
+
+// How Clique::exchange runs, beyond what setProto says.
+struct P2pOptions {
+  // The sizes rank r receives from p (recvs[r][p]); null: what p sends, as a correct program
+  // receives.
+  const std::vector<std::vector<std::vector<size_t>>>* recvs = nullptr;
+  // Each lane's protocol from its own size, as the communicator picks it (Tuner::deviceProto);
+  // otherwise setProto's for every lane.
+  bool protoBySize = false;
+  uint64_t timeoutNs = 20'000'000'000ull;
+  // Each rank has an abort word, and a rank whose kernel fails has the others' set, as its host
+  // does when it fails the communicator (Communicator::fail: the failure notice, then each
+  // peer's DeviceComm::stop).
+  bool noticeFailures = false;
+};
 
 // n ranks of one process: their rings, trees, FIFOs and device state, wired like a communicator.
 class Clique {
@@ -278,18 +295,21 @@ class Clique {
   }
 
   // Point-to-point: sends[r][p] are the sizes (bytes) rank r sends to p, in issue order; the
-  // receiver takes the same sizes in the same order. Lanes by round, as the communicator builds them.
+  // receiver takes the same sizes in the same order, or those of o.recvs. Lanes by round, as the
+  // communicator builds them.
   std::vector<DeviceError> exchange(const std::vector<std::vector<std::vector<size_t>>>& sends,
                                     const std::vector<std::vector<const char*>>& src,
-                                    const std::vector<std::vector<char*>>& dst, unsigned threads) {
+                                    const std::vector<std::vector<char*>>& dst, unsigned threads,
+                                    const P2pOptions& o = {}) {
     std::vector<DeviceError> errors(n_);
+    std::vector<uint32_t> abortWords(n_, 0);
     std::vector<std::vector<LaunchParams>> launches(n_);
     for (int r = 0; r < n_; ++r) {
       Rank& k = ranks_[r];
-      LaunchPacker packer(base(r, &errors[r], 20'000'000'000ull, nullptr));
+      LaunchPacker packer(base(r, &errors[r], o.timeoutNs, o.noticeFailures ? &abortWords[r] : nullptr));
       auto lanesOf = [&](int peer, bool send) {
         std::vector<DeviceLane> lanes;
-        const auto& sizes = send ? sends[r][peer] : sends[peer][r];
+        const auto& sizes = send ? sends[r][peer] : o.recvs ? (*o.recvs)[r][peer] : sends[peer][r];
         size_t at = 0;
         for (size_t bytes : sizes) {
           DeviceLane l;
@@ -298,8 +318,8 @@ class Clique {
           l.type = chorusUint8;
           l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
           l.seqIndex = peer;
-          l.proto = proto_;
-          l.slotBytes = proto_ == ProtoKind::kLL ? lineSlotDataBytes(slotBytes_) : slotBytes_;
+          l.proto = o.protoBySize ? Tuner().deviceProto(bytes, true) : proto_;
+          l.slotBytes = l.proto == ProtoKind::kLL ? lineSlotDataBytes(slotBytes_) : slotBytes_;
           if (send) {
             l.input = src[r][peer] + at;
             l.send[0] = k.index.at({ConnFamily::kP2p, peer, true});
@@ -319,7 +339,24 @@ class Clique {
       }
       launches[r] = packer.finish();
     }
+    std::atomic<bool> over{false};
+    std::thread notices;
+    if (o.noticeFailures) {
+      notices = std::thread([&] {
+        while (!over.load(std::memory_order_acquire)) {
+          for (int r = 0; r < n_; ++r) {
+            if (std::atomic_ref<uint32_t>(errors[r].status).load(std::memory_order_acquire) == 0) continue;
+            for (int q = 0; q < n_; ++q) {
+              if (q != r) std::atomic_ref<uint32_t>(abortWords[q]).store(1, std::memory_order_release);
+            }
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
+    }
     run(launches, threads, {});
+    over.store(true, std::memory_order_release);
+    if (notices.joinable()) notices.join();
     lastLaunches_ = launches[0].size();
     return errors;
   }
@@ -756,4 +793,67 @@ TEST_CASE("device lanes through host-staged FIFOs: shm, and sockets with proxies
   }
   checkExchange(3, 5, ll, Wiring::kShm);
   checkExchange(3, kP2pChunk + 7, simple, Wiring::kSocket);
+}
+
+// A send and a receive of different sizes are the program's error; each end plans its lane from
+// its own size, so where the two sizes fall on either side of Tuner::kP2pLLMaxBytes one end runs
+// LL and the other Simple on the same FIFO. The receiver must still fail fast, with the mismatch
+// that equal protocols give, not wait for its deadline. A sender left waiting for room ends when
+// its host hears of the failure (the abort word), as with equal protocols. After the mismatched
+// pair each side has a matching 100-byte one: a 0-byte send sends nothing, so a receive of more
+// finds the next piece, and a 0-byte receive lets the next receive find the mismatched piece.
+TEST_CASE("device lanes on host threads: a send and a receive of different sizes fail as a mismatch, LL or Simple",
+          "[device_lane]") {
+  const size_t ll = Tuner::kP2pLLMaxBytes;
+  const std::pair<size_t, size_t> cases[] = {
+      // (sent, received): LL then Simple, Simple then LL.
+      {ll, ll + 4},
+      {ll + 4, ll},
+      {100, 20000},
+      {20000, 100},
+      {0, 20000},
+      {20000, 0},
+      {0, ll + 1},
+      {ll + 1, 0},
+      // One protocol on both ends: how a mismatch always failed.
+      {100, 200},
+      {20000, 40000},
+      {0, 100},
+  };
+  const uint64_t timeoutNs = 30'000'000'000ull;
+  for (const auto& [sent, received] : cases) {
+    for (unsigned threads : {1u, 3u}) {
+      INFO("sent " << sent << " (" << protoName(Tuner().deviceProto(sent, true)) << "), received " << received << " ("
+                   << protoName(Tuner().deviceProto(received, true)) << "), threads " << threads);
+      Clique clique(2, 1, 4096, 2);
+      // Rank 0 sends, rank 1 receives.
+      std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));
+      std::vector<std::vector<std::vector<size_t>>> recvs = sends;
+      sends[0][1] = {sent, 100};
+      recvs[1][0] = {received, 100};
+      std::vector<char> in(sent + 100, 'x');
+      std::vector<char> out(received + 100, 0);
+      std::vector<std::vector<const char*>> src(2, std::vector<const char*>(2));
+      std::vector<std::vector<char*>> dst(2, std::vector<char*>(2));
+      src[0][1] = in.data();
+      dst[1][0] = out.data();
+      P2pOptions o;
+      o.recvs = &recvs;
+      o.protoBySize = true;
+      o.timeoutNs = timeoutNs;
+      o.noticeFailures = true;
+      const auto start = std::chrono::steady_clock::now();
+      const auto errors = clique.exchange(sends, src, dst, threads, o);
+      const auto took = std::chrono::steady_clock::now() - start;
+      CHECK(took < std::chrono::seconds(5));
+      const DeviceError& rx = errors[1];
+      CHECK(rx.status == static_cast<uint32_t>(DeviceFault::kMismatch));
+      CHECK(rx.peer == 0);
+      CHECK(rx.seqKind == static_cast<uint32_t>(SeqKind::kP2pRecv));
+      CHECK(rx.seq == (received ? 1u : 2u));  // a 0-byte receive takes nothing: the next one fails
+      // The sender ended too: done (its pieces fit the FIFO) or stopped by the failure notice.
+      const DeviceError& tx = errors[0];
+      CHECK((tx.status == 0 || tx.status == static_cast<uint32_t>(DeviceFault::kAborted)));
+    }
+  }
 }

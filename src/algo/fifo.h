@@ -33,7 +33,10 @@ struct alignas(64) SlotHeader {
   uint32_t step;   // step of the schedule, for diagnostics and mismatch checks
   uint32_t bytes;  // payload bytes that follow
   // Written last, with release order, by producers that let the consumer act on the header alone
-  // (ProtoFlag, src/algo/prims.h): slotReadyFlag(seq, position), unique within a FIFO lap.
+  // (ProtoFlag, src/algo/prims.h): slotReadyFlag(seq, position), unique within a FIFO lap. Kernels'
+  // Simple pieces carry it too, published by the tail like the rest of the header: a kernel
+  // receiving LL tells by it a Simple piece at its position from an older one (the ends chose
+  // different protocols; src/device/lane_exec.h).
   uint64_t ready;
   // Up to 32 payload bytes may travel here instead (ProtoFlag), so a tiny message is one cache
   // line.

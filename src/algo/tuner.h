@@ -87,6 +87,9 @@ class Tuner {
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
   // The protocol of a device lane moving `bytes` (a collective's, or with p2p a send's or
   // receive's); Simple whatever CHORUS_PROTO says where LL cannot run (TunerFacts::deviceLL).
+  // Each end of a send decides from its own size, so a receive of another size (the program's
+  // error) may run the other protocol; the kernels fail it as a mismatch all the same
+  // (src/device/lane_exec.h).
   ProtoKind deviceProto(size_t bytes, bool p2p) const;
 
   // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.

@@ -684,8 +684,9 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     l.type = chorusUint8;
     l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
     l.seqIndex = p.peer;
-    // A send and the receive that matches it move the same bytes, so both ends choose alike (a
-    // receive of another size may time out instead of failing the header check: docs/GPU.md).
+    // A send and the receive that matches it move the same bytes, so both ends choose alike; a
+    // receive of another size may choose the other protocol, and still fails the header check
+    // (src/device/lane_exec.h).
     l.proto = tuner_.deviceProto(p.bytes, true);
     const auto slotBytes = static_cast<uint32_t>(config_.peerSlots());
     l.slotBytes = l.proto == ProtoKind::kLL ? device::lineSlotDataBytes(slotBytes) : slotBytes;

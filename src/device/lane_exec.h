@@ -39,6 +39,16 @@
 // later Simple piece on the same FIFO finds the positions where they are. A flag is current for
 // one position only: lines left by an earlier lap, or by a piece that never finished, are never
 // taken for new data.
+//
+// The two ends of a FIFO choose their protocol each from its own byte count, so a send and a
+// receive of different sizes (the program's error) may run LL at one end and Simple at the other.
+// Either receiver then fails at the piece's header, as with one protocol (kMismatch): a Simple
+// receiver finds the tail past its position (an LL sender still advances it) over the slot header
+// of an older position, an older operation's or none, which the header check refuses; an LL
+// receiver, whose header lines never come, looks at the tail and the slot header each time it
+// checks the deadline and finds a Simple piece for its position there (simpleAt). A sender left
+// waiting for room ends as it would with one protocol: at the abort word, once its host hears of
+// the failure.
 #pragma once
 
 #include <cstddef>
@@ -103,12 +113,15 @@ class LaneExec {
       const uint32_t flag = lineFlag(recvPos_[curRecv_]);
       uint64_t w[kLineHeaderLines] = {};
       if (leader()) {
-        ok = spin(1, c.peer, [&] {
-          for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
-            if (!lineData(b_.loadLine(h + i), flag, &w[i])) return false;
-          }
-          return true;
-        });
+        ok = spin(
+            1, c.peer,
+            [&] {
+              for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
+                if (!lineData(b_.loadLine(h + i), flag, &w[i])) return false;
+              }
+              return true;
+            },
+            [&] { return simpleAt(c, recvPos_[curRecv_]); });
       }
       if (b_.share(ok) == 0) return false;
       rxHdr_.commId = b_.share(w[0]);
@@ -178,6 +191,10 @@ class LaneExec {
       b_.store(sendConn().tail, pos);
       return;
     }
+    // The ready word of the piece's position, for an LL receiver to tell it from an older piece
+    // (simpleAt); the release store publishes it with the rest of the header.
+    SlotHeader* h = header(sendConn(), pos - 1);
+    h->ready = slotReadyFlag(h->seq, pos - 1);
     b_.release(sendConn().tail, pos);
   }
   CHORUS_HD void release() {
@@ -342,16 +359,32 @@ class LaneExec {
       }
     }
   }
+  // Whether the piece at `pos` of c's FIFO is a Simple one: the tail is past it and the slot's
+  // header carries that position's ready word (publish). An LL receiver finds one when its peer
+  // chose the other protocol, and its header lines will never come. The tail alone says nothing:
+  // an LL sender's tail store is relaxed and may be seen before its lines, and its slot header is
+  // then an older position's, or never written (seq 0). No writer races these reads: the slot's
+  // next piece waits for this position to be freed.
+  CHORUS_HD bool simpleAt(const DeviceConnector& c, uint32_t pos) {
+    if (static_cast<int32_t>(b_.acquire(c.tail) - pos) <= 0) return false;
+    const SlotHeader* h = header(c, pos);
+    return h->seq != 0 && h->ready == slotReadyFlag(h->seq, pos);
+  }
   CHORUS_HD uint32_t stopReason(uint64_t* since) { return device::stopReason(b_, p_, since); }
-  // The leader's poll until ready() or a reason to stop; 1: ready.
+  // The leader's poll until ready() or a reason to stop; 1: ready. With each look at the stop
+  // reasons, foreign() may say that what arrived is not this protocol's piece (kMismatch).
   template <typename F>
   CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready) {
+    return spin(waiting, peer, ready, [] { return false; });
+  }
+  template <typename F, typename G>
+  CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready, G foreign) {
     uint64_t since = 0;
     for (uint32_t polls = 1;; ++polls) {
       if (ready()) return 1;
       b_.relax();
       if (polls % kPollsPerCheck) continue;
-      const uint32_t why = stopReason(&since);
+      const uint32_t why = foreign() ? static_cast<uint32_t>(DeviceFault::kMismatch) : stopReason(&since);
       if (why) {
         fault = why;
         faultPeer = peer;
