@@ -30,14 +30,16 @@ cd "$(dirname "$0")/.."
 # The checks: name|limit in seconds|where (default: in a run without names; full: by name only)|
 # how (thread: one process; proc: ranks are processes, MPS helps)|the program and its arguments
 # (from DIR/bin); "@" starts a command run from the repository root instead, where DIR stands for the
-# folder of the built programs. The default list runs in about 5 minutes on an H100 or H200; the
-# full grids (about 3 minutes per rank count) are for a call of their own. gpu_bench measures
+# folder of the built programs; "env VAR=value DIR/bin/..." sets a variable for one check. The
+# default list runs in about 5 minutes on an H100 or H200, the sampled thread grid late so that a
+# slow one leaves the rest their time; the full grids (about 3 minutes per rank count) are for a
+# call of their own. gpu_bench measures
 # (docs/GPU.md, "Measurements") and passes whenever it ran.
 checks=(
   "device_test|60|default|thread|device_test"
   "cuda_host_only|30|default|thread|env CHORUS_TEST_EXPECT_LIBCUDA=1 DIR/bin/api_test [nocuda]"
   "cuda_api|60|default|thread|api_test [cuda]~[nocuda]"
-  "cuda_coll|150|default|thread|cuda_coll_test --quick"
+  "cuda_flight|30|default|thread|cuda_flight_test"
   "nccl_torch|150|default|proc|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
   "nccl_tests_2|60|default|proc|@bash tools/nccl_tests_check.sh DIR 2"
   "cuda_proc_2|60|default|proc|cuda_proc_test grid 2 --quick"
@@ -50,6 +52,7 @@ checks=(
   "cuda_proc_4|90|default|proc|cuda_proc_test grid 4 --quick"
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
+  "cuda_coll|150|default|thread|cuda_coll_test --quick"
   "gpu_bench|60|default|thread|gpu_bench"
   "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
   "cuda_coll_full_3|400|full|thread|cuda_coll_test --ranks 3"
