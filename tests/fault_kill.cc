@@ -61,13 +61,34 @@ struct Holdings {
   }
 };
 
+// glibc's thread arenas: each heap is a 64 MiB reservation aligned to its size, which grows in place
+// by making pages of it writable, and so splits into more lines of /proc/self/maps. A heap that
+// grew holds no more than before in the sense counted here (memory, not mappings, is what a busy
+// thread's failure path may take), so all of one heap counts as one mapping.
+constexpr uintptr_t kArenaHeapBytes = uintptr_t(64) << 20;
+
 Holdings holdings() {
   Holdings h;
   h.fds = countDir("/proc/self/fd");
   h.threads = countDir("/proc/self/task");
   std::ifstream maps("/proc/self/maps");
   std::string line;
+  uintptr_t heap = 0;  // the arena heap the last line belonged to (0: none)
   while (std::getline(maps, line)) {
+    unsigned long long start = 0;
+    char perms[5] = {0};
+    char path[2] = {0};
+    const int fields = std::sscanf(line.c_str(), "%llx-%*llx %4s %*s %*s %*s %1s", &start, perms, path);
+    const bool privateAnon = fields == 2 && perms[3] == 'p';
+    const uintptr_t base = static_cast<uintptr_t>(start) & ~(kArenaHeapBytes - 1);
+    if (privateAnon && (start == base || (heap != 0 && base == heap))) {
+      if (start == base) {
+        heap = base;
+        ++h.maps;
+      }
+      continue;  // a further piece of the heap counted above
+    }
+    heap = 0;
     ++h.maps;
     if (line.find("memfd:") != std::string::npos || line.find("/dev/shm") != std::string::npos) ++h.chorusMaps;
   }
