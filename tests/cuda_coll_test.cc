@@ -27,6 +27,7 @@
 
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
+#include "tests/grid/cuda_ranks.h"
 #include "tests/grid/device_values.h"
 
 using namespace chorus;
@@ -71,32 +72,7 @@ chorusResult_t issue(Coll c, const std::vector<chorusComm_t>& comms, const std::
   return rc != chorusSuccess ? rc : end;
 }
 
-struct Ranks {
-  std::vector<chorusComm_t> comms;
-  std::vector<cudaStream_t> cuda;
-  std::vector<chorusStream_t> streams;
-  explicit Ranks(int n) : comms(n), cuda(n), streams(n) {
-    std::vector<int> devs(n, 0);
-    if (chorusCommInitAll(comms.data(), n, devs.data()) != chorusSuccess) {
-      std::printf("chorusCommInitAll failed: %s\n", chorusGetLastError(nullptr));
-      std::exit(1);
-    }
-    for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaStreamCreateWithFlags(&cuda[r], cudaStreamNonBlocking));
-      if (chorusStreamFromCuda(cuda[r], &streams[r]) != chorusSuccess) std::exit(1);
-    }
-  }
-  ~Ranks() {
-    for (size_t r = 0; r < comms.size(); ++r) {
-      chorusStreamDestroy(streams[r]);
-      cudaStreamDestroy(cuda[r]);
-      chorusCommDestroy(comms[r]);
-    }
-  }
-  void sync() {
-    for (auto s : cuda) CUDA_OK(cudaStreamSynchronize(s));
-  }
-};
+using Ranks = CudaRanks;
 
 // One case: on device (CUDA streams) and on the host path, compared with each other and the reference.
 // `sameSchedule`: the device ran the host path's schedule, so even a floating average (each

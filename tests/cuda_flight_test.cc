@@ -21,6 +21,7 @@
 
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
+#include "tests/grid/cuda_ranks.h"
 
 namespace {
 
@@ -50,29 +51,7 @@ __global__ void spin(long long ns) {
   }
 }
 
-struct Ranks {
-  std::vector<chorusComm_t> comms;
-  std::vector<cudaStream_t> cuda;
-  std::vector<chorusStream_t> streams;
-  explicit Ranks(int n) : comms(n), cuda(n), streams(n) {
-    std::vector<int> devs(n, 0);
-    if (chorusCommInitAll(comms.data(), n, devs.data()) != chorusSuccess) {
-      std::printf("chorusCommInitAll failed: %s\n", chorusGetLastError(nullptr));
-      std::exit(1);
-    }
-    for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaStreamCreateWithFlags(&cuda[r], cudaStreamNonBlocking));
-      if (chorusStreamFromCuda(cuda[r], &streams[r]) != chorusSuccess) std::exit(1);
-    }
-  }
-  ~Ranks() {
-    for (size_t r = 0; r < comms.size(); ++r) {
-      chorusStreamDestroy(streams[r]);
-      cudaStreamDestroy(cuda[r]);
-      chorusCommDestroy(comms[r]);
-    }
-  }
-};
+using Ranks = chorus::test::CudaRanks;
 
 // The communicator's state dump, as chorusCommDumpState writes it.
 std::string dump(chorusComm_t comm) {

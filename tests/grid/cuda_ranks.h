@@ -1,0 +1,59 @@
+// Ranks as threads of one process on GPU 0, for the device tests (cuda_coll_test,
+// cuda_flight_test): one clique from chorusCommInitAll, each rank with a non-blocking CUDA stream
+// and the Chorus wrapper of it. A failure to set them up ends the test program, saying why.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "include/chorus/chorus.h"
+#include "include/chorus/chorus_cuda.h"
+
+namespace chorus::test {
+
+struct CudaRanks {
+  std::vector<chorusComm_t> comms;
+  std::vector<cudaStream_t> cuda;
+  std::vector<chorusStream_t> streams;
+
+  explicit CudaRanks(int n) : comms(n), cuda(n), streams(n) {
+    std::vector<int> devs(n, 0);
+    if (chorusCommInitAll(comms.data(), n, devs.data()) != chorusSuccess) {
+      std::printf("chorusCommInitAll failed: %s\n", chorusGetLastError(nullptr));
+      std::exit(1);
+    }
+    for (int r = 0; r < n; ++r) {
+      check(cudaStreamCreateWithFlags(&cuda[r], cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+      if (chorusStreamFromCuda(cuda[r], &streams[r]) != chorusSuccess) {
+        std::printf("chorusStreamFromCuda failed: %s\n", chorusGetLastError(nullptr));
+        std::exit(1);
+      }
+    }
+  }
+  ~CudaRanks() {
+    for (size_t r = 0; r < comms.size(); ++r) {
+      chorusStreamDestroy(streams[r]);
+      cudaStreamDestroy(cuda[r]);
+      chorusCommDestroy(comms[r]);
+    }
+  }
+  CudaRanks(const CudaRanks&) = delete;
+  CudaRanks& operator=(const CudaRanks&) = delete;
+
+  // Until every rank's stream is idle.
+  void sync() {
+    for (cudaStream_t s : cuda) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+
+ private:
+  static void check(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::printf("CUDA error %s in %s\n", cudaGetErrorString(e), what);
+    std::exit(1);
+  }
+};
+
+}  // namespace chorus::test
