@@ -48,14 +48,6 @@ constexpr int kQuickStride = 16;
       }                                                             \
     }                                                               \
   } while (0)
-#define CUDA_OK(x)                                                                                 \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 // One call on every rank in one group (a thread drives every rank), on `streams` (chorus streams,
 // wrapping CUDA ones, or null entries: the NULL stream).

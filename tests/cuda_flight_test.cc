@@ -35,14 +35,6 @@ int failures = 0;
       std::printf("\n");                                          \
     }                                                             \
   } while (0)
-#define CUDA_OK(x)                                                                                 \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 __global__ void spin(long long ns) {
   const long long start = clock64();

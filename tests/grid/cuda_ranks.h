@@ -1,4 +1,4 @@
-// Ranks as threads of one process on GPU 0, for the device tests (cuda_coll_test,
+// Ranks as threads of one process on GPU 0 (and CUDA_OK), for the device tests (cuda_coll_test,
 // cuda_flight_test): one clique from chorusCommInitAll, each rank with a non-blocking CUDA stream
 // and the Chorus wrapper of it. A failure to set them up ends the test program, saying why.
 #pragma once
@@ -11,6 +11,16 @@
 
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
+
+// A CUDA call that must succeed: otherwise the test program ends, naming the call and where.
+#define CUDA_OK(x)                                                                                 \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
 
 namespace chorus::test {
 
