@@ -175,7 +175,7 @@ case "$mode" in
     }
     # Runs one check's command with a limit; its exit status.
     run_one() {
-      local limit=$1 how=$2 prog=$3 log=$4 withMps=$5
+      local limit=$1 prog=$2 log=$3 withMps=$4
       local -
       set -f  # the arguments are words: "[nocuda]" is a test filter, not a file pattern
       local -a env_mps=()
@@ -213,7 +213,7 @@ case "$mode" in
         withMps=0
         [ "$how" = proc ] && [ -n "$mps_dir" ] && withMps=1
         [ $withMps = 1 ] && echo "== under MPS" >> "$log"
-        run_one "$limit" "$how" "$prog" "$log" $withMps
+        run_one "$limit" "$prog" "$log" $withMps
         rc=$?
         note=""
         if [ $withMps = 1 ] && [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
@@ -221,7 +221,7 @@ case "$mode" in
           if [ "$left" -ge 20 ]; then
             [ "$limit" -gt "$left" ] && limit=$left
             echo "== exit $rc under MPS; once more without MPS" >> "$log"
-            run_one "$limit" "$how" "$prog" "$log" 0
+            run_one "$limit" "$prog" "$log" 0
             rc2=$?
             note=" (under MPS: exit $rc; without: exit $rc2)"
             rc=$rc2
