@@ -23,19 +23,12 @@
 #include "include/chorus/chorus_cuda.h"
 #include "src/algo/schedule.h"
 #include "src/device/prims_device.h"
+#include "tests/grid/cuda_ranks.h"
 
 using namespace chorus;
 
 namespace {
 
-#define CUDA_OK(x)                                                                                 \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 #define CHORUS_OK(x)                                                                                       \
   do {                                                                                                     \
     if ((x) != chorusSuccess) {                                                                            \
@@ -154,34 +147,15 @@ void memoryRates() {
   cudaStreamDestroy(s);
 }
 
-struct Ranks {
-  std::vector<chorusComm_t> comms;
-  std::vector<cudaStream_t> cuda;
-  std::vector<chorusStream_t> streams;
-  explicit Ranks(int n) : comms(n), cuda(n), streams(n) {
-    std::vector<int> devs(n, 0);
-    CHORUS_OK(chorusCommInitAll(comms.data(), n, devs.data()));
-    for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaStreamCreateWithFlags(&cuda[r], cudaStreamNonBlocking));
-      CHORUS_OK(chorusStreamFromCuda(cuda[r], &streams[r]));
-    }
-  }
-  ~Ranks() {
-    for (size_t r = 0; r < comms.size(); ++r) {
-      chorusStreamDestroy(streams[r]);
-      cudaStreamDestroy(cuda[r]);
-      chorusCommDestroy(comms[r]);
-    }
-  }
+// The ranks of tests/grid/cuda_ranks.h, with the bench's grouped all-reduce.
+struct Ranks : test::CudaRanks {
+  using CudaRanks::CudaRanks;
   void allReduce(const std::vector<float*>& buf, size_t count) {
     CHORUS_OK(chorusGroupStart());
     for (size_t r = 0; r < comms.size(); ++r) {
       CHORUS_OK(chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, comms[r], streams[r]));
     }
     CHORUS_OK(chorusGroupEnd());
-  }
-  void sync() {
-    for (auto s : cuda) CUDA_OK(cudaStreamSynchronize(s));
   }
 };
 
