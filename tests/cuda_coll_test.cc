@@ -326,6 +326,80 @@ void streams() {
   }
 }
 
+// A CUDA stream of 0 is the legacy default stream (as NCCL takes it), and communicators that share
+// one CUDA stream in a group all run: the all-reduce starts after the user's kernel on that stream
+// and the copy after it waits for it. With the kernels on the communicators' own streams instead
+// (unordered with stream 0) the all-reduce read the buffers before they were filled; with both
+// ranks' kernels on one stream, rank 0's waited for rank 1's behind it until the deadline.
+void sharedAndDefaultStreams() {
+  const size_t count = 1 << 18;
+  std::vector<float> host(count);
+  const std::vector<float> hundred(count, 100.0f);
+  for (int which = 0; which < 3; ++which) {
+    const int n = 2;
+    Ranks k(n);
+    const char* names[] = {"stream 0", "cudaStreamPerThread", "a stream of the user's"};
+    const char* name = names[which];
+    cudaStream_t s = which == 0 ? nullptr : cudaStreamPerThread;
+    cudaStream_t made = nullptr;
+    if (which == 2) {
+      CUDA_OK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+      s = made;
+    }
+    chorusStream_t w = nullptr;
+    EXPECT(chorusStreamFromCuda(s, &w) == chorusSuccess, "wrap %s", name);
+    std::vector<float*> buf(n);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaMalloc(&buf[r], count * 4));
+      CUDA_OK(cudaMemcpy(buf[r], hundred.data(), count * 4, cudaMemcpyHostToDevice));
+      spinThenFill<<<64, 256, 0, s>>>(buf[r], count, float(r + 1), 100'000'000);
+    }
+    chorusGroupStart();
+    for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], w);
+    EXPECT(chorusGroupEnd() == chorusSuccess, "%s shared by both ranks: enqueue", name);
+    for (int r = 0; r < n; ++r) {
+      // On stream 0, a plain cudaMemcpy waits for the stream's work; on the others, the stream.
+      if (s == nullptr) {
+        CUDA_OK(cudaMemcpy(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost));
+      } else {
+        CUDA_OK(cudaMemcpyAsync(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+      }
+      size_t bad = 0;
+      for (float v : host) bad += v != 3.0f;
+      EXPECT(bad == 0, "%s shared by both ranks: rank %d has %zu of %zu elements not 3 (first %g)", name, r, bad,
+             count, host[0]);
+    }
+    k.sync();
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int r = 0; r < n; ++r) CUDA_OK(cudaFree(buf[r]));
+    chorusStreamDestroy(w);
+    if (made) CUDA_OK(cudaStreamDestroy(made));
+  }
+  // One rank's communicator on stream 0: its kernel goes on the legacy default stream itself.
+  chorusComm_t one = nullptr;
+  int dev = 0;
+  EXPECT(chorusCommInitAll(&one, 1, &dev) == chorusSuccess, "one-rank communicator");
+  chorusStream_t w = nullptr;
+  EXPECT(chorusStreamFromCuda(nullptr, &w) == chorusSuccess, "wrap stream 0");
+  float* in = nullptr;
+  float* out = nullptr;
+  CUDA_OK(cudaMalloc(&in, count * 4));
+  CUDA_OK(cudaMalloc(&out, count * 4));
+  CUDA_OK(cudaMemcpy(in, hundred.data(), count * 4, cudaMemcpyHostToDevice));
+  spinThenFill<<<64, 256, 0, nullptr>>>(in, count, 7.0f, 100'000'000);
+  EXPECT(chorusAllReduce(in, out, count, chorusFloat32, chorusSum, one, w) == chorusSuccess, "one rank on stream 0");
+  CUDA_OK(cudaMemcpy(host.data(), out, count * 4, cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (float v : host) bad += v != 7.0f;
+  EXPECT(bad == 0, "one rank on stream 0: %zu of %zu elements not 7 (first %g)", bad, count, host[0]);
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaFree(in);
+  cudaFree(out);
+  chorusStreamDestroy(w);
+  chorusCommDestroy(one);
+}
+
 void abortAndDeadline() {
   const char* was = std::getenv("CHORUS_TIMEOUT");
   const std::string before = was ? was : "";
@@ -411,6 +485,8 @@ int main(int argc, char** argv) {
   if (onlyRanks == 0 || onlyRanks == 2) {
     streams();
     std::printf("streams: done, %d failures so far\n", failures);
+    sharedAndDefaultStreams();
+    std::printf("stream 0 and shared streams: done, %d failures so far\n", failures);
     abortAndDeadline();
     std::printf("abort and deadline: done, %d failures so far\n", failures);
   }

@@ -382,28 +382,15 @@ def compare(tag, what, mine, world, device, steps, salt):
     ok = same and diff <= TOLERANCE
     if not same:
         # Which slots differ from this rank's own parameters (every rank's should equal them when
-        # each equals the reference), read at once and again after the device is idle: a slot
-        # right only later was read before the collective's writes were ordered; one still wrong
-        # was written wrong. all_gather_into_tensor (one output) and broadcasts as a second opinion.
-        def slots(bufs):
-            out = []
-            for r, g in enumerate(bufs):
-                bad = (g != mine).nonzero().flatten()
-                first = bad[0].item() if bad.numel() else -1
-                out.append(f"slot {r}: {bad.numel()} of {g.numel()} differ" +
-                           (f" (first at {first}: {g[first].item()!r}, own {mine[first].item()!r})" if first >= 0 else ""))
-            return "; ".join(out)
-        print(f"{tag}: {what}: all_gather(list) at once: {slots(gathered)}", flush=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        print(f"{tag}: {what}: all_gather(list) after synchronize: {slots(gathered)}", flush=True)
-        flat = torch.empty(world * mine.numel(), dtype=mine.dtype, device=mine.device)
-        dist.all_gather_into_tensor(flat, mine)
-        print(f"{tag}: {what}: all_gather_into_tensor: {slots(list(flat.chunk(world)))}", flush=True)
-        bc = [mine.clone() if r == dist.get_rank() else torch.empty_like(mine) for r in range(world)]
-        for r in range(world):
-            dist.broadcast(bc[r], src=r)
-        print(f"{tag}: {what}: broadcast from each rank: {slots(bc)}", flush=True)
+        # each equals the reference). No further collective here: the other ranks may have found
+        # theirs equal and gone on. tools/torch_coll_check.py checks each collective by itself.
+        out = []
+        for r, g in enumerate(gathered):
+            bad = (g != mine).nonzero().flatten()
+            first = bad[0].item() if bad.numel() else -1
+            out.append(f"slot {r}: {bad.numel()} of {g.numel()} differ" +
+                       (f" (first at {first}: {g[first].item()!r}, own {mine[first].item()!r})" if first >= 0 else ""))
+        print(f"{tag}: {what}: all_gather: {'; '.join(out)}", flush=True)
     print(f"{tag}: {what}: {steps} steps on {world} ranks; ranks' parameters "
           f"{'equal' if same else 'DIFFER'}; largest difference from one-process training {diff:.2e} "
           f"(tolerance {TOLERANCE:.0e}): {'ok' if ok else 'FAIL'}", flush=True)

@@ -242,9 +242,12 @@ class Communicator : public TaskOwner {
   void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_, and records
   // their ops' entries (planDevice) in the flight recorder as enqueued, or captured when the
-  // stream is capturing a graph. Never waits on the device.
+  // stream is capturing a graph. Never waits on the device. `viaOwn`: on the own stream, between
+  // forkDevice and joinDevice on `cudaStream` (DeviceComm::forkFrom), which the entries name.
   Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream,
-                       std::vector<FlightEntry> flight = {});
+                       std::vector<FlightEntry> flight = {}, bool viaOwn = false);
+  Status forkDevice(void* cudaStream);
+  Status joinDevice(void* cudaStream);
   // Marks the flight entries of device launches that the host can tell are over (done, failed,
   // stopped: LaunchTracker) without waiting on the device. Takes deviceMu_; the device watchdog
   // does this every 50 ms, a call on the NULL stream when its launch is done.

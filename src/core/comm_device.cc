@@ -171,8 +171,18 @@ Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, con
   return Status::ok();
 }
 
+Status Communicator::forkDevice(void* cudaStream) {
+  std::lock_guard<std::mutex> g(deviceMu_);
+  return device_->forkFrom(cudaStream);
+}
+
+Status Communicator::joinDevice(void* cudaStream) {
+  std::lock_guard<std::mutex> g(deviceMu_);
+  return device_->joinInto(cudaStream);
+}
+
 Status Communicator::enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream,
-                                   std::vector<FlightEntry> flight) {
+                                   std::vector<FlightEntry> flight, bool viaOwn) {
   std::lock_guard<std::mutex> g(deviceMu_);
   // The entries go in first, under deviceMu_ with the launch: the watchdog's look, which marks
   // them, waits for both.
@@ -188,7 +198,7 @@ Status Communicator::enqueueDevice(const std::vector<device::LaunchParams>& laun
     span.first = flight_->issueAll(flight);
     span.last = span.first + flight.size() - 1;
   }
-  Result<bool> captured = device_->enqueue(launches, cudaStream, span);
+  Result<bool> captured = device_->enqueue(launches, viaOwn ? nullptr : cudaStream, span);
   if (!captured.isOk()) {
     if (span.first) {
       flight_->mark(span.first, span.last, FlightEntry::State::kFailed, captured.status().code(), nowNs(),

@@ -174,6 +174,8 @@ DeviceComm::~DeviceComm() {
   cuda::deviceFree(scratch_);
   cuda::hostFreeMapped(error_);
   for (void* e : events_) cuda::eventDestroy(e);
+  cuda::eventDestroy(forkEvent_);
+  cuda::eventDestroy(joinEvent_);
   cuda::streamDestroy(ownStream_);
   cuda::streamDestroy(copyStream_);
 }
@@ -384,6 +386,26 @@ std::vector<uint32_t> DeviceComm::countersOf(const std::vector<LaunchParams>& la
     }
   }
   return counters;
+}
+
+Status DeviceComm::forkFrom(void* stream) {
+  cuda::DeviceGuard on(device_);
+  CHORUS_TRY(on.status());
+  if (!forkEvent_) {
+    CHORUS_ASSIGN_OR_RETURN(forkEvent_, cuda::eventCreate());
+  }
+  CHORUS_TRY(cuda::eventRecord(forkEvent_, stream));
+  return cuda::streamWaitEvent(ownStream_, forkEvent_);
+}
+
+Status DeviceComm::joinInto(void* stream) {
+  cuda::DeviceGuard on(device_);
+  CHORUS_TRY(on.status());
+  if (!joinEvent_) {
+    CHORUS_ASSIGN_OR_RETURN(joinEvent_, cuda::eventCreate());
+  }
+  CHORUS_TRY(cuda::eventRecord(joinEvent_, ownStream_));
+  return cuda::streamWaitEvent(stream, joinEvent_);
 }
 
 LaunchTracker::Found DeviceComm::look() {

@@ -157,6 +157,14 @@ class DeviceComm {
   // was capturing a graph: then nothing is tracked. Never waits on the device.
   Result<bool> enqueue(const std::vector<device::LaunchParams>& launches, void* stream,
                        LaunchTracker::Span flight = {});
+  // The own stream's launches in the order of a CUDA stream that several communicators of one
+  // launch share (one stream would run their kernels one after the other, and ranks on one GPU
+  // wait for each other): forkFrom orders the own stream after the work on `stream` so far, and
+  // joinInto orders `stream` after the own stream's work so far. Every fork of a launch comes
+  // before any join (a join first would make the next fork wait for this kernel). Inside a graph
+  // capture the pair joins the own stream to the capture and back, as CUDA's fork-join pattern.
+  Status forkFrom(void* stream);
+  Status joinInto(void* stream);
   // What the host can tell now of the launches it tracks, without waiting on the device (events,
   // the error record, the abort word); see LaunchTracker.
   LaunchTracker::Found look();
@@ -190,6 +198,8 @@ class DeviceComm {
   void* copyStream_ = nullptr;  // uploads (never behind a launch)
   void* lastEvent_ = nullptr;   // recorded after the last launch (one of events_)
   void* lastStream_ = nullptr;  // where it was recorded (null: nowhere yet)
+  void* forkEvent_ = nullptr;   // forkFrom's and joinInto's (a wait takes the event as it is then)
+  void* joinEvent_ = nullptr;
   bool anyLaunch_ = false;
   // Events recorded after launches: all of them (destroyed with this), those free (their launch
   // left the tracker), and the launches they track. Like every member, serialised by the owner

@@ -6,6 +6,7 @@
 #include "src/common/guard.h"
 #include "src/common/os.h"
 #include "src/core/stream.h"
+#include "src/device/cuda.h"
 
 namespace chorus {
 namespace {
@@ -344,12 +345,32 @@ Status launchDevice(std::vector<CommOps>& work) {
     }
     launches[i] = r.take();
   }
-  std::vector<Communicator*> waitHere;
+  // CUDA streams: a wrapper of 0 is the legacy default stream, as in NCCL (never the
+  // communicator's own stream, which nothing of the caller's waits for). Communicators of this
+  // launch that share a CUDA stream run on their own streams, forked from it and joined back, all
+  // forks before any launch and every join after (DeviceComm::forkFrom).
+  std::vector<void*> cudaStream(work.size(), nullptr);
+  std::vector<char> viaOwn(work.size(), 0);
   for (size_t i = 0; i < work.size(); ++i) {
+    const std::shared_ptr<Stream>& s = work[i].stream;
+    if (s && s->isCuda()) cudaStream[i] = s->cudaStream() ? s->cudaStream() : cuda::legacyDefaultStream();
+  }
+  for (size_t i = 0; i < work.size(); ++i) {
+    for (size_t j = 0; j < work.size() && cudaStream[i]; ++j) {
+      if (j != i && cudaStream[j] == cudaStream[i]) viaOwn[i] = 1;
+    }
+  }
+  size_t forked = 0;
+  Status failed;
+  for (; forked < work.size() && failed.isOk(); ++forked) {
+    if (viaOwn[forked]) failed = work[forked].comm->forkDevice(cudaStream[forked]);
+  }
+  std::vector<Communicator*> waitHere;
+  for (size_t i = 0; i < work.size() && failed.isOk(); ++i) {
     Communicator* c = work[i].comm;
     const std::shared_ptr<Stream>& s = work[i].stream;
-    if (s && s->isCuda()) {
-      CHORUS_TRY(c->enqueueDevice(launches[i], s->cudaStream(), std::move(flight[i])));
+    if (cudaStream[i]) {
+      failed = c->enqueueDevice(launches[i], cudaStream[i], std::move(flight[i]), viaOwn[i]);
       continue;
     }
     if (s) {
@@ -362,9 +383,17 @@ Status launchDevice(std::vector<CommOps>& work) {
       });
       continue;
     }
-    CHORUS_TRY(c->enqueueDevice(launches[i], nullptr, std::move(flight[i])));
-    waitHere.push_back(c);
+    failed = c->enqueueDevice(launches[i], nullptr, std::move(flight[i]));
+    if (failed.isOk()) waitHere.push_back(c);
   }
+  // Joined back even after a failure: a capture must end with every forked stream joined.
+  for (size_t i = 0; i < forked; ++i) {
+    if (viaOwn[i]) {
+      Status j = work[i].comm->joinDevice(cudaStream[i]);
+      if (failed.isOk()) failed = j;
+    }
+  }
+  CHORUS_TRY(failed);
   return waitHere.empty() ? Status::ok() : waitDevice(waitHere);
 }
 

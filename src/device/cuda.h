@@ -138,6 +138,9 @@ void hostFreeMapped(void* p);
 Status enablePeerAccess(int peer);
 // A non-blocking stream of the current device (it never waits for the legacy default stream).
 Result<void*> streamCreate();
+// The handle of the legacy default stream (cudaStreamLegacy), whatever the calling program's
+// default-stream mode: what a CUDA stream of 0 handed to Chorus stands for, as it does for NCCL.
+void* legacyDefaultStream();
 void streamDestroy(void* stream);
 // Whether work is being captured into a graph on `stream`.
 Result<bool> streamCapturing(void* stream);

@@ -43,6 +43,7 @@ Result<void*> hostAllocMapped(size_t) { return noCuda("allocating mapped host me
 void hostFreeMapped(void*) {}
 Status enablePeerAccess(int) { return noCuda("enabling peer access"); }
 Result<void*> streamCreate() { return noCuda("creating a CUDA stream"); }
+void* legacyDefaultStream() { return reinterpret_cast<void*>(uintptr_t{0x1}); }  // cudaStreamLegacy's value
 void streamDestroy(void*) {}
 Result<bool> streamCapturing(void*) { return false; }
 Result<void*> eventCreate() { return noCuda("creating a CUDA event"); }

@@ -537,6 +537,8 @@ Status enablePeerAccess(int peer) {
   return runtimeStatus(rc, "cudaDeviceEnablePeerAccess(" + std::to_string(peer) + ")");
 }
 
+void* legacyDefaultStream() { return static_cast<void*>(cudaStreamLegacy); }
+
 Result<void*> streamCreate() {
   cudaStream_t s = nullptr;
   CHORUS_TRY(runtimeStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
