@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "include/chorus/chorus.h"
 #include "kernels/numeric.h"
 
 namespace chorus {
@@ -38,7 +39,101 @@ struct ReduceSpec {
   double scaleF = 1.0;      // floating types' scalar
   uint64_t scaleI = 1;      // integer types' scalar (pre-multiplied sum)
   uint64_t divisor = 1;
+  // A pre-multiplied sum's scalar in device memory (chorusScalarDevice on device buffers): read by
+  // the kernel when it runs, in the stream's order (setScale), not when the call is planned.
+  const void* scalePtr = nullptr;
 };
+
+// The bytes a pre-multiplied sum's scalar of `type` (a chorusDataType_t) takes.
+CHORUS_HD size_t scaleBytes(int type) {
+  switch (type) {
+    case chorusInt8:
+    case chorusUint8:
+    case chorusFloat8e4m3:
+    case chorusFloat8e5m2:
+      return 1;
+    case chorusFloat16:
+    case chorusBfloat16:
+      return 2;
+    case chorusInt32:
+    case chorusUint32:
+    case chorusFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+// Sets s's scalar from its scaleBytes(type) bytes at `v` (native byte order): signed integers
+// sign-extended into scaleI, unsigned ones zero-extended, floating types into scaleF.
+CHORUS_HD void setScale(ReduceSpec& s, int type, const void* v) {
+  switch (type) {
+    case chorusInt8: {
+      int8_t x;
+      __builtin_memcpy(&x, v, 1);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      return;
+    }
+    case chorusUint8: {
+      uint8_t x;
+      __builtin_memcpy(&x, v, 1);
+      s.scaleI = x;
+      return;
+    }
+    case chorusInt32: {
+      int32_t x;
+      __builtin_memcpy(&x, v, 4);
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
+      return;
+    }
+    case chorusUint32: {
+      uint32_t x;
+      __builtin_memcpy(&x, v, 4);
+      s.scaleI = x;
+      return;
+    }
+    case chorusInt64:
+    case chorusUint64:
+      __builtin_memcpy(&s.scaleI, v, 8);
+      return;
+    case chorusFloat16: {
+      uint16_t x;
+      __builtin_memcpy(&x, v, 2);
+      s.scaleF = toFloat(Half{x});
+      return;
+    }
+    case chorusBfloat16: {
+      uint16_t x;
+      __builtin_memcpy(&x, v, 2);
+      s.scaleF = toFloat(BFloat16{x});
+      return;
+    }
+    case chorusFloat8e4m3: {
+      uint8_t x;
+      __builtin_memcpy(&x, v, 1);
+      s.scaleF = toFloat(Fp8E4M3{x});
+      return;
+    }
+    case chorusFloat8e5m2: {
+      uint8_t x;
+      __builtin_memcpy(&x, v, 1);
+      s.scaleF = toFloat(Fp8E5M2{x});
+      return;
+    }
+    case chorusFloat32: {
+      float x;
+      __builtin_memcpy(&x, v, 4);
+      s.scaleF = x;
+      return;
+    }
+    default: {
+      double x;
+      __builtin_memcpy(&x, v, 8);
+      s.scaleF = x;
+      return;
+    }
+  }
+}
 
 template <typename T>
 struct IsLowFloat : std::false_type {};

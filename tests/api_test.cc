@@ -93,6 +93,39 @@ TEST_CASE("bad arguments return the right code with a message and touch nothing"
   CHECK(std::string(chorusGetLastError(nullptr)).find("nothing in the group was launched") != std::string::npos);
 }
 
+// NCCL copies a pre-multiplied sum's operator when the call is made: destroying it before the
+// group ends, and a new operator taking its number, leave the call as it was made.
+TEST_CASE("a call keeps its operator when it is destroyed before the group ends", "[api][group][redop]") {
+  const int n = 2;
+  World w(n);
+  REQUIRE(w.ok());
+  std::vector<std::vector<float>> data(n, std::vector<float>(1000));
+  for (int r = 0; r < n; ++r) std::iota(data[r].begin(), data[r].end(), float(r));
+  std::vector<chorusRedOp_t> ops(n);
+  float two = 2.0f;
+  float five = 5.0f;
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(chorusRedOpCreatePreMulSum(&ops[r], &two, chorusFloat32, chorusScalarHostImmediate, w.comm(r)) ==
+            chorusSuccess);
+    // A host-resident pointer scalar is read when the call is made, too.
+    REQUIRE(chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusFloat32, ops[r], w.comm(r), nullptr) ==
+            chorusSuccess);
+    REQUIRE(chorusRedOpDestroy(ops[r], w.comm(r)) == chorusSuccess);
+    chorusRedOp_t again;
+    REQUIRE(chorusRedOpCreatePreMulSum(&again, &five, chorusFloat32, chorusScalarDevice, w.comm(r)) == chorusSuccess);
+    CHECK(again == ops[r]);  // the freed number, reused
+  }
+  five = 7.0f;
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < n; ++r) {
+    size_t bad = 0;
+    for (int i = 0; i < 1000; ++i) bad += data[r][i] != 2.0f * (2 * i + 1);
+    CHECK(bad == 0);
+    CHECK(chorusRedOpDestroy(ops[r], w.comm(r)) == chorusSuccess);
+  }
+}
+
 TEST_CASE("one thread drives every rank inside a group, nested", "[api][group]") {
   for (int n : {2, 4}) {
     World w(n);

@@ -367,8 +367,8 @@ void sharedAndDefaultStreams() {
       }
       size_t bad = 0;
       for (float v : host) bad += v != 3.0f;
-      EXPECT(bad == 0, "%s shared by both ranks: rank %d has %zu of %zu elements not 3 (first %g)", name, r, bad,
-             count, host[0]);
+      EXPECT(bad == 0, "%s shared by both ranks: rank %d has %zu of %zu elements not 3 (first %g)", name, r, bad, count,
+             host[0]);
     }
     k.sync();
     CUDA_OK(cudaDeviceSynchronize());
@@ -398,6 +398,44 @@ void sharedAndDefaultStreams() {
   cudaFree(out);
   chorusStreamDestroy(w);
   chorusCommDestroy(one);
+}
+
+// A pre-multiplied sum whose scalar is in device memory (chorusScalarDevice, PyTorch's PREMUL_SUM
+// with a tensor factor): the kernel reads it when it runs, after the stream's earlier work wrote it.
+// It was read on the host when the call was planned: a cudaMalloc'd scalar crashed the process.
+void deviceScalar() {
+  const int n = 2;
+  Ranks k(n);
+  const size_t count = 1 << 16;
+  std::vector<float*> buf(n), scalar(n);
+  std::vector<chorusRedOp_t> ops(n);
+  const std::vector<float> ones(count, 1.0f);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMalloc(&buf[r], count * 4));
+    CUDA_OK(cudaMalloc(&scalar[r], 4));
+    CUDA_OK(cudaMemset(scalar[r], 0, 4));
+    CUDA_OK(cudaMemcpy(buf[r], ones.data(), count * 4, cudaMemcpyHostToDevice));
+    EXPECT(
+        chorusRedOpCreatePreMulSum(&ops[r], scalar[r], chorusFloat32, chorusScalarDevice, k.comms[r]) == chorusSuccess,
+        "create a pre-multiplied sum with a device scalar");
+    // Written on the stream before the all-reduce, after the operator is made.
+    spinThenFill<<<1, 32, 0, k.cuda[r]>>>(scalar[r], 1, float(r + 2), 100'000'000);
+  }
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, ops[r], k.comms[r], k.streams[r]);
+  EXPECT(chorusGroupEnd() == chorusSuccess, "device scalar: enqueue");
+  k.sync();
+  std::vector<float> host(count);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMemcpy(host.data(), buf[r], count * 4, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (float v : host) bad += v != 5.0f;
+    EXPECT(bad == 0, "device scalar: rank %d has %zu of %zu elements not 2 x 1 + 3 x 1 (first %g)", r, bad, count,
+           host[0]);
+    EXPECT(chorusRedOpDestroy(ops[r], k.comms[r]) == chorusSuccess, "destroy the operator");
+    cudaFree(buf[r]);
+    cudaFree(scalar[r]);
+  }
 }
 
 void abortAndDeadline() {
@@ -487,6 +525,8 @@ int main(int argc, char** argv) {
     std::printf("streams: done, %d failures so far\n", failures);
     sharedAndDefaultStreams();
     std::printf("stream 0 and shared streams: done, %d failures so far\n", failures);
+    deviceScalar();
+    std::printf("device scalar: done, %d failures so far\n", failures);
     abortAndDeadline();
     std::printf("abort and deadline: done, %d failures so far\n", failures);
   }

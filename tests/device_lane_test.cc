@@ -639,6 +639,52 @@ TEST_CASE("device lanes on host threads: several all-reduces in a row, and an av
   }
 }
 
+// ncclScalarDevice: the scalar lives in device memory and the kernel reads it when it runs
+// (ReduceSpec::scalePtr), so the stream's earlier work may write it; the spec's own scale is unused.
+TEST_CASE("device lanes on host threads: a pre-multiplied sum reads its scalar when it runs", "[device_lane]") {
+  const int n = 3;
+  Clique clique(n, 2, 256, 2);
+  const size_t count = 1500;
+  std::vector<std::vector<float>> f(n, std::vector<float>(count));
+  std::vector<std::vector<int64_t>> w(n, std::vector<int64_t>(count));
+  std::vector<const char*> fin(n), win(n);
+  std::vector<char*> fout(n), wout(n);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      f[r][i] = float(valueOf<int32_t>(r, i));
+      w[r][i] = valueOf<int32_t>(r, i);
+    }
+    fin[r] = reinterpret_cast<const char*>(f[r].data());
+    fout[r] = reinterpret_cast<char*>(f[r].data());
+    win[r] = reinterpret_cast<const char*>(w[r].data());
+    wout[r] = reinterpret_cast<char*>(w[r].data());
+  }
+  const float fScale = 3.0f;
+  const int64_t wScale = -2;
+  ReduceSpec spec;
+  spec.hasPre = true;
+  spec.scaleF = 100.0;  // not what runs: the scalar at scalePtr does
+  spec.scaleI = 100;
+  spec.scalePtr = &fScale;
+  AlgoCall fcall{CollType::kAllReduce, count, sizeof(float), 0, true};
+  auto errors = clique.launch(Algo::kRing, {fcall}, chorusFloat32, spec, fin, fout, 2);
+  spec.scalePtr = &wScale;
+  AlgoCall wcall{CollType::kAllReduce, count, sizeof(int64_t), 0, true};
+  auto werrors = clique.launch(Algo::kRing, {wcall}, chorusInt64, spec, win, wout, 2);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(errors[r].status == 0);
+    REQUIRE(werrors[r].status == 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int64_t sum = 0;
+      for (int q = 0; q < n; ++q) sum += valueOf<int32_t>(q, i);
+      bad += f[r][i] != float(3 * sum);
+      bad += w[r][i] != -2 * sum;
+    }
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline or the abort word, saying where",
           "[device_lane]") {
   const int n = 3;

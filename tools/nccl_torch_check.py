@@ -30,6 +30,10 @@ the check proves which one serves the calls, not which is mapped.
    per-rank batches, then the full parameters (DTensor.full_tensor(), an all-gather) compared with
    one-process training on the average of the ranks' gradients (FSDP reduce-scatters float32
    gradients with ReduceOp.AVG).
+4. Both again with PREMUL_SUM (not on --cpu-selftest: gloo has none): DDP with a comm hook that
+   all-reduces each bucket with PREMUL_SUM by 1/world held in a tensor on the GPU (ncclScalarDevice,
+   which the kernel reads when it runs), and FSDP2 with a gradient divide factor of 2 x world,
+   which it applies as PREMUL_SUM by 1/(2 x world), against one-process training dividing alike.
 
 Tolerance for both: 1e-5, absolute, on parameters of size below 1. Each rank's forward and backward
 are the same kernels on the same data as the one-process reference; only the averaging of the
@@ -346,8 +350,9 @@ def batch(rank, step, salt=0):
     return torch.randn(20, 10, generator=g), torch.randn(20, 5, generator=g)
 
 
-def reference(steps, world, device, salt):
-    """The parameters after `steps` SGD steps in one process on the average of the ranks' gradients."""
+def reference(steps, world, device, salt, divide=None):
+    """The parameters after `steps` SGD steps in one process on the ranks' gradients summed and
+    divided by `divide` (default: the number of ranks, their average)."""
     import torch
     import torch.nn as nn
 
@@ -364,12 +369,12 @@ def reference(steps, world, device, salt):
             g = [p.grad.clone() for p in ref.parameters()]
             grads = g if grads is None else [a + b for a, b in zip(grads, g)]
         for p, g in zip(ref.parameters(), grads):
-            p.grad = g / world
+            p.grad = g / (divide or world)
         opt.step()
     return torch.cat([p.detach().flatten() for p in ref.parameters()])
 
 
-def compare(tag, what, mine, world, device, steps, salt):
+def compare(tag, what, mine, world, device, steps, salt, divide=None):
     """Every rank's parameters equal (all-gather) and close to one-process training."""
     import torch
     import torch.distributed as dist
@@ -377,7 +382,7 @@ def compare(tag, what, mine, world, device, steps, salt):
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
     same = all(torch.equal(gathered[0], g) for g in gathered)
-    ref = reference(steps, world, device, salt)
+    ref = reference(steps, world, device, salt, divide)
     diff = (ref - mine).abs().max().item()
     ok = same and diff <= TOLERANCE
     if not same:
@@ -397,14 +402,25 @@ def compare(tag, what, mine, world, device, steps, salt):
     return ok
 
 
-def run_ddp(tag, rank, world, device, steps):
+def run_ddp(tag, rank, world, device, steps, premul=False):
+    """DDP training; with `premul`, its buckets all-reduced by a comm hook with PREMUL_SUM, the
+    factor 1/world a tensor on the GPU (ncclScalarDevice: the kernel reads it when it runs)."""
     import torch
+    import torch.distributed as dist
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
     net = model().to(device)
     ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    if premul:
+        def premul_hook(state, bucket):
+            t = bucket.buffer()
+            factor = torch.tensor([1.0 / world], device=t.device, dtype=t.dtype)
+            work = dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor), async_op=True)
+            return work.get_future().then(lambda fut: fut.value()[0])
+
+        ddp.register_comm_hook(None, premul_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     loss_fn = nn.MSELoss()
     for step in range(steps):
@@ -413,7 +429,7 @@ def run_ddp(tag, rank, world, device, steps):
         loss_fn(ddp(x.to(device)), y.to(device)).backward()
         opt.step()
     mine = torch.cat([p.detach().flatten() for p in net.parameters()])
-    return compare(tag, "DDP", mine, world, device, steps, 0)
+    return compare(tag, "DDP with PREMUL_SUM (comm hook)" if premul else "DDP", mine, world, device, steps, 0)
 
 
 def import_fully_shard():
@@ -426,7 +442,10 @@ def import_fully_shard():
     return fully_shard
 
 
-def run_fsdp(tag, rank, world, device, steps):
+def run_fsdp(tag, rank, world, device, steps, premul=False):
+    """FSDP2 training; with `premul`, a gradient divide factor of 2 x world, which FSDP2 applies as
+    a reduce-scatter with PREMUL_SUM by 1/(2 x world) (a factor equal to the group's size would be
+    AVG), against one-process training that divides by the same."""
     import torch
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
@@ -440,6 +459,12 @@ def run_fsdp(tag, rank, world, device, steps):
     fully_shard(net, mesh=mesh)
     if device.type == "cpu" and hasattr(net, "set_force_sum_reduction_for_comms"):
         net.set_force_sum_reduction_for_comms(True)  # gloo has no ReduceOp.AVG: sum, then divide
+    divide = None
+    if premul:
+        divide = 2.0 * world
+        for m in (net.net1, net.net2, net):
+            setter = getattr(m, "set_gradient_divide_factor", None) or getattr(m, "set_reduce_scatter_divide_factor")
+            setter(divide)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     loss_fn = nn.MSELoss()
     for step in range(steps):
@@ -451,7 +476,8 @@ def run_fsdp(tag, rank, world, device, steps):
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in net.parameters()]
     mine = torch.cat([t.detach().flatten() for t in full])
     print(f"{tag}: FSDP2 parameters are {kinds}; full parameters gathered with full_tensor()", flush=True)
-    return compare(tag, "FSDP2 (fully_shard)", mine, world, device, steps, 1)
+    what = "FSDP2 (fully_shard) with PREMUL_SUM (divide factor)" if premul else "FSDP2 (fully_shard)"
+    return compare(tag, what, mine, world, device, steps, 1, divide)
 
 
 def rank_main(args):
@@ -487,6 +513,8 @@ def rank_main(args):
                 print(f"{tag}: FAIL the binding check raised", flush=True)
                 results["binding"] = False
         results["DDP"] = run_ddp(tag, rank, world, device, args.steps)
+        if not args.cpu_selftest:
+            results["DDP PREMUL_SUM"] = run_ddp(tag, rank, world, device, args.steps, premul=True)
         try:
             import_fully_shard()
             have_fsdp = True
@@ -498,6 +526,8 @@ def rank_main(args):
                 results["FSDP2"] = False
         if have_fsdp:
             results["FSDP2"] = run_fsdp(tag, rank, world, device, args.fsdp_steps)
+            if not args.cpu_selftest:
+                results["FSDP2 PREMUL_SUM"] = run_fsdp(tag, rank, world, device, args.fsdp_steps, premul=True)
         dist.destroy_process_group()
     except Exception:
         # A rank that stops mid-way leaves the others waiting in a collective: say why and leave at

@@ -3,7 +3,8 @@
 
 Each rank (a process on cuda:0, ProcessGroupNCCL, the drop-in preloaded) runs all_gather (list
 and into one tensor), broadcast from each root, all_reduce and reduce_scatter on tensors whose
-every element is known, at several sizes and rounds, in three ways: synchronous calls on the
+every element is known (and all_reduce with PREMUL_SUM, its factor a number and a tensor on the
+GPU), at several sizes and rounds, in three ways: synchronous calls on the
 default stream (PyTorch then enqueues the collective on the current stream, here the legacy
 default stream, stream 0), synchronous calls under `torch.cuda.stream(side)`, and async_op=True
 calls waited for with Work.wait(). Each result is compared with the expected values twice: at once
@@ -73,6 +74,15 @@ def rank_main(args):
         s = mine.clone()
         done(dist.all_reduce(s, async_op=asyncOp))
         count(f"{how}: all_reduce n={n}", s, sum(expect(n, r, it) for r in range(world)))
+        # PREMUL_SUM: each rank's input times its own factor, a Python number (ncclScalarHostImmediate)
+        # or a tensor on the GPU (ncclScalarDevice, read by the kernel when it runs).
+        if device.type == "cuda" and hasattr(dist, "_make_nccl_premul_sum"):
+            for kind, factor in (("number", float(rank + 2)),
+                                 ("tensor", torch.tensor([float(rank + 2)], device=device))):
+                s = mine.clone()
+                done(dist.all_reduce(s, op=dist._make_nccl_premul_sum(factor), async_op=asyncOp))
+                want = sum(expect(n, r, it) * (r + 2) for r in range(world))
+                count(f"{how}: all_reduce PREMUL_SUM by a {kind} n={n}", s, want)
         if n % world == 0:
             o = torch.empty(n // world, device=device)
             done(dist.reduce_scatter_tensor(o, expect(n, rank, it), async_op=asyncOp))

@@ -210,8 +210,9 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
                   root, static_cast<void*>(stream));
   }
   CHORUS_ASSIGN_OR_RETURN(bool device, onDevice(*c, used, nused, s.get()));
-  OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s)};
+  OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s), false, ReduceSpec{}};
   info.device = device;
+  if (reduces) info.spec = c->redOps().spec(op, type, device);
   return submitOp(info);
 }
 
@@ -769,7 +770,8 @@ chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t data
     // Chooses the source, then receives from it as chorusRecv does, on the calling thread.
     auto run = [comm = c.get(), recvbuff, count, datatype, source]() -> Status {
       CHORUS_ASSIGN_OR_RETURN(int peer, comm->firstSender());
-      CHORUS_TRY(submitOp(OpInfo{CollType::kRecv, nullptr, recvbuff, count, datatype, chorusSum, peer, comm, nullptr}));
+      CHORUS_TRY(submitOp(OpInfo{CollType::kRecv, nullptr, recvbuff, count, datatype, chorusSum, peer, comm, nullptr,
+                                 false, ReduceSpec{}}));
       *source = peer;
       return Status::ok();
     };

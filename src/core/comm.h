@@ -60,6 +60,7 @@ struct OpInfo {
   Communicator* comm;
   std::shared_ptr<Stream> stream;  // null: the NULL stream
   bool device = false;             // the buffers are device memory (the device path)
+  ReduceSpec spec;                 // a reduction's operator, resolved when the call was made
 };
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.

@@ -135,7 +135,7 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   const size_t bytes = op.count * typeSize(op.type);
   r->count = op.count;
   r->type = static_cast<uint32_t>(op.type);
-  const ReduceSpec spec = redOps_.spec(op.op, op.type);
+  const ReduceSpec& spec = op.spec;
   r->redKind = static_cast<uint32_t>(spec.kind);
   r->hasPre = spec.hasPre ? 1 : 0;
   r->hasPostDiv = spec.hasPostDiv ? 1 : 0;
@@ -144,7 +144,8 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   r->divisor = spec.divisor;
   r->gpu = gpuInfo_;
   std::snprintf(r->server, sizeof(r->server), "%s", bootstrap_->fdServerName().c_str());
-  bool offers = bytes > 0;
+  // A scalar the kernel reads from device memory is no value the ranks can agree on here.
+  bool offers = bytes > 0 && !spec.scalePtr;
   CHORUS_TRY(describeOneCopy(op.sendbuff, bytes, crossProcess, true, &offers, &r->send));
   CHORUS_TRY(describeOneCopy(op.recvbuff, bytes, crossProcess, true, &offers, &r->recv));
   if (offers) {

@@ -396,7 +396,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   a.commId = commId_;
   const bool reduces =
       op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  if (reduces) a.spec = redOps_.spec(op.op, op.type);
+  if (reduces) a.spec = op.spec;
   a.sendByRef = true;
   a.share = memShare_.get();
   return a;
@@ -635,7 +635,7 @@ void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args
     l.seqIndex = static_cast<int32_t>(k);
     l.input = static_cast<const char*>(op.sendbuff);
     l.output = static_cast<char*>(op.recvbuff);
-    l.spec = redOps_.spec(op.op, op.type);
+    l.spec = op.spec;
     l.oneCopy = args;
   }
   // The spans are this rank's buffers; peers' buffers are theirs to order (their launches wait
@@ -758,7 +758,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       l.input = static_cast<const char*>(op.sendbuff);
       l.output = static_cast<char*>(op.recvbuff);
       l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
-      if (reduces) l.spec = redOps_.spec(op.op, op.type);
+      if (reduces) l.spec = op.spec;
       for (int i = 0; i < kMaxLanePeers; ++i) {
         if (lp.send[i].index >= 0) l.send[i] = dev.connector(lp.send[i].family, lp.send[i].index, true);
         if (lp.recv[i].index >= 0) l.recv[i] = dev.connector(lp.recv[i].family, lp.recv[i].index, false);

@@ -63,7 +63,7 @@ Status RedOpTable::check(chorusRedOp_t op, chorusDataType_t type) const {
   return Status::ok();
 }
 
-ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type) const {
+ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type, bool onDevice) const {
   ReduceSpec s;
   const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
                        type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
@@ -90,67 +90,21 @@ ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type) const {
     default:
       break;
   }
-  // Pre-multiplied sum: the scalar is read now (at launch), in its own type.
+  // Pre-multiplied sum: a host scalar is read now (the call copies the operator, as NCCL does, so
+  // that destroying it before the group ends changes nothing); a device scalar of a call on
+  // device buffers is read by the kernel when it runs, in the stream's order.
   PreMulOp p;
   {
     std::lock_guard<std::mutex> g(mu_);
     p = ops_[static_cast<int>(op) - chorusNumOps];
   }
-  unsigned char v[8] = {0};
-  std::memcpy(v, p.residence == chorusScalarHostImmediate ? p.value : p.ptr, typeSize(type));
   s.kind = RedKind::kSum;
   s.hasPre = true;
-  switch (type) {
-    case chorusInt8: {
-      int8_t x;
-      std::memcpy(&x, v, 1);
-      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
-      break;
-    }
-    case chorusUint8:
-      s.scaleI = v[0];
-      break;
-    case chorusInt32: {
-      int32_t x;
-      std::memcpy(&x, v, 4);
-      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
-      break;
-    }
-    case chorusUint32: {
-      uint32_t x;
-      std::memcpy(&x, v, 4);
-      s.scaleI = x;
-      break;
-    }
-    case chorusInt64:
-    case chorusUint64:
-      std::memcpy(&s.scaleI, v, 8);
-      break;
-    case chorusFloat16:
-      s.scaleF = toFloat(Half{static_cast<uint16_t>(v[0] | (v[1] << 8))});
-      break;
-    case chorusBfloat16:
-      s.scaleF = toFloat(BFloat16{static_cast<uint16_t>(v[0] | (v[1] << 8))});
-      break;
-    case chorusFloat8e4m3:
-      s.scaleF = toFloat(Fp8E4M3{v[0]});
-      break;
-    case chorusFloat8e5m2:
-      s.scaleF = toFloat(Fp8E5M2{v[0]});
-      break;
-    case chorusFloat32: {
-      float x;
-      std::memcpy(&x, v, 4);
-      s.scaleF = x;
-      break;
-    }
-    default: {
-      double x;
-      std::memcpy(&x, v, 8);
-      s.scaleF = x;
-      break;
-    }
+  if (p.residence == chorusScalarDevice && onDevice) {
+    s.scalePtr = p.ptr;
+    return s;
   }
+  setScale(s, type, p.residence == chorusScalarHostImmediate ? p.value : p.ptr);
   return s;
 }
 

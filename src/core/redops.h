@@ -27,8 +27,10 @@ class RedOpTable {
   Status destroy(chorusRedOp_t op);
   // Whether `op` can reduce `type` here: built in, or a live operator of this table made for it.
   Status check(chorusRedOp_t op, chorusDataType_t type) const;
-  // What a call with `op` (checked) on `type` computes; a pre-multiplied sum's scalar is read now.
-  ReduceSpec spec(chorusRedOp_t op, chorusDataType_t type) const;
+  // What a call with `op` (checked) on `type` computes, resolved when the call is made: a
+  // pre-multiplied sum's scalar is read now, but a chorusScalarDevice one of a call on device
+  // buffers (`onDevice`) only by the kernel (ReduceSpec::scalePtr).
+  ReduceSpec spec(chorusRedOp_t op, chorusDataType_t type, bool onDevice = false) const;
 
  private:
   struct PreMulOp {

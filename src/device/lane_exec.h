@@ -90,7 +90,10 @@ CHORUS_HD uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) 
 template <class Block, typename T, bool kLL = false>
 class LaneExec {
  public:
-  CHORUS_HD LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane) : b_(blk), p_(p), lane_(lane) {
+  CHORUS_HD LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane)
+      : b_(blk), p_(p), lane_(lane), spec_(lane.spec) {
+    // A scalar in device memory, read now: the stream's earlier work (which may write it) is done.
+    if (spec_.scalePtr) setScale(spec_, lane.type, spec_.scalePtr);
     for (int i = 0; i < kMaxLanePeers; ++i) {
       // Each position is the counter this side alone writes, as the last launch left it.
       if (lane.send[i] != kNoConnector) sendPos_[i] = b_.acquire(p.connectors[lane.send[i]].tail);
@@ -222,7 +225,7 @@ class LaneExec {
   // Simple: the piece through the slot's payload, 16 bytes at a time where every operand allows.
   CHORUS_HD void moveSlots(const PieceMove& m, size_t n) const {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
-    ReduceSpec spec = lane_.spec;
+    ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
     size_t done = 0;
     constexpr size_t kPer = 16 / sizeof(T);
@@ -252,7 +255,7 @@ class LaneExec {
   // flags are current, one that is the sent slot's lines is written with the new flag.
   CHORUS_HD bool moveLines(const PieceMove& m, size_t n) {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
-    ReduceSpec spec = lane_.spec;
+    ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
     const size_t bytes = n * sizeof(T);
     const size_t nlines = (bytes + 7) / 8;
@@ -354,7 +357,7 @@ class LaneExec {
       case Fold::kPre:
         return ElemOps<T>::pre(spec, a);
       default: {
-        const T pa = m.preA ? ElemOps<T>::pre(lane_.spec, a) : a;
+        const T pa = m.preA ? ElemOps<T>::pre(spec_, a) : a;
         return reduceOne<T>(spec, pa, b, m.fold == Fold::kReducePost);
       }
     }
@@ -397,6 +400,7 @@ class LaneExec {
   Block& b_;
   const LaunchParams& p_;
   const DeviceLane& lane_;
+  ReduceSpec spec_;  // lane_.spec with a device scalar read
   uint32_t sendPos_[kMaxLanePeers] = {};
   uint32_t recvPos_[kMaxLanePeers] = {};
   int curSend_ = 0;
