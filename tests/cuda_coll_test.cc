@@ -438,6 +438,33 @@ void deviceScalar() {
   }
 }
 
+// chorusCommFinalize (ncclCommFinalize) waits for the kernels already enqueued on the caller's
+// streams, as NCCL's synchronises the stream its launches join; it returned at once.
+void finalizeWaits() {
+  const int n = 2;
+  Ranks k(n);
+  const size_t count = 1 << 16;
+  std::vector<float*> buf(n);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMalloc(&buf[r], count * 4));
+    spinThenFill<<<64, 256, 0, k.cuda[r]>>>(buf[r], count, 1.0f, 200'000'000);
+  }
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r)
+    chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+  EXPECT(chorusGroupEnd() == chorusSuccess, "finalize: enqueue");
+  EXPECT(cudaStreamQuery(k.cuda[0]) == cudaErrorNotReady, "finalize: the kernels still run");
+  for (int r = 0; r < n; ++r) EXPECT(chorusCommFinalize(k.comms[r]) == chorusSuccess, "finalize rank %d", r);
+  for (int r = 0; r < n; ++r) {
+    EXPECT(cudaStreamQuery(k.cuda[r]) == cudaSuccess, "finalize returned before rank %d's kernel was done", r);
+  }
+  k.sync();
+  std::vector<float> host(count);
+  CUDA_OK(cudaMemcpy(host.data(), buf[1], count * 4, cudaMemcpyDeviceToHost));
+  EXPECT(host[0] == 2.0f && host[count - 1] == 2.0f, "finalize: rank 1 got %g", host[0]);
+  for (int r = 0; r < n; ++r) cudaFree(buf[r]);
+}
+
 void abortAndDeadline() {
   const char* was = std::getenv("CHORUS_TIMEOUT");
   const std::string before = was ? was : "";
@@ -527,6 +554,8 @@ int main(int argc, char** argv) {
     std::printf("stream 0 and shared streams: done, %d failures so far\n", failures);
     deviceScalar();
     std::printf("device scalar: done, %d failures so far\n", failures);
+    finalizeWaits();
+    std::printf("finalize: done, %d failures so far\n", failures);
     abortAndDeadline();
     std::printf("abort and deadline: done, %d failures so far\n", failures);
   }

@@ -386,8 +386,17 @@ chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devli
 chorusResult_t chorusCommFinalize(chorusComm_t comm) {
   return guard("chorusCommFinalize", [&]() -> Status {
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    Status s = c->waitIdle();
+    if (c->state() == Communicator::State::kFinalized) {
+      return invalidArgument("the communicator was finalized already; only chorusCommDestroy may follow");
+    }
     c->setState(Communicator::State::kFinalized);
+    Status s = c->waitIdle();
+    // Kernels already enqueued on the caller's streams are part of what finalize waits for, as
+    // NCCL's synchronises the stream its launches join.
+    if (c->deviceComm()) {
+      Status d = waitDevice({c.get()}, true);
+      if (s.isOk()) s = d;
+    }
     return s;
   });
 }

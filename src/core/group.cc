@@ -287,14 +287,19 @@ Status checkAndConnect(std::vector<CommOps>& work) {
   return s;
 }
 
-// Waits for the launches of `comms` on their own CUDA streams (the NULL stream and host streams):
-// until each is done, the communicator is aborted, or the timeout (plus a grace for the kernel's
-// own deadline to fire first) passes. Then each kernel's failure, if any, as the call's error.
-Status waitDevice(const std::vector<Communicator*>& comms) {
+}  // namespace
+
+// Waits for the launches of `comms` on their own CUDA streams (the NULL stream and host streams),
+// or with `everyStream` for every launch of theirs (the last one on any stream): until each is
+// done, the communicator is aborted, or the timeout (plus a grace for the kernel's own deadline
+// to fire first) passes. Then each kernel's failure, if any, as the call's error.
+Status waitDevice(const std::vector<Communicator*>& comms, bool everyStream) {
   const int64_t start = nowNs();
   for (int polls = 0;; ++polls) {
     bool done = true;
-    for (Communicator* c : comms) done = done && c->deviceComm()->ownDone();
+    for (Communicator* c : comms) {
+      done = done && (everyStream ? !c->deviceComm()->busy() : c->deviceComm()->ownDone());
+    }
     if (done) break;
     for (Communicator* c : comms) {
       const int64_t limit = c->timeoutNs() + 5'000'000'000;
@@ -317,6 +322,8 @@ Status waitDevice(const std::vector<Communicator*>& comms) {
   }
   return Status::ok();
 }
+
+namespace {
 
 // Device operations: checked, connected and planned on the calling thread; enqueued on the CUDA
 // stream (returning at once), or on each communicator's own stream and waited for (the NULL

@@ -42,5 +42,8 @@ void groupFail(const Status& s);
 Status runInit(const InitJob& job);
 // Launches ops now (a group's worth).
 Status launch(std::vector<OpInfo>& ops);
+// Waits for the device launches of `comms`: those on their own streams, or with `everyStream`
+// every launch of theirs on any stream (chorusCommFinalize); see group.cc.
+Status waitDevice(const std::vector<Communicator*>& comms, bool everyStream = false);
 
 }  // namespace chorus
