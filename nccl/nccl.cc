@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -87,10 +89,11 @@ chorusRedOp_t opOf(ncclRedOp_t op) { return static_cast<chorusRedOp_t>(op); }
 
 // --- The environment: NCCL's variables as Chorus's ---
 
-// The CHORUS_* variables this library set from NCCL_* ones; a later mapping may change or remove
-// them, never one the user set. Guarded by envMutex().
-std::vector<std::string>& mappedNames() {
-  static auto* names = new std::vector<std::string>();
+// The CHORUS_* variables this library set from NCCL_* ones, with the values it set; a later
+// mapping may change or remove them, never one the user set (before, or since: a value that is no
+// longer the one set here is the user's). Guarded by envMutex().
+std::vector<std::pair<std::string, std::string>>& mappedNames() {
+  static auto* names = new std::vector<std::pair<std::string, std::string>>();
   return *names;
 }
 
@@ -102,7 +105,7 @@ std::mutex& envMutex() {
 void setIfUnset(const char* chorusName, const std::string& value) {
   if (std::getenv(chorusName)) return;
   setenv(chorusName, value.c_str(), 0);
-  mappedNames().emplace_back(chorusName);
+  mappedNames().emplace_back(chorusName, value);
 }
 
 std::string lower(std::string s) {
@@ -118,10 +121,38 @@ void cannotMap(const char* name, const char* value, const char* why) {
   std::fprintf(stderr, "CHORUS WARN %s=%s: %s; Chorus chooses itself\n", name, value, why);
 }
 
+// Says once per setting, on stderr, when the debug level (CHORUS_DEBUG, or NCCL_DEBUG mapped to
+// it) is INFO or TRACE, that a setting of NCCL's has no effect here and why.
+void noteIgnored(const std::string& setting, const char* why) {
+  const char* debug = std::getenv("CHORUS_DEBUG");
+  if (!debug || (lower(debug) != "info" && lower(debug) != "trace")) return;
+  static auto* said = new std::vector<std::string>();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  const std::string name = setting.substr(0, setting.find('='));
+  if (std::find(said->begin(), said->end(), name) != said->end()) return;
+  said->push_back(name);
+  std::fprintf(stderr, "CHORUS INFO %s is ignored: %s\n", setting.c_str(), why);
+}
+
+// An NCCL integer setting read as NCCL reads it (strtoll, any base): a value that is no integer
+// leaves the default, as NCCL's "Invalid value ... using default": false then.
+bool ncclInteger(const char* v, long long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 0);
+  if (errno != 0 || end == v) return false;
+  *out = x;
+  return true;
+}
+
 // Maps NCCL's variables as they are now, first removing what an earlier mapping set. Callers hold
 // envMutex().
 void mapEnvironment() {
-  for (const std::string& name : mappedNames()) unsetenv(name.c_str());
+  for (const auto& [name, value] : mappedNames()) {
+    const char* now = std::getenv(name.c_str());
+    if (now && value == now) unsetenv(name.c_str());
+  }
   mappedNames().clear();
   // Taken as they are.
   static const char* const kSame[][2] = {
@@ -130,12 +161,41 @@ void mapEnvironment() {
       {"NCCL_DEBUG_FILE", "CHORUS_DEBUG_FILE"},
       {"NCCL_COMM_ID", "CHORUS_COMM_ID"},
       {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
+  };
+  for (const auto& m : kSame) {
+    if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
+  }
+  // Switches, read as NCCL reads integers: any nonzero integer is on ("2" too), anything else
+  // ("true") leaves the default, as NCCL does, where Chorus's own take 0 or 1 and refuse the rest.
+  static const char* const kSwitch[][2] = {
       {"NCCL_P2P_DISABLE", "CHORUS_P2P_DISABLE"},
       {"NCCL_CUMEM_ENABLE", "CHORUS_CUMEM_ENABLE"},
       {"NCCL_SHM_DISABLE", "CHORUS_SHM_DISABLE"},
   };
-  for (const auto& m : kSame) {
-    if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
+  for (const auto& m : kSwitch) {
+    const char* v = std::getenv(m[0]);
+    long long x = 0;
+    if (!v) continue;
+    if (ncclInteger(v, &x)) {
+      setIfUnset(m[1], x != 0 ? "1" : "0");
+    } else {
+      cannotMap(m[0], v, "not an integer (NCCL keeps its default)");
+    }
+  }
+  // NCCL waits until the program aborts the communicator (PyTorch's watchdog does at its process
+  // group's timeout): no deadline of Chorus's own unless CHORUS_TIMEOUT or CHORUS_INIT_TIMEOUT is
+  // set. The warnings that name the rank a stuck wait is for stay.
+  const std::string never = "1073741824";  // 2^30 s, Chorus's longest: no deadline (Config::kNoDeadlineSeconds)
+  setIfUnset("CHORUS_TIMEOUT", never);
+  setIfUnset("CHORUS_INIT_TIMEOUT", never);
+  // Settings of NCCL's kernels that Chorus's have no counterpart for.
+  if (const char* v = std::getenv("NCCL_NTHREADS")) {
+    noteIgnored(std::string("NCCL_NTHREADS=") + v, "Chorus's kernels run 512 threads per block (docs/GPU.md)");
+  }
+  if (const char* v = std::getenv("NCCL_LAUNCH_MODE")) {
+    noteIgnored(std::string("NCCL_LAUNCH_MODE=") + v,
+                "Chorus launches each communicator's kernel from the thread that ends the group; there is no mode "
+                "to choose");
   }
   // NCCL_ALGO and NCCL_PROTO: one algorithm or protocol Chorus has; lists, exclusions and
   // per-collective settings are left to Chorus's tuner.
@@ -272,6 +332,24 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   CHORUS_TAKE(nChannelsPerNetPeer);
   CHORUS_TAKE(nvlinkCentricSched);
 #undef CHORUS_TAKE
+  // Fields of NCCL's kernels and networks that Chorus's have no counterpart for: said once at INFO.
+  auto ignoredInt = [&](const char* field, int v, const char* why) {
+    if (v != NCCL_CONFIG_UNDEF_INT) noteIgnored(std::string("ncclConfig_t.") + field + "=" + std::to_string(v), why);
+  };
+  const char* ctas = "Chorus runs one block per channel (CHORUS_NCHANNELS, NCCL_MIN_NCHANNELS) and per peer queue";
+  ignoredInt("cgaClusterSize", out->cgaClusterSize, "Chorus's kernels are launched without clusters");
+  ignoredInt("minCTAs", out->minCTAs, ctas);
+  ignoredInt("maxCTAs", out->maxCTAs, ctas);
+  ignoredInt("CTAPolicy", out->CTAPolicy, ctas);
+  ignoredInt("nvlsCTAs", out->nvlsCTAs, "Chorus has no NVLink SHARP algorithm");
+  ignoredInt("nChannelsPerNetPeer", out->nChannelsPerNetPeer, ctas);
+  ignoredInt("nvlinkCentricSched", out->nvlinkCentricSched, "Chorus's tuner chooses by its own model");
+  ignoredInt("collnetEnable", out->collnetEnable, "Chorus has no CollNet algorithm");
+  ignoredInt("trafficClass", out->trafficClass, "Chorus's sockets set no traffic class");
+  if (out->netName != NCCL_CONFIG_UNDEF_PTR) {
+    noteIgnored(std::string("ncclConfig_t.netName=") + out->netName,
+                "Chorus chooses its network by CHORUS_SOCKET_IFNAME (NCCL_SOCKET_IFNAME)");
+  }
   return ncclSuccess;
 }
 

@@ -119,7 +119,7 @@ Status readBool(const char* name, bool* out) {
 Result<Config> Config::fromEnv() {
   Config c;
   int64_t x = c.timeoutNs / 1000000000;
-  CHORUS_TRY(readEnvInt("CHORUS_TIMEOUT", 1, int64_t(1) << 30, &x));
+  CHORUS_TRY(readEnvInt("CHORUS_TIMEOUT", 1, kNoDeadlineSeconds, &x));
   c.timeoutNs = x * 1000000000;
   x = 0;
   CHORUS_TRY(readEnvInt("CHORUS_INIT_TIMEOUT", 1, int64_t(1) << 30, &x));

@@ -36,6 +36,10 @@ enum Subsys : uint32_t {
 };
 
 struct Config {
+  // The longest CHORUS_TIMEOUT (2^30 s, 34 years): no deadline. The NCCL drop-in sets it when
+  // CHORUS_TIMEOUT is unset, since NCCL waits until the program aborts the communicator.
+  static constexpr int64_t kNoDeadlineSeconds = int64_t(1) << 30;
+
   int64_t timeoutNs = int64_t(1800) * 1000000000;  // CHORUS_TIMEOUT (seconds)
   int64_t initTimeoutNs = 0;                       // CHORUS_INIT_TIMEOUT (seconds); 0: initTimeout()
   LogLevel logLevel = LogLevel::kWarn;             // CHORUS_DEBUG
@@ -74,6 +78,15 @@ struct Config {
   std::vector<std::string> envSettings;
 
   static Result<Config> fromEnv();
+  // Whether waits never fail by themselves (kNoDeadlineSeconds): only an abort ends them.
+  bool noDeadline() const { return timeoutNs >= kNoDeadlineSeconds * 1000000000; }
+  // What ends a stuck wait, for the messages that say so.
+  std::string deadlineText() const {
+    return noDeadline() ? std::string(
+                              "Nothing ends it but an abort (no deadline: CHORUS_TIMEOUT is unset under the "
+                              "NCCL drop-in, which waits as NCCL does)")
+                        : "The timeout ends it after " + std::to_string(timeoutNs / 1000000000) + " s (CHORUS_TIMEOUT)";
+  }
   // How long an operation may make no progress before its rank logs what it waits for.
   int64_t stallWarnNs() const {
     if (warnAfterNs > 0) return warnAfterNs;

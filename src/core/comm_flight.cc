@@ -156,11 +156,9 @@ void Communicator::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextW
       }
     }
   }
-  log_.warn(kSubsysAll,
-            "{} has made no progress for {:.1f} s: waiting for {} {} at step {} ({}). Channels: {}. The timeout "
-            "ends it after {} s (CHORUS_TIMEOUT)",
+  log_.warn(kSubsysAll, "{} has made no progress for {:.1f} s: waiting for {} {} at step {} ({}). Channels: {}. {}",
             what, static_cast<double>(waitedNs) / 1e9, w.forData ? "data from" : "free space at", describePeer(w.peer),
-            w.step, primName(w.prim), describeChannels(), config_.timeoutNs / 1000000000);
+            w.step, primName(w.prim), describeChannels(), config_.deadlineText());
 }
 
 std::string Communicator::dumpState() const {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -33,7 +34,8 @@ static void check(ncclResult_t r, const char* what) {
 int main(void) {
   static const char* const kNames[] = {"DEBUG",         "DEBUG_SUBSYS",  "DEBUG_FILE", "COMM_ID",    "SOCKET_IFNAME",
                                        "P2P_DISABLE",   "SHM_DISABLE",   "ALGO",       "PROTO",      "NCHANNELS",
-                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",   "SLOT_BYTES", "SLOTS"};
+                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",   "SLOT_BYTES", "SLOTS",
+                                       "TIMEOUT",       "INIT_TIMEOUT",  "CUMEM_ENABLE", "NTHREADS",  "LAUNCH_MODE"};
   char name[64];
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
     snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
@@ -49,7 +51,8 @@ int main(void) {
   setenv("NCCL_MIN_NCHANNELS", "4", 1);
   setenv("NCCL_MAX_NCHANNELS", "2", 1);
   setenv("NCCL_BUFFSIZE", "4194304", 1);
-  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("NCCL_SHM_DISABLE", "2", 1);   /* NCCL reads integers: any nonzero one is on */
+  setenv("NCCL_CUMEM_ENABLE", "true", 1); /* not an integer: NCCL keeps its default */
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("CHORUS_P2P_DISABLE", "0", 1); /* the user's CHORUS_* twin wins */
   expect("CHORUS_ALGO", NULL, "before the first init");
@@ -65,6 +68,10 @@ int main(void) {
   expect("CHORUS_SLOT_BYTES", "524288", when); /* 4 MiB over the default 8 slots */
   expect("CHORUS_SHM_DISABLE", "1", when);
   expect("CHORUS_P2P_DISABLE", "0", when);
+  expect("CHORUS_CUMEM_ENABLE", NULL, when);
+  /* No deadline of Chorus's own: NCCL waits until the program aborts. */
+  expect("CHORUS_TIMEOUT", "1073741824", when);
+  expect("CHORUS_INIT_TIMEOUT", "1073741824", when);
 
   /* The mapped settings run: an all-reduce on one rank (ring, LL, 2 channels, 512 KiB slots). */
   ncclComm_t comm;
@@ -101,6 +108,46 @@ int main(void) {
   setenv("NCCL_ALGO", "NVLS", 1);
   resetDebugInit();
   expect("CHORUS_ALGO", NULL, "after NCCL_ALGO=NVLS");
+
+  /* The user's CHORUS_TIMEOUT wins. */
+  setenv("CHORUS_TIMEOUT", "77", 1);
+  resetDebugInit();
+  expect("CHORUS_TIMEOUT", "77", "after the user set CHORUS_TIMEOUT");
+  expect("CHORUS_INIT_TIMEOUT", "1073741824", "after the user set CHORUS_TIMEOUT");
+
+  /* Settings with no counterpart are said once, at INFO, on stderr. */
+  char path[] = "/tmp/nccl_env_test.XXXXXX";
+  const int fd = mkstemp(path);
+  fflush(stderr);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_NTHREADS", "256", 1);
+  resetDebugInit();
+  resetDebugInit();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 4;
+  ncclComm_t second;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  check(ncclCommInitRankConfig(&second, 1, id, 0, &config), "ncclCommInitRankConfig with minCTAs");
+  check(ncclCommDestroy(second), "ncclCommDestroy");
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char said[65536];
+  const ssize_t got = pread(fd, said, sizeof(said) - 1, 0);
+  said[got > 0 ? got : 0] = 0;
+  close(fd);
+  unlink(path);
+  const char* nthreads = strstr(said, "NCCL_NTHREADS=256 is ignored");
+  if (!nthreads || strstr(nthreads + 1, "NCCL_NTHREADS=256 is ignored")) {
+    fprintf(stderr, "FAIL NCCL_NTHREADS: not said exactly once at INFO; stderr was:\n%s\n", said);
+    ++failures;
+  }
+  if (!strstr(said, "ncclConfig_t.minCTAs=4 is ignored")) {
+    fprintf(stderr, "FAIL ncclConfig_t.minCTAs: not said at INFO; stderr was:\n%s\n", said);
+    ++failures;
+  }
 
   check(ncclCommDestroy(comm), "ncclCommDestroy");
   free(in);
