@@ -448,15 +448,34 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
   return pass(chorusCommGetAsyncError(chorusOf(comm), reinterpret_cast<chorusResult_t*>(asyncError)));
 }
 
+// NCCL's attribute queries first make sure the communicator is ready (ncclCommEnsureReady): a
+// failed one returns its error, one still initialising ncclInvalidArgument. Chorus's own answer
+// for a failed communicator too.
+ncclResult_t ensureReady(ncclComm_t comm) {
+  chorusResult_t async = chorusSuccess;
+  const chorusResult_t r = chorusCommGetAsyncError(chorusOf(comm), &async);
+  if (r != chorusSuccess) return pass(r);
+  if (async == chorusInProgress) {
+    tRefusal =
+        "the communicator is still initialising: wait until ncclCommGetAsyncError stops returning "
+        "ncclInProgress";
+    return ncclInvalidArgument;
+  }
+  return pass(async);
+}
+
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  if (ncclResult_t r = ensureReady(comm); r != ncclSuccess) return r;
   return pass(chorusCommCount(chorusOf(comm), count));
 }
 
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  if (ncclResult_t r = ensureReady(comm); r != ncclSuccess) return r;
   return pass(chorusCommCuDevice(chorusOf(comm), device));
 }
 
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  if (ncclResult_t r = ensureReady(comm); r != ncclSuccess) return r;
   return pass(chorusCommUserRank(chorusOf(comm), rank));
 }
 
@@ -478,16 +497,30 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
   return pass(chorusCommRegister(chorusOf(comm), buff, size, handle));
 }
 
+// A live communicator, or the error that says it is not (NCCL's CommCheck).
+ncclResult_t checkComm(ncclComm_t comm) {
+  int n = 0;
+  return pass(chorusCommCount(chorusOf(comm), &n));
+}
+
+// NCCL 2.28 takes a NULL handle, and a window of NULL or 0 bytes, as nothing to do (Chorus's own
+// API refuses them, saying so).
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  if (!handle) return checkComm(comm);
   return pass(chorusCommDeregister(chorusOf(comm), handle));
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
          int winFlags) {
+  if (win && (!buff || size == 0)) {
+    *win = nullptr;
+    return checkComm(comm);
+  }
   return pass(chorusCommWindowRegister(chorusOf(comm), buff, size, reinterpret_cast<chorusWindow_t*>(win), winFlags));
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  if (!win) return checkComm(comm);
   return pass(chorusCommWindowDeregister(chorusOf(comm), reinterpret_cast<chorusWindow_t>(win)));
 }
 

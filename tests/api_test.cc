@@ -89,7 +89,7 @@ TEST_CASE("bad arguments return the right code with a message and touch nothing"
   // A group with a bad call launches nothing and says so at the end.
   REQUIRE(chorusGroupStart() == chorusSuccess);
   CHECK(chorusAllReduce(nullptr, out, 4, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);
-  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  CHECK(chorusGroupEnd() == chorusInvalidArgument);  // the failed call's own code, as NCCL's group returns
   CHECK(std::string(chorusGetLastError(nullptr)).find("nothing in the group was launched") != std::string::npos);
 }
 
@@ -397,6 +397,82 @@ TEST_CASE("comm init per thread, blocking and non-blocking, and split", "[api][i
   for (auto c : comms) CHECK(chorusCommDestroy(c) == chorusSuccess);
 }
 
+// NCCL runs a split inside a group at ncclGroupEnd, so one thread may split the communicators of
+// several ranks (its documented pattern for single-process multi-GPU code); Chorus split at once
+// and the first rank's split waited for the others, on the same thread, until the timeout.
+TEST_CASE("splits inside a group from one thread, and inits beside operations", "[api][init][group]") {
+  const int n = 4;
+  World w(n);
+  REQUIRE(w.ok());
+  std::vector<chorusComm_t> sub(n, nullptr);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < n; ++r) {
+    // Ranks 0 and 2 in one half, 1 in the other, 3 in none.
+    const int color = r == 3 ? CHORUS_SPLIT_NOCOLOR : r % 2;
+    REQUIRE(chorusCommSplit(w.comm(r), color, r, &sub[r], nullptr) == chorusSuccess);
+    if (r == 3) CHECK(sub[r] == nullptr);
+    if (r != 3) CHECK(sub[r] != nullptr);
+  }
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < 3; ++r) {
+    int count = 0;
+    int rank = -1;
+    REQUIRE(chorusCommCount(sub[r], &count) == chorusSuccess);
+    REQUIRE(chorusCommUserRank(sub[r], &rank) == chorusSuccess);
+    CHECK(count == (r % 2 == 0 ? 2 : 1));
+    CHECK(rank == (r == 2 ? 1 : 0));
+  }
+  std::vector<int32_t> v{10, 20, 30};
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < 3; ++r) REQUIRE(chorusAllReduce(&v[r], &v[r], 1, chorusInt32, chorusSum, sub[r], nullptr) == 0);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  CHECK(v[0] == 40);
+  CHECK(v[1] == 20);
+  CHECK(v[2] == 40);
+  for (int r = 0; r < 3; ++r) CHECK(chorusCommDestroy(sub[r]) == chorusSuccess);
+
+  // Inits and operations (on communicators made before the group) in one group: the inits run
+  // first, then the operations, as in NCCL.
+  chorusUniqueId id;
+  REQUIRE(chorusGetUniqueId(&id) == chorusSuccess);
+  std::vector<chorusComm_t> fresh(2, nullptr);
+  std::vector<double> d(n, 2.5);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < 2; ++r) REQUIRE(chorusCommInitRank(&fresh[r], 2, id, r) == chorusSuccess);
+  for (int r = 0; r < n; ++r)
+    REQUIRE(chorusAllReduce(&d[r], &d[r], 1, chorusFloat64, chorusSum, w.comm(r), nullptr) == 0);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < n; ++r) CHECK(d[r] == 10.0);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(chorusAllReduce(&d[r], &d[r], 1, chorusFloat64, chorusSum, fresh[r], nullptr) == 0);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  CHECK(d[0] == 20.0);
+  CHECK(d[1] == 20.0);
+  for (auto c : fresh) CHECK(chorusCommDestroy(c) == chorusSuccess);
+}
+
+// NCCL joins the CUDA streams of one communicator's ops in a group (cuda_coll_test checks that);
+// host streams have nothing to join with, so that stays refused, with why.
+TEST_CASE("one communicator's ops on two host streams in one group are refused", "[api][group]") {
+  World w(1);
+  REQUIRE(w.ok());
+  chorusStream_t s1 = nullptr;
+  chorusStream_t s2 = nullptr;
+  REQUIRE(chorusStreamCreate(&s1) == chorusSuccess);
+  REQUIRE(chorusStreamCreate(&s2) == chorusSuccess);
+  float x = 1.0f;
+  float y = 2.0f;
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  REQUIRE(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, w.comm(0), s1) == chorusSuccess);
+  REQUIRE(chorusAllReduce(&y, &y, 1, chorusFloat32, chorusSum, w.comm(0), s2) == chorusSuccess);
+  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  INFO(chorusGetLastError(nullptr));
+  CHECK(std::string(chorusGetLastError(nullptr)).find("unless all are CUDA streams") != std::string::npos);
+  CHECK(chorusStreamDestroy(s1) == chorusSuccess);
+  CHECK(chorusStreamDestroy(s2) == chorusSuccess);
+}
+
 TEST_CASE("inits inside a group from one thread", "[api][init][group]") {
   const int n = 3;
   chorusUniqueId id;
@@ -681,8 +757,9 @@ TEST_CASE("NCCL 2.28's newer calls: scalable init, revoke, windows, simulated gr
   std::memset(&unset, 0, sizeof(unset));
   REQUIRE(chorusGroupStart() == chorusSuccess);
   CHECK(chorusGroupSimulateEnd(&unset) == chorusInvalidArgument);
-  // Still open after the refused call, which failed the group as any failed call inside one does.
-  CHECK(chorusGroupEnd() == chorusInvalidUsage);
+  // Still open after the refused call, which failed the group as any failed call inside one does,
+  // and the group returns that call's code.
+  CHECK(chorusGroupEnd() == chorusInvalidArgument);
   CHECK(chorusGroupSimulateEnd(&sim) == chorusInvalidUsage);  // no group
   // The communicators still work: the simulated group left nothing behind.
   const auto ran = onRanks(2, [&](int r) {

@@ -438,6 +438,51 @@ void deviceScalar() {
   }
 }
 
+// One communicator's ops on two CUDA streams in one group: the streams are joined, as NCCL joins
+// them (the launch waits for both, and both for the launch). It was refused.
+void twoStreamsOneGroup() {
+  const int n = 2;
+  Ranks k(n);
+  const size_t count = 1 << 16;
+  std::vector<cudaStream_t> second(n);
+  std::vector<chorusStream_t> secondW(n);
+  std::vector<float*> a(n), b(n);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaStreamCreateWithFlags(&second[r], cudaStreamNonBlocking));
+    EXPECT(chorusStreamFromCuda(second[r], &secondW[r]) == chorusSuccess, "wrap the second stream");
+    CUDA_OK(cudaMalloc(&a[r], count * 4));
+    CUDA_OK(cudaMalloc(&b[r], count * 4));
+    spinThenFill<<<64, 256, 0, k.cuda[r]>>>(a[r], count, float(r + 1), 50'000'000);
+    spinThenFill<<<64, 256, 0, second[r]>>>(b[r], count, float(10 * (r + 1)), 100'000'000);
+  }
+  chorusGroupStart();
+  for (int r = 0; r < n; ++r) {
+    chorusAllReduce(a[r], a[r], count, chorusFloat32, chorusSum, k.comms[r], k.streams[r]);
+    chorusAllReduce(b[r], b[r], count, chorusFloat32, chorusSum, k.comms[r], secondW[r]);
+  }
+  EXPECT(chorusGroupEnd() == chorusSuccess, "two streams in one group: enqueue");
+  std::vector<float> ha(count), hb(count);
+  for (int r = 0; r < n; ++r) {
+    // Each stream on its own: both wait for the launch.
+    CUDA_OK(cudaMemcpyAsync(ha.data(), a[r], count * 4, cudaMemcpyDeviceToHost, k.cuda[r]));
+    CUDA_OK(cudaMemcpyAsync(hb.data(), b[r], count * 4, cudaMemcpyDeviceToHost, second[r]));
+    CUDA_OK(cudaStreamSynchronize(k.cuda[r]));
+    CUDA_OK(cudaStreamSynchronize(second[r]));
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += (ha[i] != 3.0f) + (hb[i] != 30.0f);
+    EXPECT(bad == 0, "two streams in one group: rank %d has %zu wrong elements (first %g and %g)", r, bad, ha[0],
+           hb[0]);
+  }
+  k.sync();
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaStreamSynchronize(second[r]));
+    chorusStreamDestroy(secondW[r]);
+    cudaStreamDestroy(second[r]);
+    cudaFree(a[r]);
+    cudaFree(b[r]);
+  }
+}
+
 // chorusCommFinalize (ncclCommFinalize) waits for the kernels already enqueued on the caller's
 // streams, as NCCL's synchronises the stream its launches join; it returned at once.
 void finalizeWaits() {
@@ -554,6 +599,8 @@ int main(int argc, char** argv) {
     std::printf("stream 0 and shared streams: done, %d failures so far\n", failures);
     deviceScalar();
     std::printf("device scalar: done, %d failures so far\n", failures);
+    twoStreamsOneGroup();
+    std::printf("two streams in one group: done, %d failures so far\n", failures);
     finalizeWaits();
     std::printf("finalize: done, %d failures so far\n", failures);
     abortAndDeadline();

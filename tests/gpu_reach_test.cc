@@ -101,3 +101,14 @@ TEST_CASE("two processes that each see only their own GPU still find their GPUs 
   r1.host.flags |= PeerInfo::kP2pDisabled;
   CHECK_FALSE(gpuPeers(r0, r1));
 }
+
+// ncclMemAlloc's memory is mapped for every device of the process that reaches the owner (NCCL
+// grants them all): the drop-in granted the owner alone, so a peer GPU's kernel faulted on it.
+TEST_CASE("memory of one GPU is granted to it and every GPU that reaches it", "[gpu_reach]") {
+  // Four devices: 0-1 and 2-3 are NVLink pairs, 3 also reaches 0 (PCIe peer access).
+  auto can = [](int d, int owner) { return (d / 2 == owner / 2) || (d == 3 && owner == 0); };
+  CHECK(chorus::cuda::devicesGranted(0, 4, can) == std::vector<int>{0, 1, 3});
+  CHECK(chorus::cuda::devicesGranted(2, 4, can) == std::vector<int>{2, 3});
+  CHECK(chorus::cuda::devicesGranted(3, 1, can) == std::vector<int>{3});  // the owner even if not counted
+  CHECK(chorus::cuda::devicesGranted(0, 0, can) == std::vector<int>{0});  // no count: the owner alone
+}

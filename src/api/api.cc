@@ -230,7 +230,7 @@ Status initRank(chorusComm_t* comm, int nranks, const chorusUniqueId& commId, in
     if (d.isOk()) options.cudaDevice = d.value();
   }
   auto handle = std::make_shared<CommHandle>();
-  InitJob job{handle, id, rank, nranks, options};
+  InitJob job{handle, id, rank, nranks, options, nullptr};
   if (deferInit(job)) {
     *comm = publish(handle);
     return Status::ok();
@@ -452,6 +452,21 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     CHORUS_ASSIGN_OR_RETURN(CommRef parent, usableComm(comm));
     CHORUS_ASSIGN_OR_RETURN(CommOptions options, readUserConfig(config));
     if (!config) options.blocking = parent->blocking();
+    if (color < 0 && color != CHORUS_SPLIT_NOCOLOR) {
+      return invalidArgument("color must be non-negative or CHORUS_SPLIT_NOCOLOR, not " + std::to_string(color));
+    }
+    if (inGroup()) {
+      // As NCCL: a split inside a group runs at the outermost chorusGroupEnd, at once with the
+      // group's other inits and splits, so that one thread may split the communicators of several
+      // ranks. The handle is published now (in progress until then); NOCOLOR's stays NULL.
+      auto h = std::make_shared<CommHandle>();
+      auto keep = std::make_shared<CommRef>(std::move(parent));
+      InitJob job{h, BootstrapId(), 0, 0, options, nullptr};
+      job.make = [keep, color, key, options] { return Communicator::split(**keep, color, key, options); };
+      deferInit(job);
+      if (color != CHORUS_SPLIT_NOCOLOR) *newcomm = publish(std::move(h));
+      return Status::ok();
+    }
     auto r = Communicator::split(*parent, color, key, options);
     if (!r.isOk()) return r.status();
     std::unique_ptr<Communicator> child = r.take();

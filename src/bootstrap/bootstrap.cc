@@ -698,9 +698,9 @@ void Bootstrap::noteSlowWait(int64_t startNs, int64_t* nextWarnNs, int peer, con
   if (warnNs_ <= 0 || now < *nextWarnNs) return;
   log_.warn(kSubsysBoot,
             "rank {} has waited {:.1f} s for {} from rank {} ({}): is that rank alive and in the same call? The first "
-            "operation between two ranks connects them and waits for both. The timeout ends it after {} s",
+            "operation between two ranks connects them and waits for both. {}",
             rank_, static_cast<double>(now - startNs) / 1e9, what, peer, peers_[peer].toString(),
-            timeoutNs_ / 1000000000);
+            deadlineText(timeoutNs_, "CHORUS_TIMEOUT"));
   *nextWarnNs = startNs + 2 * (*nextWarnNs - startNs);
 }
 

@@ -173,7 +173,7 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
       const std::string word = "bootstrap root at " + id.root.toString() + ": " + std::to_string(joined) + " of " +
                                std::to_string(nranks) + " ranks joined in " +
                                std::to_string((now - start) / 1000000000) + " s; still waiting for ranks " + missing() +
-                               " (the init timeout ends it after " + std::to_string(timeoutNs / 1000000000) + " s)";
+                               ". " + deadlineText(timeoutNs, "CHORUS_INIT_TIMEOUT");
       log.warn(kSubsysBoot, "{}", word);
       tellJoined(chorusInProgress, word);
       warnEvery *= 2;

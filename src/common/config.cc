@@ -116,6 +116,14 @@ Status readBool(const char* name, bool* out) {
 
 }  // namespace
 
+std::string deadlineText(int64_t timeoutNs, const char* variable) {
+  if (timeoutNs >= Config::kNoDeadlineSeconds * 1000000000) {
+    return std::string("Nothing ends it but an abort (no deadline: ") + variable +
+           " is unset under the NCCL drop-in, which waits as NCCL does)";
+  }
+  return "The timeout ends it after " + std::to_string(timeoutNs / 1000000000) + " s (" + variable + ")";
+}
+
 Result<Config> Config::fromEnv() {
   Config c;
   int64_t x = c.timeoutNs / 1000000000;

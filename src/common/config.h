@@ -35,6 +35,10 @@ enum Subsys : uint32_t {
   kSubsysDefault = kSubsysInit | kSubsysBoot | kSubsysEnv,
 };
 
+// What ends a wait whose limit is `timeoutNs` (set by `variable`), as a sentence for the messages
+// that report a stuck wait: the limit, or that only an abort ends it (Config::kNoDeadlineSeconds).
+std::string deadlineText(int64_t timeoutNs, const char* variable);
+
 struct Config {
   // The longest CHORUS_TIMEOUT (2^30 s, 34 years): no deadline. The NCCL drop-in sets it when
   // CHORUS_TIMEOUT is unset, since NCCL waits until the program aborts the communicator.
@@ -81,12 +85,7 @@ struct Config {
   // Whether waits never fail by themselves (kNoDeadlineSeconds): only an abort ends them.
   bool noDeadline() const { return timeoutNs >= kNoDeadlineSeconds * 1000000000; }
   // What ends a stuck wait, for the messages that say so.
-  std::string deadlineText() const {
-    return noDeadline() ? std::string(
-                              "Nothing ends it but an abort (no deadline: CHORUS_TIMEOUT is unset under the "
-                              "NCCL drop-in, which waits as NCCL does)")
-                        : "The timeout ends it after " + std::to_string(timeoutNs / 1000000000) + " s (CHORUS_TIMEOUT)";
-  }
+  std::string deadlineText() const { return chorus::deadlineText(timeoutNs, "CHORUS_TIMEOUT"); }
   // How long an operation may make no progress before its rank logs what it waits for.
   int64_t stallWarnNs() const {
     if (warnAfterNs > 0) return warnAfterNs;

@@ -41,7 +41,7 @@ Status initClique(std::vector<std::shared_ptr<CommHandle>>* handles, int n, cons
     // one): the current device of a fresh init thread says nothing.
     options.cudaDevice = devlist ? devlist[r] : -1;
     options.deviceFromCurrent = false;
-    InitJob job{(*handles)[r], id.value(), r, n, options};
+    InitJob job{(*handles)[r], id.value(), r, n, options, nullptr};
     threads.emplace_back([job, &results, &cancel, &first, r] {
       results[r] = runInit(job);
       int none = -1;

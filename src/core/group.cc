@@ -53,7 +53,7 @@ Status runInit(const InitJob& job) {
   CommHandle* h = job.handle.get();
   CommOptions options = job.options;
   if (!options.cancel) options.cancel = &h->initCancel;
-  auto r = Communicator::create(job.id, job.rank, job.nranks, options, nullptr);
+  auto r = job.make ? job.make() : Communicator::create(job.id, job.rank, job.nranks, options, nullptr);
   Status s = r.status();
   std::lock_guard<std::mutex> g(h->initMu);
   if (r.isOk()) h->impl = r.take();
@@ -114,17 +114,17 @@ Status groupEnd() {
   GroupState g = std::move(tGroup);
   tGroup = GroupState();
   if (!g.error.isOk()) {
-    Status s =
-        invalidUsage("a call inside this group failed, so nothing in the group was launched: " + g.error.message());
+    // The failed call's own code, as NCCL's group returns it.
+    Status s(g.error.code(),
+             "a call inside this group failed, so nothing in the group was launched: " + g.error.message());
     failInits(g.inits, s);
     return s;
   }
   if (!g.inits.empty()) {
-    if (!g.ops.empty()) {
-      return invalidUsage("a group may hold communicator inits or operations, not both (as in NCCL)");
-    }
-    // Every init of the group runs at once: ranks of one clique driven by one thread must all
-    // join the bootstrap together. Non-blocking handles keep running in the background.
+    // Every init and split of the group runs at once: ranks of one clique driven by one thread
+    // must all join the bootstrap (or the parent's exchange) together. Non-blocking handles keep
+    // running in the background. The group's operations, on communicators made before it, run
+    // after.
     std::vector<std::thread> threads;
     std::vector<Status> results(g.inits.size());
     for (size_t i = 0; i < g.inits.size(); ++i) {
@@ -137,10 +137,16 @@ Status groupEnd() {
       threads.emplace_back([job, &results, i] { results[i] = runInit(job); });
     }
     for (auto& t : threads) t.join();
+    Status pending;  // a non-blocking init's chorusInProgress, returned after the operations launch
     for (const auto& s : results) {
-      if (!s.isOk()) return s;
+      if (s.inProgress()) {
+        pending = s;
+      } else if (!s.isOk()) {
+        return s;
+      }
     }
-    return Status::ok();
+    if (!g.ops.empty()) CHORUS_TRY(launch(g.ops));
+    return pending;
   }
   if (g.ops.empty()) return Status::ok();
   return launch(g.ops);
@@ -197,7 +203,23 @@ struct CommOps {
   Communicator* comm;
   std::shared_ptr<Stream> stream;
   std::vector<OpInfo> ops;
+  // Other CUDA streams the communicator's ops of this group came on: joined with `stream` (the
+  // launch waits for each, and each for the launch), as NCCL joins a group's streams.
+  std::vector<std::shared_ptr<Stream>> also = {};
 };
+
+// Ops of one communicator in one group on two streams, not all CUDA ones.
+Status twoStreams(const OpInfo& op) {
+  return invalidUsage(
+      "operations of one communicator in one group must use one stream unless all are CUDA streams "
+      "(rank " +
+      std::to_string(op.comm->rank()) +
+      " used a host stream or the NULL stream and another); CUDA streams are joined, as in NCCL");
+}
+
+// The CUDA stream a wrapper launches on: its own, or the legacy default stream for 0, as NCCL
+// takes it (never the communicator's own stream, which nothing of the caller's waits for).
+void* launchStreamOf(const Stream& s) { return s.cudaStream() ? s.cudaStream() : cuda::legacyDefaultStream(); }
 
 // tasks[i] belongs to work[i].comm.
 void submitToEngines(std::vector<CommOps>& work, std::vector<std::unique_ptr<Task>>& tasks) {
@@ -352,25 +374,34 @@ Status launchDevice(std::vector<CommOps>& work) {
     }
     launches[i] = r.take();
   }
-  // CUDA streams: a wrapper of 0 is the legacy default stream, as in NCCL (never the
-  // communicator's own stream, which nothing of the caller's waits for). Communicators of this
-  // launch that share a CUDA stream run on their own streams, forked from it and joined back, all
-  // forks before any launch and every join after (DeviceComm::forkFrom).
+  // CUDA streams (launchStreamOf). Communicators of this launch that share a CUDA stream, and
+  // one whose ops came on several, run on their own streams, forked from every stream concerned
+  // and joined back, all forks before any launch and every join after (DeviceComm::forkFrom).
   std::vector<void*> cudaStream(work.size(), nullptr);
   std::vector<char> viaOwn(work.size(), 0);
   for (size_t i = 0; i < work.size(); ++i) {
     const std::shared_ptr<Stream>& s = work[i].stream;
-    if (s && s->isCuda()) cudaStream[i] = s->cudaStream() ? s->cudaStream() : cuda::legacyDefaultStream();
+    if (s && s->isCuda()) cudaStream[i] = launchStreamOf(*s);
+    viaOwn[i] = !work[i].also.empty();
   }
   for (size_t i = 0; i < work.size(); ++i) {
     for (size_t j = 0; j < work.size() && cudaStream[i]; ++j) {
       if (j != i && cudaStream[j] == cudaStream[i]) viaOwn[i] = 1;
     }
   }
+  // Every stream communicator i's launch joins.
+  auto streamsOf = [&](size_t i) {
+    std::vector<void*> all{cudaStream[i]};
+    for (const auto& s : work[i].also) all.push_back(launchStreamOf(*s));
+    return all;
+  };
   size_t forked = 0;
   Status failed;
   for (; forked < work.size() && failed.isOk(); ++forked) {
-    if (viaOwn[forked]) failed = work[forked].comm->forkDevice(cudaStream[forked]);
+    if (!viaOwn[forked]) continue;
+    for (void* s : streamsOf(forked)) {
+      if (failed.isOk()) failed = work[forked].comm->forkDevice(s);
+    }
   }
   std::vector<Communicator*> waitHere;
   for (size_t i = 0; i < work.size() && failed.isOk(); ++i) {
@@ -395,8 +426,9 @@ Status launchDevice(std::vector<CommOps>& work) {
   }
   // Joined back even after a failure: a capture must end with every forked stream joined.
   for (size_t i = 0; i < forked; ++i) {
-    if (viaOwn[i]) {
-      Status j = work[i].comm->joinDevice(cudaStream[i]);
+    if (!viaOwn[i]) continue;
+    for (void* s : streamsOf(i)) {
+      Status j = work[i].comm->joinDevice(s);
       if (failed.isOk()) failed = j;
     }
   }
@@ -415,8 +447,10 @@ Status byComm(std::vector<OpInfo>& ops, std::vector<CommOps>* work) {
       work->push_back(CommOps{op.comm, op.stream, {}});
       w = &work->back();
     } else if (w->stream != op.stream) {
-      return invalidUsage("operations of one communicator in one group must use one stream (rank " +
-                          std::to_string(op.comm->rank()) + " used two)");
+      // CUDA streams are joined, as NCCL joins them; a host stream or the NULL stream has no
+      // events to join with.
+      if (!(w->stream && w->stream->isCuda() && op.stream && op.stream->isCuda())) return twoStreams(op);
+      if (std::find(w->also.begin(), w->also.end(), op.stream) == w->also.end()) w->also.push_back(op.stream);
     }
     w->ops.push_back(op);
   }
@@ -453,8 +487,7 @@ Status launch(std::vector<OpInfo>& ops) {
   if (oneComm) {
     for (const auto& op : ops) {
       if (op.stream != ops.front().stream) {
-        return invalidUsage("operations of one communicator in one group must use one stream (rank " +
-                            std::to_string(op.comm->rank()) + " used two)");
+        return twoStreams(op);
       }
     }
     Communicator* c = ops.front().comm;

@@ -8,6 +8,7 @@
 // chorusGroupEnd returns. A lone small all-reduce takes a fast path with no task at all.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct InitJob {
   int rank;
   int nranks;
   CommOptions options;
+  // Set for a split (or another communicator made from a parent): makes the communicator in place
+  // of Communicator::create from the fields above.
+  std::function<Result<std::unique_ptr<Communicator>>()> make;
 };
 
 bool inGroup();
@@ -33,7 +37,8 @@ Status groupEnd();
 Result<double> groupSimulateEnd();
 // Records an op (inside a group) or launches it at once (outside).
 Status submitOp(const OpInfo& op);
-// Records an init (inside a group); returns false when not in a group.
+// Records an init or a split (inside a group), run at the outermost groupEnd with the group's
+// other inits at once; returns false when not in a group.
 bool deferInit(const InitJob& job);
 // Records a failure of a call inside the group: the group then launches nothing.
 void groupFail(const Status& s);

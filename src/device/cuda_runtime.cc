@@ -100,7 +100,8 @@ class RelaxedCapture {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
-// Maps `handle` (its first `size` bytes) at a new address, read/write for `device`, and releases
+// Maps `handle` (its first `size` bytes) at a new address, read/write for `device` and every device
+// of this process that reaches it by peer access (devicesGranted, as ncclMemAlloc), and releases
 // the handle (the mapping keeps the memory); the address is freed with freeShareable.
 Result<void*> mapAndRelease(CUmemGenericAllocationHandle handle, size_t size, size_t align, int device,
                             const char* what) {
@@ -110,11 +111,19 @@ Result<void*> mapAndRelease(CUmemGenericAllocationHandle handle, size_t size, si
   if (rc == CUDA_SUCCESS) {
     rc = a.map(ptr, size, 0, handle, 0);
     if (rc == CUDA_SUCCESS) {
-      CUmemAccessDesc access = {};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = device;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      rc = a.setAccess(ptr, size, &access, 1);
+      int count = 0;
+      if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+      const std::vector<int> granted = devicesGranted(device, count, [](int d, int owner) {
+        int can = 0;
+        return cudaDeviceCanAccessPeer(&can, d, owner) == cudaSuccess && can;
+      });
+      std::vector<CUmemAccessDesc> access(granted.size());
+      for (size_t i = 0; i < granted.size(); ++i) {
+        access[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access[i].location.id = granted[i];
+        access[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      }
+      rc = a.setAccess(ptr, size, access.data(), access.size());
       if (rc != CUDA_SUCCESS) a.unmap(ptr, size);
     }
     if (rc != CUDA_SUCCESS) a.addressFree(ptr, size);

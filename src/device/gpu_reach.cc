@@ -37,4 +37,12 @@ std::vector<std::vector<uint64_t>> reachFromMachine(const uint64_t self[2], cons
   return out;
 }
 
+std::vector<int> devicesGranted(int owner, int count, const std::function<bool(int, int)>& canAccessPeer) {
+  std::vector<int> out{owner};
+  for (int d = 0; d < count; ++d) {
+    if (d != owner && canAccessPeer(d, owner)) out.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace chorus::cuda

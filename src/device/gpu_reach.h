@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,10 @@ struct MachineGpu {
 // The UUIDs `self` reaches: itself first, then every other GPU of `machine` it reads and writes
 // by peer access, each once, in the machine's order.
 std::vector<std::vector<uint64_t>> reachFromMachine(const uint64_t self[2], const std::vector<MachineGpu>& machine);
+
+// The devices (of the `count` this process sees) that get read and write access to memory of
+// `owner` mapped here: the owner, then every device `canAccessPeer(device, owner)` says reaches
+// it, as NCCL's ncclMemAlloc grants them, so peers' kernels in this process may use the memory.
+std::vector<int> devicesGranted(int owner, int count, const std::function<bool(int, int)>& canAccessPeer);
 
 }  // namespace chorus::cuda

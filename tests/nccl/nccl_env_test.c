@@ -32,10 +32,10 @@ static void check(ncclResult_t r, const char* what) {
 }
 
 int main(void) {
-  static const char* const kNames[] = {"DEBUG",         "DEBUG_SUBSYS",  "DEBUG_FILE", "COMM_ID",    "SOCKET_IFNAME",
-                                       "P2P_DISABLE",   "SHM_DISABLE",   "ALGO",       "PROTO",      "NCHANNELS",
-                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",   "SLOT_BYTES", "SLOTS",
-                                       "TIMEOUT",       "INIT_TIMEOUT",  "CUMEM_ENABLE", "NTHREADS",  "LAUNCH_MODE"};
+  static const char* const kNames[] = {"DEBUG",         "DEBUG_SUBSYS",  "DEBUG_FILE",   "COMM_ID",    "SOCKET_IFNAME",
+                                       "P2P_DISABLE",   "SHM_DISABLE",   "ALGO",         "PROTO",      "NCHANNELS",
+                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",     "SLOT_BYTES", "SLOTS",
+                                       "TIMEOUT",       "INIT_TIMEOUT",  "CUMEM_ENABLE", "NTHREADS",   "LAUNCH_MODE"};
   char name[64];
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
     snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
@@ -51,7 +51,7 @@ int main(void) {
   setenv("NCCL_MIN_NCHANNELS", "4", 1);
   setenv("NCCL_MAX_NCHANNELS", "2", 1);
   setenv("NCCL_BUFFSIZE", "4194304", 1);
-  setenv("NCCL_SHM_DISABLE", "2", 1);   /* NCCL reads integers: any nonzero one is on */
+  setenv("NCCL_SHM_DISABLE", "2", 1);     /* NCCL reads integers: any nonzero one is on */
   setenv("NCCL_CUMEM_ENABLE", "true", 1); /* not an integer: NCCL keeps its default */
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("CHORUS_P2P_DISABLE", "0", 1); /* the user's CHORUS_* twin wins */
@@ -148,6 +148,33 @@ int main(void) {
     fprintf(stderr, "FAIL ncclConfig_t.minCTAs: not said at INFO; stderr was:\n%s\n", said);
     ++failures;
   }
+
+  /* NCCL 2.28 takes a NULL registration handle and a window of NULL or 0 bytes as nothing to do. */
+  check(ncclCommDeregister(comm, NULL), "ncclCommDeregister of NULL");
+  ncclWindow_t win = (ncclWindow_t)in;
+  check(ncclCommWindowRegister(comm, NULL, 4096, &win, NCCL_WIN_DEFAULT), "ncclCommWindowRegister of NULL");
+  if (win != NULL) {
+    fprintf(stderr, "FAIL ncclCommWindowRegister of NULL left a window\n");
+    ++failures;
+  }
+  check(ncclCommWindowRegister(comm, in, 0, &win, NCCL_WIN_DEFAULT), "ncclCommWindowRegister of 0 bytes");
+  check(ncclCommWindowDeregister(comm, NULL), "ncclCommWindowDeregister of NULL");
+  if (ncclCommDeregister(NULL, NULL) == ncclSuccess) {
+    fprintf(stderr, "FAIL ncclCommDeregister(NULL comm) succeeded\n");
+    ++failures;
+  }
+
+  /* A failed communicator's attributes are its error, as NCCL's ncclCommEnsureReady makes them. */
+  ncclComm_t failed;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  check(ncclCommInitRank(&failed, 1, id, 0), "ncclCommInitRank");
+  check(ncclCommRevoke(failed, NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
+  int attr = -1;
+  if (ncclCommCount(failed, &attr) == ncclSuccess || ncclCommUserRank(failed, &attr) == ncclSuccess) {
+    fprintf(stderr, "FAIL ncclCommCount or ncclCommUserRank succeeded on a revoked communicator\n");
+    ++failures;
+  }
+  check(ncclCommDestroy(failed), "ncclCommDestroy of the revoked communicator");
 
   check(ncclCommDestroy(comm), "ncclCommDestroy");
   free(in);
