@@ -44,27 +44,7 @@ struct ReduceSpec {
   const void* scalePtr = nullptr;
 };
 
-// The bytes a pre-multiplied sum's scalar of `type` (a chorusDataType_t) takes.
-CHORUS_HD size_t scaleBytes(int type) {
-  switch (type) {
-    case chorusInt8:
-    case chorusUint8:
-    case chorusFloat8e4m3:
-    case chorusFloat8e5m2:
-      return 1;
-    case chorusFloat16:
-    case chorusBfloat16:
-      return 2;
-    case chorusInt32:
-    case chorusUint32:
-    case chorusFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
-// Sets s's scalar from its scaleBytes(type) bytes at `v` (native byte order): signed integers
+// Sets s's scalar from the bytes of one `type` element at `v` (native byte order): signed integers
 // sign-extended into scaleI, unsigned ones zero-extended, floating types into scaleF.
 CHORUS_HD void setScale(ReduceSpec& s, int type, const void* v) {
   switch (type) {

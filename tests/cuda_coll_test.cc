@@ -113,6 +113,9 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
     }
     before[r] = Bytes(static_cast<unsigned char*>(hout[r]), static_cast<unsigned char*>(hout[r]) + oc * es);
   }
+  // A cudaMemcpy from pageable memory returns once the bytes are staged, maybe before they reach
+  // the device; the ranks' non-blocking streams do not wait for the legacy stream's copies.
+  CUDA_OK(cudaDeviceSynchronize());
   chorusResult_t rc = issue(c, k.comms, din, dout, count, t, op, root, k.streams);
   EXPECT(rc == chorusSuccess, "%s: device call", label.c_str());
   k.sync();
@@ -293,6 +296,7 @@ void streams() {
   // The NULL stream: done when the call returns.
   for (int r = 0; r < n; ++r)
     CUDA_OK(cudaMemcpy(buf[r], std::vector<float>(count, 2.0f).data(), count * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());  // the copies may still be on their way (runCase)
   chorusGroupStart();
   for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], nullptr);
   EXPECT(chorusGroupEnd() == chorusSuccess, "NULL stream");
@@ -352,8 +356,9 @@ void sharedAndDefaultStreams() {
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaMalloc(&buf[r], count * 4));
       CUDA_OK(cudaMemcpy(buf[r], hundred.data(), count * 4, cudaMemcpyHostToDevice));
-      spinThenFill<<<64, 256, 0, s>>>(buf[r], count, float(r + 1), 100'000'000);
     }
+    CUDA_OK(cudaDeviceSynchronize());  // the copies may still be on their way (runCase)
+    for (int r = 0; r < n; ++r) spinThenFill<<<64, 256, 0, s>>>(buf[r], count, float(r + 1), 100'000'000);
     chorusGroupStart();
     for (int r = 0; r < n; ++r) chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, k.comms[r], w);
     EXPECT(chorusGroupEnd() == chorusSuccess, "%s shared by both ranks: enqueue", name);
@@ -418,6 +423,8 @@ void deviceScalar() {
     EXPECT(
         chorusRedOpCreatePreMulSum(&ops[r], scalar[r], chorusFloat32, chorusScalarDevice, k.comms[r]) == chorusSuccess,
         "create a pre-multiplied sum with a device scalar");
+    // The copy and the memset may still be on their way (runCase): done before the stream's work.
+    CUDA_OK(cudaDeviceSynchronize());
     // Written on the stream before the all-reduce, after the operator is made.
     spinThenFill<<<1, 32, 0, k.cuda[r]>>>(scalar[r], 1, float(r + 2), 100'000'000);
   }

@@ -157,6 +157,10 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
                 src = inDev;
               }
               before.resize(oc * es);
+              // A cudaMemcpy from pageable memory returns once the bytes are staged, maybe before
+              // they reach the device, and `cs` (non-blocking) does not wait for the legacy stream's
+              // copy: without this the collective could read (and send) inputs not yet written.
+              RANK_CUDA(cudaDeviceSynchronize());
               const chorusResult_t rc = issueOne(c, comm, r, n, src, dst, count, t, op, root, stream);
               RANK_CUDA(cudaStreamSynchronize(cs));
               chorusResult_t async = chorusSuccess;
@@ -284,6 +288,7 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
           char* dst = static_cast<char*>(recvMem) + 3 * es;
           char* src = inPlace ? dst : static_cast<char*>(sendMem) + 5 * es;
           RANK_CUDA(cudaMemcpy(src, in.data(), in.size(), cudaMemcpyHostToDevice));
+          RANK_CUDA(cudaDeviceSynchronize());  // the copy may still be on its way (gridRank)
           const chorusResult_t rc = issueOne(Coll::kAllReduce, fast, r, n, src, dst, count, t, op, 0, stream);
           RANK_CUDA(cudaStreamSynchronize(cs));
           chorusResult_t async = chorusSuccess;

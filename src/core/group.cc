@@ -421,7 +421,11 @@ Status launchDevice(std::vector<CommOps>& work) {
       });
       continue;
     }
-    failed = c->enqueueDevice(launches[i], nullptr, std::move(flight[i]));
+    // The NULL stream is synchronous, as a CUDA call without a stream is: its kernels start after
+    // the legacy default stream's work so far (a cudaMemcpy from pageable memory may return before
+    // its bytes arrive, and the own stream is non-blocking).
+    failed = c->forkDevice(cuda::legacyDefaultStream());
+    if (failed.isOk()) failed = c->enqueueDevice(launches[i], nullptr, std::move(flight[i]));
     if (failed.isOk()) waitHere.push_back(c);
   }
   // Joined back even after a failure: a capture must end with every forked stream joined.
