@@ -135,15 +135,13 @@ void noteIgnored(const std::string& setting, const char* why) {
   std::fprintf(stderr, "CHORUS INFO %s is ignored: %s\n", setting.c_str(), why);
 }
 
-// An NCCL integer setting read as NCCL reads it (strtoll, any base): a value that is no integer
-// leaves the default, as NCCL's "Invalid value ... using default": false then.
-bool ncclInteger(const char* v, long long* out) {
-  char* end = nullptr;
+// An NCCL integer setting as NCCL reads it: strtoll in any base, what follows the digits ignored
+// (no digits: 0); out of range: -2, which NCCL then takes as its parameter's default (the only
+// switch where that matters, NCCL_CUMEM_ENABLE, defaults to -2).
+long long ncclInteger(const char* v) {
   errno = 0;
-  const long long x = std::strtoll(v, &end, 0);
-  if (errno != 0 || end == v) return false;
-  *out = x;
-  return true;
+  const long long x = std::strtoll(v, nullptr, 0);
+  return errno == ERANGE ? -2 : x;
 }
 
 // Maps NCCL's variables as they are now, first removing what an earlier mapping set. Callers hold
@@ -165,22 +163,18 @@ void mapEnvironment() {
   for (const auto& m : kSame) {
     if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
   }
-  // Switches, read as NCCL reads integers: any nonzero integer is on ("2" too), anything else
-  // ("true") leaves the default, as NCCL does, where Chorus's own take 0 or 1 and refuse the rest.
-  static const char* const kSwitch[][2] = {
-      {"NCCL_P2P_DISABLE", "CHORUS_P2P_DISABLE"},
-      {"NCCL_CUMEM_ENABLE", "CHORUS_CUMEM_ENABLE"},
-      {"NCCL_SHM_DISABLE", "CHORUS_SHM_DISABLE"},
-  };
-  for (const auto& m : kSwitch) {
-    const char* v = std::getenv(m[0]);
-    long long x = 0;
-    if (!v) continue;
-    if (ncclInteger(v, &x)) {
-      setIfUnset(m[1], x != 0 ? "1" : "0");
-    } else {
-      cannotMap(m[0], v, "not an integer (NCCL keeps its default)");
+  // NCCL's switches as NCCL 2.28 reads them (strtol, any base, no check of what follows, so
+  // "true" reads as 0), where Chorus's own take 0 or 1 and refuse the rest: NCCL_P2P_DISABLE and
+  // NCCL_SHM_DISABLE disable at exactly 1 ("2" leaves them on); NCCL_CUMEM_ENABLE is on at any
+  // positive value, automatic at -2 (and for a value out of range), off otherwise ("true" too).
+  for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"}) {
+    if (const char* v = std::getenv(name)) {
+      setIfUnset(name[5] == 'P' ? "CHORUS_P2P_DISABLE" : "CHORUS_SHM_DISABLE", ncclInteger(v) == 1 ? "1" : "0");
     }
+  }
+  if (const char* v = std::getenv("NCCL_CUMEM_ENABLE")) {
+    const long long x = ncclInteger(v);
+    if (x != -2) setIfUnset("CHORUS_CUMEM_ENABLE", x > 0 ? "1" : "0");
   }
   // NCCL waits until the program aborts the communicator (PyTorch's watchdog does at its process
   // group's timeout): no deadline of Chorus's own unless CHORUS_TIMEOUT or CHORUS_INIT_TIMEOUT is
@@ -422,7 +416,10 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
   return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
 }
 
-NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) { return pass(chorusCommFinalize(chorusOf(comm))); }
+// NCCL's finalize of NULL does nothing and succeeds.
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  return comm ? pass(chorusCommFinalize(chorusOf(comm))) : pass(chorusSuccess);
+}
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return pass(chorusCommDestroy(chorusOf(comm))); }
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return pass(chorusCommAbort(chorusOf(comm))); }
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {

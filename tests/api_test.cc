@@ -761,6 +761,11 @@ TEST_CASE("NCCL 2.28's newer calls: scalable init, revoke, windows, simulated gr
   // and the group returns that call's code.
   CHECK(chorusGroupEnd() == chorusInvalidArgument);
   CHECK(chorusGroupSimulateEnd(&sim) == chorusInvalidUsage);  // no group
+  // A simulated group in which a call failed returns that call's code too, as NCCL's.
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  CHECK(chorusAllReduce(nullptr, data[0].data(), 4, chorusFloat32, chorusSum, comms[0], nullptr) ==
+        chorusInvalidArgument);
+  CHECK(chorusGroupSimulateEnd(&sim) == chorusInvalidArgument);
   // The communicators still work: the simulated group left nothing behind.
   const auto ran = onRanks(2, [&](int r) {
     return chorusAllReduce(data[r].data(), data[r].data(), data[r].size(), chorusFloat32, chorusSum, comms[r], nullptr);

@@ -267,8 +267,10 @@ chorusResult_t chorusCommWindowDeregister(chorusComm_t comm, chorusWindow_t win)
 /* Reduction operators                                                                             */
 
 /** Creates an operator that multiplies each input by *scalar and sums. scalar is read at creation
- *  (chorusScalarHostImmediate) or at each use (chorusScalarDevice: any host pointer that stays
- *  valid). */
+ *  (chorusScalarHostImmediate) or at each use (chorusScalarDevice, a pointer that stays valid: for
+ *  a call on device buffers, device memory the kernel reads when it runs, after the stream's
+ *  earlier work; for host buffers, host memory read when the call is made). A call copies the
+ *  operator when it is made: destroying it before the group ends changes nothing. */
 chorusResult_t chorusRedOpCreatePreMulSum(chorusRedOp_t* op, void* scalar, chorusDataType_t datatype,
                                           chorusScalarResidence_t residence, chorusComm_t comm);
 chorusResult_t chorusRedOpDestroy(chorusRedOp_t op, chorusComm_t comm);

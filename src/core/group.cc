@@ -84,7 +84,7 @@ Result<double> groupSimulateEnd() {
   GroupState g = std::move(tGroup);
   tGroup = GroupState();
   if (!g.error.isOk()) {
-    Status s = invalidUsage("a call inside this group failed: " + g.error.message());
+    Status s(g.error.code(), "a call inside this group failed: " + g.error.message());  // its own code
     failInits(g.inits, s);
     return s;
   }

@@ -51,8 +51,8 @@ int main(void) {
   setenv("NCCL_MIN_NCHANNELS", "4", 1);
   setenv("NCCL_MAX_NCHANNELS", "2", 1);
   setenv("NCCL_BUFFSIZE", "4194304", 1);
-  setenv("NCCL_SHM_DISABLE", "2", 1);     /* NCCL reads integers: any nonzero one is on */
-  setenv("NCCL_CUMEM_ENABLE", "true", 1); /* not an integer: NCCL keeps its default */
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("NCCL_CUMEM_ENABLE", "true", 1); /* NCCL reads "true" as 0 (strtol): off */
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("CHORUS_P2P_DISABLE", "0", 1); /* the user's CHORUS_* twin wins */
   expect("CHORUS_ALGO", NULL, "before the first init");
@@ -68,7 +68,7 @@ int main(void) {
   expect("CHORUS_SLOT_BYTES", "524288", when); /* 4 MiB over the default 8 slots */
   expect("CHORUS_SHM_DISABLE", "1", when);
   expect("CHORUS_P2P_DISABLE", "0", when);
-  expect("CHORUS_CUMEM_ENABLE", NULL, when);
+  expect("CHORUS_CUMEM_ENABLE", "0", when);
   /* No deadline of Chorus's own: NCCL waits until the program aborts. */
   expect("CHORUS_TIMEOUT", "1073741824", when);
   expect("CHORUS_INIT_TIMEOUT", "1073741824", when);
@@ -108,6 +108,19 @@ int main(void) {
   setenv("NCCL_ALGO", "NVLS", 1);
   resetDebugInit();
   expect("CHORUS_ALGO", NULL, "after NCCL_ALGO=NVLS");
+
+  /* NCCL's switches as NCCL reads them: disabled at exactly 1 ("2" and "true" leave SHM on, where
+   * Chorus's own variables refuse both), cuMem on at any positive value and automatic at -2. */
+  setenv("NCCL_SHM_DISABLE", "2", 1);
+  setenv("NCCL_CUMEM_ENABLE", "-2", 1);
+  resetDebugInit();
+  expect("CHORUS_SHM_DISABLE", "0", "after NCCL_SHM_DISABLE=2");
+  expect("CHORUS_CUMEM_ENABLE", NULL, "after NCCL_CUMEM_ENABLE=-2");
+  setenv("NCCL_SHM_DISABLE", "true", 1);
+  setenv("NCCL_CUMEM_ENABLE", "3", 1);
+  resetDebugInit();
+  expect("CHORUS_SHM_DISABLE", "0", "after NCCL_SHM_DISABLE=true");
+  expect("CHORUS_CUMEM_ENABLE", "1", "after NCCL_CUMEM_ENABLE=3");
 
   /* The user's CHORUS_TIMEOUT wins. */
   setenv("CHORUS_TIMEOUT", "77", 1);
@@ -151,6 +164,7 @@ int main(void) {
 
   /* NCCL 2.28 takes a NULL registration handle and a window of NULL or 0 bytes as nothing to do. */
   check(ncclCommDeregister(comm, NULL), "ncclCommDeregister of NULL");
+  check(ncclCommFinalize(NULL), "ncclCommFinalize of NULL");
   ncclWindow_t win = (ncclWindow_t)in;
   check(ncclCommWindowRegister(comm, NULL, 4096, &win, NCCL_WIN_DEFAULT), "ncclCommWindowRegister of NULL");
   if (win != NULL) {
