@@ -98,7 +98,9 @@ void noteEnvironment(Config* c) {
       }
     }
     if (known) {
-      c->envSettings.push_back(name + " set by environment to " + value);
+      // A secret's value is never written anywhere: whoever reads it could join the job.
+      c->envSettings.push_back(name == "CHORUS_COMM_SECRET" ? name + " set by environment (value redacted)"
+                                                            : name + " set by environment to " + value);
     } else {
       c->envWarnings.push_back(name + " is not a Chorus setting and is ignored" +
                                (nearest ? std::string("; did you mean ") + nearest + "?" : std::string()) +

@@ -43,6 +43,7 @@ spdlog::logger* makeSink() {
   std::string fallback;
   if (const char* file = std::getenv("CHORUS_DEBUG_FILE"); file && *file) {
     const std::string path = debugFilePath(file);
+    makePrivateFile(path);  // 0600: a log may say where ranks listen
     try {
       s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
     } catch (const std::exception& e) {

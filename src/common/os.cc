@@ -193,4 +193,11 @@ uint64_t randomU64() {
 
 void setThreadName(const char* name) { ::pthread_setname_np(::pthread_self(), name); }
 
+void makePrivateFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  (void)::fchmod(fd, 0600);
+  ::close(fd);
+}
+
 }  // namespace chorus

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "src/common/os.h"
 #include "src/core/comm.h"
 
 namespace chorus {
@@ -194,6 +195,7 @@ std::string Communicator::dumpName() const {
 
 Status Communicator::writeTrace(const std::string& path) const {
   if (!flight_ || !flight_->enabled()) return Status::ok();
+  makePrivateFile(path);
   std::ofstream f(path, std::ios::trunc);
   f << FlightRecorder::chromeTrace(flight_->snapshot(), rank_,
                                    name_.empty() ? fmt::format("comm {:x}", commId_) : name_);
@@ -205,6 +207,7 @@ Status Communicator::writeTrace(const std::string& path) const {
 Status Communicator::writeDump(const std::string& why) const {
   if (config_.flightDump.empty()) return Status::ok();
   const std::string path = dumpName() + ".txt";
+  makePrivateFile(path);
   std::ofstream f(path, std::ios::app);
   f << "== " << why << "\n" << dumpState();
   f.close();

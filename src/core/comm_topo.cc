@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "src/bootstrap/bootstrap.h"
+#include "src/common/os.h"
 #include "src/core/comm.h"
 
 namespace chorus {
@@ -199,6 +200,7 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
                    {"ringLatencyUs", m.ringLatencyUs},
                    {"treeLatencyUs", m.treeLatencyUs},
                    {"bwGBs", m.bwGBs}};
+  makePrivateFile(config_.topoDumpFile);
   std::ofstream f(config_.topoDumpFile);
   f << dump.dump(2) << "\n";
   if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + config_.topoDumpFile + ": check the path");
