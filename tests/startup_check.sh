@@ -14,9 +14,10 @@
 #    naming it, while the first operation connects them.
 #   startup_check.sh EXAMPLE CHORUSRUN IDLE_WAIT
 set -uo pipefail
-example=$1
-chorusrun=$2
-idle=$3
+usage="usage: bash tests/startup_check.sh EXAMPLE CHORUSRUN IDLE_WAIT (build/examples/chorus_example_allreduce build/chorusrun build/tests/idle_wait)"
+example=${1:?$usage}
+chorusrun=${2:?$usage}
+idle=${3:?$usage}
 dir=$(mktemp -d)
 pids=()
 trap 'kill ${pids[@]} 2> /dev/null; rm -rf "$dir"' EXIT
