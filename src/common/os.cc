@@ -194,9 +194,12 @@ uint64_t randomU64() {
 void setThreadName(const char* name) { ::pthread_setname_np(::pthread_self(), name); }
 
 void makePrivateFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) return;
-  (void)::fchmod(fd, 0600);
+  // Only a regular file of this user's: never a device (/dev/null, /dev/stderr's target) or a file
+  // someone else owns.
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) (void)::fchmod(fd, 0600);
   ::close(fd);
 }
 

@@ -105,8 +105,9 @@ uint64_t randomU64();
 
 // Makes the file at `path` readable and writable by its owner only (0600), creating it empty when
 // it does not exist, before a log, dump or trace is written to it: what Chorus writes may say
-// where a job's ranks listen and what they run. Best effort: a file that cannot be created or
-// changed is left to the writer that opens it next, which reports the failure.
+// where a job's ranks listen and what they run. Only a regular file this user owns is changed
+// (never /dev/null or another's file). Best effort: a file that cannot be created or changed is
+// left to the writer that opens it next, which reports the failure.
 void makePrivateFile(const std::string& path);
 
 }  // namespace chorus
