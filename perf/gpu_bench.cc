@@ -221,8 +221,7 @@ int main() {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s); nothing to measure\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::printf("SKIP: %s; nothing to measure\n", chorus::test::cudaSkipReason(e, devices).c_str());
     return 77;
   }
   cudaDeviceProp prop;

@@ -576,8 +576,8 @@ int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s); collectives on device memory were compiled but not run\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::printf("SKIP: %s; collectives on device memory were compiled but not run\n",
+                chorus::test::cudaSkipReason(e, devices).c_str());
     return 77;
   }
   int stride = 1;

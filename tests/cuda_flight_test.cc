@@ -178,8 +178,8 @@ int main() {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s); the flight recorder's device entries were not checked\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::printf("SKIP: %s; the flight recorder's device entries were not checked\n",
+                chorus::test::cudaSkipReason(e, devices).c_str());
     return 77;
   }
   CUDA_OK(cudaSetDevice(0));

@@ -19,6 +19,7 @@
 #include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
 #include "src/device/prims_device.h"
+#include "tests/grid/cuda_ranks.h"
 #include "tests/special_floats.h"
 
 using namespace chorus;
@@ -42,8 +43,8 @@ int main() {
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
-    std::printf("SKIP: no CUDA device (%s); the device reductions were compiled but not run\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    std::printf("SKIP: %s; the device reductions were compiled but not run\n",
+                chorus::test::cudaSkipReason(e, devices).c_str());
     return 77;
   }
   const size_t n = 100003;

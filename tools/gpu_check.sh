@@ -20,7 +20,8 @@
 #                                         so a run cut short still returns what ran; prints the table
 #                                         last; exits 1 if any check failed or did not run
 #
-# A check that finds no GPU exits 77 and shows as "skipped", never as passed. Checks whose ranks are
+# A check that finds no GPU exits 77 and shows as "skipped", never as passed; on a machine where
+# nvidia-smi lists no GPU every check shows so, and the script exits 77. Checks whose ranks are
 # processes run as clients of the MPS control daemon when it could be started (as root): without
 # it, processes sharing the GPU take turns on it in time slices (docs/GPU.md); device.txt says
 # whether it ran, and a process check that fails under MPS runs once more without it.
@@ -145,7 +146,13 @@ case "$mode" in
     if [ ! -d "$dir/bin" ] && [ -f "$dir/pack/gpu-check.tgz" ]; then
       tar -xzf "$dir/pack/gpu-check.tgz" -C "$dir" || { echo "gpu_check: cannot unpack $dir/pack/gpu-check.tgz"; exit 1; }
     fi
-    [ -d "$dir/bin" ] || { echo "gpu_check: no $dir/bin (run prepare first)"; exit 1; }
+    [ -d "$dir/bin" ] || {
+      echo "gpu_check: no $dir/bin and no $dir/pack/gpu-check.tgz: run 'bash tools/gpu_check.sh prepare $dir' on a machine with the CUDA toolkit first"
+      exit 1
+    }
+    # No GPU here (nvidia-smi lists none): every check shows as skipped, none as passed, and the
+    # script exits 77. Some checks would pass without one (cuda_host_only is a host-only run).
+    gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
     export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # MPS: a daemon of this run's own (its pipe directory), so that only the checks given its
     # CUDA_MPS_PIPE_DIRECTORY are its clients; stopped at the end.
@@ -205,7 +212,11 @@ case "$mode" in
       left=$((budget - ($(date +%s) - began)))
       log="$logs/$name.log"
       : > "$log"
-      if [ "$left" -lt 10 ]; then
+      if [ "$gpus" -eq 0 ]; then
+        verdict="skipped (no GPU on this machine)"
+        took=0
+        echo "nvidia-smi lists no GPU on this machine" > "$log"
+      elif [ "$left" -lt 10 ]; then
         verdict="NOT RUN (budget spent)"
         took=0
         failed=1
@@ -249,6 +260,7 @@ case "$mode" in
     pack
     echo "== GPU checks ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); MPS $mps; $total s)"
     printf '%s\n' "${results[@]}"
+    [ "$gpus" -eq 0 ] && exit 77
     exit $failed
     ;;
   *)

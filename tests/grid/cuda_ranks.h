@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -23,6 +24,14 @@
   } while (0)
 
 namespace chorus::test {
+
+// Why a device test skips, from cudaGetDeviceCount: on a machine without NVIDIA's driver the
+// runtime says its version is "insufficient", which reads as if an upgrade were needed.
+inline std::string cudaSkipReason(cudaError_t e, int devices) {
+  if (e == cudaErrorInsufficientDriver) return "no CUDA driver on this machine (or one older than this CUDA runtime)";
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && devices == 0)) return "no CUDA device on this machine";
+  return std::string("CUDA cannot count its devices: ") + cudaGetErrorString(e);
+}
 
 struct CudaRanks {
   std::vector<chorusComm_t> comms;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh on a machine without a GPU: every check shows as skipped, none as passed (a
+# host-only check would pass there), and the script exits 77; without prepared programs it says
+# what to run. On a machine with a GPU this check itself skips.
+#   gpu_check_nogpu.sh SOURCE_DIR
+set -uo pipefail
+src=${1:?usage: gpu_check_nogpu.sh SOURCE_DIR}
+if nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
+  echo "SKIP: this machine has a GPU"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+bash "$src/tools/gpu_check.sh" run "$tmp/out" "$tmp/none" > "$tmp/unprepared" 2>&1
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "tools/gpu_check.sh prepare" "$tmp/unprepared"; then
+  echo "FAIL: without prepared programs: exit $rc, and no hint to run prepare:"
+  cat "$tmp/unprepared"
+  failed=1
+fi
+mkdir -p "$tmp/dir/bin"
+bash "$src/tools/gpu_check.sh" run "$tmp/out" "$tmp/dir" > "$tmp/run" 2>&1
+rc=$?
+lines=$(grep -c . "$tmp/out/summary.txt")
+skipped=$(grep -c "skipped (no GPU on this machine)" "$tmp/out/summary.txt")
+if [ $rc -ne 77 ] || [ "$lines" -lt 2 ] || [ "$skipped" -ne $((lines - 1)) ] || grep -q " passed" "$tmp/out/summary.txt"; then
+  echo "FAIL: without a GPU: exit $rc (want 77), $skipped of $((lines - 1)) checks skipped:"
+  cat "$tmp/out/summary.txt"
+  failed=1
+fi
+[ $failed -eq 0 ] && echo "PASSED: without a GPU every one of the $skipped checks shows as skipped (exit 77); unprepared, it says to run prepare"
+exit $failed
