@@ -5,6 +5,8 @@
 #                              4 local ranks printing an nccl-tests table)
 #   bash tools/setup.sh test   install what is missing, build, run the default test tier
 #                              (CHORUS_TEST_TIER=extended runs everything)
+#   bash tools/setup.sh deps   install what is missing, nothing more
+#   bash tools/setup.sh build  install what is missing and build (BUILD_DIR), without running
 #   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
 #   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh (not needed either)
 #
@@ -14,7 +16,10 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in
   run|test|deps|build|plots|bench) ;;
-  *) echo "usage: bash tools/setup.sh run|test" >&2; exit 2 ;;
+  *)
+    echo "usage: bash tools/setup.sh run|test|deps|build|plots|bench (the header of tools/setup.sh says what each does)" >&2
+    exit 2
+    ;;
 esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
