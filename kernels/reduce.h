@@ -44,77 +44,6 @@ struct ReduceSpec {
   const void* scalePtr = nullptr;
 };
 
-// Sets s's scalar from the bytes of one `type` element at `v` (native byte order): signed integers
-// sign-extended into scaleI, unsigned ones zero-extended, floating types into scaleF.
-CHORUS_HD void setScale(ReduceSpec& s, int type, const void* v) {
-  switch (type) {
-    case chorusInt8: {
-      int8_t x;
-      __builtin_memcpy(&x, v, 1);
-      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
-      return;
-    }
-    case chorusUint8: {
-      uint8_t x;
-      __builtin_memcpy(&x, v, 1);
-      s.scaleI = x;
-      return;
-    }
-    case chorusInt32: {
-      int32_t x;
-      __builtin_memcpy(&x, v, 4);
-      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(x));
-      return;
-    }
-    case chorusUint32: {
-      uint32_t x;
-      __builtin_memcpy(&x, v, 4);
-      s.scaleI = x;
-      return;
-    }
-    case chorusInt64:
-    case chorusUint64:
-      __builtin_memcpy(&s.scaleI, v, 8);
-      return;
-    case chorusFloat16: {
-      uint16_t x;
-      __builtin_memcpy(&x, v, 2);
-      s.scaleF = toFloat(Half{x});
-      return;
-    }
-    case chorusBfloat16: {
-      uint16_t x;
-      __builtin_memcpy(&x, v, 2);
-      s.scaleF = toFloat(BFloat16{x});
-      return;
-    }
-    case chorusFloat8e4m3: {
-      uint8_t x;
-      __builtin_memcpy(&x, v, 1);
-      s.scaleF = toFloat(Fp8E4M3{x});
-      return;
-    }
-    case chorusFloat8e5m2: {
-      uint8_t x;
-      __builtin_memcpy(&x, v, 1);
-      s.scaleF = toFloat(Fp8E5M2{x});
-      return;
-    }
-    case chorusFloat32: {
-      float x;
-      __builtin_memcpy(&x, v, 4);
-      s.scaleF = x;
-      return;
-    }
-    default: {
-      double x;
-      __builtin_memcpy(&x, v, 8);
-      s.scaleF = x;
-      return;
-    }
-  }
-}
-
 template <typename T>
 struct IsLowFloat : std::false_type {};
 template <>
@@ -131,6 +60,47 @@ CHORUS_HD T loadElem(const void* p, size_t i) {
   T v;
   __builtin_memcpy(&v, static_cast<const char*>(p) + i * sizeof(T), sizeof(T));
   return v;
+}
+
+// Sets s's scalar from one `type` element at `v` (native byte order): signed integers
+// sign-extended into scaleI, unsigned ones zero-extended, floating types into scaleF.
+CHORUS_HD void setScale(ReduceSpec& s, int type, const void* v) {
+  switch (type) {
+    case chorusInt8:
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(loadElem<int8_t>(v, 0)));
+      return;
+    case chorusUint8:
+      s.scaleI = loadElem<uint8_t>(v, 0);
+      return;
+    case chorusInt32:
+      s.scaleI = static_cast<uint64_t>(static_cast<int64_t>(loadElem<int32_t>(v, 0)));
+      return;
+    case chorusUint32:
+      s.scaleI = loadElem<uint32_t>(v, 0);
+      return;
+    case chorusInt64:
+    case chorusUint64:
+      s.scaleI = loadElem<uint64_t>(v, 0);
+      return;
+    case chorusFloat16:
+      s.scaleF = toFloat(loadElem<Half>(v, 0));
+      return;
+    case chorusBfloat16:
+      s.scaleF = toFloat(loadElem<BFloat16>(v, 0));
+      return;
+    case chorusFloat8e4m3:
+      s.scaleF = toFloat(loadElem<Fp8E4M3>(v, 0));
+      return;
+    case chorusFloat8e5m2:
+      s.scaleF = toFloat(loadElem<Fp8E5M2>(v, 0));
+      return;
+    case chorusFloat32:
+      s.scaleF = loadElem<float>(v, 0);
+      return;
+    default:
+      s.scaleF = loadElem<double>(v, 0);
+      return;
+  }
 }
 template <typename T>
 CHORUS_HD void storeElem(void* p, size_t i, T v) {

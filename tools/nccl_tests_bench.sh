@@ -14,14 +14,9 @@ dir=${1:?usage: nccl_tests_bench.sh DIR [BINARY...]}
 shift
 bins=("$@")
 [ ${#bins[@]} -gt 0 ] || bins=(all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf)
-if ! ls "$dir"/nccl-tests/*_perf > /dev/null 2>&1; then
-  echo "SKIP: nccl-tests were not built (tools/gpu_check.sh prepare needs NCCL_TESTS_SRC)"
-  exit 77
-fi
-if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; then
-  echo "SKIP: no GPU"
-  exit 77
-fi
+# shellcheck source=tools/nccl_tests_lib.sh
+source "$(dirname "$0")/nccl_tests_lib.sh"
+nccl_tests_require "$dir"
 dir=$(cd "$dir" && pwd)
 nccl=${NCCL_LIB_DIR:-}
 if [ -z "$nccl" ]; then

@@ -8,14 +8,9 @@
 set -uo pipefail
 dir=${1:?usage: nccl_tests_check.sh DIR NRANKS}
 n=${2:?usage: nccl_tests_check.sh DIR NRANKS}
-if ! ls "$dir"/nccl-tests/*_perf > /dev/null 2>&1; then
-  echo "SKIP: nccl-tests were not built (tools/gpu_check.sh prepare needs NCCL_TESTS_SRC)"
-  exit 77
-fi
-if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > /dev/null 2>&1; then
-  echo "SKIP: no GPU"
-  exit 77
-fi
+# shellcheck source=tools/nccl_tests_lib.sh
+source "$(dirname "$0")/nccl_tests_lib.sh"
+nccl_tests_require "$dir"
 dir=$(cd "$dir" && pwd)
 export LD_LIBRARY_PATH="$dir/nccl:$dir/mpi/lib:$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 failed=0

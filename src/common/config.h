@@ -82,8 +82,6 @@ struct Config {
   std::vector<std::string> envSettings;
 
   static Result<Config> fromEnv();
-  // Whether waits never fail by themselves (kNoDeadlineSeconds): only an abort ends them.
-  bool noDeadline() const { return timeoutNs >= kNoDeadlineSeconds * 1000000000; }
   // What ends a stuck wait, for the messages that say so.
   std::string deadlineText() const { return chorus::deadlineText(timeoutNs, "CHORUS_TIMEOUT"); }
   // How long an operation may make no progress before its rank logs what it waits for.

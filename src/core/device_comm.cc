@@ -388,25 +388,19 @@ std::vector<uint32_t> DeviceComm::countersOf(const std::vector<LaunchParams>& la
   return counters;
 }
 
-Status DeviceComm::forkFrom(void* stream) {
+Status DeviceComm::order(void** event, void* before, void* after) {
   cuda::DeviceGuard on(device_);
   CHORUS_TRY(on.status());
-  if (!forkEvent_) {
-    CHORUS_ASSIGN_OR_RETURN(forkEvent_, cuda::eventCreate());
+  if (!*event) {
+    CHORUS_ASSIGN_OR_RETURN(*event, cuda::eventCreate());
   }
-  CHORUS_TRY(cuda::eventRecord(forkEvent_, stream));
-  return cuda::streamWaitEvent(ownStream_, forkEvent_);
+  CHORUS_TRY(cuda::eventRecord(*event, before));
+  return cuda::streamWaitEvent(after, *event);
 }
 
-Status DeviceComm::joinInto(void* stream) {
-  cuda::DeviceGuard on(device_);
-  CHORUS_TRY(on.status());
-  if (!joinEvent_) {
-    CHORUS_ASSIGN_OR_RETURN(joinEvent_, cuda::eventCreate());
-  }
-  CHORUS_TRY(cuda::eventRecord(joinEvent_, ownStream_));
-  return cuda::streamWaitEvent(stream, joinEvent_);
-}
+Status DeviceComm::forkFrom(void* stream) { return order(&forkEvent_, stream, ownStream_); }
+
+Status DeviceComm::joinInto(void* stream) { return order(&joinEvent_, ownStream_, stream); }
 
 LaunchTracker::Found DeviceComm::look() {
   if (tracker_.size() == 0) return {};

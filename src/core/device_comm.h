@@ -200,6 +200,8 @@ class DeviceComm {
   void* lastStream_ = nullptr;  // where it was recorded (null: nowhere yet)
   void* forkEvent_ = nullptr;   // forkFrom's and joinInto's (a wait takes the event as it is then)
   void* joinEvent_ = nullptr;
+  // Orders `after` behind the work on `before` so far, through *event (made on first use).
+  Status order(void** event, void* before, void* after);
   bool anyLaunch_ = false;
   // Events recorded after launches: all of them (destroyed with this), those free (their launch
   // left the tracker), and the launches they track. Like every member, serialised by the owner
