@@ -12,7 +12,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 other=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000))  # below the ephemeral range (32768 up), where connections take ports
 common=(CHORUS_NRANKS=2 CHORUS_COMM_ID=127.0.0.1:$port CHORUS_DEBUG=TRACE CHORUS_DEBUG_SUBSYS=ALL
   CHORUS_TOPO_DUMP_FILE=$dir/topo.json CHORUS_FLIGHT_DUMP=$dir/flight CHORUS_FLIGHT_TRACE=1
   CHORUS_TIMEOUT=60 CHORUS_INIT_TIMEOUT=60)
