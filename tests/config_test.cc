@@ -7,6 +7,7 @@
 
 #include "src/algo/tuner.h"
 #include "src/common/config.h"
+#include "src/common/guard.h"
 
 using namespace chorus;
 
@@ -106,4 +107,15 @@ TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {
     CHECK(c.status().message().find(std::string("CHORUS_SLOTS=") + bad + " is not a power of two") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("error texts lose CHORUS_TRY's source trail but keep bracketed addresses", "[config]") {
+  ScopedEnv quiet("CHORUS_DEBUG", "WARN");
+  CHECK(userMessage("connect failed [src/bootstrap/socket.cc:210] [src/core/comm.cc:88]") == "connect failed");
+  CHECK(userMessage("no route to [fd00::2]:29500 [src/bootstrap/socket.cc:12]") == "no route to [fd00::2]:29500");
+  CHECK(userMessage("interfaces found: lo (up) 127.0.0.1 [::1], eth0 (up) [fe80::fc:ff:fe00:1].") ==
+        "interfaces found: lo (up) 127.0.0.1 [::1], eth0 (up) [fe80::fc:ff:fe00:1].");
+  CHECK(userMessage("rank [3:4] and [a.cc:x] stay") == "rank [3:4] and [a.cc:x] stay");
+  ScopedEnv trace("CHORUS_DEBUG", "TRACE");
+  CHECK(userMessage("connect failed [src/bootstrap/socket.cc:210]") == "connect failed [src/bootstrap/socket.cc:210]");
 }

@@ -9,9 +9,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace chorus {
@@ -133,9 +135,10 @@ bool ifnameMatches(const std::string& spec, const char* name) {
 
 namespace {
 
-// Every interface with an address, for error messages: "eth0 10.0.0.2 (up), lo 127.0.0.1 (up)".
+// Every interface with an address, once each with all its addresses, for error messages:
+// "eth0 (up) 10.0.0.2 fd00::2, lo (up) 127.0.0.1 ::1".
 std::string listInterfaces(ifaddrs* list) {
-  std::string out;
+  std::vector<std::pair<std::string, std::string>> seen;  // name, "(up) addr addr ..."
   for (ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
     SockAddr a;
@@ -143,9 +146,15 @@ std::string listInterfaces(ifaddrs* list) {
                 i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     std::string addr = a.toString();
     addr = addr.substr(0, addr.rfind(':'));  // no port
-    out += (out.empty() ? "" : ", ") + std::string(i->ifa_name) + " " + addr +
-           ((i->ifa_flags & IFF_UP) ? " (up)" : " (down)");
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == i->ifa_name; });
+    if (it == seen.end()) {
+      seen.emplace_back(i->ifa_name, (i->ifa_flags & IFF_UP) ? "(up)" : "(down)");
+      it = seen.end() - 1;
+    }
+    it->second += " " + addr;
   }
+  std::string out;
+  for (const auto& [name, what] : seen) out += (out.empty() ? "" : ", ") + name + " " + what;
   return out.empty() ? "none" : out;
 }
 

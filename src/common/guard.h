@@ -9,6 +9,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "include/chorus/chorus.h"
 #include "src/common/status.h"
@@ -27,6 +28,15 @@ inline std::string& lastError() {
   return message;
 }
 
+// Whether `name` is a path of a source file, as CHORUS_TRY's trail names them.
+inline bool isSourceFile(std::string_view name) {
+  if (name.find_first_of(": ") != std::string_view::npos) return false;
+  for (std::string_view ext : {".cc", ".h", ".cu", ".cuh", ".c", ".cpp"}) {
+    if (name.size() > ext.size() && name.substr(name.size() - ext.size()) == ext) return true;
+  }
+  return false;
+}
+
 // A message as users see it: without the " [src/...:line]" trail that CHORUS_TRY adds on the way
 // up, unless CHORUS_DEBUG=TRACE asks for it.
 inline std::string userMessage(const std::string& m) {
@@ -36,9 +46,12 @@ inline std::string userMessage(const std::string& m) {
   out.reserve(m.size());
   for (size_t i = 0; i < m.size();) {
     if (m.compare(i, 2, " [") == 0) {
+      // " [FILE:LINE]" where FILE is a source file; an address in brackets (an IPv6 endpoint,
+      // " [fd00::2]:29500") stays.
       const size_t close = m.find(']', i);
       const size_t colon = close == std::string::npos ? std::string::npos : m.rfind(':', close);
-      bool trail = colon != std::string::npos && colon > i && close > colon + 1;
+      bool trail = colon != std::string::npos && colon > i + 2 && close > colon + 1 &&
+                   isSourceFile(std::string_view(m).substr(i + 2, colon - i - 2));
       for (size_t k = colon + 1; trail && k < close; ++k) trail = m[k] >= '0' && m[k] <= '9';
       if (trail) {
         i = close + 1;

@@ -4,7 +4,8 @@
 #  1. default: each rank listens on the interface toward the root (eth0, 198.18.0.x), never lo;
 #  2. CHORUS_SOCKET_IFNAME=lo on both hosts: init fails at once on every rank, saying loopback
 #     cannot be reached from another host, instead of timing out;
-#  3. CHORUS_SOCKET_IFNAME naming no interface: the error lists the interfaces found.
+#  3. CHORUS_SOCKET_IFNAME naming no interface: the error lists the interfaces found, each once
+#     with all its addresses.
 #   ifname_check.sh PERF_BINARY
 set -uo pipefail
 perf=$1
@@ -33,8 +34,10 @@ took=$(($(date +%s) - start))
 [ $took -lt 15 ] || { echo "FAIL: took ${took}s, not at once"; status=1; }
 
 run CHORUS_SOCKET_IFNAME==nosuch0
-[ $? -ne 0 ] && grep -q "interfaces found: lo 127.0.0.1 (up), eth0 198.18.0.[12] (up)" "$out" ||
+[ $? -ne 0 ] && grep -qE "interfaces found: lo \(up\) 127\.0\.0\.1( [][0-9a-f:.]+)*, eth0 \(up\) 198\.18\.0\.[12]( [][0-9a-f:.]+)*\. Set" "$out" ||
   { echo "FAIL: an unmatched CHORUS_SOCKET_IFNAME did not list the interfaces"; cat "$out"; status=1; }
+[ "$(grep -m1 "interfaces found" "$out" | grep -o "eth0 (" | wc -l)" -eq 1 ] ||
+  { echo "FAIL: eth0 is listed more than once"; cat "$out"; status=1; }
 
 [ $status -eq 0 ] && echo "interface selection as expected"
 exit $status
