@@ -1,9 +1,16 @@
 // Topology detection against real machines' hwloc XML files (tests/data/topologies, from hwloc's
 // own test data) and against the live machine.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/topo/topo.h"
 
@@ -119,6 +126,39 @@ TEST_CASE("the live machine, and a file that is not there", "[topo]") {
   auto missing = detect("/nonexistent/topology.xml");
   REQUIRE(!missing.isOk());
   CHECK(missing.status().message().find("/nonexistent/topology.xml") != std::string::npos);
+  CHECK(missing.status().message().find("check the path") != std::string::npos);
+  // The origin named is the one the caller gives (chorus-topo's argument, not the variable).
+  auto named = detect("/nonexistent/topology.xml", "the argument FILE");
+  REQUIRE(!named.isOk());
+  CHECK(named.status().message().find("(the argument FILE)") != std::string::npos);
+  CHECK(named.status().message().find("CHORUS_TOPO_FILE") == std::string::npos);
+}
+
+TEST_CASE("a file that is there but no topology is told so, not to check its path", "[topo]") {
+  char dir[] = "/tmp/chorus_topo_test.XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = std::string(dir) + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plain.txt", "this is a text file\n"},
+      {"empty.xml", "  \n"},
+      {"other.xml", "<?xml version=\"1.0\"?>\n<html><body>no topology</body></html>\n"},
+      {"broken.xml", "<topology><object type=\"Machine\"\n"},
+  };
+  for (const auto& [name, text] : cases) {
+    const std::string path = write(name, text);
+    auto m = detect(path);
+    INFO(name << ": " << (m.isOk() ? std::string("accepted") : m.status().message()));
+    REQUIRE(!m.isOk());
+    CHECK(m.status().message().find(path) != std::string::npos);
+    CHECK(m.status().message().find("check the path") == std::string::npos);
+    CHECK(m.status().message().find("hwloc XML file (lstopo FILE.xml)") != std::string::npos);
+    std::remove(path.c_str());
+  }
+  rmdir(dir);
 }
 
 namespace {

@@ -112,8 +112,10 @@ int main(int argc, char** argv) {
   app.add_option("--layout", layout, "a job of HOSTSxRANKS (4x8) or ranks per host (2,1): placement, rings, trees");
   app.add_option("--channels", channels, "rings to build with --layout")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+  std::string origin = "the argument FILE";
   if (xml.empty()) {
     if (const char* f = std::getenv("CHORUS_TOPO_FILE")) xml = f;
+    origin = "CHORUS_TOPO_FILE";
   }
   std::vector<int> perHost;
   if (!layout.empty()) {
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto m = detect(xml);
+  auto m = detect(xml, origin);
   if (!m.isOk()) {
     std::fprintf(stderr, "chorus-topo: %s\n", m.status().message().c_str());
     return 1;

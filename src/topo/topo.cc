@@ -128,13 +128,12 @@ namespace {
 
 // A file CHORUS_TOPO_DUMP_FILE wrote: the machine of the host with this host's name, else of the
 // first host (a dump from one machine, replayed elsewhere).
-Result<Machine> machineFromDump(const std::string& path, const std::string& text) {
+Result<Machine> machineFromDump(const std::string& path, const std::string& origin, const std::string& text) {
   const nlohmann::json dump = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (dump.is_discarded() || !dump.is_object() || !dump.contains("hosts") || !dump["hosts"].is_array() ||
       dump["hosts"].empty()) {
-    return invalidArgument(path +
-                           " (CHORUS_TOPO_FILE) is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote: "
-                           "give that, or an hwloc XML file");
+    return invalidArgument(path + " (" + origin +
+                           ") is JSON but not a topology CHORUS_TOPO_DUMP_FILE wrote: give that, or an hwloc XML file");
   }
   const std::string self = hostName();
   const nlohmann::json* chosen = &dump["hosts"][0];
@@ -142,29 +141,36 @@ Result<Machine> machineFromDump(const std::string& path, const std::string& text
     if (h.is_object() && h.value("name", "") == self) chosen = &h;
   }
   if (!chosen->is_object() || !chosen->contains("machine") || !(*chosen)["machine"].is_string()) {
-    return invalidArgument(path +
-                           " (CHORUS_TOPO_FILE): its hosts carry no \"machine\" description (written by an "
-                           "older Chorus); dump it again");
+    return invalidArgument(path + " (" + origin +
+                           "): its hosts carry no \"machine\" description (written by an older Chorus); dump it again");
   }
   auto m = parseMachine((*chosen)["machine"].get<std::string>());
-  if (!m.isOk()) return invalidArgument(path + " (CHORUS_TOPO_FILE): " + m.status().message());
+  if (!m.isOk()) return invalidArgument(path + " (" + origin + "): " + m.status().message());
   return m;
 }
 
 }  // namespace
 
-Result<Machine> detect(const std::string& xmlPath) {
+Result<Machine> detect(const std::string& xmlPath, const std::string& origin) {
+  // What a file that is there but is no topology gets told.
+  const auto notATopology = [&](const std::string& why) {
+    return invalidArgument(xmlPath + " (" + origin + ") " + why +
+                           ": give an hwloc XML file (lstopo FILE.xml) or a CHORUS_TOPO_DUMP_FILE dump");
+  };
   if (!xmlPath.empty()) {
     std::ifstream f(xmlPath);
     if (!f) {
-      return invalidArgument("cannot read " + xmlPath + " (CHORUS_TOPO_FILE): " + std::strerror(errno) +
+      return invalidArgument("cannot read " + xmlPath + " (" + origin + "): " + std::strerror(errno) +
                              "; check the path");
     }
     std::stringstream text;
     text << f.rdbuf();
+    if (f.bad()) return invalidArgument("cannot read " + xmlPath + " (" + origin + "): " + std::strerror(errno));
     const std::string s = text.str();
     const size_t first = s.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && s[first] == '{') return machineFromDump(xmlPath, s);
+    if (first == std::string::npos) return notATopology("is empty");
+    if (s[first] == '{') return machineFromDump(xmlPath, origin, s);
+    if (s[first] != '<') return notATopology("is neither XML nor JSON");
   }
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return systemError("hwloc_topology_init failed");
@@ -176,11 +182,13 @@ Result<Machine> detect(const std::string& xmlPath) {
   for (const char* c : {"opencl", "cuda", "levelzero", "rsmi", "gl"}) {
     hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, c);
   }
+  // The file was read above, so hwloc refusing it means its XML is not a topology hwloc can load.
   if (!xmlPath.empty() && hwloc_topology_set_xml(raw, xmlPath.c_str()) != 0) {
-    return invalidArgument("cannot read the hwloc XML file " + xmlPath + " (CHORUS_TOPO_FILE): check the path");
+    return notATopology("is not an hwloc topology (hwloc could not parse its XML)");
   }
   if (hwloc_topology_load(raw) != 0) {
-    return systemError("hwloc could not load the topology" + (xmlPath.empty() ? "" : " from " + xmlPath));
+    if (!xmlPath.empty()) return notATopology("is not an hwloc topology (hwloc could not load it)");
+    return systemError("hwloc could not load the topology of this machine");
   }
   Machine m;
   m.packages = hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_PACKAGE);

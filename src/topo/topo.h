@@ -67,8 +67,9 @@ struct Machine {
   std::vector<std::vector<int>> numaCpus;
 };
 
-// The live machine (xmlPath empty) or the machine an hwloc XML file describes.
-Result<Machine> detect(const std::string& xmlPath);
+// The live machine (xmlPath empty) or the machine an hwloc XML file (or a CHORUS_TOPO_DUMP_FILE
+// dump) describes; `origin` says in errors where the path came from.
+Result<Machine> detect(const std::string& xmlPath, const std::string& origin = "CHORUS_TOPO_FILE");
 // Puts m.gpus in the order of `cudaBusIds` (the CUDA driver's visible devices, by PCI bus id in
 // any case and domain width) and drops GPUs it does not list; GPUs it lists that hwloc did not
 // find are added with what the bus id says. Empty `cudaBusIds`: m is left as it is. The NVLink
