@@ -405,8 +405,9 @@ class Communicator : public TaskOwner {
   std::atomic<int64_t> lastPeerCheckNs_{0};
   // Marks the communicator failed (once; later errors are dropped), closes every connection so
   // peers on this host see it, stops socket traffic, and, when `tellPeers`, sends a failure
-  // notice to every other rank (Bootstrap::noticeAll).
-  void fail(const Status& s, bool tellPeers);
+  // notice to every other rank (Bootstrap::noticeAll). A failure the program asked for
+  // (`requested`: chorusCommRevoke) is said at INFO, without the last operations or a dump.
+  void fail(const Status& s, bool tellPeers, bool requested = false);
   void watchPeers();
   bool oneProcess_ = false;  // every rank a thread of this process
   std::mutex planMu_;        // plan() may run on several streams' workers

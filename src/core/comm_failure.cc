@@ -26,14 +26,18 @@ Status Communicator::asyncError() const {
   return asyncError_;
 }
 
-void Communicator::fail(const Status& s, bool tellPeers) {
+void Communicator::fail(const Status& s, bool tellPeers, bool requested) {
   {
     std::lock_guard<std::mutex> g(errMu_);
     if (!asyncError_.isOk()) return;
     asyncError_ = s;
     failed_.store(true, std::memory_order_release);
   }
-  log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  if (requested) {
+    log_.info(kSubsysAll, "communicator stopped as asked: {}", s.message());
+  } else {
+    log_.warn(kSubsysAll, "communicator failed: {}", s.message());
+  }
   if (deviceComm()) {
     // The device entries as far as the host can tell now, before the log and the dump show them
     // (a kernel's fault marks its launch's entries failed), and before the abort word below makes
@@ -43,13 +47,13 @@ void Communicator::fail(const Status& s, bool tellPeers) {
     std::unique_lock<std::mutex> g(deviceMu_, std::try_to_lock);
     if (g.owns_lock() && device_) (void)lookAtDeviceLocked();
   }
-  if (flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
+  if (!requested && flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
     const auto entries = flight_->snapshot();
     if (!entries.empty()) {
       log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(entries, 8));
     }
   }
-  (void)writeDump("failure: " + s.message());
+  if (!requested) (void)writeDump("failure: " + s.message());
   // The notice goes before the connections close: a peer that sees a connection to this rank
   // close then finds the reason already told, instead of blaming this rank for the closing. On
   // the failing thread itself: one poll over every rank's connection, over at once where the
@@ -70,7 +74,7 @@ void Communicator::revoke() {
   // are refused, and the peers are not told (each survivor revokes its own).
   fail(remoteError("the communicator was revoked (chorusCommRevoke): operations in flight were stopped and new "
                    "ones are refused; shrink or destroy it"),
-       false);
+       /*tellPeers=*/false, /*requested=*/true);
   (void)waitIdle();
 }
 

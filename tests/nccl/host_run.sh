@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the NCCL host test (nccl_host_test.c) under a launcher with one libnccl.so.2 chosen by
 # LD_LIBRARY_PATH, as a user would choose it, and judges what came out:
-#   host_run.sh pass    LIBDIR -- COMMAND...   every check passed, and the library came from LIBDIR
+#   host_run.sh pass    LIBDIR -- COMMAND...   every check passed, the library came from LIBDIR, and
+#                                              it warned of nothing (every call there is as asked)
 #   host_run.sh refuses LIBDIR -- COMMAND...   the library refused cleanly (exit 3 from the ranks,
 #                                              no signal), and came from LIBDIR
 set -uo pipefail
@@ -24,6 +25,10 @@ if echo "$out" | grep -qiE "segmentation fault|exited on signal|core dumped"; th
 fi
 case "$want" in
   pass)
+    if echo "$out" | grep -q "CHORUS WARN"; then
+      echo "FAIL: warnings in a run where nothing went wrong (the revoke was asked for)"
+      exit 1
+    fi
     [ $rc -eq 0 ] && echo "$out" | grep -q "every element as expected" && exit 0
     echo "FAIL: expected every check to pass"
     exit 1 ;;
