@@ -6,7 +6,8 @@
 #  - -J streams rows in nccl-tests' JSON layout: a run killed partway leaves a valid file with
 #    the rows it finished; an existing file is not overwritten; secrets stay out of it;
 #  - the header has the version and one line per rank; the count column is the call's count;
-#  - -N repeats the sweep; tools/plot_perf.py draws one line per type/op/root of an -o all file.
+#  - -N repeats the sweep; tools/plot_perf.py draws one line per type/op/root of an -o all file,
+#    in one panel per op and root (a line per type), and refuses a panel of too many lines.
 #   perf_check.sh CHORUSRUN PERF_DIR SOURCE_DIR
 set -uo pipefail
 run=$1
@@ -136,6 +137,16 @@ series = plot_perf.perf_series(json.load(open(sys.argv[2])), "out_of_place", "re
 assert len(series) == 12 * 5 * 2, len(series)  # types x ops x roots
 assert all(len(pts) == 2 for pts in series.values())
 assert "reduce half avg root 1" in series, sorted(series)[:5]
+groups = plot_perf.perf_groups(json.load(open(sys.argv[2])), "out_of_place")
+split = plot_perf.panels([("reduce", groups)])
+assert sorted(split) == sorted((op, r) for op in ("avg", "max", "min", "prod", "sum") for r in ("0", "1")), sorted(split)
+assert all(len(lines) == 12 and "half" in lines for lines in split.values())
+assert len(plot_perf.panels([("a", groups), ("b", groups)])[("sum", "0")]) == 24
+try:
+    plot_perf.panels([(l, groups) for l in "abc"])
+    raise SystemExit("36 lines in a panel were not refused")
+except ValueError as e:
+    assert "36 lines in the panel of op avg, root 0" in str(e), e
 PY
 
 [ "$failures" -eq 0 ] || exit 1
