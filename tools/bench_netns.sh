@@ -2,8 +2,8 @@
 # Two hosts made of network namespaces (tests/multihost/netns_run.sh), one rank each, real TCP
 # between 198.18.0.1 and 198.18.0.2. Each round measures, in this order and between the same two
 # namespaces: what iperf3 -P 4 --bidir moves each way, Chorus's all_reduce_perf (float sum, 8 B to
-# 64 MiB), and the Gloo ring all-reduce of ../shared/bench/peers (when that file and libgloo are
-# there). Rounds alternate so bursts of noise on a shared machine hit all three alike. Prints one
+# 64 MiB), and Gloo's all-reduce (perf/peers/gloo_allreduce.cc, built here against libgloo-dev,
+# which `bash tools/setup.sh bench` installs). Rounds alternate so bursts of noise on a shared machine hit all three alike. Prints one
 # line per measurement:
 #   iperf  round  tx-Gbit/s  rx-Gbit/s
 #   chorus round  bytes  out-of-place-us  in-place-us
@@ -40,12 +40,8 @@ bash tools/setup.sh bench
 [ -x build/perf/all_reduce_perf ] || { echo "build first: bash tools/setup.sh build" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-peer=../shared/bench/peers/gloo_allreduce.cc
-if [ -f "$peer" ] && [ -f /usr/include/gloo/allreduce.h ]; then
-  g++ -O3 -std=c++17 "$peer" -o "$out/gloo_allreduce" -lgloo -lpthread
-else
-  echo "# no Gloo peer ($peer and libgloo-dev): Chorus and iperf3 only"
-fi
+g++ -O3 -std=c++17 perf/peers/gloo_allreduce.cc -o "$out/gloo_allreduce" -lgloo -lpthread ||
+  { echo "building perf/peers/gloo_allreduce.cc failed" >&2; exit 1; }
 steal() { awk '/^cpu / {print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 for round in $(seq 1 "$rounds"); do
   mkdir -p "$out/store.$round"
@@ -58,6 +54,6 @@ for round in $(seq 1 "$rounds"); do
   awk -v r="$round" '/SUM.*\[TX-C\].*receiver/ {tx=$(NF-2)} /SUM.*\[RX-C\].*receiver/ {rx=$(NF-2)}
     END {print "iperf", r, tx, rx}' "$out/iperf.$round"
   grep -E "^ +[0-9]" "$out/chorus.$round.0" | awk -v r="$round" '{print "chorus", r, $1, $6, $10}'
-  [ -f "$out/gloo.$round.0" ] && grep -E "^ +[0-9]" "$out/gloo.$round.0" | awk -v r="$round" '{print "gloo", r, $1, $3}'
+  [ -f "$out/gloo.$round.0" ] && grep -E "^ +[0-9]" "$out/gloo.$round.0" | awk -v r="$round" '{print "gloo", r, $1, $6}'
 done | tee "$out/all"
 python3 tools/bench_netns_summary.py "$out/all"

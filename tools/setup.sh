@@ -8,7 +8,7 @@
 #   bash tools/setup.sh deps   install what is missing, nothing more
 #   bash tools/setup.sh build  install what is missing and build (BUILD_DIR), without running
 #   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
-#   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh (not needed either)
+#   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh and tools/compare_peers.py
 #
 # Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc).
 set -euo pipefail
@@ -25,7 +25,7 @@ esac
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
           openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev
-          zlib1g-dev dataset-fashion-mnist python3-torch libtorch-dev pybind11-dev python3-dev)
+          zlib1g-dev dataset-fashion-mnist python3-torch libtorch-dev pybind11-dev python3-dev libgloo-dev)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
 [ "$mode" = bench ] && packages=(iperf3 libgloo-dev)
 missing=()

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tools/compare_peers.py end to end, small: it builds the peers (perf/peers/), runs Chorus, Open
+# MPI and Gloo at 2 ranks from 8 B to 256 KiB for one round, and must exit 0 (each contender
+# answered every size with no wrong element); its JSON must hold every contender at every size
+# and the copy limit from 64 KiB, and its table the ratio columns. Skips (77) without Gloo's
+# headers (libgloo-dev; tools/setup.sh installs it).
+#   compare_peers_check.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+if [ ! -f /usr/include/gloo/allreduce.h ]; then
+  echo "skipped: libgloo-dev is not installed (bash tools/setup.sh bench installs it)"
+  exit 77
+fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+python3 "$src/tools/compare_peers.py" --build "$build" --np 2 --rounds 1 --sweeps 8:64K:8,64K:256K:4 --iters 5 \
+  --json "$dir/out.json" > "$dir/table" 2> "$dir/log"
+rc=$?
+cat "$dir/table"
+[ $rc -eq 0 ] || { echo "FAIL: compare_peers.py exited $rc"; tail -n 30 "$dir/log"; exit 1; }
+grep -q "^| size | Chorus | Open MPI | Gloo | Chorus busbw | limit | x Open MPI | x Gloo |$" "$dir/table" ||
+  { echo "FAIL: no side-by-side table"; exit 1; }
+python3 - "$dir/out.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+sizes = [8, 64, 512, 4096, 32768, 65536, 262144]
+for s in sizes:
+    med = d["2"][str(s)]["median"]
+    want = {"chorus", "openmpi", "gloo"} | ({"limit"} if s >= 65536 else set())
+    assert set(med) == want, (s, sorted(med))
+    for who, (us, busbw, wrong) in med.items():
+        assert us > 0 and busbw > 0 and wrong == 0, (s, who, med[who])
+assert set(d["2"]) == {str(s) for s in sizes}, sorted(d["2"])
+assert d["meta"]["rounds"] == 1
+PY
+echo "compare_peers.py: every contender at every size, no wrong element"
