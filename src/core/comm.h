@@ -447,7 +447,7 @@ class Communicator : public TaskOwner {
 }  // namespace chorus
 
 namespace chorus {
-// What a chorusComm_t stands for (the value itself is a handle, src/api/handles.h): the
+// What a chorusComm_t stands for (the value itself is a handle, src/common/handles.h): the
 // communicator, and its init when that runs in the background.
 struct CommHandle {
   std::unique_ptr<Communicator> impl;

@@ -1,5 +1,5 @@
 // The C API of include/chorus/ddp.h over chorus::ddp::Reducer. Handles are never-reused values
-// in a table (src/api/handles.h), so a destroyed or made-up handle is refused without being read,
+// in a table (src/common/handles.h), so a destroyed or made-up handle is refused without being read,
 // even once its memory is reused; a call holds its own reference, so a destroy from another
 // thread frees the reducer when that call returns.
 #include <memory>
