@@ -73,8 +73,33 @@ CHORUS_HD constexpr uint32_t lineFlag(uint32_t pos) { return pos + 1 == 0 ? 1u :
 
 // 16 bytes, moved as one load and one store.
 struct alignas(16) Vec16 {
-  unsigned char b[16];
+  uint32_t w[4];
 };
+
+// 16 bytes at a 16-byte aligned address, in one access: on the device a 128-bit load or store
+// (a memcpy from a char pointer compiles to sixteen byte loads there, the compiler knowing no
+// alignment); on the host a memcpy, which the compiler makes one vector move.
+CHORUS_HD Vec16 load16(const char* p) {
+#ifdef __CUDA_ARCH__
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  return Vec16{{v.x, v.y, v.z, v.w}};
+#else
+  Vec16 v;
+  __builtin_memcpy(&v, p, 16);
+  return v;
+#endif
+}
+CHORUS_HD void store16(char* p, const Vec16& v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+#else
+  __builtin_memcpy(p, &v, 16);
+#endif
+}
+
+// Vectors each thread has in flight at once in a piece's move: loads issued back to back before
+// the first store, so a thread waits for memory once per group, not once per vector.
+constexpr size_t kMoveUnroll = 4;
 
 // Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
 // or the deadline, counted from the first look (*since, 0 before it).
@@ -231,15 +256,10 @@ class LaneExec {
     constexpr size_t kPer = 16 / sizeof(T);
     if (16 % sizeof(T) == 0 && aligned(m.a) && aligned(m.b) && aligned(toDst ? m.dst : nullptr) && aligned(m.dst2)) {
       const size_t nvec = n / kPer;
-      for (size_t v = b_.tid(); v < nvec; v += b_.nthreads()) {
-        Vec16 ra;
-        Vec16 rb = {};
-        __builtin_memcpy(&ra, m.a + v * 16, 16);
-        if (m.b) __builtin_memcpy(&rb, m.b + v * 16, 16);
-        Vec16 r;
-        for (size_t k = 0; k < kPer; ++k) storeElem<T>(&r, k, one(m, spec, loadElem<T>(&ra, k), loadElem<T>(&rb, k)));
-        if (toDst) __builtin_memcpy(m.dst + v * 16, &r, 16);
-        if (m.dst2) __builtin_memcpy(m.dst2 + v * 16, &r, 16);
+      if (m.fold == Fold::kCopy) {
+        moveVectors<false>(m, spec, toDst, nvec);  // bytes as they are: no element is looked at
+      } else {
+        moveVectors<true>(m, spec, toDst, nvec);
       }
       done = nvec * kPer;
     }
@@ -249,6 +269,42 @@ class LaneExec {
       if (m.dst2) storeElem<T>(m.dst2, i, v);
     }
     b_.sync();  // every thread's writes to the slot and the output precede the publish
+  }
+
+  // Vectors [0, nvec) of a piece whose operands are all 16-byte aligned: thread t moves vectors
+  // t, t + nthreads, ... in groups of kMoveUnroll, every load of a group before its first store.
+  // kFold: each element through one(); else the vector is copied as it is (Fold::kCopy).
+  template <bool kFold>
+  CHORUS_HD void moveVectors(const PieceMove& m, const ReduceSpec& spec, bool toDst, size_t nvec) const {
+    const size_t stride = b_.nthreads();
+    size_t v = b_.tid();
+    for (; v + (kMoveUnroll - 1) * stride < nvec; v += kMoveUnroll * stride) {
+      Vec16 r[kMoveUnroll];
+      Vec16 rb[kMoveUnroll] = {};
+      for (size_t u = 0; u < kMoveUnroll; ++u) r[u] = load16(m.a + (v + u * stride) * 16);
+      if (kFold && m.b) {
+        for (size_t u = 0; u < kMoveUnroll; ++u) rb[u] = load16(m.b + (v + u * stride) * 16);
+      }
+      for (size_t u = 0; u < kMoveUnroll; ++u) {
+        if (kFold) r[u] = fold(m, spec, r[u], rb[u]);
+        if (toDst) store16(m.dst + (v + u * stride) * 16, r[u]);
+        if (m.dst2) store16(m.dst2 + (v + u * stride) * 16, r[u]);
+      }
+    }
+    for (; v < nvec; v += stride) {
+      Vec16 r = load16(m.a + v * 16);
+      if (kFold) r = fold(m, spec, r, m.b ? load16(m.b + v * 16) : Vec16{});
+      if (toDst) store16(m.dst + v * 16, r);
+      if (m.dst2) store16(m.dst2 + v * 16, r);
+    }
+  }
+  // The elements of one vector through one().
+  CHORUS_HD Vec16 fold(const PieceMove& m, const ReduceSpec& spec, const Vec16& a, const Vec16& b) const {
+    Vec16 r;
+    for (size_t k = 0; k < 16 / sizeof(T); ++k) {
+      storeElem<T>(&r, k, one(m, spec, loadElem<T>(&a, k), loadElem<T>(&b, k)));
+    }
+    return r;
   }
 
   // LL: the piece 8 bytes a line; an operand that is a received slot's lines is read when its
@@ -562,17 +618,15 @@ class OneCopy {
       const uint64_t nvec = (end - begin) / kPer;
       for (uint64_t v = b_.tid(); v < nvec; v += b_.nthreads()) {
         const size_t at = (begin + v * kPer) * sizeof(T);
-        Vec16 acc;
-        __builtin_memcpy(&acc, a_.input[0] + at, 16);
+        Vec16 acc = load16(a_.input[0] + at);
         for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc, k, ElemOps<T>::pre(lane_.spec, loadElem<T>(&acc, k)));
         for (size_t r = 1; r < n; ++r) {
-          Vec16 x;
-          __builtin_memcpy(&x, a_.input[r] + at, 16);
+          const Vec16 x = load16(a_.input[r] + at);
           for (size_t k = 0; k < kPer; ++k) {
             storeElem<T>(&acc, k, reduceOne<T>(lane_.spec, loadElem<T>(&acc, k), loadElem<T>(&x, k), r + 1 == n));
           }
         }
-        for (size_t r = 0; r < n; ++r) __builtin_memcpy(a_.output[r] + at, &acc, 16);
+        for (size_t r = 0; r < n; ++r) store16(a_.output[r] + at, acc);
       }
       done = begin + nvec * kPer;
     }
