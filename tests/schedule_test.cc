@@ -215,3 +215,27 @@ TEST_CASE("chain broadcast and reduce from every root", "[schedule]") {
     }
   }
 }
+
+TEST_CASE("splitLocal cuts one rank's copy into vector-aligned parts for several blocks", "[schedule]") {
+  for (size_t elem : {size_t(1), size_t(2), size_t(4), size_t(8)}) {
+    for (size_t count : {size_t(1), size_t(3), size_t(17), size_t(4096), size_t(65539), size_t(1) << 22}) {
+      const auto parts = splitLocal(count, elem, 64 << 10, 32);
+      INFO("elem " << elem << " count " << count);
+      REQUIRE(!parts.empty());
+      CHECK(parts.size() <= 32);
+      CHECK(parts.size() == std::min<size_t>(32, std::max<size_t>(1, count * elem / (64 << 10))));
+      size_t next = 0;
+      for (const Step& p : parts) {
+        CHECK(p.prim == Prim::kLocal);
+        CHECK(p.inOff == next);
+        CHECK(p.outOff == next);
+        CHECK(p.count > 0);
+        CHECK((p.inOff * elem) % 16 == 0);  // every part starts on a whole vector
+        next += p.count;
+      }
+      CHECK(next == count);
+    }
+  }
+  CHECK(splitLocal(0, 4, 64 << 10, 32).empty());
+  CHECK(splitLocal(1000, 3, 64, 4).size() == 4);  // an element size that does not divide 16
+}

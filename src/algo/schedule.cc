@@ -71,6 +71,18 @@ void push(std::vector<Step>& v, Prim p, size_t inOff, size_t outOff, size_t coun
 
 }  // namespace
 
+std::vector<Step> splitLocal(size_t count, size_t elemSize, size_t partBytes, size_t maxParts) {
+  std::vector<Step> s;
+  if (count == 0) return s;
+  const size_t perVec = 16 % elemSize == 0 ? 16 / elemSize : 1;
+  const size_t parts =
+      std::clamp<size_t>(count * elemSize / std::max<size_t>(partBytes, 1), 1, std::max<size_t>(maxParts, 1));
+  const size_t per = (count + parts - 1) / parts;
+  const size_t len = (per + perVec - 1) / perVec * perVec;
+  for (size_t begin = 0; begin < count; begin += len) push(s, Prim::kLocal, begin, begin, std::min(len, count - begin));
+  return s;
+}
+
 std::vector<Step> ringAllReduce(int n, int pos, size_t count, size_t loopChunk) {
   std::vector<Step> s;
   if (n == 1) {

@@ -645,6 +645,40 @@ void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args
   packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
 }
 
+void Communicator::planOneRank(const OpInfo& op, device::LaunchPacker* packer) {
+  // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
+  // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
+  // into parts of whole 16-byte vectors, one block each, as a memcpy spreads over the GPU.
+  const size_t elem = typeSize(op.type);
+  const size_t bytes = op.count * elem;
+  const bool reduces =
+      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
+  const bool scales = reduces && (op.spec.hasPre || op.spec.scalePtr);
+  const bool moves = bytes > 0 && (op.sendbuff != op.recvbuff || scales);
+  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+    log_.info(kSubsysColl, "{} count {} datatype {} algo one-rank ({}) (device, GPU {})", collName(op.coll), op.count,
+              typeName(op.type), moves ? (scales ? "scaled copy" : "copy") : "nothing to move", deviceComm()->device());
+  }
+  if (!moves) return;
+  std::vector<device::DeviceLane> lanes;
+  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, device::DeviceCommState::kMaxChannels)) {
+    device::DeviceLane l;
+    l.nsteps = 1;
+    l.step = part;
+    l.type = static_cast<uint8_t>(op.type);
+    l.seqKind = device::SeqKind::kColl;
+    l.seqIndex = static_cast<int32_t>(lanes.size());
+    l.slotBytes = static_cast<uint32_t>(algoContext().slotBytes);
+    l.input = static_cast<const char*>(op.sendbuff);
+    l.output = static_cast<char*>(op.recvbuff);
+    if (reduces) l.spec = op.spec;
+    lanes.push_back(l);
+  }
+  const auto* in = static_cast<const char*>(op.sendbuff);
+  const auto* out = static_cast<const char*>(op.recvbuff);
+  packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
+}
+
 Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     const std::vector<OpInfo>& ops, const std::vector<const device::OneCopyArgs*>& oneCopy,
     std::vector<FlightEntry>* flight) {
@@ -722,6 +756,11 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
         proto = !*proto || std::strcmp(proto, protoLabel(l.proto)) == 0 ? protoLabel(l.proto) : "Simple and LL";
       }
       record(op, firstSeq, "p2p", proto);
+      continue;
+    }
+    if (nranks_ == 1) {
+      record(op, ++seq_.deviceColl, "one-rank", "");
+      planOneRank(op, &packer);
       continue;
     }
     const Algo algo = deviceAlgo(op);
