@@ -3,8 +3,11 @@
 //   lanes copy  the launch kernel (src/device/prims_device.cuh) running one local copy lane per
 //               block, the executor's own data movement (16-byte loads and stores);
 //   reduce-copy the same with a reduction: out = out + in, two streams read and one written;
-//   all-reduce  chorusAllReduce on device buffers, 2 and 4 ranks as threads on this GPU, float sum,
-//               the tuner's choices, algorithm and bus bandwidth as nccl-tests report them;
+//   all-reduce  chorusAllReduce on device buffers, 1, 2 and 4 ranks as threads on this GPU, float
+//               sum, the tuner's choices, algorithm and bus bandwidth as nccl-tests report them,
+//               in place and (1 rank) out of place; beside each, the limit B (n-1) / n^2 of the
+//               bus bandwidth (B: memcpy's traffic rate at 1 GiB; each rank reads and writes n
+//               shares of 1/n of the data), and for 1 rank the time over memcpy's;
 //   latency     an 8-byte all-reduce, 2 ranks, with CHORUS_PROTO=ll and simple: the time per call
 //               of 1000 calls enqueued back to back, and of one call waited for.
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
@@ -98,7 +101,9 @@ device::LaunchParams localLaunch(bool reduce, const float* in, float* out, size_
   return p;
 }
 
-void memoryRates() {
+// memcpy's traffic rate at 1 GiB, GB/s (what the all-reduce lines are held against).
+double memoryRates() {
+  double largestCopy = 0;
   std::printf("\n== memory: GB/s of traffic (copy: 2 x size, reduce-copy: 3 x size), median of 20\n");
   std::printf("%12s %12s %14s %14s %14s %14s %10s\n", "size (B)", "memcpy D2D", "lanes copy 32", "lanes copy 64",
               "reduce-copy 32", "reduce-copy 64", "rc/memcpy");
@@ -138,6 +143,7 @@ void memoryRates() {
       }
     }
     const double gb = bytes / 1e9;
+    largestCopy = 2 * gb / copy;
     std::printf("%12zu %12.1f %14.1f %14.1f %14.1f %14.1f %9.0f%%\n", bytes, 2 * gb / copy, 2 * gb / lanes[0][0],
                 2 * gb / lanes[0][1], 3 * gb / lanes[1][0], 3 * gb / lanes[1][1],
                 100.0 * (3 * gb / std::min(lanes[1][0], lanes[1][1])) / (2 * gb / copy));
@@ -145,15 +151,17 @@ void memoryRates() {
     CUDA_OK(cudaFree(b));
   }
   cudaStreamDestroy(s);
+  return largestCopy;
 }
 
 // The ranks of tests/grid/cuda_ranks.h, with the bench's grouped all-reduce.
 struct Ranks : test::CudaRanks {
   using CudaRanks::CudaRanks;
-  void allReduce(const std::vector<float*>& buf, size_t count) {
+  // In place, or from `in` into `buf` when given.
+  void allReduce(const std::vector<float*>& buf, size_t count, const std::vector<float*>* in = nullptr) {
     CHORUS_OK(chorusGroupStart());
     for (size_t r = 0; r < comms.size(); ++r) {
-      CHORUS_OK(chorusAllReduce(buf[r], buf[r], count, chorusFloat32, chorusSum, comms[r], streams[r]));
+      CHORUS_OK(chorusAllReduce(in ? (*in)[r] : buf[r], buf[r], count, chorusFloat32, chorusSum, comms[r], streams[r]));
     }
     CHORUS_OK(chorusGroupEnd());
   }
@@ -161,37 +169,67 @@ struct Ranks : test::CudaRanks {
 
 // Seconds per all-reduce of `count` floats: `iters` enqueued back to back on every rank's stream,
 // then all waited for; the median of `reps`.
-double allReduceTime(Ranks& k, const std::vector<float*>& buf, size_t count, int iters, int reps) {
-  k.allReduce(buf, count);
+double allReduceTime(Ranks& k, const std::vector<float*>& buf, size_t count, int iters, int reps,
+                     const std::vector<float*>* in = nullptr) {
+  k.allReduce(buf, count, in);
   k.sync();
   std::vector<double> t;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) k.allReduce(buf, count);
+    for (int i = 0; i < iters; ++i) k.allReduce(buf, count, in);
     k.sync();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
   }
   return median(t);
 }
 
-void allReduceBandwidth(int n) {
-  std::printf("\n== all-reduce, %d ranks on one GPU, float sum, in place, the tuner's choices\n", n);
-  std::printf("%12s %12s %12s %12s\n", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s");
+void allReduceBandwidth(int n, double copyRate) {
+  const bool oneRank = n == 1;
+  std::printf("\n== all-reduce, %d rank%s on one GPU, float sum, the tuner's choices%s\n", n, oneRank ? "" : "s",
+              oneRank ? ": in place and out of place (no bus: the out-of-place time against memcpy's)"
+                      : ", in place; limit = memcpy's traffic rate x (n-1)/n^2");
+  if (oneRank) {
+    std::printf("%12s %14s %14s %14s %14s\n", "size (B)", "in place (us)", "out (us)", "memcpy (us)", "out/memcpy");
+  } else {
+    std::printf("%12s %12s %12s %12s %12s %10s\n", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s", "limit GB/s",
+                "of limit");
+  }
   Ranks k(n);
   const size_t maxBytes = size_t(256) << 20;
   std::vector<float*> buf(n);
+  std::vector<float*> in(n);
   for (int r = 0; r < n; ++r) {
     CUDA_OK(cudaMalloc(&buf[r], maxBytes));
     CUDA_OK(cudaMemset(buf[r], 0, maxBytes));
+    in[r] = nullptr;
+    if (oneRank) {
+      CUDA_OK(cudaMalloc(&in[r], maxBytes));
+      CUDA_OK(cudaMemset(in[r], 0, maxBytes));
+    }
   }
+  cudaStream_t s = nullptr;
+  if (oneRank) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (size_t bytes = 8; bytes <= maxBytes; bytes <<= 3) {
     const size_t count = bytes / sizeof(float);
     const int iters = bytes <= (size_t(1) << 20) ? 200 : 10;
     const double t = allReduceTime(k, buf, count, iters, 5);
+    if (oneRank) {
+      const double out = allReduceTime(k, buf, count, iters, 5, &in);
+      const double copy =
+          timeOn(s, 20, [&] { CUDA_OK(cudaMemcpyAsync(buf[0], in[0], bytes, cudaMemcpyDeviceToDevice, s)); });
+      std::printf("%12zu %14.2f %14.2f %14.2f %14.2f\n", bytes, t * 1e6, out * 1e6, copy * 1e6, out / copy);
+      continue;
+    }
     const double alg = bytes / t / 1e9;
-    std::printf("%12zu %12.2f %12.2f %12.2f\n", bytes, t * 1e6, alg, alg * 2.0 * (n - 1) / n);
+    const double bus = alg * 2.0 * (n - 1) / n;
+    const double limit = copyRate * (n - 1) / (double(n) * n);
+    std::printf("%12zu %12.2f %12.2f %12.2f %12.1f %9.0f%%\n", bytes, t * 1e6, alg, bus, limit, 100.0 * bus / limit);
   }
-  for (int r = 0; r < n; ++r) CUDA_OK(cudaFree(buf[r]));
+  if (s) cudaStreamDestroy(s);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaFree(buf[r]));
+    if (in[r]) CUDA_OK(cudaFree(in[r]));
+  }
 }
 
 void latency() {
@@ -228,9 +266,10 @@ int main() {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device 0: %s, %d SMs, compute capability %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
-  memoryRates();
+  const double copyRate = memoryRates();
   latency();
-  allReduceBandwidth(2);
-  allReduceBandwidth(4);
+  allReduceBandwidth(1, copyRate);
+  allReduceBandwidth(2, copyRate);
+  allReduceBandwidth(4, copyRate);
   return 0;
 }
