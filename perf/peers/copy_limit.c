@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "peer_common.h"
+
 struct worker {
   pthread_t thread;
   pthread_barrier_t* start;
@@ -41,34 +43,16 @@ static void* copyLoop(void* arg) {
   return NULL;
 }
 
-static size_t parseSize(const char* text) {
-  char* end = NULL;
-  size_t v = strtoull(text, &end, 0);
-  switch (*end) {
-    case 'K':
-    case 'k':
-      return v << 10;
-    case 'M':
-    case 'm':
-      return v << 20;
-    case 'G':
-    case 'g':
-      return v << 30;
-    default:
-      return v;
-  }
-}
-
 int main(int argc, char** argv) {
   size_t minBytes = 64 << 10, maxBytes = 64 << 20, factor = 2;
   int iters = 20, threads = 2, opt;
   while ((opt = getopt(argc, argv, "b:e:f:n:t:w:")) != -1) {
     switch (opt) {
       case 'b':
-        minBytes = parseSize(optarg);
+        minBytes = peerParseSize(optarg);
         break;
       case 'e':
-        maxBytes = parseSize(optarg);
+        maxBytes = peerParseSize(optarg);
         break;
       case 'f':
         factor = strtoull(optarg, NULL, 0);
@@ -90,8 +74,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "copy_limit: need 1 <= MIN <= MAX, FACTOR >= 2, ITERS >= 1, 1 <= THREADS <= 64\n");
     return 2;
   }
-  printf("# copy limit: memcpy GB/s of one thread while %d copy at once\n", threads);
-  printf("#       size      count   type  redop  root   time(us)  algbw  busbw  #wrong\n");
+  char what[80];
+  snprintf(what, sizeof(what), "copy limit: memcpy GB/s of one thread while %d copy at once", threads);
+  peerHeader(what);
   struct worker w[64];
   for (int t = 0; t < threads; ++t) {
     w[t].src = malloc(maxBytes);
@@ -119,9 +104,7 @@ int main(int argc, char** argv) {
     }
     pthread_barrier_destroy(&start);
     const double us = slowest * 1e6 / iters;
-    printf("%12zu %10zu  float   copy    -1 %10.2f %6.2f %6.2f %7d\n", bytes, bytes / 4, us, bytes / us / 1e3,
-           bytes / us / 1e3, 0);
-    fflush(stdout);
+    peerRow(bytes, "copy", us, bytes / us / 1e3, bytes / us / 1e3, 0);
   }
   for (int t = 0; t < threads; ++t) {
     free(w[t].src);

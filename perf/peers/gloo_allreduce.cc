@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "peer_common.h"
+
 namespace {
 
 int launcherValue(const char* what, std::initializer_list<const char*> names) {
@@ -32,27 +34,6 @@ int launcherValue(const char* what, std::initializer_list<const char*> names) {
   }
   std::fprintf(stderr, "gloo_allreduce: no %s: start it under mpirun, chorusrun or torchrun\n", what);
   std::exit(2);
-}
-
-float input(int rank, size_t i) { return static_cast<float>((rank + i) % 5); }
-
-// A size as nccl-tests take it: a number with an optional K, M or G (powers of 1024).
-size_t parseSize(const char* text) {
-  char* end = nullptr;
-  const size_t v = std::strtoull(text, &end, 0);
-  switch (*end) {
-    case 'K':
-    case 'k':
-      return v << 10;
-    case 'M':
-    case 'm':
-      return v << 20;
-    case 'G':
-    case 'g':
-      return v << 30;
-    default:
-      return v;
-  }
 }
 
 // Reduces `n` values of every rank into each rank's `v` with `fn` (gloo::sum or gloo::max).
@@ -76,10 +57,10 @@ int main(int argc, char** argv) {
   while ((opt = getopt(argc, argv, "b:e:f:n:w:s:H:")) != -1) {
     switch (opt) {
       case 'b':
-        minBytes = parseSize(optarg);
+        minBytes = peerParseSize(optarg);
         break;
       case 'e':
-        maxBytes = parseSize(optarg);
+        maxBytes = peerParseSize(optarg);
         break;
       case 'f':
         factor = std::strtoull(optarg, nullptr, 0);
@@ -116,12 +97,11 @@ int main(int argc, char** argv) {
   const size_t maxCount = maxBytes / sizeof(float);
   std::vector<float> send(maxCount), recv(maxCount);
   if (rank == 0) {
-    std::printf("# peer gloo: gloo::allreduce float sum, %d ranks\n", nranks);
-    std::printf("#       size      count   type  redop  root   time(us)  algbw  busbw  #wrong\n");
+    peerHeader(("peer gloo: gloo::allreduce float sum, " + std::to_string(nranks) + " ranks").c_str());
   }
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t count = bytes / sizeof(float);
-    for (size_t i = 0; i < count; ++i) send[i] = input(rank, i);
+    for (size_t i = 0; i < count; ++i) send[i] = peerInput(rank, i);
     const auto allreduce = [&] {
       gloo::AllreduceOptions opts(context);
       opts.setInput(send.data(), count);
@@ -138,16 +118,14 @@ int main(int argc, char** argv) {
     double wrong = 0;
     for (size_t i = 0; i < count; ++i) {
       float want = 0;
-      for (int r = 0; r < nranks; ++r) want += input(r, i);
+      for (int r = 0; r < nranks; ++r) want += peerInput(r, i);
       wrong += recv[i] != want;
     }
     reduceAll(context, &us, 1, &gloo::max<double>);
     reduceAll(context, &wrong, 1, &gloo::sum<double>);
     if (rank == 0) {
       const double algbw = bytes / us / 1e3;
-      std::printf("%12zu %10zu  float    sum    -1 %10.2f %6.2f %6.2f %7.0f\n", bytes, count, us, algbw,
-                  algbw * 2.0 * (nranks - 1) / nranks, wrong);
-      std::fflush(stdout);
+      peerRow(bytes, "sum", us, algbw, algbw * 2.0 * (nranks - 1) / nranks, static_cast<long>(wrong));
     }
   }
   return 0;

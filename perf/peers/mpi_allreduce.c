@@ -10,26 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static float input(int rank, size_t i) { return (float)((rank + i) % 5); }
-
-/* A size as nccl-tests take it: a number with an optional K, M or G (powers of 1024). */
-static size_t parseSize(const char* text) {
-  char* end = NULL;
-  size_t v = strtoull(text, &end, 0);
-  switch (*end) {
-    case 'K':
-    case 'k':
-      return v << 10;
-    case 'M':
-    case 'm':
-      return v << 20;
-    case 'G':
-    case 'g':
-      return v << 30;
-    default:
-      return v;
-  }
-}
+#include "peer_common.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -41,10 +22,10 @@ int main(int argc, char** argv) {
   while ((opt = getopt(argc, argv, "b:e:f:n:w:")) != -1) {
     switch (opt) {
       case 'b':
-        minBytes = parseSize(optarg);
+        minBytes = peerParseSize(optarg);
         break;
       case 'e':
-        maxBytes = parseSize(optarg);
+        maxBytes = peerParseSize(optarg);
         break;
       case 'f':
         factor = strtoull(optarg, NULL, 0);
@@ -72,12 +53,13 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (rank == 0) {
-    printf("# peer openmpi: MPI_Allreduce float sum, %d ranks\n", nranks);
-    printf("#       size      count   type  redop  root   time(us)  algbw  busbw  #wrong\n");
+    char what[64];
+    snprintf(what, sizeof(what), "peer openmpi: MPI_Allreduce float sum, %d ranks", nranks);
+    peerHeader(what);
   }
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t count = bytes / sizeof(float);
-    for (size_t i = 0; i < count; ++i) send[i] = input(rank, i);
+    for (size_t i = 0; i < count; ++i) send[i] = peerInput(rank, i);
     for (int i = 0; i < warmup; ++i) MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();
@@ -86,7 +68,7 @@ int main(int argc, char** argv) {
     long wrong = 0;
     for (size_t i = 0; i < count; ++i) {
       float want = 0;
-      for (int r = 0; r < nranks; ++r) want += input(r, i);
+      for (int r = 0; r < nranks; ++r) want += peerInput(r, i);
       wrong += recv[i] != want;
     }
     double slowest = 0;
@@ -95,9 +77,7 @@ int main(int argc, char** argv) {
     MPI_Reduce(&wrong, &wrongAll, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       const double algbw = bytes / slowest / 1e3;
-      printf("%12zu %10zu  float    sum    -1 %10.2f %6.2f %6.2f %7ld\n", bytes, count, slowest, algbw,
-             algbw * 2.0 * (nranks - 1) / nranks, wrongAll);
-      fflush(stdout);
+      peerRow(bytes, "sum", slowest, algbw, algbw * 2.0 * (nranks - 1) / nranks, wrongAll);
     }
   }
   free(send);
