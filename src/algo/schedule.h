@@ -110,12 +110,13 @@ Block partition(size_t count, int parts, int index);
 // Elements per rank block per loop: half the FIFO, so two loops' worth can be in flight.
 size_t ringLoopChunk(size_t slotBytes, int slots, size_t elemSize);
 
-// `pos` is this rank's position on the ring of n ranks; the ring sends to position pos+1.
-// All-reduce over `count` elements: reduce-scatter then all-gather, in place in the output.
 // One rank's copy of `count` elements of `elemSize` bytes cut into kLocal steps for up to
 // `maxParts` blocks: parts of at least `partBytes` (one part below that), every boundary on a
 // whole 16-byte vector where the element size divides 16, together covering [0, count) once.
 std::vector<Step> splitLocal(size_t count, size_t elemSize, size_t partBytes, size_t maxParts);
+
+// `pos` is this rank's position on the ring of n ranks; the ring sends to position pos+1.
+// All-reduce over `count` elements: reduce-scatter then all-gather, in place in the output.
 std::vector<Step> ringAllReduce(int n, int pos, size_t count, size_t loopChunk);
 // Reduce-scatter of the elements [base, base+count) of each rank block (blocks are `stride`
 // elements apart in the input); ring position p ends with block `blockOf[p]` in its output.

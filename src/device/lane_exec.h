@@ -249,15 +249,18 @@ class LaneExec {
  private:
   // Simple: the piece through the slot's payload, 16 bytes at a time where every operand allows.
   CHORUS_HD void moveSlots(const PieceMove& m, size_t n) const {
-    const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
+    // A copy, or a pre-op without its scalar (one() then gives each element as it is): the bytes
+    // move as they are, and not at all onto themselves.
+    const bool asIs = m.fold == Fold::kCopy || (m.fold == Fold::kPre && !spec.hasPre);
+    const bool toDst = m.dst && !(asIs && m.dst == m.a);
     size_t done = 0;
     constexpr size_t kPer = 16 / sizeof(T);
     if (16 % sizeof(T) == 0 && aligned(m.a) && aligned(m.b) && aligned(toDst ? m.dst : nullptr) && aligned(m.dst2)) {
       const size_t nvec = n / kPer;
-      if (m.fold == Fold::kCopy) {
-        moveVectors<false>(m, spec, toDst, nvec);  // bytes as they are: no element is looked at
+      if (asIs) {
+        moveVectors<false>(m, spec, toDst, nvec);
       } else {
         moveVectors<true>(m, spec, toDst, nvec);
       }
@@ -273,7 +276,7 @@ class LaneExec {
 
   // Vectors [0, nvec) of a piece whose operands are all 16-byte aligned: thread t moves vectors
   // t, t + nthreads, ... in groups of kMoveUnroll, every load of a group before its first store.
-  // kFold: each element through one(); else the vector is copied as it is (Fold::kCopy).
+  // kFold: each element through one(); else the vector is copied as it is (moveSlots' asIs).
   template <bool kFold>
   CHORUS_HD void moveVectors(const PieceMove& m, const ReduceSpec& spec, bool toDst, size_t nvec) const {
     const size_t stride = b_.nthreads();
