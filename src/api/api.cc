@@ -147,8 +147,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
   const int n = c->nranks();
   const int me = c->rank();
-  const bool reduces = coll == CollType::kAllReduce || coll == CollType::kReduce || coll == CollType::kReduceScatter;
-  if (reduces) CHORUS_TRY(c->redOps().check(op, type));
+  if (reduces(coll)) CHORUS_TRY(c->redOps().check(op, type));
   const bool rooted = coll == CollType::kBroadcast || coll == CollType::kReduce || coll == CollType::kGather ||
                       coll == CollType::kScatter;
   if (rooted) CHORUS_TRY(checkRank(root, n, "root"));
@@ -212,7 +211,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   CHORUS_ASSIGN_OR_RETURN(bool device, onDevice(*c, used, nused, s.get()));
   OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s), false, ReduceSpec{}};
   info.device = device;
-  if (reduces) info.spec = c->redOps().spec(op, type, device);
+  if (reduces(coll)) info.spec = c->redOps().spec(op, type, device);
   return submitOp(info);
 }
 

@@ -241,9 +241,9 @@ class Communicator : public TaskOwner {
   double estimateUs(const OpInfo& op) const;
   // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed.
   void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
-  // A collective of a one-rank communicator: nothing in place (unless the operator multiplies),
-  // else a copy over up to kMaxChannels blocks, parts of at least kOneRankPartBytes.
-  void planOneRank(const OpInfo& op, device::LaunchPacker* packer);
+  // The lanes of a collective of a one-rank communicator: none in place (unless the operator
+  // multiplies), else a copy over up to kMaxChannels blocks, parts of at least kOneRankPartBytes.
+  std::vector<LanePlan> planOneRank(const OpInfo& op) const;
   static constexpr size_t kOneRankPartBytes = size_t(64) << 10;
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_, and records
   // their ops' entries (planDevice) in the flight recorder as enqueued, or captured when the

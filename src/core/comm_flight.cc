@@ -116,9 +116,7 @@ FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char
   e.algo = algo;
   e.count = op.count;
   e.type = op.type;
-  const bool reduces =
-      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  e.op = reduces ? static_cast<int>(op.op) : -1;
+  e.op = reduces(op.coll) ? static_cast<int>(op.op) : -1;
   const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
                       op.coll == CollType::kScatter || op.coll == CollType::kSend || op.coll == CollType::kRecv;
   e.root = rooted ? op.root : -1;

@@ -331,9 +331,9 @@ CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
   r.count = op.count;
   r.coll = static_cast<int32_t>(op.coll);
   r.type = op.type;
-  const bool reduces =
-      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  r.op = !reduces ? -1 : op.op < chorusNumOps ? static_cast<int32_t>(op.op) : static_cast<int32_t>(chorusNumOps);
+  r.op = !reduces(op.coll)      ? -1
+         : op.op < chorusNumOps ? static_cast<int32_t>(op.op)
+                                : static_cast<int32_t>(chorusNumOps);
   const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
                       op.coll == CollType::kScatter;
   r.root = rooted ? op.root : -1;
@@ -394,9 +394,7 @@ LaneArgs Communicator::collArgs(const OpInfo& op) const {
   a.kernels = &kernels_;
   a.workers = workers_.get();
   a.commId = commId_;
-  const bool reduces =
-      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  if (reduces) a.spec = op.spec;
+  if (reduces(op.coll)) a.spec = op.spec;
   a.sendByRef = true;
   a.share = memShare_.get();
   return a;
@@ -645,38 +643,27 @@ void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args
   packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
 }
 
-void Communicator::planOneRank(const OpInfo& op, device::LaunchPacker* packer) {
+std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
   // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
-  // into parts of whole 16-byte vectors, one block each, as a memcpy spreads over the GPU.
+  // into parts of whole 16-byte vectors, one block (channel) each, as a memcpy spreads over the GPU.
   const size_t elem = typeSize(op.type);
-  const size_t bytes = op.count * elem;
-  const bool reduces =
-      op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
-  const bool scales = reduces && (op.spec.hasPre || op.spec.scalePtr);
-  const bool moves = bytes > 0 && (op.sendbuff != op.recvbuff || scales);
+  const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
+  const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} count {} datatype {} algo one-rank ({}) (device, GPU {})", collName(op.coll), op.count,
               typeName(op.type), moves ? (scales ? "scaled copy" : "copy") : "nothing to move", deviceComm()->device());
   }
-  if (!moves) return;
-  std::vector<device::DeviceLane> lanes;
+  std::vector<LanePlan> plans;
+  if (!moves) return plans;
   for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, device::DeviceCommState::kMaxChannels)) {
-    device::DeviceLane l;
-    l.nsteps = 1;
-    l.step = part;
-    l.type = static_cast<uint8_t>(op.type);
-    l.seqKind = device::SeqKind::kColl;
-    l.seqIndex = static_cast<int32_t>(lanes.size());
-    l.slotBytes = static_cast<uint32_t>(algoContext().slotBytes);
-    l.input = static_cast<const char*>(op.sendbuff);
-    l.output = static_cast<char*>(op.recvbuff);
-    if (reduces) l.spec = op.spec;
-    lanes.push_back(l);
+    LanePlan lp;
+    lp.steps = {part};
+    lp.channel = static_cast<int>(plans.size());
+    lp.slotBytes = config_.slotBytes;  // as algoContext() gives every lane
+    plans.push_back(std::move(lp));
   }
-  const auto* in = static_cast<const char*>(op.sendbuff);
-  const auto* out = static_cast<const char*>(op.recvbuff);
-  packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
+  return plans;
 }
 
 Result<std::vector<device::LaunchParams>> Communicator::planDevice(
@@ -758,24 +745,23 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       record(op, firstSeq, "p2p", proto);
       continue;
     }
+    const size_t elem = typeSize(op.type);
+    ProtoKind proto = ProtoKind::kSimple;
     if (nranks_ == 1) {
       record(op, ++seq_.deviceColl, "one-rank", "");
-      planOneRank(op, &packer);
-      continue;
+      lanePlans = planOneRank(op);
+    } else {
+      const Algo algo = deviceAlgo(op);
+      proto = deviceProto(op);
+      record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto));
+      if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+        log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} (device, GPU {})", collName(op.coll), op.count,
+                  typeName(op.type), algoName(algo), protoLabel(proto), dev.device());
+      }
+      lanePlans.clear();
+      algorithm(algo).plan(proto == ProtoKind::kLL ? llCtx : ctx,
+                           AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
     }
-    const Algo algo = deviceAlgo(op);
-    const ProtoKind proto = deviceProto(op);
-    const size_t elem = typeSize(op.type);
-    record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto));
-    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-      log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} (device, GPU {})", collName(op.coll), op.count,
-                typeName(op.type), algoName(algo), proto == ProtoKind::kLL ? "LL" : "Simple", dev.device());
-    }
-    lanePlans.clear();
-    algorithm(algo).plan(proto == ProtoKind::kLL ? llCtx : ctx,
-                         AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
-    const bool reduces =
-        op.coll == CollType::kAllReduce || op.coll == CollType::kReduce || op.coll == CollType::kReduceScatter;
     lanes.clear();
     for (const LanePlan& lp : lanePlans) {
       if (lp.channel >= device::DeviceCommState::kMaxChannels) {
@@ -797,7 +783,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       l.input = static_cast<const char*>(op.sendbuff);
       l.output = static_cast<char*>(op.recvbuff);
       l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
-      if (reduces) l.spec = op.spec;
+      if (reduces(op.coll)) l.spec = op.spec;
       for (int i = 0; i < kMaxLanePeers; ++i) {
         if (lp.send[i].index >= 0) l.send[i] = dev.connector(lp.send[i].family, lp.send[i].index, true);
         if (lp.recv[i].index >= 0) l.recv[i] = dev.connector(lp.recv[i].family, lp.recv[i].index, false);
