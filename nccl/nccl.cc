@@ -211,12 +211,17 @@ void mapEnvironment() {
       cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 (as LL) have Chorus counterparts (CHORUS_PROTO)");
     }
   }
-  // Channels: Chorus runs a fixed number (1 unless set, 32 at most); NCCL_MIN_NCHANNELS raises it,
-  // NCCL_MAX_NCHANNELS caps what that gives.
+  // Channels of the host path: a fixed number (1 unless set, 32 at most); NCCL_MIN_NCHANNELS raises
+  // it, NCCL_MAX_NCHANNELS caps what that gives.
   if (const char* v = std::getenv("NCCL_MIN_NCHANNELS")) {
     long n = std::strtol(v, nullptr, 10);
     if (const char* m = std::getenv("NCCL_MAX_NCHANNELS")) n = std::min(n, std::strtol(m, nullptr, 10));
     if (n >= 1) setIfUnset("CHORUS_NCHANNELS", std::to_string(std::min(n, 32L)));
+  }
+  // NCCL_MAX_NCHANNELS also caps the device path's channels (what the GPU allows, 32 at most).
+  if (const char* m = std::getenv("NCCL_MAX_NCHANNELS")) {
+    const long n = std::strtol(m, nullptr, 10);
+    if (n >= 1) setIfUnset("CHORUS_DEVICE_NCHANNELS", std::to_string(std::min(n, 32L)));
   }
   // NCCL_BUFFSIZE is a FIFO's whole size; Chorus's is CHORUS_SLOTS slots of CHORUS_SLOT_BYTES
   // (a multiple of 64 from 4 KiB to 64 MiB).

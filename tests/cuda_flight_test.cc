@@ -86,8 +86,8 @@ void states() {
   std::string d = dump(k.comms[0]);
   std::string l = line(d, "device AllReduce seq 1");
   std::printf("behind a kernel: %s\n", l.c_str());
-  EXPECT(has(l, "count 65536 type 7 op 0 algo") && has(l, " proto ") && has(l, "on GPU 0 stream 0x") &&
-             has(l, "enqueued for") && has(l, "not seen finished"),
+  EXPECT(has(l, "count 65536 type 7 op 0 algo") && has(l, " proto ") && has(l, " blocks ") &&
+             has(l, "on GPU 0 stream 0x") && has(l, "enqueued for") && has(l, "not seen finished"),
          "the entry is enqueued on the user's stream: %s\n%s", l.c_str(), d.c_str());
   EXPECT(has(d, "device path on GPU 0: 1 kernel launches not yet seen finished"), "the dump's device line:\n%s",
          d.c_str());

@@ -254,12 +254,8 @@ class Clique {
         char* outAt = out[r] + ci * callStride_;
         std::vector<LanePlan> plans;
         const Algo a = call.coll == CollType::kAllReduce ? algo : Algo::kRing;
-        // LL schedules are planned for what a slot's lines hold, as the communicator plans them.
-        AlgoContext ctx = k.ctx;
-        if (proto_ == ProtoKind::kLL) {
-          ctx.slotBytes = lineSlotDataBytes(static_cast<uint32_t>(ctx.slotBytes));
-          ctx.peerSlotBytes = lineSlotDataBytes(static_cast<uint32_t>(ctx.peerSlotBytes));
-        }
+        // As the communicator plans them: over the call's channels, LL for what a slot's lines hold.
+        const AlgoContext ctx = laneContext(k.ctx, channels_ ? channels_ : k.ctx.nChannels, proto_);
         algorithm(a).plan(ctx, call, &plans);
         std::vector<DeviceLane> lanes;
         for (LanePlan& lp : plans) {
@@ -365,6 +361,8 @@ class Clique {
   void setCallStride(size_t bytes) { callStride_ = bytes; }
   // The protocol of the lanes of the next launch() or exchange().
   void setProto(ProtoKind proto) { proto_ = proto; }
+  // The channels the next launches' collectives run, up to the clique's (0: all of them).
+  void setChannels(int nch) { channels_ = nch; }
   // How many launches rank 0's last call took.
   size_t lastLaunches() const { return lastLaunches_; }
   // Every FIFO in host memory starts (empty) at position `pos`, as one would after `pos` pieces;
@@ -450,6 +448,7 @@ class Clique {
   size_t lastLaunches_ = 0;
   size_t callStride_ = 0;
   ProtoKind proto_ = ProtoKind::kSimple;
+  int channels_ = 0;
 };
 
 template <typename T>
@@ -635,6 +634,45 @@ TEST_CASE("device lanes on host threads: several all-reduces in a row, and an av
       for (int q = 0; q < n; ++q) first += valueOf<int32_t>(q, i) * 6;
       first /= n;
       REQUIRE(buf[r][i] == first);  // the average of n equal values is the value
+    }
+  }
+}
+
+// The tuner gives each call its own channel count (fewer for small messages): calls over 1, 4, 2
+// and 3 of a clique's 4 channels, one after another on the same FIFOs and device state, each
+// channel's positions and sequence numbers carrying over only where a call ran on it.
+TEST_CASE("device lanes on host threads: calls of different channel counts in a row share the channels",
+          "[device_lane]") {
+  const int n = 3;
+  Clique clique(n, 4, 256, 2);
+  const size_t count = 3001;
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count));
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
+  std::vector<const char*> ip(n);
+  std::vector<char*> op(n);
+  int round = 0;
+  for (ProtoKind proto : {ProtoKind::kSimple, ProtoKind::kLL}) {
+    clique.setProto(proto);
+    for (int nch : {1, 4, 2, 3, 1}) {
+      INFO("channels " << nch << " protocol " << protoName(proto));
+      clique.setChannels(nch);
+      ++round;
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) in[r][i] = valueOf<int32_t>(r + round, i);
+        out[r].assign(count, -99);
+        ip[r] = reinterpret_cast<const char*>(in[r].data());
+        op[r] = reinterpret_cast<char*>(out[r].data());
+      }
+      AlgoCall call{CollType::kAllReduce, count, sizeof(int32_t), 0, false};
+      const auto errors = clique.launch(Algo::kRing, {call}, chorusInt32, ReduceSpec(), ip, op, 3);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(errors[r].status == 0);
+        for (size_t i = 0; i < count; ++i) {
+          int32_t want = 0;
+          for (int q = 0; q < n; ++q) want += valueOf<int32_t>(q + round, i);
+          REQUIRE(out[r][i] == want);
+        }
+      }
     }
   }
 }

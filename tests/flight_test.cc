@@ -74,6 +74,7 @@ TEST_CASE("device entries: enqueued, then done, failed with the fault, or captur
     e.state = FlightEntry::State::kEnqueued;
     e.gpu = 1;
     e.proto = s == 4 ? "LL" : "Simple";
+    e.blocks = s == 2 ? 16 : 0;  // a collective says its blocks; a send has none to say
     e.root = s == 4 ? 3 : -1;
     e.cudaStream = s == 3 ? 0 : 0xabc0;
     launch.push_back(e);
@@ -104,8 +105,9 @@ TEST_CASE("device entries: enqueued, then done, failed with the fault, or captur
 
   const std::string text = FlightRecorder::text(all);
   CHECK(text.find("#1 AllReduce seq 1 count 10 type 7 algo ring") != std::string::npos);  // host: as before
-  CHECK(text.find("#2 device AllReduce seq 2 count 20 type 7 algo ring proto Simple on GPU 1 stream 0xabc0 done "
-                  "(seen 0.010 ms after enqueue)") != std::string::npos);
+  CHECK(text.find(
+            "#2 device AllReduce seq 2 count 20 type 7 algo ring proto Simple blocks 16 on GPU 1 stream 0xabc0 done "
+            "(seen 0.010 ms after enqueue)") != std::string::npos);
   CHECK(text.find("#3 device AllReduce seq 3 count 30 type 7 algo ring proto Simple on GPU 1 (the communicator's "
                   "own stream) failed (seen 0.010 ms after enqueue) result 6: a kernel gave up waiting for data "
                   "from rank 3") != std::string::npos);

@@ -118,3 +118,48 @@ TEST_CASE("device lanes: LL up to its sizes, Simple beyond, and CHORUS_PROTO for
   REQUIRE_FALSE(bad.isOk());
   CHECK(bad.status().message().find("simple, ll") != std::string::npos);
 }
+
+TEST_CASE("device channels: half of each GPU's multiprocessors shared by its ranks, the fewest over the GPUs",
+          "[tuner]") {
+  auto seat = [](uint64_t gpu, int sms) {
+    GpuSeat s;
+    s.uuid[0] = gpu;
+    s.uuid[1] = ~gpu;
+    s.sms = sms;
+    return s;
+  };
+  // One rank on an H100 (132 multiprocessors): 66, capped at the kernels' 32.
+  CHECK(deviceChannelLimit(0, {seat(1, 132)}, true) == kMaxDeviceChannels);
+  // Two, four and eight ranks on that GPU: 33, 16 and 8.
+  CHECK(deviceChannelLimit(0, std::vector<GpuSeat>(2, seat(1, 132)), true) == 32);
+  CHECK(deviceChannelLimit(0, std::vector<GpuSeat>(4, seat(1, 132)), true) == 16);
+  CHECK(deviceChannelLimit(0, std::vector<GpuSeat>(8, seat(1, 132)), true) == 8);
+  // Two GPUs, three ranks on the small one: its share decides for every rank.
+  CHECK(deviceChannelLimit(0, {seat(1, 132), seat(2, 30), seat(2, 30), seat(2, 30)}, true) == 5);
+  // More ranks than a GPU has pairs of multiprocessors: still one channel.
+  CHECK(deviceChannelLimit(0, std::vector<GpuSeat>(40, seat(1, 16)), true) == 1);
+  // A rank without a GPU (unknown) does not count; none known: 1.
+  CHECK(deviceChannelLimit(0, {seat(1, 132), GpuSeat()}, true) == 32);
+  CHECK(deviceChannelLimit(0, {GpuSeat(), GpuSeat()}, true) == 1);
+  // Between hosts, a socket proxy carries each channel: at most kNetDeviceChannels.
+  CHECK(deviceChannelLimit(0, {seat(1, 132), seat(2, 132)}, false) == kNetDeviceChannels);
+  // CHORUS_DEVICE_NCHANNELS lowers the count, never raises it past what the GPUs allow.
+  CHECK(deviceChannelLimit(3, {seat(1, 132)}, true) == 3);
+  CHECK(deviceChannelLimit(32, std::vector<GpuSeat>(8, seat(1, 132)), true) == 8);
+}
+
+TEST_CASE("device channels per call: one block a pass of its threads, up to the communicator's most", "[tuner]") {
+  TunerFacts f = oneHost(2);
+  f.deviceChannels = 16;
+  const Tuner t(f);
+  CHECK(t.deviceChannelMax() == 16);
+  CHECK(t.deviceChannels(8, ProtoKind::kLL) == 1);
+  CHECK(t.deviceChannels(2 * Tuner::kLLChannelBytes - 1, ProtoKind::kLL) == 1);
+  CHECK(t.deviceChannels(2 * Tuner::kLLChannelBytes, ProtoKind::kLL) == 2);
+  CHECK(t.deviceChannels(Tuner::kLLMaxBytes, ProtoKind::kLL) == 16);
+  CHECK(t.deviceChannels(Tuner::kSimpleChannelBytes, ProtoKind::kSimple) == 1);
+  CHECK(t.deviceChannels(5 * Tuner::kSimpleChannelBytes + 1, ProtoKind::kSimple) == 5);
+  CHECK(t.deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 16);
+  // The default facts (no GPU): one channel at every size.
+  CHECK(Tuner(oneHost(2)).deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 1);
+}

@@ -1,5 +1,7 @@
 #include "src/algo/tuner.h"
 
+#include <algorithm>
+
 namespace chorus {
 
 double ringAllReduceUs(const AllReduceModel& m, double bytes) {
@@ -73,6 +75,27 @@ ProtoKind Tuner::deviceProto(size_t bytes, bool p2p) const {
   if (!f_.deviceLL) return ProtoKind::kSimple;
   if (f_.forcedProto) return *f_.forcedProto;
   return bytes <= (p2p ? kP2pLLMaxBytes : kLLMaxBytes) ? ProtoKind::kLL : ProtoKind::kSimple;
+}
+
+int Tuner::deviceChannels(size_t bytes, ProtoKind proto) const {
+  const size_t per = proto == ProtoKind::kLL ? kLLChannelBytes : kSimpleChannelBytes;
+  const size_t wanted = std::max<size_t>(1, bytes / per);
+  return static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(std::max(1, f_.deviceChannels))));
+}
+
+int deviceChannelLimit(int setting, const std::vector<GpuSeat>& seats, bool singleHost) {
+  int limit = setting > 0 ? std::min(setting, kMaxDeviceChannels) : kMaxDeviceChannels;
+  bool any = false;
+  for (const GpuSeat& s : seats) {
+    if (s.sms <= 0) continue;
+    any = true;
+    int sharing = 0;
+    for (const GpuSeat& t : seats) sharing += t.sms > 0 && t.uuid[0] == s.uuid[0] && t.uuid[1] == s.uuid[1];
+    limit = std::min(limit, s.sms / (2 * sharing));
+  }
+  if (!any) return 1;
+  if (!singleHost) limit = std::min(limit, kNetDeviceChannels);
+  return std::max(1, limit);
 }
 
 Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value) {

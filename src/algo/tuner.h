@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "src/algo/algorithm.h"
 #include "src/algo/coll.h"
@@ -45,8 +47,29 @@ struct TunerFacts {
   // LL may run on device lanes: no device connection goes through a socket proxy, which moves
   // whole slots behind the tail and never lines.
   bool deviceLL = true;
+  // The most channels a device collective runs (deviceChannelLimit): every rank has the same.
+  int deviceChannels = 1;
   AllReduceModel model;
 };
+
+// Where a rank's kernels run, as its init record tells every rank: its GPU (UUID) and that GPU's
+// multiprocessors (0: no GPU bound).
+struct GpuSeat {
+  uint64_t uuid[2] = {0, 0};
+  int sms = 0;
+};
+
+// The most channels (blocks) a device collective of this communicator runs, the same on every
+// rank: on each GPU, half of its multiprocessors shared among the ranks that run on it, the
+// fewest over the GPUs, at most kMaxDeviceChannels and at most CHORUS_DEVICE_NCHANNELS when set
+// (`setting`, 0 unset). A rank's blocks wait on its peers' blocks, so every rank's blocks must be
+// resident together: ranks sharing a GPU split it, and the other half leaves room for the
+// program's own kernels; a setting can lower the count, never raise it past that. Between hosts
+// a channel's FIFOs cross a socket proxy, which gains nothing from more than kNetDeviceChannels.
+// No GPU known on any rank: 1.
+constexpr int kMaxDeviceChannels = 32;  // device::DeviceCommState::kMaxChannels
+constexpr int kNetDeviceChannels = 4;
+int deviceChannelLimit(int setting, const std::vector<GpuSeat>& seats, bool singleHost);
 
 // CHORUS_PROTO's value (lower case): none, "simple" or "ll".
 Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value);
@@ -91,6 +114,16 @@ class Tuner {
   // error) may run the other protocol; the kernels fail it as a mismatch all the same
   // (src/device/lane_exec.h).
   ProtoKind deviceProto(size_t bytes, bool p2p) const;
+
+  // The channels a device collective of `bytes` (one rank's message) runs, from 1 up to
+  // TunerFacts::deviceChannels: a channel is one block, and a block takes at least a whole pass
+  // of its threads (kLaunchThreads, each moving kMoveUnroll 16-byte vectors under Simple, one
+  // 8-byte word under LL), as NCCL cuts its channels for small messages. Ranks agree: the bytes
+  // are the same on every rank for every collective.
+  static constexpr size_t kSimpleChannelBytes = 32 * 1024;
+  static constexpr size_t kLLChannelBytes = 4 * 1024;
+  int deviceChannels(size_t bytes, ProtoKind proto) const;
+  int deviceChannelMax() const { return f_.deviceChannels; }
 
   // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.
   size_t directMaxBytes() const { return directMax_; }

@@ -39,25 +39,45 @@ std::string upper(std::string s) {
 }
 
 // Every CHORUS_* variable the library and its launcher read (docs/environment.md).
-constexpr const char* kKnownVars[] = {"CHORUS_ALGO",           "CHORUS_CHECK",
-                                      "CHORUS_COMM_ID",        "CHORUS_COMM_SECRET",
-                                      "CHORUS_CUMEM_ENABLE",   "CHORUS_CPU_ISA",
-                                      "CHORUS_DEBUG",          "CHORUS_DEBUG_FILE",
-                                      "CHORUS_DEBUG_SUBSYS",   "CHORUS_DIRECT_MAX_BYTES",
-                                      "CHORUS_FLIGHT_DUMP",    "CHORUS_FLIGHT_ENTRIES",
-                                      "CHORUS_FLIGHT_SIGNAL",  "CHORUS_FLIGHT_TRACE",
-                                      "CHORUS_HOSTID",         "CHORUS_INIT_TIMEOUT",
-                                      "CHORUS_LOCAL_RANK",     "CHORUS_LOCAL_SIZE",
-                                      "CHORUS_NCHANNELS",      "CHORUS_NRANKS",
-                                      "CHORUS_ONECOPY",        "CHORUS_P2P_DISABLE",
-                                      "CHORUS_P2P_SLOT_BYTES", "CHORUS_PROTO",
-                                      "CHORUS_RANK",           "CHORUS_RSH",
-                                      "CHORUS_SHM_DISABLE",    "CHORUS_SLEEP_MAX_US",
-                                      "CHORUS_SLOTS",          "CHORUS_SLOT_BYTES",
-                                      "CHORUS_SOCKET_IFNAME",  "CHORUS_SOCKET_NTHREADS",
-                                      "CHORUS_SPIN_NS",        "CHORUS_TIMEOUT",
-                                      "CHORUS_TOPO_DUMP_FILE", "CHORUS_TOPO_FILE",
-                                      "CHORUS_WARN_AFTER_MS",  "CHORUS_WORKERS_PER_CHANNEL",
+constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
+                                      "CHORUS_CHECK",
+                                      "CHORUS_COMM_ID",
+                                      "CHORUS_COMM_SECRET",
+                                      "CHORUS_CUMEM_ENABLE",
+                                      "CHORUS_CPU_ISA",
+                                      "CHORUS_DEBUG",
+                                      "CHORUS_DEBUG_FILE",
+                                      "CHORUS_DEBUG_SUBSYS",
+                                      "CHORUS_DEVICE_NCHANNELS",
+                                      "CHORUS_DIRECT_MAX_BYTES",
+                                      "CHORUS_FLIGHT_DUMP",
+                                      "CHORUS_FLIGHT_ENTRIES",
+                                      "CHORUS_FLIGHT_SIGNAL",
+                                      "CHORUS_FLIGHT_TRACE",
+                                      "CHORUS_HOSTID",
+                                      "CHORUS_INIT_TIMEOUT",
+                                      "CHORUS_LOCAL_RANK",
+                                      "CHORUS_LOCAL_SIZE",
+                                      "CHORUS_NCHANNELS",
+                                      "CHORUS_NRANKS",
+                                      "CHORUS_ONECOPY",
+                                      "CHORUS_P2P_DISABLE",
+                                      "CHORUS_P2P_SLOT_BYTES",
+                                      "CHORUS_PROTO",
+                                      "CHORUS_RANK",
+                                      "CHORUS_RSH",
+                                      "CHORUS_SHM_DISABLE",
+                                      "CHORUS_SLEEP_MAX_US",
+                                      "CHORUS_SLOTS",
+                                      "CHORUS_SLOT_BYTES",
+                                      "CHORUS_SOCKET_IFNAME",
+                                      "CHORUS_SOCKET_NTHREADS",
+                                      "CHORUS_SPIN_NS",
+                                      "CHORUS_TIMEOUT",
+                                      "CHORUS_TOPO_DUMP_FILE",
+                                      "CHORUS_TOPO_FILE",
+                                      "CHORUS_WARN_AFTER_MS",
+                                      "CHORUS_WORKERS_PER_CHANNEL",
                                       "CHORUS_YIELD_ITERS"};
 
 size_t editDistance(const std::string& a, const std::string& b) {
@@ -264,6 +284,9 @@ Result<Config> Config::fromEnv() {
   x = c.nChannels;
   CHORUS_TRY(readEnvInt("CHORUS_NCHANNELS", 1, 32, &x));
   c.nChannels = static_cast<int>(x);
+  x = c.deviceChannels;
+  CHORUS_TRY(readEnvInt("CHORUS_DEVICE_NCHANNELS", 0, 32, &x));
+  c.deviceChannels = static_cast<int>(x);
   x = c.workersPerChannel;
   CHORUS_TRY(readEnvInt("CHORUS_WORKERS_PER_CHANNEL", 1, 64, &x));
   c.workersPerChannel = static_cast<int>(x);

@@ -59,6 +59,7 @@ struct Config {
   int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
   size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
   int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
+  int deviceChannels = 0;                          // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
   int workersPerChannel = 1;                       // CHORUS_WORKERS_PER_CHANNEL: threads moving each piece
   std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
   std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call

@@ -63,6 +63,9 @@ struct InitRecord {
   uint32_t slotBytes = 0;
   int32_t slots = 0;
   int32_t nChannels = 0;
+  int32_t deviceChannels = 0;  // CHORUS_DEVICE_NCHANNELS
+  int32_t gpuSms = 0;          // this rank's GPU (0: none bound), which decides device channels
+  uint64_t gpuUuid[2] = {0, 0};
   char algo[16] = {0};
   char proto[16] = {0};
   uint64_t directMaxBytes = 0;
@@ -195,6 +198,14 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.slotBytes = static_cast<uint32_t>(config_.slotBytes);
   me.slots = config_.slots;
   me.nChannels = config_.nChannels;
+  me.deviceChannels = config_.deviceChannels;
+  if (cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) {
+    // Unknown when it cannot be asked: the device side's own creation then says why.
+    if (auto id = cuda::gpuIdentity(cudaDevice()); id.isOk()) {
+      me.gpuSms = id.value().sms;
+      std::memcpy(me.gpuUuid, id.value().uuid, sizeof(me.gpuUuid));
+    }
+  }
   std::snprintf(me.algo, sizeof(me.algo), "%s", config_.algo.c_str());
   std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
   me.directMaxBytes = config_.directMaxBytes;
@@ -229,6 +240,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     if (a.slots != b.slots) return differ("CHORUS_SLOTS", std::to_string(a.slots), std::to_string(b.slots));
     if (a.nChannels != b.nChannels) {
       return differ("CHORUS_NCHANNELS", std::to_string(a.nChannels), std::to_string(b.nChannels));
+    }
+    if (a.deviceChannels != b.deviceChannels) {
+      return differ("CHORUS_DEVICE_NCHANNELS", std::to_string(a.deviceChannels), std::to_string(b.deviceChannels));
     }
     if (std::strncmp(a.algo, b.algo, sizeof(a.algo)) != 0) return differ("CHORUS_ALGO", a.algo, b.algo);
     if (std::strncmp(a.proto, b.proto, sizeof(a.proto)) != 0) return differ("CHORUS_PROTO", a.proto, b.proto);
@@ -279,6 +293,14 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   }
   singleHost_ = true;
   for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
+  {
+    std::vector<GpuSeat> seats(nranks_);
+    for (int r = 0; r < nranks_; ++r) {
+      seats[r].sms = all[r].gpuSms;
+      std::memcpy(seats[r].uuid, all[r].gpuUuid, sizeof(seats[r].uuid));
+    }
+    deviceChannels_ = deviceChannelLimit(config_.deviceChannels, seats, singleHost_);
+  }
   std::vector<topo::TopoRecord> topoRecords(nranks_);
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
   CHORUS_TRY(buildTopology(machine, topoRecords));

@@ -190,6 +190,9 @@ class Communicator : public TaskOwner {
   Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
+  // What a device collective of protocol `proto` is planned in: the channels the tuner gives its
+  // size (device::laneContext).
+  AlgoContext deviceContext(const OpInfo& op, ProtoKind proto) const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
@@ -239,10 +242,11 @@ class Communicator : public TaskOwner {
   bool oneCopyCandidate(const OpInfo& op) const;
   // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
   double estimateUs(const OpInfo& op) const;
-  // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed.
-  void planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
+  // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed;
+  // returns how many.
+  size_t planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
   // The lanes of a collective of a one-rank communicator: none in place (unless the operator
-  // multiplies), else a copy over up to kMaxChannels blocks, parts of at least kOneRankPartBytes.
+  // multiplies), else a copy over up to deviceChannels_ blocks, parts of at least kOneRankPartBytes.
   std::vector<LanePlan> planOneRank(const OpInfo& op) const;
   static constexpr size_t kOneRankPartBytes = size_t(64) << 10;
   // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_, and records
@@ -356,6 +360,7 @@ class Communicator : public TaskOwner {
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
   bool singleHost_ = false;  // every rank on this rank's host
+  int deviceChannels_ = 1;   // the most channels a device collective runs (deviceChannelLimit)
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;

@@ -92,7 +92,8 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
     places[r].host = h;
   }
 
-  channels_ = topo::buildChannels(places, hosts, config_.nChannels);
+  // Rings for the host path's channels and the device path's, whichever is more.
+  channels_ = topo::buildChannels(places, hosts, std::max(config_.nChannels, deviceChannels_));
   rings_.clear();
   ringPos_.clear();
   for (const auto& ch : channels_) {
@@ -111,6 +112,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   // rank disabled shared memory; every rank knows both alike.
   facts.deviceLL = singleHost_;
   for (const PeerInfo& p : peers_) facts.deviceLL = facts.deviceLL && !(p.flags & PeerInfo::kShmDisabled);
+  facts.deviceChannels = deviceChannels_;
   facts.model = topo::allReduceModel(places, channels_[0], trees_);
   tuner_ = Tuner(facts);
 
@@ -139,6 +141,14 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} "
                 "us, tree {:.0f} us; {} GB/s)",
                 tuner_.directMaxBytes(), tuner_.treeMaxBytes(), m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
+    }
+    if (cudaDevice() >= 0) {
+      log_.info(kSubsysInit, "Tuner: device collectives run up to {} channels ({}), fewer below {} B a channel",
+                deviceChannels_,
+                config_.deviceChannels > 0 ? "half of each GPU's multiprocessors shared by the ranks on it, at most "
+                                             "CHORUS_DEVICE_NCHANNELS"
+                                           : "half of each GPU's multiprocessors, shared by the ranks on it",
+                Tuner::kSimpleChannelBytes);
     }
   }
   if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
@@ -199,7 +209,8 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
                    {"allReduceTreeMaxBytes", tuner_.treeMaxBytes()},
                    {"ringLatencyUs", m.ringLatencyUs},
                    {"treeLatencyUs", m.treeLatencyUs},
-                   {"bwGBs", m.bwGBs}};
+                   {"bwGBs", m.bwGBs},
+                   {"deviceChannels", deviceChannels_}};
   makePrivateFile(config_.topoDumpFile);
   std::ofstream f(config_.topoDumpFile);
   f << dump.dump(2) << "\n";

@@ -112,6 +112,7 @@ std::string describe(const FlightEntry& e, int64_t now) {
   if (e.root >= 0) s += fmt::format(" {} {}", p2p ? "peer" : "root", e.root);
   s += fmt::format(" algo {}", e.algo);
   if (*e.proto) s += fmt::format(" proto {}", e.proto);
+  if (e.blocks > 0) s += fmt::format(" blocks {}", e.blocks);
   if (e.onDevice()) return s + describeDevice(e, now);
   s += fmt::format(" {}", flightStateName(e.state));
   switch (e.state) {

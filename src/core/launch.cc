@@ -17,6 +17,9 @@
 #include "src/device/launch_pack.h"
 
 namespace chorus {
+
+static_assert(kMaxDeviceChannels == device::DeviceCommState::kMaxChannels, "the tuner's channels are the kernels'");
+
 namespace {
 
 // A byte transfer between this rank and `peer`, from expanding one op.
@@ -86,6 +89,10 @@ AlgoContext Communicator::algoContext() const {
   return ctx;
 }
 
+AlgoContext Communicator::deviceContext(const OpInfo& op, ProtoKind proto) const {
+  return device::laneContext(algoContext(), tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
+}
+
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
   // Connections follow what every rank knows alike (the tuner's choice), never one rank's
   // registrations: where a rank may run the slice all-reduce on its own, every rank connects for
@@ -93,6 +100,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   const bool device = !ops.empty() && ops.front().device;
   uint32_t algos = 0;  // a bit per registered algorithm
   bool p2p = false;
+  int deviceChannels = 1;  // the most a device collective of these ops runs (a launch connects those)
   for (const auto& op : ops) {
     if (!runsOnChannels(op.coll)) {
       p2p = true;
@@ -101,6 +109,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     if (nranks_ < 2) continue;
     if (device) {
       algos |= algoBit(deviceAlgo(op));
+      deviceChannels = std::max(deviceChannels, deviceContext(op, deviceProto(op)).nChannels);
       continue;
     }
     const Tuner::Choice c = choose(op);
@@ -134,18 +143,25 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   std::atomic<uint32_t>& connected = device ? connectedDevAlgos_ : connectedAlgos_;
   const uint32_t todo = algos & ~connected.load(std::memory_order_relaxed);
   if (todo) {
-    const AlgoContext ctx = algoContext();
+    // Device collectives connect the channels they run, up to the most the tuner gives any size
+    // (deviceChannels_); an algorithm counts as connected once it has those.
+    const AlgoContext all =
+        device ? device::laneContext(algoContext(), deviceChannels_, ProtoKind::kSimple) : algoContext();
+    const AlgoContext now = device ? device::laneContext(all, deviceChannels, ProtoKind::kSimple) : all;
     std::vector<ConnKey> keys;
     for (int a = 0; a < algorithmCount(); ++a) {
       if (!(todo & algoBit(static_cast<Algo>(a)))) continue;
+      const Algorithm& algo = algorithm(static_cast<Algo>(a));
       keys.clear();
-      algorithm(static_cast<Algo>(a)).connections(ctx, &keys);
-      bool all = true;
-      for (const ConnKey& k : keys) {
-        all = all && has(k);
-        want(k);
+      algo.connections(now, &keys);
+      for (const ConnKey& k : keys) want(k);
+      if (now.nChannels != all.nChannels) {
+        keys.clear();
+        algo.connections(all, &keys);
       }
-      if (all) connected.fetch_or(algoBit(static_cast<Algo>(a)), std::memory_order_relaxed);
+      if (std::all_of(keys.begin(), keys.end(), has)) {
+        connected.fetch_or(algoBit(static_cast<Algo>(a)), std::memory_order_relaxed);
+      }
     }
   }
   for (int p = 0; p < nranks_; ++p) {
@@ -618,7 +634,7 @@ double Communicator::estimateUs(const OpInfo& op) const {
   }
 }
 
-void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer) {
+size_t Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer) {
   const size_t bytes = op.count * typeSize(op.type);
   const uint32_t parts = oneCopyParts(bytes, nranks_);
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
@@ -641,6 +657,7 @@ void Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args
   const auto* in = static_cast<const char*>(op.sendbuff);
   const auto* out = static_cast<const char*>(op.recvbuff);
   packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
+  return parts;
 }
 
 std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
@@ -656,7 +673,7 @@ std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   }
   std::vector<LanePlan> plans;
   if (!moves) return plans;
-  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, device::DeviceCommState::kMaxChannels)) {
+  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, deviceChannels_)) {
     LanePlan lp;
     lp.steps = {part};
     lp.channel = static_cast<int>(plans.size());
@@ -679,25 +696,20 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     seq_.deviceP2pSend.assign(nranks_, 0);
     seq_.deviceP2pRecv.assign(nranks_, 0);
   }
-  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo, const char* proto) {
+  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo, const char* proto, size_t blocks = 0) {
     if (!flight || !flight_ || !flight_->enabled()) return;
     FlightEntry e = flightEntry(op, seq, algo);
     e.proto = proto;
+    e.blocks = static_cast<int>(blocks);
     flight->push_back(e);
   };
   auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
   device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
-  const AlgoContext ctx = algoContext();
   // Point-to-point lanes by queue (a peer and a direction), in issue order; copies to self pair up.
   std::vector<std::vector<DeviceLane>> sendQ(nranks_);
   std::vector<std::vector<DeviceLane>> recvQ(nranks_);
   std::vector<P2pPart> selfSends;
   std::vector<P2pPart> selfRecvs;
-  // An LL lane's pieces are what a slot's lines hold, and its schedule is planned for them: a ring
-  // step's chunk must fit the FIFO (ringLoopChunk), and the line area holds less than the slots.
-  AlgoContext llCtx = ctx;
-  llCtx.slotBytes = device::lineSlotDataBytes(static_cast<uint32_t>(ctx.slotBytes));
-  llCtx.peerSlotBytes = device::lineSlotDataBytes(static_cast<uint32_t>(ctx.peerSlotBytes));
   auto bytesLane = [&](const P2pPart& p, Prim prim) {
     DeviceLane l;
     l.nsteps = p.bytes ? 1 : 0;
@@ -720,8 +732,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
   for (size_t oi = 0; oi < ops.size(); ++oi) {
     const OpInfo& op = ops[oi];
     if (oi < oneCopy.size() && oneCopy[oi]) {
-      planOneCopy(op, oneCopy[oi], &packer);
-      record(op, ++seq_.deviceColl, "one-copy", "");
+      record(op, ++seq_.deviceColl, "one-copy", "", planOneCopy(op, oneCopy[oi], &packer));
       continue;
     }
     if (!runsOnChannels(op.coll)) {
@@ -748,19 +759,19 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     const size_t elem = typeSize(op.type);
     ProtoKind proto = ProtoKind::kSimple;
     if (nranks_ == 1) {
-      record(op, ++seq_.deviceColl, "one-rank", "");
       lanePlans = planOneRank(op);
+      record(op, ++seq_.deviceColl, "one-rank", "", lanePlans.size());
     } else {
       const Algo algo = deviceAlgo(op);
       proto = deviceProto(op);
-      record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto));
-      if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-        log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} (device, GPU {})", collName(op.coll), op.count,
-                  typeName(op.type), algoName(algo), protoLabel(proto), dev.device());
-      }
+      const AlgoContext ctx = deviceContext(op, proto);
       lanePlans.clear();
-      algorithm(algo).plan(proto == ProtoKind::kLL ? llCtx : ctx,
-                           AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
+      algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
+      record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto), lanePlans.size());
+      if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+        log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} lanes {} (device, GPU {})", collName(op.coll),
+                  op.count, typeName(op.type), algoName(algo), protoLabel(proto), lanePlans.size(), dev.device());
+      }
     }
     lanes.clear();
     for (const LanePlan& lp : lanePlans) {

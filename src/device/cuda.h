@@ -67,6 +67,7 @@ Status freeShareable(void* p);
 struct GpuIdentity {
   uint64_t uuid[2] = {0, 0};
   char busId[16] = {0};
+  int sms = 0;  // its multiprocessors (0: unknown, a GPU this process does not see)
 };
 Result<GpuIdentity> gpuIdentity(int device);
 // The GPUs kernels on `device` reach by peer access, `device` itself first: every GPU of the

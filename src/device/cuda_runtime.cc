@@ -353,6 +353,7 @@ Result<GpuIdentity> gpuIdentity(int device) {
   GpuIdentity id;
   static_assert(sizeof(prop.uuid.bytes) == sizeof(id.uuid));
   std::memcpy(id.uuid, prop.uuid.bytes, sizeof(id.uuid));
+  id.sms = prop.multiProcessorCount;
   CHORUS_TRY(runtimeStatus(cudaDeviceGetPCIBusId(id.busId, sizeof(id.busId), device), "cudaDeviceGetPCIBusId"));
   return id;
 }

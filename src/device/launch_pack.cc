@@ -6,6 +6,16 @@
 
 namespace chorus::device {
 
+AlgoContext laneContext(const AlgoContext& base, int nChannels, ProtoKind proto) {
+  AlgoContext ctx = base;
+  ctx.nChannels = nChannels;
+  if (proto == ProtoKind::kLL) {
+    ctx.slotBytes = lineSlotDataBytes(static_cast<uint32_t>(base.slotBytes));
+    ctx.peerSlotBytes = lineSlotDataBytes(static_cast<uint32_t>(base.peerSlotBytes));
+  }
+  return ctx;
+}
+
 bool LaunchPacker::fits(const Item* items, size_t nitems) const {
   size_t lanes = lanes_;
   size_t blocks = blocks_.size();

@@ -20,9 +20,15 @@
 #include <map>
 #include <vector>
 
+#include "src/algo/algorithm.h"
 #include "src/device/launch_desc.h"
 
 namespace chorus::device {
+
+// What the algorithms plan a device collective in: the communicator's context over its first
+// `nChannels` rings (the tuner's choice for the call's size), and under LL the slots' payload is
+// what their lines hold, since a ring step's chunk must fit the FIFO (ringLoopChunk).
+AlgoContext laneContext(const AlgoContext& base, int nChannels, ProtoKind proto);
 
 // A byte range an operation reads or writes ([begin, end); empty when begin is null).
 struct Span {

@@ -32,10 +32,10 @@ static void check(ncclResult_t r, const char* what) {
 }
 
 int main(void) {
-  static const char* const kNames[] = {"DEBUG",         "DEBUG_SUBSYS",  "DEBUG_FILE",   "COMM_ID",    "SOCKET_IFNAME",
-                                       "P2P_DISABLE",   "SHM_DISABLE",   "ALGO",         "PROTO",      "NCHANNELS",
-                                       "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",     "SLOT_BYTES", "SLOTS",
-                                       "TIMEOUT",       "INIT_TIMEOUT",  "CUMEM_ENABLE", "NTHREADS",   "LAUNCH_MODE"};
+  static const char* const kNames[] = {
+      "DEBUG", "DEBUG_SUBSYS", "DEBUG_FILE",   "COMM_ID",       "SOCKET_IFNAME", "P2P_DISABLE", "SHM_DISABLE",
+      "ALGO",  "PROTO",        "NCHANNELS",    "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",    "SLOT_BYTES",
+      "SLOTS", "TIMEOUT",      "INIT_TIMEOUT", "CUMEM_ENABLE",  "NTHREADS",      "LAUNCH_MODE", "DEVICE_NCHANNELS"};
   char name[64];
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
     snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
@@ -65,7 +65,8 @@ int main(void) {
   expect("CHORUS_ALGO", "ring", when);
   expect("CHORUS_PROTO", "ll", when);
   expect("CHORUS_NCHANNELS", "2", when);
-  expect("CHORUS_SLOT_BYTES", "524288", when); /* 4 MiB over the default 8 slots */
+  expect("CHORUS_DEVICE_NCHANNELS", "2", when); /* NCCL_MAX_NCHANNELS caps the device path too */
+  expect("CHORUS_SLOT_BYTES", "524288", when);  /* 4 MiB over the default 8 slots */
   expect("CHORUS_SHM_DISABLE", "1", when);
   expect("CHORUS_P2P_DISABLE", "0", when);
   expect("CHORUS_CUMEM_ENABLE", "0", when);
