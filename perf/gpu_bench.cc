@@ -3,23 +3,33 @@
 //   lanes copy  the launch kernel (src/device/prims_device.cuh) running one local copy lane per
 //               block, the executor's own data movement (16-byte loads and stores);
 //   reduce-copy the same with a reduction: out = out + in, two streams read and one written;
-//   all-reduce  chorusAllReduce on device buffers, 1, 2 and 4 ranks as threads on this GPU, float
-//               sum, the tuner's choices, algorithm and bus bandwidth as nccl-tests report them,
-//               in place and (1 rank) out of place; beside each, the limit B (n-1) / n^2 of the
-//               bus bandwidth (B: memcpy's traffic rate at 1 GiB; each rank reads and writes n
-//               shares of 1/n of the data), and for 1 rank the time over memcpy's;
 //   latency     an 8-byte all-reduce, 2 ranks, with CHORUS_PROTO=ll and simple: the time per call
-//               of 1000 calls enqueued back to back, and of one call waited for.
+//               of 1000 calls enqueued back to back, and of one call waited for;
+//   one rank    every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
+//               all-to-all) from 8 B to 1 GiB on a one-rank communicator, in place and out of
+//               place, against memcpy of the message and, when NCCL_LIB_DIR holds NCCL's
+//               libnccl.so.2, against NCCL's out-of-place call on the same buffers and stream;
+//   2, 4 ranks  the same collectives with ranks as threads on this GPU, out of place, with the
+//               tuner's choices (algorithm, protocol, blocks: what the flight recorder says ran)
+//               and with Simple and LL forced; time and busbw as nccl-tests report them, and the
+//               limit: busbw at memcpy's traffic rate B over the least traffic the collective
+//               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2).
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
-// reduce-copy 3 x size), medians of the timed repetitions. Not a test: it prints, and exits 77
-// when there is no GPU.
+// reduce-copy 3 x size), medians of the timed repetitions. The tables stop at GPU_BENCH_BUDGET
+// seconds (default 240), saying so. Not a test: it prints, and exits 77 when there is no GPU.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -154,81 +164,317 @@ double memoryRates() {
   return largestCopy;
 }
 
-// The ranks of tests/grid/cuda_ranks.h, with the bench's grouped all-reduce.
+// The collectives the tables measure, with nccl-tests' sizes and bus factors, and the least memory
+// traffic each needs when its n ranks share one GPU (the limit column).
+enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAlltoAll };
+constexpr Coll kColls[] = {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter,
+                           Coll::kBroadcast, Coll::kReduce,    Coll::kAlltoAll};
+
+const char* collName(Coll c) {
+  switch (c) {
+    case Coll::kAllReduce:
+      return "all_reduce";
+    case Coll::kAllGather:
+      return "all_gather";
+    case Coll::kReduceScatter:
+      return "reduce_scatter";
+    case Coll::kBroadcast:
+      return "broadcast";
+    case Coll::kReduce:
+      return "reduce";
+    default:
+      return "alltoall";
+  }
+}
+
+// nccl-tests' busbw = algbw x this (its per-collective "bus factor").
+double busFactor(Coll c, int n) {
+  switch (c) {
+    case Coll::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+      return 1;
+    default:
+      return double(n - 1) / n;
+  }
+}
+
+// The bytes every rank together must read and write for one call of `size` (nccl-tests' size: the
+// message of an all-reduce, broadcast or reduce; an all-gather's output and a reduce-scatter's
+// input; an all-to-all's buffer), over `size`: an all-reduce rank reads n shares and writes n
+// shares of 1/n (2n in all); an all-gather rank writes its output and reads the others' shares of
+// it (2n); a reduce-scatter rank reads its input and writes 1/n (n + 1); a broadcast writes and
+// reads the message at every rank but the root (2(n-1)); a reduce reads n messages and writes one
+// (n + 1); an all-to-all rank reads and writes its buffer (2n). The limit of busbw is then
+// busFactor x B / this, B being memcpy's traffic rate: for the all-reduce B (n-1) / n^2.
+double trafficFactor(Coll c, int n) {
+  switch (c) {
+    case Coll::kReduceScatter:
+    case Coll::kReduce:
+      return n + 1.0;
+    case Coll::kBroadcast:
+      return 2.0 * (n - 1);
+    default:
+      return 2.0 * n;
+  }
+}
+
+// Ranks as threads on GPU 0 (tests/grid/cuda_ranks.h), every collective as one group.
 struct Ranks : test::CudaRanks {
   using CudaRanks::CudaRanks;
-  // In place, or from `in` into `buf` when given.
-  void allReduce(const std::vector<float*>& buf, size_t count, const std::vector<float*>* in = nullptr) {
+  // One call of nccl-tests' `size` bytes on every rank, from send[r] into recv[r] (float sum, root 0).
+  void run(Coll c, size_t size, const std::vector<float*>& send, const std::vector<float*>& recv) {
+    const int n = static_cast<int>(comms.size());
+    const size_t count = size / sizeof(float);
+    const size_t share = count / n;  // all-gather's send, reduce-scatter's receive, all-to-all's per peer
     CHORUS_OK(chorusGroupStart());
-    for (size_t r = 0; r < comms.size(); ++r) {
-      CHORUS_OK(chorusAllReduce(in ? (*in)[r] : buf[r], buf[r], count, chorusFloat32, chorusSum, comms[r], streams[r]));
+    for (int r = 0; r < n; ++r) {
+      switch (c) {
+        case Coll::kAllReduce:
+          CHORUS_OK(chorusAllReduce(send[r], recv[r], count, chorusFloat32, chorusSum, comms[r], streams[r]));
+          break;
+        case Coll::kAllGather:
+          CHORUS_OK(chorusAllGather(send[r], recv[r], share, chorusFloat32, comms[r], streams[r]));
+          break;
+        case Coll::kReduceScatter:
+          CHORUS_OK(chorusReduceScatter(send[r], recv[r], share, chorusFloat32, chorusSum, comms[r], streams[r]));
+          break;
+        case Coll::kBroadcast:
+          CHORUS_OK(chorusBroadcast(send[r], recv[r], count, chorusFloat32, 0, comms[r], streams[r]));
+          break;
+        case Coll::kReduce:
+          CHORUS_OK(chorusReduce(send[r], recv[r], count, chorusFloat32, chorusSum, 0, comms[r], streams[r]));
+          break;
+        case Coll::kAlltoAll:
+          CHORUS_OK(chorusAlltoAll(send[r], recv[r], share, chorusFloat32, comms[r], streams[r]));
+          break;
+      }
     }
     CHORUS_OK(chorusGroupEnd());
   }
+  // What rank 0's last device collective ran, from its flight recorder: "algo ring proto Simple
+  // blocks 16" (the tuner's choice as the communicator planned it).
+  std::string lastChoice() {
+    char path[] = "/tmp/chorus-gpu-bench.XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return "?";
+    close(fd);
+    std::string choice = "?";
+    if (chorusCommDumpState(comms[0], path) == chorusSuccess) {
+      std::ifstream in(path);
+      std::string line;
+      while (std::getline(in, line)) {
+        const size_t a = line.find(" algo ");
+        const size_t b = line.find(" on GPU ");
+        if (line.find(" device ") != std::string::npos && a != std::string::npos && b != std::string::npos && b > a) {
+          choice = line.substr(a + 6, b - a - 6);
+        }
+      }
+    }
+    unlink(path);
+    return choice;
+  }
 };
 
-// Seconds per all-reduce of `count` floats: `iters` enqueued back to back on every rank's stream,
-// then all waited for; the median of `reps`.
-double allReduceTime(Ranks& k, const std::vector<float*>& buf, size_t count, int iters, int reps,
-                     const std::vector<float*>* in = nullptr) {
-  k.allReduce(buf, count, in);
-  k.sync();
-  std::vector<double> t;
-  for (int rep = 0; rep < reps; ++rep) {
+// Seconds per call: one call to warm up and size the loop, then `reps` loops of calls enqueued
+// back to back on every rank's stream (enough for about 10 ms each, at most 200), all waited for;
+// the median per call.
+template <typename F>
+double timeCalls(Ranks& k, F call, int reps = 3) {
+  auto loop = [&](int iters) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) k.allReduce(buf, count, in);
+    for (int i = 0; i < iters; ++i) call();
     k.sync();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  };
+  const double first = loop(1);
+  const int iters = std::clamp(static_cast<int>(0.01 / std::max(first, 1e-7)), 1, 200);
+  std::vector<double> t;
+  for (int rep = 0; rep < reps; ++rep) t.push_back(loop(iters));
   return median(t);
 }
 
-void allReduceBandwidth(int n, double copyRate) {
-  const bool oneRank = n == 1;
-  std::printf("\n== all-reduce, %d rank%s on one GPU, float sum, the tuner's choices%s\n", n, oneRank ? "" : "s",
-              oneRank ? ": in place and out of place (no bus: the out-of-place time against memcpy's)"
-                      : ", in place; limit = memcpy's traffic rate x (n-1)/n^2");
-  if (oneRank) {
-    std::printf("%12s %14s %14s %14s %14s\n", "size (B)", "in place (us)", "out (us)", "memcpy (us)", "out/memcpy");
-  } else {
-    std::printf("%12s %12s %12s %12s %12s %10s\n", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s", "limit GB/s",
-                "of limit");
+// The sizes every table measures: 8 B to 1 GiB, by 8.
+std::vector<size_t> tableSizes() {
+  std::vector<size_t> s;
+  for (size_t b = 8; b <= (size_t(1) << 30); b <<= 3) s.push_back(b);
+  return s;
+}
+
+// Forced LL is measured up to this size: past it LL only shows that it loses.
+constexpr size_t kForcedLLMaxBytes = size_t(64) << 20;
+
+struct Budget {
+  std::chrono::steady_clock::time_point end;
+  bool said = false;
+  bool spent() {
+    if (std::chrono::steady_clock::now() < end) return false;
+    if (!said) std::printf("(GPU_BENCH_BUDGET spent: the rows after this one were not measured)\n");
+    said = true;
+    return true;
   }
-  Ranks k(n);
-  const size_t maxBytes = size_t(256) << 20;
-  std::vector<float*> buf(n);
-  std::vector<float*> in(n);
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaMalloc(&buf[r], maxBytes));
-    CUDA_OK(cudaMemset(buf[r], 0, maxBytes));
-    in[r] = nullptr;
-    if (oneRank) {
-      CUDA_OK(cudaMalloc(&in[r], maxBytes));
-      CUDA_OK(cudaMemset(in[r], 0, maxBytes));
+};
+
+// NCCL itself (NCCL_LIB_DIR/libnccl.so.2, loaded by path beside Chorus), one rank: the reference
+// line for the one-rank table. Its entry points by their NCCL 2.x C ABI (nccl.h's declarations).
+struct Nccl {
+  void* lib = nullptr;
+  ncclComm_t comm = nullptr;
+  decltype(&ncclCommInitAll) initAll = nullptr;
+  decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclAllGather) allGather = nullptr;
+  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclReduce) reduce = nullptr;
+  decltype(&ncclAlltoAll) alltoAll = nullptr;  // NCCL 2.28 has it; older ones: no all-to-all line
+
+  Nccl() {
+    const char* dir = std::getenv("NCCL_LIB_DIR");
+    if (!dir || !*dir) return;
+    const std::string path = std::string(dir) + "/libnccl.so.2";
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      std::printf("NCCL not loaded from %s: %s\n", path.c_str(), dlerror());
+      return;
+    }
+    auto sym = [&](auto* f, const char* name) {
+      *f = reinterpret_cast<std::remove_pointer_t<decltype(f)>>(dlsym(lib, name));
+    };
+    sym(&initAll, "ncclCommInitAll");
+    sym(&destroy, "ncclCommDestroy");
+    sym(&allReduce, "ncclAllReduce");
+    sym(&allGather, "ncclAllGather");
+    sym(&reduceScatter, "ncclReduceScatter");
+    sym(&broadcast, "ncclBroadcast");
+    sym(&reduce, "ncclReduce");
+    sym(&alltoAll, "ncclAlltoAll");
+    int dev = 0;
+    if (!initAll || !destroy || !allReduce || !allGather || !reduceScatter || !broadcast || !reduce ||
+        initAll(&comm, 1, &dev) != ncclSuccess) {
+      std::printf("NCCL at %s: an entry point is missing or ncclCommInitAll failed\n", path.c_str());
+      comm = nullptr;
     }
   }
-  cudaStream_t s = nullptr;
-  if (oneRank) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (size_t bytes = 8; bytes <= maxBytes; bytes <<= 3) {
-    const size_t count = bytes / sizeof(float);
-    const int iters = bytes <= (size_t(1) << 20) ? 200 : 10;
-    const double t = allReduceTime(k, buf, count, iters, 5);
-    if (oneRank) {
-      const double out = allReduceTime(k, buf, count, iters, 5, &in);
+  ~Nccl() {
+    if (comm) destroy(comm);
+  }
+  bool ok() const { return comm != nullptr; }
+  // One call on `s`; false when this NCCL has no such collective.
+  bool run(Coll c, size_t size, const float* send, float* recv, cudaStream_t s) {
+    const size_t count = size / sizeof(float);
+    switch (c) {
+      case Coll::kAllReduce:
+        return allReduce(send, recv, count, ncclFloat32, ncclSum, comm, s) == ncclSuccess;
+      case Coll::kAllGather:
+        return allGather(send, recv, count, ncclFloat32, comm, s) == ncclSuccess;
+      case Coll::kReduceScatter:
+        return reduceScatter(send, recv, count, ncclFloat32, ncclSum, comm, s) == ncclSuccess;
+      case Coll::kBroadcast:
+        return broadcast(send, recv, count, ncclFloat32, 0, comm, s) == ncclSuccess;
+      case Coll::kReduce:
+        return reduce(send, recv, count, ncclFloat32, ncclSum, 0, comm, s) == ncclSuccess;
+      case Coll::kAlltoAll:
+        return alltoAll && alltoAll(send, recv, count, ncclFloat32, comm, s) == ncclSuccess;
+    }
+    return false;
+  }
+};
+
+// One rank: nothing to carry, so every collective is at most a copy. In place and out of place
+// against memcpy of the message, and NCCL's out-of-place time when NCCL_LIB_DIR has it.
+void oneRankTable(Budget& budget) {
+  Nccl nccl;
+  std::printf("\n== one rank on the GPU, every collective, float sum, the tuner's choices: us per call%s\n",
+              nccl.ok() ? "; NCCL: NCCL_LIB_DIR's libnccl.so.2, the same buffers and stream"
+                        : " (NCCL_LIB_DIR unset: no NCCL column)");
+  std::printf("%-15s %12s %-26s %12s %12s %12s %10s %12s %10s\n", "collective", "size (B)", "choice", "in place",
+              "out of place", "memcpy", "out/memcpy", "NCCL out", "out/NCCL");
+  Ranks k(1);
+  const size_t maxBytes = tableSizes().back();
+  std::vector<float*> a(1), b(1);
+  CUDA_OK(cudaMalloc(&a[0], maxBytes));
+  CUDA_OK(cudaMalloc(&b[0], maxBytes));
+  CUDA_OK(cudaMemset(a[0], 0, maxBytes));
+  CUDA_OK(cudaMemset(b[0], 0, maxBytes));
+  for (Coll c : kColls) {
+    for (size_t size : tableSizes()) {
+      if (budget.spent()) break;
+      const double in = timeCalls(k, [&] { k.run(c, size, b, b); });
+      const double out = timeCalls(k, [&] { k.run(c, size, a, b); });
+      const std::string choice = k.lastChoice();
       const double copy =
-          timeOn(s, 20, [&] { CUDA_OK(cudaMemcpyAsync(buf[0], in[0], bytes, cudaMemcpyDeviceToDevice, s)); });
-      std::printf("%12zu %14.2f %14.2f %14.2f %14.2f\n", bytes, t * 1e6, out * 1e6, copy * 1e6, out / copy);
-      continue;
+          timeCalls(k, [&] { CUDA_OK(cudaMemcpyAsync(b[0], a[0], size, cudaMemcpyDeviceToDevice, k.cuda[0])); });
+      double theirs = 0;
+      if (nccl.ok() && nccl.run(c, size, a[0], b[0], k.cuda[0])) {
+        theirs = timeCalls(k, [&] { nccl.run(c, size, a[0], b[0], k.cuda[0]); });
+      }
+      std::printf("%-15s %12zu %-26s %12.2f %12.2f %12.2f %10.2f", collName(c), size, choice.c_str(), in * 1e6,
+                  out * 1e6, copy * 1e6, out / copy);
+      if (theirs > 0) {
+        std::printf(" %12.2f %10.2f\n", theirs * 1e6, out / theirs);
+      } else {
+        std::printf(" %12s %10s\n", "-", "-");
+      }
     }
-    const double alg = bytes / t / 1e9;
-    const double bus = alg * 2.0 * (n - 1) / n;
-    const double limit = copyRate * (n - 1) / (double(n) * n);
-    std::printf("%12zu %12.2f %12.2f %12.2f %12.1f %9.0f%%\n", bytes, t * 1e6, alg, bus, limit, 100.0 * bus / limit);
   }
-  if (s) cudaStreamDestroy(s);
+  CUDA_OK(cudaFree(a[0]));
+  CUDA_OK(cudaFree(b[0]));
+}
+
+// n ranks as threads on the GPU: every collective at every size with the tuner's choices, then
+// with Simple and with LL forced (communicators of their own: CHORUS_PROTO is read at init), out
+// of place; busbw as nccl-tests computes it beside its limit.
+void ranksTable(int n, double copyRate, Budget& budget) {
+  std::printf(
+      "\n== %d ranks on one GPU, every collective, float sum, out of place: time (us) and busbw (GB/s); "
+      "limit = busbw at memcpy's rate (%.0f GB/s) over the least traffic the collective needs\n",
+      n, copyRate);
+  std::printf("%-15s %12s %-26s %10s %9s %10s %9s %10s %9s %9s %8s\n", "collective", "size (B)", "tuner's choice",
+              "time", "busbw", "simple", "busbw", "ll", "busbw", "limit", "best %");
+  std::vector<std::unique_ptr<Ranks>> modes;
+  for (const char* proto : {"", "simple", "ll"}) {
+    if (*proto) setenv("CHORUS_PROTO", proto, 1);
+    modes.push_back(std::make_unique<Ranks>(n));
+    unsetenv("CHORUS_PROTO");
+  }
+  const size_t maxBytes = tableSizes().back();
+  std::vector<float*> send(n), recv(n);
   for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaFree(buf[r]));
-    if (in[r]) CUDA_OK(cudaFree(in[r]));
+    CUDA_OK(cudaMalloc(&send[r], maxBytes));
+    CUDA_OK(cudaMalloc(&recv[r], maxBytes));
+    CUDA_OK(cudaMemset(send[r], 0, maxBytes));
+    CUDA_OK(cudaMemset(recv[r], 0, maxBytes));
+  }
+  for (Coll c : kColls) {
+    for (size_t size : tableSizes()) {
+      if (budget.spent()) break;
+      if (size < sizeof(float) * n) continue;  // a share of at least one element
+      double t[3] = {0, 0, 0};
+      std::string choice;
+      for (int m = 0; m < 3; ++m) {
+        if (m == 2 && size > kForcedLLMaxBytes) continue;
+        Ranks& k = *modes[m];
+        t[m] = timeCalls(k, [&] { k.run(c, size, send, recv); });
+        if (m == 0) choice = k.lastChoice();
+      }
+      auto bus = [&](double secs) { return secs > 0 ? size / secs / 1e9 * busFactor(c, n) : 0.0; };
+      const double limit = busFactor(c, n) * copyRate / trafficFactor(c, n);
+      const double best = std::max({bus(t[0]), bus(t[1]), bus(t[2])});
+      std::printf("%-15s %12zu %-26s %10.2f %9.2f %10.2f %9.2f", collName(c), size, choice.c_str(), t[0] * 1e6,
+                  bus(t[0]), t[1] * 1e6, bus(t[1]));
+      if (t[2] > 0) {
+        std::printf(" %10.2f %9.2f", t[2] * 1e6, bus(t[2]));
+      } else {
+        std::printf(" %10s %9s", "-", "-");
+      }
+      std::printf(" %9.1f %7.0f%%\n", limit, 100.0 * best / limit);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaFree(send[r]));
+    CUDA_OK(cudaFree(recv[r]));
   }
 }
 
@@ -244,9 +490,17 @@ void latency() {
         CUDA_OK(cudaMalloc(&b, 8));
         CUDA_OK(cudaMemset(b, 0, 8));
       }
-      const double many = allReduceTime(k, buf, 2, 1000, 7);
-      const double one = allReduceTime(k, buf, 2, 1, 201);
-      std::printf("%8s %26.2f %22.2f\n", proto, many * 1e6, one * 1e6);
+      auto loop = [&](int iters) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) k.run(Coll::kAllReduce, 8, buf, buf);
+        k.sync();
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+      };
+      loop(10);
+      std::vector<double> many, one;
+      for (int rep = 0; rep < 7; ++rep) many.push_back(loop(1000));
+      for (int rep = 0; rep < 201; ++rep) one.push_back(loop(1));
+      std::printf("%8s %26.2f %22.2f\n", proto, median(many) * 1e6, median(one) * 1e6);
       for (auto b : buf) CUDA_OK(cudaFree(b));
     }
     unsetenv("CHORUS_PROTO");
@@ -268,8 +522,12 @@ int main() {
               prop.minor);
   const double copyRate = memoryRates();
   latency();
-  allReduceBandwidth(1, copyRate);
-  allReduceBandwidth(2, copyRate);
-  allReduceBandwidth(4, copyRate);
+  // The tables stop where the budget ends (GPU_BENCH_BUDGET seconds from here, default 240),
+  // saying so: what ran is printed as it ran.
+  const char* b = std::getenv("GPU_BENCH_BUDGET");
+  Budget budget{std::chrono::steady_clock::now() + std::chrono::seconds(b ? std::atoi(b) : 240)};
+  oneRankTable(budget);
+  ranksTable(2, copyRate, budget);
+  ranksTable(4, copyRate, budget);
   return 0;
 }

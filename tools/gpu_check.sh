@@ -34,8 +34,8 @@ cd "$(dirname "$0")/.."
 # folder of the built programs; "env VAR=value DIR/bin/..." sets a variable for one check. The
 # default list runs in about 5 minutes on an H100 or H200, the sampled thread grid late so that a
 # slow one leaves the rest their time; the full grids (about 3 minutes per rank count) are for a
-# call of their own. gpu_bench measures
-# (docs/GPU.md, "Measurements") and passes whenever it ran.
+# call of their own. gpu_bench measures (docs/GPU.md, "Measurements"; its tables stop at
+# GPU_BENCH_BUDGET seconds, saying so) and passes whenever it ran.
 checks=(
   "device_test|60|default|thread|device_test"
   "cuda_host_only|30|default|thread|env CHORUS_TEST_EXPECT_LIBCUDA=1 DIR/bin/api_test [nocuda]"
@@ -55,7 +55,7 @@ checks=(
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
-  "gpu_bench|60|default|thread|gpu_bench"
+  "gpu_bench|150|default|thread|env GPU_BENCH_BUDGET=120 DIR/bin/gpu_bench"
   "nccl_bench|60|default|thread|@bash tools/nccl_tests_bench.sh DIR"
   "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
   "cuda_coll_full_3|400|full|thread|cuda_coll_test --ranks 3"
@@ -153,6 +153,13 @@ case "$mode" in
     # No GPU here (nvidia-smi lists none): every check shows as skipped, none as passed, and the
     # script exits 77. Some checks would pass without one (cuda_host_only is a host-only run).
     gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ')
+    # NCCL itself, for the benchmarks' reference lines (gpu_bench, nccl_bench).
+    if [ "$gpus" -gt 0 ]; then
+      # shellcheck source=tools/nccl_tests_lib.sh
+      source tools/nccl_tests_lib.sh
+      NCCL_LIB_DIR=$(nccl_find_lib)
+      export NCCL_LIB_DIR
+    fi
     export LD_LIBRARY_PATH="$PWD/$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # MPS: a daemon of this run's own (its pipe directory), so that only the checks given its
     # CUDA_MPS_PIPE_DIRECTORY are its clients; stopped at the end.

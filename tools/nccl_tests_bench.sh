@@ -18,23 +18,8 @@ bins=("$@")
 source "$(dirname "$0")/nccl_tests_lib.sh"
 nccl_tests_require "$dir"
 dir=$(cd "$dir" && pwd)
-nccl=${NCCL_LIB_DIR:-}
+nccl=$(nccl_find_lib)
 if [ -z "$nccl" ]; then
-  nccl=$(python3 - 2> /dev/null <<'EOF'
-import os
-try:
-    import nvidia.nccl as n
-    for p in list(n.__path__):
-        if os.path.exists(os.path.join(p, "lib", "libnccl.so.2")):
-            print(os.path.join(p, "lib"))
-            break
-except Exception:
-    pass
-EOF
-)
-fi
-[ -z "$nccl" ] && nccl=$(find / -xdev -path '*nvidia/nccl/lib/libnccl.so.2' 2> /dev/null | head -1 | xargs -r dirname)
-if [ -z "$nccl" ] || [ ! -f "$nccl/libnccl.so.2" ]; then
   echo "SKIP: NCCL itself was not found (pip package nvidia-nccl-cu13, or set NCCL_LIB_DIR)"
   exit 77
 fi
