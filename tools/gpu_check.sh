@@ -14,7 +14,7 @@
 #                                         has no bin/, runs the default checks (or the NAMEd ones, the
 #                                         full grids included) with DIR's programs, each under its own
 #                                         time limit and all within GPU_CHECK_BUDGET seconds
-#                                         (default 330); after every check it appends the check's line
+#                                         (default 420); after every check it appends the check's line
 #                                         to OUT/summary.txt and repacks every log into OUT/logs.tgz
 #                                         (OUT holds those and device.txt, nothing else),
 #                                         so a run cut short still returns what ran; prints the table
@@ -137,7 +137,7 @@ case "$mode" in
     out=${2:?usage: tools/gpu_check.sh run OUT [DIR [NAME...]]}
     dir=${3:-gpu-check}
     only=("${@:4}")
-    budget=${GPU_CHECK_BUDGET:-330}
+    budget=${GPU_CHECK_BUDGET:-420}
     began=$(date +%s)
     # The logs gather outside OUT and travel packed (OUT/logs.tgz): the machine that ran them may
     # return only a few files of OUT.
