@@ -819,3 +819,45 @@ TEST_CASE("NCCL 2.28's newer calls: scalable init, revoke, windows, simulated gr
   CHECK(chorusPointerGetDevice(data[0].data(), nullptr) == chorusInvalidArgument);
   chorusResetDebugInit();  // reopens the log where CHORUS_DEBUG_FILE says (here: stderr)
 }
+
+// A pre-multiplied sum's scalar is each rank's own: every algorithm must multiply a rank's input
+// by that rank's scalar, including the slice all-reduce, which otherwise reads peers' inputs in
+// place (threads of one process).
+TEST_CASE("a pre-multiplied sum with a scalar per rank: every algorithm in place and not", "[api][redop]") {
+  const int n = 3;
+  const size_t count = 40000;  // 160 KB: past the sizes where slice offers its buffers
+  for (const char* algo : {"", "ring", "direct", "tree", "slice"}) {
+    if (*algo) setenv("CHORUS_ALGO", algo, 1);
+    World w(n);
+    unsetenv("CHORUS_ALGO");
+    REQUIRE(w.ok());
+    for (bool inPlace : {false, true}) {
+      INFO("CHORUS_ALGO=" << algo << (inPlace ? " in place" : " out of place"));
+      std::vector<std::vector<float>> in(n, std::vector<float>(count));
+      std::vector<std::vector<float>> out(n, std::vector<float>(count, -1.0f));
+      std::vector<float> scalar(n);
+      std::vector<chorusRedOp_t> ops(n);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) in[r][i] = float(int((i * 7 + r * 3) % 11) - 5);
+        if (inPlace) out[r] = in[r];
+        scalar[r] = float(r + 1);
+        REQUIRE(chorusRedOpCreatePreMulSum(&ops[r], &scalar[r], chorusFloat32, chorusScalarHostImmediate, w[r]) ==
+                chorusSuccess);
+      }
+      REQUIRE(chorusGroupStart() == chorusSuccess);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(chorusAllReduce(inPlace ? out[r].data() : in[r].data(), out[r].data(), count, chorusFloat32, ops[r],
+                                w[r], nullptr) == chorusSuccess);
+      }
+      REQUIRE(chorusGroupEnd() == chorusSuccess);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;  // small integers: exact in any order
+          for (int q = 0; q < n; ++q) want += float(int((i * 7 + q * 3) % 11) - 5) * float(q + 1);
+          if (out[r][i] != want) FAIL("rank " << r << " element " << i << ": " << out[r][i] << ", want " << want);
+        }
+        CHECK(chorusRedOpDestroy(ops[r], w[r]) == chorusSuccess);
+      }
+    }
+  }
+}

@@ -273,13 +273,14 @@ std::vector<std::vector<float>> allReduceOnOneThread(Sched sched, int n, size_t 
   if (sched == Sched::kSlice && reads != Reads::kSome) {
     // What crossed each connection: the two offers and a done where the receiver reads in place,
     // otherwise the "bytes follow" slot, the sender's input for the receiver's slice and the
-    // sender's reduced slice.
+    // sender's reduced slice. A pre-multiplying operator offers nothing: each rank's scalar is its
+    // own, so its input leaves multiplied through the FIFO.
     const size_t pieceElems = slotBytes / 4;
     for (int src = 0; src < n; ++src) {
       for (int dst = 0; dst < n; ++dst) {
         if (src == dst) continue;
         const auto pieces = [&](int r) { return (partition(count, n, r).count + pieceElems - 1) / pieceElems; };
-        const size_t want = reads == Reads::kAll ? 3 : 1 + pieces(dst) + pieces(src);
+        const size_t want = reads == Reads::kAll && !spec.hasPre ? 3 : 1 + pieces(dst) + pieces(src);
         INFO("connection " << src << " -> " << dst);
         CHECK(sends[src * n + dst].tail == want);
       }

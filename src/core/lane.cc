@@ -88,8 +88,10 @@ uint32_t Lane::offer(int k, bool output, char* payload, size_t bytes) {
   MemShare* share = a_.share;
   MemDesc in;
   // Both buffers or neither: the peer reads this rank's input for its slice and its output for
-  // this rank's.
-  if (!share || sc->fifo.slotBytes < sizeof(MemDesc) || !share->readable(sc->peer, a_.input, bytes) ||
+  // this rank's. Not with a pre-multiplying operator: this rank's scalar is its own (each rank
+  // of a pre-multiplied sum may give another), so its contribution leaves through the FIFO,
+  // multiplied on the way out, as the ring sends it.
+  if (a_.spec.hasPre || !share || sc->fifo.slotBytes < sizeof(MemDesc) || !share->readable(sc->peer, a_.input, bytes) ||
       !share->readable(sc->peer, a_.output, bytes) || !share->describe(sc->peer, a_.input, bytes, &in) ||
       !share->describe(sc->peer, a_.output, bytes, &pm.outDesc[k])) {
     return 0;
