@@ -140,7 +140,7 @@ struct P2pOptions {
   // The sizes rank r receives from p (recvs[r][p]); null: what p sends, as a correct program
   // receives.
   const std::vector<std::vector<std::vector<size_t>>>* recvs = nullptr;
-  // Each lane's protocol from its own size, as the communicator picks it (Tuner::deviceProto);
+  // Each lane's protocol from its own size, as the communicator picks it (Tuner::p2pProto);
   // otherwise setProto's for every lane.
   bool protoBySize = false;
   uint64_t timeoutNs = 20'000'000'000ull;
@@ -314,7 +314,7 @@ class Clique {
           l.type = chorusUint8;
           l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
           l.seqIndex = peer;
-          l.proto = o.protoBySize ? Tuner().deviceProto(bytes, true) : proto_;
+          l.proto = o.protoBySize ? Tuner().p2pProto(bytes) : proto_;
           l.slotBytes = l.proto == ProtoKind::kLL ? lineSlotDataBytes(slotBytes_) : slotBytes_;
           if (send) {
             l.input = src[r][peer] + at;
@@ -907,8 +907,8 @@ TEST_CASE("device lanes on host threads: a send and a receive of different sizes
   const uint64_t timeoutNs = 30'000'000'000ull;
   for (const auto& [sent, received] : cases) {
     for (unsigned threads : {1u, 3u}) {
-      INFO("sent " << sent << " (" << protoName(Tuner().deviceProto(sent, true)) << "), received " << received << " ("
-                   << protoName(Tuner().deviceProto(received, true)) << "), threads " << threads);
+      INFO("sent " << sent << " (" << protoName(Tuner().p2pProto(sent)) << "), received " << received << " ("
+                   << protoName(Tuner().p2pProto(received)) << "), threads " << threads);
       Clique clique(2, 1, 4096, 2);
       // Rank 0 sends, rank 1 receives.
       std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));

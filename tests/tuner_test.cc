@@ -1,7 +1,9 @@
-// The tuner's choices (src/algo/tuner.h): forced settings, the direct sizes on one host and
-// across hosts, the cost model's tree crossing, and the slice all-reduce on one process or left
-// to each rank's registered buffers.
+// The tuner's choices (src/algo/tuner.h): the least estimate over the tuning table's rows
+// (src/algo/cost.h), checked against each algorithm's own estimate at every size tried; forced
+// settings; the direct all-reduce's cap on one host and across hosts; the slice all-reduce on one
+// process or left to each rank's registered buffers; the device protocol and channels.
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "src/algo/tuner.h"
 
@@ -15,12 +17,148 @@ TunerFacts oneHost(int n) {
   f.singleHost = true;
   f.oneProcess = false;
   f.directMaxBytesSetting = 65536;
+  f.model = AllReduceModel{n, 2.0 * (n - 1), 2.0 * (n - 1), 16};
   return f;
+}
+
+// A table every algorithm has rows in, with made-up costs: each wins somewhere.
+const std::vector<TuningRow> kRows = {
+    {MemKind::kHost, "ring", ProtoKind::kSimple, 1.0, 1.0, 5.0, 0},
+    {MemKind::kHost, "tree", ProtoKind::kSimple, 3.0, 0.5, 4.0, 0},
+    {MemKind::kHost, "direct", ProtoKind::kSimple, 0.5, 0.0, 4.0, 0},
+    {MemKind::kHost, "slice", ProtoKind::kSimple, 8.0, 0.0, 9.0, 0},
+    {MemKind::kDevice, "ring", ProtoKind::kLL, 5.0, 0.5, 10.0, 60.0},
+    {MemKind::kDevice, "ring", ProtoKind::kSimple, 8.0, 3.0, 40.0, 0},
+    {MemKind::kDevice, "tree", ProtoKind::kLL, 5.0, 0.5, 5.0, 60.0},
+    {MemKind::kDevice, "tree", ProtoKind::kSimple, 8.0, 4.0, 30.0, 0},
+    {MemKind::kDevice, "direct", ProtoKind::kLL, 5.0, 0.5, 10.0, 60.0},
+    {MemKind::kDevice, "direct", ProtoKind::kSimple, 8.0, 3.0, 40.0, 0},
+};
+
+// The least estimate over every algorithm and protocol, computed here from the algorithms alone.
+struct Best {
+  Algo algo = Algo::kRing;
+  ProtoKind proto = ProtoKind::kSimple;
+  double us = kNever;
+};
+Best bruteForce(const TunerFacts& f, const Tuner& t, CollType coll, size_t bytes, MemKind mem, bool withSlice = true) {
+  Best best;
+  const size_t cap = f.nranks >= 2 && f.nranks <= Tuner::kDirectMaxRanks
+                         ? (f.singleHost ? f.directMaxBytesSetting : f.directMaxBytesSetting / 2) / (f.nranks - 1)
+                         : 0;
+  for (int i = 0; i < algorithmCount(); ++i) {
+    const Algorithm& a = algorithm(static_cast<Algo>(i));
+    if (!a.runs(coll) || !a.runsOn(mem) || f.nranks > a.maxRanks()) continue;
+    if (!withSlice && static_cast<Algo>(i) == Algo::kSlice) continue;
+    for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL}) {
+      if (p == ProtoKind::kLL && (mem == MemKind::kHost || !f.deviceLL)) continue;
+      const TuningRow* row = tuningRow(mem, a.name(), p, f.nranks);
+      if (!row) continue;
+      CostQuery q;
+      q.coll = coll;
+      q.bytes = static_cast<double>(bytes);
+      q.nranks = f.nranks;
+      q.mem = mem;
+      q.proto = p;
+      q.singleHost = f.singleHost;
+      q.oneProcess = f.oneProcess;
+      q.directMaxBytes = cap;
+      q.model = f.model;
+      q.row = *row;
+      q.channels = mem == MemKind::kDevice ? t.deviceChannels(bytes, p) : 1;
+      const double us = a.estimateUs(q);
+      if (us < best.us) best = Best{static_cast<Algo>(i), p, us};
+    }
+  }
+  return best;
 }
 
 }  // namespace
 
+TEST_CASE("the least estimate wins, at every size, for every memory kind and rank count", "[tuner]") {
+  ScopedTuningTable table(&kRows);
+  std::mt19937_64 rng(7);
+  for (int n : {2, 3, 4, 8, 9}) {
+    for (bool oneProcess : {false, true}) {
+      for (bool singleHost : {true, false}) {
+        TunerFacts f = oneHost(n);
+        f.oneProcess = oneProcess && singleHost;
+        f.singleHost = singleHost;
+        if (!singleHost) f.model = AllReduceModel{n, 20.0 * (n - 1), 10.0 * std::ceil(std::log2(n)), 1.25};
+        f.deviceChannels = 16;
+        const Tuner t(f);
+        // The host all-reduce's segments cover every size, in order.
+        size_t from = 0;
+        for (const Tuner::Segment& s : t.hostSegments()) {
+          CHECK(s.maxBytes >= from);
+          from = s.maxBytes == SIZE_MAX ? SIZE_MAX : s.maxBytes + 1;
+        }
+        CHECK(t.hostSegments().back().maxBytes == SIZE_MAX);
+        std::vector<size_t> sizes;
+        for (size_t b = 1; b < (size_t(1) << 32); b *= 2) sizes.insert(sizes.end(), {b - 1, b, b + 1});
+        for (int k = 0; k < 200; ++k) sizes.push_back(rng() % (size_t(1) << 28));
+        for (const Tuner::Segment& s : t.hostSegments()) {
+          if (s.maxBytes != SIZE_MAX) sizes.insert(sizes.end(), {s.maxBytes, s.maxBytes + 1});
+        }
+        for (size_t bytes : sizes) {
+          for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
+            for (CollType coll : {CollType::kAllReduce, CollType::kAllGather, CollType::kBroadcast}) {
+              INFO("ranks " << n << (f.oneProcess ? " threads" : " processes") << (singleHost ? " one host" : " hosts")
+                            << " " << memKindName(mem) << " " << collName(coll) << " " << bytes << " B");
+              Best want = bruteForce(f, t, coll, bytes, mem);
+              const Tuner::Choice c = t.choose(coll, bytes, mem);
+              if (want.algo == Algo::kSlice && !f.oneProcess) {
+                // Between processes: the best of the rest, and where that is the ring, the slice
+                // all-reduce where registered.
+                want = bruteForce(f, t, coll, bytes, mem, false);
+                CHECK(t.estimateUs(coll, bytes, mem) == Approx(want.us));
+                CHECK(c.algo == want.algo);
+                CHECK(c.sliceIfRegistered == (want.algo == Algo::kRing));
+                CHECK(c.sliceConnections == (want.algo == Algo::kRing));
+                CHECK(c.ringConnections == (want.algo == Algo::kRing));
+              } else {
+                CHECK(t.estimateUs(coll, bytes, mem) == Approx(want.us));
+                CHECK(c.algo == want.algo);
+                CHECK_FALSE(c.sliceIfRegistered);
+                CHECK(c.sliceConnections == (want.algo == Algo::kSlice));
+                CHECK(c.ringConnections == (want.algo == Algo::kRing));
+              }
+              if (mem == MemKind::kDevice) CHECK(c.proto == want.proto);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the direct all-reduce: never past its share of CHORUS_DIRECT_MAX_BYTES, halved across hosts", "[tuner]") {
+  // Direct costs nothing: it runs exactly up to its cap.
+  std::vector<TuningRow> rows = kRows;
+  for (TuningRow& r : rows) {
+    if (std::string(r.algo) == "direct") r = TuningRow{r.mem, r.algo, r.proto, 0, 0, 0, 0};
+  }
+  ScopedTuningTable table(&rows);
+  TunerFacts f = oneHost(4);
+  f.model = AllReduceModel{4, 6, 6, 0};
+  const Tuner t(f);
+  CHECK(t.directMaxBytes() == 65536 / 3);
+  CHECK(t.choose(CollType::kAllReduce, 65536 / 3).algo == Algo::kDirect);
+  CHECK_FALSE(t.choose(CollType::kAllReduce, 65536 / 3).ringConnections);
+  CHECK(t.choose(CollType::kAllReduce, 65536 / 3 + 1).algo != Algo::kDirect);
+  CHECK(t.choose(CollType::kAllReduce, 65536 / 3, MemKind::kDevice).algo == Algo::kDirect);
+  TunerFacts across = f;
+  across.singleHost = false;
+  CHECK(Tuner(across).directMaxBytes() == 32768 / 3);
+  TunerFacts many = oneHost(Tuner::kDirectMaxRanks + 1);
+  CHECK(Tuner(many).directMaxBytes() == 0);
+  CHECK(Tuner(oneHost(1)).choose(CollType::kAllReduce, 8).algo == Algo::kRing);
+  // "direct up to 21845 B, ..." in the log.
+  CHECK(t.describeHostAllReduce().rfind("direct up to 21845 B, ", 0) == 0);
+}
+
 TEST_CASE("CHORUS_ALGO forces the all-reduce algorithm and nothing else", "[tuner]") {
+  ScopedTuningTable table(&kRows);
   for (Algo a : {Algo::kRing, Algo::kDirect, Algo::kTree, Algo::kSlice}) {
     TunerFacts f = oneHost(4);
     f.forced = a;
@@ -35,42 +173,79 @@ TEST_CASE("CHORUS_ALGO forces the all-reduce algorithm and nothing else", "[tune
     for (CollType other : {CollType::kBroadcast, CollType::kReduce, CollType::kAllGather, CollType::kReduceScatter}) {
       CHECK(t.choose(other, 8).algo == Algo::kRing);
     }
+    CHECK(t.describeHostAllReduce() == std::string(algoName(a)) + " at every size");
   }
   auto bad = parseAlgoSetting("nvls");
   REQUIRE_FALSE(bad.isOk());
   CHECK(bad.status().message().find("CHORUS_ALGO=nvls is not an algorithm") != std::string::npos);
 }
 
-TEST_CASE("unforced: direct up to its share of CHORUS_DIRECT_MAX_BYTES, halved across hosts", "[tuner]") {
+TEST_CASE("an algorithm without a row runs only when forced; with no row at all, the ring", "[tuner]") {
+  const std::vector<TuningRow> onlyRing = {{MemKind::kHost, "ring", ProtoKind::kSimple, 1, 1, 5, 0}};
+  ScopedTuningTable table(&onlyRing);
   const Tuner t(oneHost(4));
-  CHECK(t.directMaxBytes() == 65536 / 3);
-  CHECK(t.choose(CollType::kAllReduce, 65536 / 3).algo == Algo::kDirect);
-  CHECK_FALSE(t.choose(CollType::kAllReduce, 65536 / 3).ringConnections);
-  CHECK(t.choose(CollType::kAllReduce, 65536 / 3 + 1).algo == Algo::kRing);
-  TunerFacts across = oneHost(4);
-  across.singleHost = false;
-  CHECK(Tuner(across).directMaxBytes() == 32768 / 3);
-  TunerFacts many = oneHost(Tuner::kDirectMaxRanks + 1);
-  CHECK(Tuner(many).directMaxBytes() == 0);
-  CHECK(Tuner(oneHost(1)).choose(CollType::kAllReduce, 8).algo == Algo::kRing);
-}
-
-TEST_CASE("unforced: the tree between the direct sizes and the model's crossing", "[tuner]") {
+  for (size_t bytes : {size_t(8), size_t(1) << 20}) {
+    CHECK(t.choose(CollType::kAllReduce, bytes).algo == Algo::kRing);
+    CHECK(t.choose(CollType::kAllReduce, bytes, MemKind::kDevice).algo == Algo::kRing);  // no device rows
+  }
+  CHECK(t.describeHostAllReduce() == "ring at every size");
   TunerFacts f = oneHost(4);
-  f.singleHost = false;
-  // Ring latency 100 us, tree 40 us, 1 GB/s: the lines cross at 60 us * 4 * 1e3 / 2 = 120000 B.
-  f.model = AllReduceModel{4, 100, 40, 1};
-  const Tuner t(f);
-  CHECK(t.treeMaxBytes() == 120000);
-  CHECK(t.choose(CollType::kAllReduce, 8).algo == Algo::kDirect);
-  CHECK(t.choose(CollType::kAllReduce, 60000).algo == Algo::kTree);
-  CHECK(t.choose(CollType::kAllReduce, 120000).algo == Algo::kTree);
-  CHECK(t.choose(CollType::kAllReduce, 120001).algo == Algo::kRing);
-  CHECK(ringAllReduceUs(f.model, 120000) == Approx(treeAllReduceUs(f.model, 120000)));
+  f.forced = Algo::kTree;
+  CHECK(Tuner(f).choose(CollType::kAllReduce, 8).algo == Algo::kTree);
 }
 
-TEST_CASE("unforced: the slice all-reduce on one host, by agreement or by registration", "[tuner]") {
-  const size_t big = size_t(1) << 20;
+TEST_CASE("the tuning table has a row for every algorithm on every memory it runs on, every protocol there",
+          "[tuner]") {
+  for (int i = 0; i < algorithmCount(); ++i) {
+    const Algorithm& a = algorithm(static_cast<Algo>(i));
+    INFO(a.name());
+    CHECK(tuningRow(MemKind::kHost, a.name(), ProtoKind::kSimple) != nullptr);
+    if (a.runsOn(MemKind::kDevice)) {
+      CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kSimple) != nullptr);
+      CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kLL) != nullptr);
+    }
+  }
+}
+
+TEST_CASE("device protocols: CHORUS_PROTO forces either; Simple where LL cannot run; point-to-point by size",
+          "[tuner]") {
+  ScopedTuningTable table(&kRows);
+  TunerFacts f = oneHost(2);
+  f.deviceChannels = 16;
+  const Tuner t(f);
+  CHECK(t.choose(CollType::kAllReduce, 8, MemKind::kDevice).proto == ProtoKind::kLL);
+  CHECK(t.choose(CollType::kAllReduce, size_t(1) << 28, MemKind::kDevice).proto == ProtoKind::kSimple);
+  CHECK(t.p2pProto(Tuner::kP2pLLMaxBytes) == ProtoKind::kLL);
+  CHECK(t.p2pProto(Tuner::kP2pLLMaxBytes + 1) == ProtoKind::kSimple);
+  for (const char* name : {"simple", "ll"}) {
+    auto parsed = parseProtoSetting(name);
+    REQUIRE(parsed.isOk());
+    REQUIRE(parsed.value().has_value());
+    TunerFacts g = f;
+    g.forcedProto = parsed.value();
+    const Tuner forced(g);
+    const ProtoKind want = std::string(name) == "ll" ? ProtoKind::kLL : ProtoKind::kSimple;
+    for (size_t bytes : {size_t(8), size_t(1) << 26}) {
+      CHECK(forced.choose(CollType::kAllReduce, bytes, MemKind::kDevice).proto == want);
+      CHECK(forced.choose(CollType::kBroadcast, bytes, MemKind::kDevice).proto == want);
+      CHECK(forced.p2pProto(bytes) == want);
+    }
+  }
+  TunerFacts noLL = f;
+  noLL.deviceLL = false;
+  noLL.forcedProto = ProtoKind::kLL;
+  const Tuner staged(noLL);
+  CHECK(staged.choose(CollType::kAllReduce, 8, MemKind::kDevice).proto == ProtoKind::kSimple);
+  CHECK(staged.p2pProto(8) == ProtoKind::kSimple);
+  auto bad = parseProtoSetting("ll128");
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.status().message().find("CHORUS_PROTO=ll128") != std::string::npos);
+}
+
+TEST_CASE("the slice all-reduce: threads of one process take it, processes only where registered, hosts never",
+          "[tuner]") {
+  ScopedTuningTable table(&kRows);
+  const size_t big = size_t(1) << 24;
   TunerFacts threads = oneHost(4);
   threads.oneProcess = true;
   const Tuner::Choice agreed = Tuner(threads).choose(CollType::kAllReduce, big);
@@ -82,41 +257,11 @@ TEST_CASE("unforced: the slice all-reduce on one host, by agreement or by regist
   CHECK(own.sliceIfRegistered);
   CHECK(own.sliceConnections);
   CHECK(own.ringConnections);
-  // Below its minimum, or across hosts, the slice all-reduce is not considered.
-  const Tuner::Choice small = Tuner(threads).choose(CollType::kAllReduce, Tuner::kSliceMinBytes - 4);
-  CHECK(small.algo == Algo::kRing);
-  CHECK_FALSE(small.sliceConnections);
   TunerFacts across = oneHost(4);
   across.singleHost = false;
   CHECK_FALSE(Tuner(across).choose(CollType::kAllReduce, big).sliceConnections);
-}
-
-TEST_CASE("device lanes: LL up to its sizes, Simple beyond, and CHORUS_PROTO forces either", "[tuner]") {
-  const Tuner t(oneHost(4));
-  CHECK(t.deviceProto(8, false) == ProtoKind::kLL);
-  CHECK(t.deviceProto(Tuner::kLLMaxBytes, false) == ProtoKind::kLL);
-  CHECK(t.deviceProto(Tuner::kLLMaxBytes + 1, false) == ProtoKind::kSimple);
-  CHECK(t.deviceProto(Tuner::kP2pLLMaxBytes, true) == ProtoKind::kLL);
-  CHECK(t.deviceProto(Tuner::kP2pLLMaxBytes + 1, true) == ProtoKind::kSimple);
-  for (const char* name : {"simple", "ll"}) {
-    auto parsed = parseProtoSetting(name);
-    REQUIRE(parsed.isOk());
-    REQUIRE(parsed.value().has_value());
-    TunerFacts f = oneHost(2);
-    f.forcedProto = parsed.value();
-    const Tuner forced(f);
-    const ProtoKind want = std::string(name) == "ll" ? ProtoKind::kLL : ProtoKind::kSimple;
-    for (size_t bytes : {size_t(8), size_t(1) << 26}) {
-      CHECK(forced.deviceProto(bytes, false) == want);
-      CHECK(forced.deviceProto(bytes, true) == want);
-    }
-  }
-  auto unset = parseProtoSetting("");
-  REQUIRE(unset.isOk());
-  CHECK_FALSE(unset.value().has_value());
-  auto bad = parseProtoSetting("ll128");
-  REQUIRE_FALSE(bad.isOk());
-  CHECK(bad.status().message().find("simple, ll") != std::string::npos);
+  // Kernels never run it.
+  CHECK(Tuner(threads).choose(CollType::kAllReduce, big, MemKind::kDevice).algo != Algo::kSlice);
 }
 
 TEST_CASE("device channels: half of each GPU's multiprocessors shared by its ranks, the fewest over the GPUs",
@@ -156,7 +301,7 @@ TEST_CASE("device channels per call: one block a pass of its threads, up to the 
   CHECK(t.deviceChannels(8, ProtoKind::kLL) == 1);
   CHECK(t.deviceChannels(2 * Tuner::kLLChannelBytes - 1, ProtoKind::kLL) == 1);
   CHECK(t.deviceChannels(2 * Tuner::kLLChannelBytes, ProtoKind::kLL) == 2);
-  CHECK(t.deviceChannels(Tuner::kLLMaxBytes, ProtoKind::kLL) == 16);
+  CHECK(t.deviceChannels(64 * 1024, ProtoKind::kLL) == 16);
   CHECK(t.deviceChannels(Tuner::kSimpleChannelBytes, ProtoKind::kSimple) == 1);
   CHECK(t.deviceChannels(5 * Tuner::kSimpleChannelBytes + 1, ProtoKind::kSimple) == 5);
   CHECK(t.deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 16);

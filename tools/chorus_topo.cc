@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "src/algo/tuner.h"
 #include "src/topo/topo.h"
 
 namespace {
@@ -97,8 +98,16 @@ void printLayout(const Machine& m, const std::vector<int>& perHost, int nChannel
   }
   if (plans.empty() || ranks.size() < 2) return;
   const chorus::AllReduceModel model = allReduceModel(ranks, plans[0], t);
-  std::printf("Tuner (all-reduce, estimates): ring latency %.0f us, tree latency %.0f us, %g GB/s; tree up to %zu B\n",
-              model.ringLatencyUs, model.treeLatencyUs, model.bwGBs, chorus::treeMaxBytes(model));
+  std::printf("Tuner (all-reduce, estimates): ring latency %.0f us, tree latency %.0f us, %g GB/s\n",
+              model.ringLatencyUs, model.treeLatencyUs, model.bwGBs);
+  // What a job of processes in this layout would choose, with the default settings and this
+  // build's tuning table (docs/topology.md, "The tuner").
+  chorus::TunerFacts facts;
+  facts.nranks = static_cast<int>(ranks.size());
+  facts.singleHost = perHost.size() == 1;
+  facts.model = model;
+  std::printf("Tuner (host all-reduce, ranks as processes): %s\n",
+              chorus::Tuner(facts).describeHostAllReduce().c_str());
 }
 
 }  // namespace

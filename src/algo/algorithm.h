@@ -1,8 +1,11 @@
-// Algorithms as units. Each algorithm says which collectives it runs, which connections it needs
+// Algorithms as units. Each algorithm says which collectives it runs, on which memory, what a
+// call costs (its estimate over the tuning table, src/algo/cost.h), which connections it needs
 // and how it plans one call into lanes; the registry (algorithm.cc) lists them in a fixed order
-// that every rank shares, and the tuner (tuner.h) picks one per call. Adding an algorithm is a file
-// that defines its Algorithm and one line in the registry: the core builds whatever lanes a plan
-// names over whatever connections it asks for, without knowing which algorithm asked.
+// that every rank shares, and the tuner (tuner.h) picks the least estimate per call. Adding an
+// algorithm is a file that defines its Algorithm and one line in the registry (and, for the tuner
+// to pick it unforced, its rows in the tuning table): the core builds whatever lanes a plan names
+// over whatever connections it asks for, and the tuner compares estimates, without knowing which
+// algorithm is which.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +15,7 @@
 
 #include "src/algo/coll.h"
 #include "src/algo/connections.h"
+#include "src/algo/cost.h"
 #include "src/algo/prims.h"
 #include "src/algo/schedule.h"
 #include "src/common/status.h"
@@ -80,6 +84,11 @@ class Algorithm {
   virtual const char* name() const = 0;
   // Whether it can run `coll` (CHORUS_ALGO applies to all-reduces; the others always take the ring).
   virtual bool runs(CollType coll) const = 0;
+  // Whether it runs on buffers of this memory kind (device: as kernels' lanes).
+  virtual bool runsOn(MemKind mem) const { return mem == MemKind::kHost || mem == MemKind::kDevice; }
+  // Its estimated time for the call `q` describes (runs(q.coll) holds; q.row is its table row):
+  // its schedule's shape through costUs, or kNever where it must not run the call.
+  virtual double estimateUs(const CostQuery& q) const = 0;
   // The most ranks it can run (a lane over every peer has kMaxLanePeers connectors each way).
   virtual int maxRanks() const { return 1 << 30; }
   // The connections this rank needs to run it: appended to *out, both ends this rank holds.

@@ -16,6 +16,15 @@ class Direct final : public Algorithm {
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
   int maxRanks() const override { return kMaxLanePeers + 1; }
 
+  // One step over one hop, every rank sending its whole message to each of the n - 1 others, in
+  // one lane (one block on device memory); never past its setting's bytes (directMaxBytes).
+  double estimateUs(const CostQuery& q) const override {
+    if (q.bytes > static_cast<double>(q.directMaxBytes)) return kNever;
+    CostQuery one = q;
+    one.channels = 1;
+    return costUs(one, 1, q.hopUs(), q.nranks - 1);
+  }
+
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
     connectEveryPeer(ctx, ConnFamily::kDirect, out);
   }

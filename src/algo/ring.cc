@@ -12,6 +12,7 @@ class Ring final : public Algorithm {
  public:
   const char* name() const override { return "ring"; }
   bool runs(CollType coll) const override { return runsOnChannels(coll); }
+  double estimateUs(const CostQuery& q) const override { return ringCostUs(q); }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
     if (ctx.nranks < 2) return;

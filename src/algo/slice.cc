@@ -16,6 +16,16 @@ class Slice final : public Algorithm {
   const char* name() const override { return "slice"; }
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
   int maxRanks() const override { return kMaxLanePeers + 1; }
+  // It reads host buffers in place (threads of a process, registered memory); kernels run the ring.
+  bool runsOn(MemKind mem) const override { return mem == MemKind::kHost; }
+
+  // Three exchanges (descriptors, results, dones), each one hop; every rank reads n - 1 slices of
+  // 1/n and sends its slice's result to n - 1 ranks. Only on one host.
+  double estimateUs(const CostQuery& q) const override {
+    if (!q.singleHost || q.nranks < 2) return kNever;
+    const double n = q.nranks;
+    return costUs(q, 3, 3 * q.hopUs(), 2 * (n - 1) / n);
+  }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
     connectEveryPeer(ctx, ConnFamily::kDirect, out);

@@ -2,6 +2,8 @@
 // once (src/topo buildRankTrees), over connections to the tree neighbours only: tree 0 on the
 // per-peer "direct" family, tree 1 on the "gather" one. Each tree is one lane running
 // treeAllReduce (src/algo/schedule.h); every rank ends with its tree roots' bits.
+#include <cmath>
+
 #include "src/algo/algorithm.h"
 
 namespace chorus {
@@ -14,6 +16,16 @@ class Tree final : public Algorithm {
  public:
   const char* name() const override { return "tree"; }
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
+
+  // Up and down the deeper tree (2 log2(n) steps); a rank inner in one tree is a leaf of the
+  // other and sends twice the message in all.
+  // Its two lanes are its channels (two blocks on device memory).
+  double estimateUs(const CostQuery& q) const override {
+    if (q.nranks < 3) return kNever;  // two ranks: a tree is the ring's one hop, run twice
+    CostQuery two = q;
+    two.channels = 2;
+    return costUs(two, 2 * std::ceil(std::log2(q.nranks)), q.model.treeLatencyUs, 2);
+  }
 
   void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const override {
     for (int t = 0; t < 2; ++t) {

@@ -1,80 +1,168 @@
 #include "src/algo/tuner.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 namespace chorus {
 
-double ringAllReduceUs(const AllReduceModel& m, double bytes) {
-  if (m.nranks < 2) return 0;
-  return m.ringLatencyUs + 2.0 * (m.nranks - 1) / m.nranks * bytes / (m.bwGBs * 1e3);
-}
-
-double treeAllReduceUs(const AllReduceModel& m, double bytes) {
-  if (m.nranks < 2) return 0;
-  return m.treeLatencyUs + 2.0 * bytes / (m.bwGBs * 1e3);
-}
-
-size_t treeMaxBytes(const AllReduceModel& m) {
-  // ring - tree = (ringLatency - treeLatency) - bytes * 2 / (n * bw): positive below the crossing.
-  const double gain = m.ringLatencyUs - m.treeLatencyUs;
-  if (m.nranks < 3 || gain <= 0 || m.bwGBs <= 0) return 0;
-  return static_cast<size_t>(gain * m.nranks * m.bwGBs * 1e3 / 2);
-}
-
-Tuner::Tuner(const TunerFacts& facts) : f_(facts), treeMax_(chorus::treeMaxBytes(facts.model)) {
+Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
-  // threshold bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
+  // setting bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
   // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
   // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/PERFORMANCE.md).
   if (f_.nranks >= 2 && f_.nranks <= kDirectMaxRanks) {
     const size_t limit = f_.singleHost ? f_.directMaxBytesSetting : f_.directMaxBytesSetting / 2;
-    directMax_ = limit / static_cast<size_t>(f_.nranks - 1);
+    directCap_ = limit / static_cast<size_t>(f_.nranks - 1);
+  }
+  // The host all-reduce by size, once: where each choice ends, found by doubling and then by
+  // halving the interval (the estimates are lines in the size, so each choice holds an interval).
+  constexpr size_t kTop = size_t(1) << 46;
+  auto same = [](const Choice& a, const Choice& b) {
+    return a.algo == b.algo && a.sliceIfRegistered == b.sliceIfRegistered && a.sliceConnections == b.sliceConnections &&
+           a.ringConnections == b.ringConnections;
+  };
+  size_t from = 0;
+  while (true) {
+    const Choice here = compute(CollType::kAllReduce, from, MemKind::kHost);
+    auto stays = [&](size_t b) { return same(here, compute(CollType::kAllReduce, b, MemKind::kHost)); };
+    size_t hi = std::max<size_t>(1, from * 2);
+    while (hi < kTop && stays(hi)) hi *= 2;
+    if (hi >= kTop) {
+      hostSegments_.push_back(Segment{SIZE_MAX, here});
+      break;
+    }
+    size_t lo = from;  // stays(lo), !stays(hi)
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      (stays(mid) ? lo : hi) = mid;
+    }
+    hostSegments_.push_back(Segment{lo, here});
+    from = hi;
   }
 }
 
-Tuner::Choice Tuner::choose(CollType coll, size_t bytes) const {
-  Choice c;
-  if (coll != CollType::kAllReduce || f_.nranks < 2) return c;  // the ring (a chain when rooted)
-  if (f_.forced) {
-    c.algo = *f_.forced;
-    c.sliceConnections = c.algo == Algo::kSlice;
-    c.ringConnections = c.algo == Algo::kRing;
-    return c;
-  }
-  if (bytes <= directMax_) {
-    c.algo = Algo::kDirect;
-    c.ringConnections = false;
-    return c;
-  }
-  // One reducer per slice, reading every rank's input in place where it can: on one host, for
-  // few enough ranks, past the sizes where its exchanges cost more than they save.
-  c.sliceConnections = f_.singleHost && f_.nranks <= kDirectMaxRanks && bytes >= kSliceMinBytes;
-  const bool sliceOnItsOwn = c.sliceConnections && !f_.oneProcess;
-  // The cost model's crossing decides between tree and the rest.
-  if (bytes <= treeMax_) {
-    c.algo = Algo::kTree;
-    c.ringConnections = sliceOnItsOwn;
-    return c;
-  }
-  if (c.sliceConnections) {
-    // Ranks that are threads of this process can read every buffer. Between processes only
-    // registered memory is readable, and without it the slice schedule moves as many bytes as
-    // the ring and was measured no faster (docs/PERFORMANCE.md): a rank takes it when its own
-    // buffers are registered, as NCCL expects registration on every rank.
-    if (f_.oneProcess) {
-      c.algo = Algo::kSlice;
-      c.ringConnections = false;
-    } else {
-      c.sliceIfRegistered = true;
+Tuner::Choice Tuner::choose(CollType coll, size_t bytes, MemKind mem) const {
+  if (mem == MemKind::kHost && coll == CollType::kAllReduce && !hostSegments_.empty()) {
+    for (const Segment& s : hostSegments_) {
+      if (bytes <= s.maxBytes) return s.choice;
     }
   }
-  return c;
+  return compute(coll, bytes, mem);
 }
 
-ProtoKind Tuner::deviceProto(size_t bytes, bool p2p) const {
+double Tuner::estimateUs(CollType coll, size_t bytes, MemKind mem) const {
+  double us = 0;
+  (void)compute(coll, bytes, mem, &us);
+  return us;
+}
+
+Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* us) const {
+  Choice best;
+  double bestUs = 0;
+  if (us) *us = 0;
+  if (f_.nranks < 2) return best;  // one rank: nothing crosses (the device path copies: planOneRank)
+  std::vector<ProtoKind> protos{ProtoKind::kSimple};
+  if (mem == MemKind::kDevice && f_.deviceLL) protos = {ProtoKind::kSimple, ProtoKind::kLL};
+  if (mem == MemKind::kDevice && f_.deviceLL && f_.forcedProto) protos = {*f_.forcedProto};
+  const bool forcing = f_.forced && coll == CollType::kAllReduce;
+  CostQuery q;
+  q.coll = coll;
+  q.bytes = static_cast<double>(bytes);
+  q.nranks = f_.nranks;
+  q.mem = mem;
+  q.singleHost = f_.singleHost;
+  q.oneProcess = f_.oneProcess;
+  q.directMaxBytes = directCap_;
+  q.model = f_.model;
+  // The least estimate over every candidate, and the least but the slice all-reduce's (which
+  // between processes runs only where a rank's buffers are registered).
+  bool found = false;
+  bool foundOther = false;
+  double otherUs = 0;
+  Choice other;
+  for (int i = 0; i < algorithmCount(); ++i) {
+    const Algo a = static_cast<Algo>(i);
+    const Algorithm& algo = algorithm(a);
+    if (!algo.runs(coll) || !algo.runsOn(mem) || f_.nranks > algo.maxRanks()) continue;
+    if (forcing && a != *f_.forced) continue;
+    for (ProtoKind p : protos) {
+      const TuningRow* row = tuningRow(mem, algo.name(), p, f_.nranks);
+      if (!row && !forcing) continue;  // not measured: taken only where forced
+      q.proto = p;
+      q.row = row ? *row : TuningRow{};
+      q.channels = mem == MemKind::kDevice ? deviceChannels(bytes, p) : 1;
+      const double t = algo.estimateUs(q);
+      // A forced algorithm runs whatever its estimate; otherwise the least estimate wins, the
+      // registry's order breaking ties.
+      if (t == kNever && !forcing) continue;
+      if (a != Algo::kSlice && (!foundOther || t < otherUs)) {
+        foundOther = true;
+        other.algo = a;
+        other.proto = p;
+        otherUs = t;
+      }
+      if (found && t >= bestUs) continue;
+      found = true;
+      best.algo = a;
+      best.proto = p;
+      bestUs = t;
+    }
+  }
+  if (!found) {  // nothing measured runs it: the ring, which runs every collective on channels
+    q.proto = ProtoKind::kSimple;
+    q.row = TuningRow{};
+    best = Choice();
+    bestUs = ringCostUs(q);
+  }
+  if (best.algo == Algo::kSlice && !f_.oneProcess && !forcing && foundOther) {
+    // Between processes only registered memory is readable in place (the slice estimate assumes
+    // it); without it the slice schedule moves as many bytes as the ring and was measured no
+    // faster (docs/PERFORMANCE.md). Where the ring is the best of the rest, it runs and a rank
+    // whose buffers are registered takes the slice all-reduce instead, as NCCL expects
+    // registration on every rank (a rank alone in it meets its ring neighbours' first slot, so
+    // both connect); where another is, that one runs.
+    best = other;
+    bestUs = otherUs;
+    best.sliceIfRegistered = other.algo == Algo::kRing;
+  }
+  if (us) *us = bestUs;
+  best.sliceConnections = best.algo == Algo::kSlice || best.sliceIfRegistered;
+  best.ringConnections = best.algo == Algo::kRing;
+  return best;
+}
+
+size_t Tuner::lastBytesOf(Algo a) const {
+  size_t last = 0;
+  for (const Segment& s : hostSegments_) {
+    if (s.choice.algo == a && !s.choice.sliceIfRegistered) last = s.maxBytes;
+  }
+  return last;
+}
+
+size_t Tuner::directMaxBytes() const { return lastBytesOf(Algo::kDirect); }
+size_t Tuner::treeMaxBytes() const { return lastBytesOf(Algo::kTree); }
+
+std::string Tuner::describeHostAllReduce() const {
+  std::string s;
+  for (size_t i = 0; i < hostSegments_.size(); ++i) {
+    const Choice& c = hostSegments_[i].choice;
+    if (!s.empty()) s += ", ";
+    s += algoName(c.algo);
+    if (c.sliceIfRegistered) s += " (slice where registered)";
+    if (hostSegments_[i].maxBytes != SIZE_MAX) {
+      s += " up to " + std::to_string(hostSegments_[i].maxBytes) + " B";
+    } else {
+      s += i ? " beyond" : " at every size";
+    }
+  }
+  return s;
+}
+
+ProtoKind Tuner::p2pProto(size_t bytes) const {
   if (!f_.deviceLL) return ProtoKind::kSimple;
   if (f_.forcedProto) return *f_.forcedProto;
-  return bytes <= (p2p ? kP2pLLMaxBytes : kLLMaxBytes) ? ProtoKind::kLL : ProtoKind::kSimple;
+  return bytes <= kP2pLLMaxBytes ? ProtoKind::kLL : ProtoKind::kSimple;
 }
 
 int Tuner::deviceChannels(size_t bytes, ProtoKind proto) const {

@@ -1,7 +1,7 @@
-// The tuner: which algorithm runs a collective, chosen from what every rank knows alike (the
-// call, the settings, where the ranks are), so all ranks agree without talking. It owns the
-// all-reduce cost model (docs/topology.md, "The tuner"); the topology layer measures the model's
-// inputs.
+// The tuner: which algorithm runs a collective, and with which protocol and channels on device
+// memory, chosen from what every rank knows alike (the call, the settings, where the ranks are,
+// the tuning table), so all ranks agree without talking. It takes the least of the registered
+// algorithms' estimates (src/algo/cost.h; docs/topology.md, "The tuner"); it names no algorithm.
 #pragma once
 
 #include <cstddef>
@@ -18,23 +18,6 @@ namespace chorus {
 
 // An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
 // collectives on channels run the ring (chain for the rooted ones).
-
-// The all-reduce cost model: a schedule's time is its latency (the hops its data crosses one
-// after another) plus the bytes the busiest rank sends over the slowest link. The ring takes
-// 2(n-1) steps, and a step's data has crossed one ring hop, so its latency is 2(n-1)/n of a lap's
-// hop latencies; each rank sends 2(n-1)/n of the message. The double tree goes up and down the
-// deeper tree (latency twice its deepest path); a rank inner in one tree is a leaf of the other
-// and sends twice the message in all.
-struct AllReduceModel {
-  int nranks = 0;
-  double ringLatencyUs = 0;
-  double treeLatencyUs = 0;
-  double bwGBs = 0;  // the slowest hop's bandwidth, which both schedules cross
-};
-double ringAllReduceUs(const AllReduceModel& m, double bytes);
-double treeAllReduceUs(const AllReduceModel& m, double bytes);
-// The largest message the tree is estimated faster for (the two lines cross there); 0 if never.
-size_t treeMaxBytes(const AllReduceModel& m);
 
 // What the tuner decides from.
 struct TunerFacts {
@@ -79,41 +62,42 @@ class Tuner {
   // Direct all-reduce costs a connection per peer pair; past this many ranks the ring's 2(n-1)
   // steps are cheaper than n-1 sends of the whole buffer from every rank anyway.
   static constexpr int kDirectMaxRanks = 8;
-  // Below this the slice all-reduce's three exchanges (descriptors, results, done) cost more than
-  // the ring's copies save (docs/PERFORMANCE.md).
-  static constexpr size_t kSliceMinBytes = 128 * 1024;
 
   Tuner() = default;
   explicit Tuner(const TunerFacts& facts);
 
   struct Choice {
     Algo algo = Algo::kRing;
+    // The protocol of device lanes (host lanes run their algorithm's own).
+    ProtoKind proto = ProtoKind::kSimple;
     // Ring chosen, but a rank whose buffers are registered between processes may run the slice
     // all-reduce instead (it then checks that its neighbours did the same).
     bool sliceIfRegistered = false;
-    // The slice all-reduce is possible for this call (forced, or eligible): its connections are
+    // The slice all-reduce may run this call (forced, or estimated fastest): its connections are
     // made whichever algorithm runs, so every rank connects alike.
     bool sliceConnections = false;
     // The ring's connections are needed: it runs, or a rank may run the slice all-reduce on its
     // own (its hello to the next rank goes over the ring).
     bool ringConnections = true;
   };
-  // The algorithm of a collective of `bytes` on channels (runsOnChannels(coll)).
-  Choice choose(CollType coll, size_t bytes) const;
+  // The algorithm (and on device memory the protocol) of a collective of `bytes` (one rank's
+  // message) on channels (runsOnChannels(coll)): the least estimate over every registered
+  // algorithm that runs it on that memory and every protocol the memory allows, each estimate
+  // from its tuning-table row (src/algo/cost.h); an algorithm with no row is taken only when
+  // forced. CHORUS_ALGO forces the all-reduce's algorithm, CHORUS_PROTO the device protocol.
+  // Host all-reduces are looked up in segments computed once (hostSegments).
+  Choice choose(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
+  // The chosen algorithm's estimate for the call (0 with one rank; kNever for a forced algorithm
+  // past its means, such as the direct all-reduce past its setting).
+  double estimateUs(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
 
-  // Device lanes (kernels) run LL up to these sizes, Simple beyond. LL stores 16 bytes for every
-  // 8 it carries and its slots hold 8 KiB, so it loses on bandwidth; it wins on latency, since a
-  // piece is ready when its lines are, with no fence and no counter round trip before the data.
-  // A collective's bytes are one rank's message; a send's or receive's, that message (NCCL's
-  // point-to-point LL threshold is 16 KiB too). Not yet measured on a GPU (docs/GPU.md).
-  static constexpr size_t kLLMaxBytes = 64 * 1024;
+  // A point-to-point device lane's protocol (a send's or a receive's bytes): LL up to
+  // kP2pLLMaxBytes (NCCL's point-to-point threshold; not yet measured), Simple beyond, or
+  // CHORUS_PROTO's; Simple wherever LL cannot run (TunerFacts::deviceLL). Each end decides from
+  // its own size, so a receive of another size (the program's error) may run the other protocol;
+  // the kernels fail it as a mismatch all the same (src/device/lane_exec.h).
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
-  // The protocol of a device lane moving `bytes` (a collective's, or with p2p a send's or
-  // receive's); Simple whatever CHORUS_PROTO says where LL cannot run (TunerFacts::deviceLL).
-  // Each end of a send decides from its own size, so a receive of another size (the program's
-  // error) may run the other protocol; the kernels fail it as a mismatch all the same
-  // (src/device/lane_exec.h).
-  ProtoKind deviceProto(size_t bytes, bool p2p) const;
+  ProtoKind p2pProto(size_t bytes) const;
 
   // The channels a device collective of `bytes` (one rank's message) runs, from 1 up to
   // TunerFacts::deviceChannels: a channel is one block, and a block takes at least a whole pass
@@ -125,17 +109,29 @@ class Tuner {
   int deviceChannels(size_t bytes, ProtoKind proto) const;
   int deviceChannelMax() const { return f_.deviceChannels; }
 
-  // The largest all-reduce (bytes) the direct algorithm takes unforced; 0 when it never does.
-  size_t directMaxBytes() const { return directMax_; }
-  // All-reduces past the direct sizes and up to this take the tree unforced.
-  size_t treeMaxBytes() const { return treeMax_; }
+  // The host all-reduce's choice by size: segment i holds sizes up to maxBytes (inclusive) past
+  // the previous one's; the last reaches SIZE_MAX.
+  struct Segment {
+    size_t maxBytes = 0;
+    Choice choice;
+  };
+  const std::vector<Segment>& hostSegments() const { return hostSegments_; }
+  // "direct up to 21845 B, ring (or slice where registered) beyond", for the log.
+  std::string describeHostAllReduce() const;
+  // The largest host all-reduce (bytes) the direct algorithm takes unforced, and the largest the
+  // tree takes; 0 when it never does.
+  size_t directMaxBytes() const;
+  size_t treeMaxBytes() const;
   std::optional<Algo> forced() const { return f_.forced; }
   const AllReduceModel& model() const { return f_.model; }
 
  private:
+  Choice compute(CollType coll, size_t bytes, MemKind mem, double* us = nullptr) const;
+  size_t lastBytesOf(Algo a) const;
+
   TunerFacts f_;
-  size_t directMax_ = 0;
-  size_t treeMax_ = 0;
+  size_t directCap_ = 0;  // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
+  std::vector<Segment> hostSegments_;
 };
 
 }  // namespace chorus

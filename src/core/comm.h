@@ -289,11 +289,15 @@ class Communicator : public TaskOwner {
   // chorusCommRevoke: fails the communicator without telling peers and waits until no operation
   // of it runs.
   void revoke();
-  // The algorithm a device collective runs (the tuner's choice; the slice all-reduce, which reads
-  // registered host buffers in place, runs as the ring).
-  Algo deviceAlgo(const OpInfo& op) const;
+  // The algorithm a device collective runs (the tuner's choice among those that run on device
+  // memory).
+  Algo deviceAlgo(const OpInfo& op) const { return deviceChoice(op).algo; }
   // The protocol of a device collective's lanes (the tuner's, or CHORUS_PROTO's).
-  ProtoKind deviceProto(const OpInfo& op) const { return tuner_.deviceProto(op.count * typeSize(op.type), false); }
+  ProtoKind deviceProto(const OpInfo& op) const { return deviceChoice(op).proto; }
+  // The tuner's choice for a device collective (algorithm and protocol).
+  Tuner::Choice deviceChoice(const OpInfo& op) const {
+    return tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);
+  }
 
  private:
   Communicator() = default;

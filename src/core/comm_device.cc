@@ -143,11 +143,6 @@ void Communicator::stopDeviceWatch() {
   deviceWatch_.join();
 }
 
-Algo Communicator::deviceAlgo(const OpInfo& op) const {
-  const Algo a = choose(op).algo;
-  return a == Algo::kSlice ? Algo::kRing : a;
-}
-
 Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport) {
   const FifoView fifo = conn.kernelFifo();
   CHORUS_TRY(device_->addConnector(n.family, n.index, n.send, fifo, n.peer));

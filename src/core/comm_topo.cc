@@ -138,9 +138,9 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
       log_.info(kSubsysInit, "Tuner: all-reduce runs {} at every size (CHORUS_ALGO)", algoName(*tuner_.forced()));
     } else {
       log_.info(kSubsysInit,
-                "Tuner: all-reduce direct up to {} B, tree up to {} B, ring beyond (estimated latency: ring {:.0f} "
-                "us, tree {:.0f} us; {} GB/s)",
-                tuner_.directMaxBytes(), tuner_.treeMaxBytes(), m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
+                "Tuner: host all-reduce {} (the tuning table over the topology's latency: ring {:.0f} us, tree {:.0f} "
+                "us; {} GB/s)",
+                tuner_.describeHostAllReduce(), m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
     }
     if (cudaDevice() >= 0) {
       log_.info(kSubsysInit, "Tuner: device collectives run up to {} channels ({}), fewer below {} B a channel",

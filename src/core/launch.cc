@@ -108,8 +108,9 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
     if (nranks_ < 2) continue;
     if (device) {
-      algos |= algoBit(deviceAlgo(op));
-      deviceChannels = std::max(deviceChannels, deviceContext(op, deviceProto(op)).nChannels);
+      const Tuner::Choice c = deviceChoice(op);
+      algos |= algoBit(c.algo);
+      deviceChannels = std::max(deviceChannels, deviceContext(op, c.proto).nChannels);
       continue;
     }
     const Tuner::Choice c = choose(op);
@@ -614,17 +615,14 @@ double Communicator::estimateUs(const OpInfo& op) const {
   const double bytes = static_cast<double>(op.count * typeSize(op.type));
   const double perByteUs = 1.0 / (m.bwGBs * 1e3);
   const double hopUs = m.ringLatencyUs / (2.0 * (n - 1));  // one hop of the ring
+  if (runsOnChannels(op.coll)) {
+    // The tuner's own estimate of its choice (a forced algorithm past its means: the ring's).
+    const double us =
+        tuner_.estimateUs(op.coll, op.count * typeSize(op.type), op.device ? MemKind::kDevice : MemKind::kHost);
+    if (us != kNever) return us;
+    return ringAllReduceUs(m, bytes);
+  }
   switch (op.coll) {
-    case CollType::kAllReduce:
-      return choose(op).algo == Algo::kTree ? treeAllReduceUs(m, bytes) : ringAllReduceUs(m, bytes);
-    case CollType::kAllGather:
-    case CollType::kReduceScatter:
-      // Half an all-reduce's ring: n - 1 steps, each rank sending (n - 1) / n of n messages.
-      return m.ringLatencyUs / 2 + (n - 1) * bytes * perByteUs;
-    case CollType::kBroadcast:
-    case CollType::kReduce:
-      // A pipeline along the chain: its length once, then the message at the link's speed.
-      return (n - 1) * hopUs + bytes * perByteUs;
     case CollType::kAlltoAll:
     case CollType::kGather:
     case CollType::kScatter:
@@ -720,7 +718,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     // A send and the receive that matches it move the same bytes, so both ends choose alike; a
     // receive of another size may choose the other protocol, and still fails the header check
     // (src/device/lane_exec.h).
-    l.proto = tuner_.deviceProto(p.bytes, true);
+    l.proto = tuner_.p2pProto(p.bytes);
     const auto slotBytes = static_cast<uint32_t>(config_.peerSlots());
     l.slotBytes = l.proto == ProtoKind::kLL ? device::lineSlotDataBytes(slotBytes) : slotBytes;
     l.input = p.src;
@@ -762,8 +760,9 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       lanePlans = planOneRank(op);
       record(op, ++seq_.deviceColl, "one-rank", "", lanePlans.size());
     } else {
-      const Algo algo = deviceAlgo(op);
-      proto = deviceProto(op);
+      const Tuner::Choice choice = deviceChoice(op);
+      const Algo algo = choice.algo;
+      proto = choice.proto;
       const AlgoContext ctx = deviceContext(op, proto);
       lanePlans.clear();
       algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);

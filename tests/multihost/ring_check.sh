@@ -19,9 +19,10 @@ n=$(grep -c "Channel 00/01 : 0 2 1 3 " "$dir/err")
 [ "$n" -eq 4 ] || { echo "FAIL: $n of 4 ranks logged the ring 0 2 1 3"; grep "Channel 00" "$dir/err"; status=1; }
 grep -q "Out of bounds values : 0 OK" "$dir/out" || { echo "FAIL: wrong results"; cat "$dir/out"; status=1; }
 # Sizes 8, 512, 32768 and 2097152 B: across hosts 2 x 2 ranks send at most 64 KiB / 2 / 3 = 10922 B
-# direct (CHORUS_DIRECT_MAX_BYTES, halved across hosts), and
-# the tree's estimate beats the ring's up to 52500 B (docs/topology.md, "The tuner").
-grep -q "Tuner: all-reduce direct up to 10922 B, tree up to 52500 B" "$dir/err" ||
+# direct (CHORUS_DIRECT_MAX_BYTES, halved across hosts), and the tree's estimate (two 20 us
+# network hops fewer than the ring's) beats the ring's up to about 50 KiB: the exact end moves with
+# the tuning table's host rows (docs/topology.md, "The tuner").
+grep -Eq "Tuner: host all-reduce direct up to 10922 B, tree up to [3-6][0-9]{4} B, ring beyond" "$dir/err" ||
   { echo "FAIL: no tuner line with the expected limits"; grep Tuner "$dir/err"; status=1; }
 for want in "count 2 datatype float32 algo direct" "count 128 datatype float32 algo direct" \
             "count 8192 datatype float32 algo tree" "count 524288 datatype float32 algo ring"; do
@@ -42,7 +43,7 @@ for tree in t["trees"]:
     # within a host the second rank hangs below the first; across hosts only first ranks link
     assert parent[2] == 0 and parent[3] == 1, tree
 tuner = t["tuner"]
-assert tuner["allReduceDirectMaxBytes"] == 10922 and tuner["allReduceTreeMaxBytes"] == 52500, tuner
+assert tuner["allReduceDirectMaxBytes"] == 10922 and 32768 < tuner["allReduceTreeMaxBytes"] < 70000, tuner
 print("topology dump as expected")
 PY
 # The dump reads back: a job on a replayed machine (hwloc XML) dumps its topology; the same job on
