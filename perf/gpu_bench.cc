@@ -13,7 +13,9 @@
 //               tuner's choices (algorithm, protocol, blocks: what the flight recorder says ran)
 //               and with Simple and LL forced; time and busbw as nccl-tests report them, and the
 //               limit: busbw at memcpy's traffic rate B over the least traffic the collective
-//               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2).
+//               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2);
+//   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct) and
+//               protocol forced: what tools/tuning_fit.py device fits the tuning table's rows to.
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
 // reduce-copy 3 x size), medians of the timed repetitions. The tables stop at GPU_BENCH_BUDGET
 // seconds (default 240), saying so. Not a test: it prints, and exits 77 when there is no GPU.
@@ -478,6 +480,59 @@ void ranksTable(int n, double copyRate, Budget& budget) {
   }
 }
 
+// The all-reduce with each algorithm and protocol forced (CHORUS_ALGO, CHORUS_PROTO; communicators
+// of their own), out of place: the times tools/tuning_fit.py device fits the tuning table's device
+// rows to, in one run. Forced LL and direct stop at kForcedLLMaxBytes.
+void algoTable(int n, Budget& budget) {
+  static const char* const kAlgos[] = {"ring", "tree", "direct"};
+  static const char* const kProtos[] = {"simple", "ll"};
+  std::printf(
+      "\n== all-reduce by algorithm, %d ranks on one GPU, out of place: us per call (tools/tuning_fit.py device)\n", n);
+  std::printf("%12s", "size (B)");
+  for (const char* a : kAlgos) {
+    for (const char* p : kProtos) std::printf(" %12s", (std::string(a) + "/" + p).c_str());
+  }
+  std::printf("\n");
+  std::vector<std::unique_ptr<Ranks>> comms;
+  for (const char* a : kAlgos) {
+    for (const char* p : kProtos) {
+      setenv("CHORUS_ALGO", a, 1);
+      setenv("CHORUS_PROTO", p, 1);
+      comms.push_back(std::make_unique<Ranks>(n));
+    }
+  }
+  unsetenv("CHORUS_ALGO");
+  unsetenv("CHORUS_PROTO");
+  const size_t maxBytes = tableSizes().back();
+  std::vector<float*> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaMalloc(&send[r], maxBytes));
+    CUDA_OK(cudaMalloc(&recv[r], maxBytes));
+    CUDA_OK(cudaMemset(send[r], 0, maxBytes));
+    CUDA_OK(cudaMemset(recv[r], 0, maxBytes));
+  }
+  for (size_t size : tableSizes()) {
+    if (budget.spent()) break;
+    std::printf("%12zu", size);
+    for (size_t i = 0; i < comms.size(); ++i) {
+      const bool ll = i % 2 == 1;
+      const bool direct = i / 2 == 2;
+      if ((ll || direct) && size > kForcedLLMaxBytes) {
+        std::printf(" %12s", "-");
+        continue;
+      }
+      Ranks& k = *comms[i];
+      std::printf(" %12.2f", timeCalls(k, [&] { k.run(Coll::kAllReduce, size, send, recv); }) * 1e6);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaFree(send[r]));
+    CUDA_OK(cudaFree(recv[r]));
+  }
+}
+
 void latency() {
   std::printf("\n== 8-byte all-reduce (2 floats), 2 ranks on one GPU: us per call\n");
   std::printf("%8s %26s %22s\n", "proto", "1000 back to back (median)", "one, waited (median)");
@@ -527,6 +582,8 @@ int main() {
   const char* b = std::getenv("GPU_BENCH_BUDGET");
   Budget budget{std::chrono::steady_clock::now() + std::chrono::seconds(b ? std::atoi(b) : 240)};
   oneRankTable(budget);
+  algoTable(2, budget);
+  algoTable(4, budget);
   ranksTable(2, copyRate, budget);
   ranksTable(4, copyRate, budget);
   return 0;

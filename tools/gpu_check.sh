@@ -14,7 +14,7 @@
 #                                         has no bin/, runs the default checks (or the NAMEd ones, the
 #                                         full grids included) with DIR's programs, each under its own
 #                                         time limit and all within GPU_CHECK_BUDGET seconds
-#                                         (default 420); after every check it appends the check's line
+#                                         (default 480); after every check it appends the check's line
 #                                         to OUT/summary.txt and repacks every log into OUT/logs.tgz
 #                                         (OUT holds those and device.txt, nothing else),
 #                                         so a run cut short still returns what ran; prints the table
@@ -55,7 +55,7 @@ checks=(
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
-  "gpu_bench|150|default|thread|env GPU_BENCH_BUDGET=120 DIR/bin/gpu_bench"
+  "gpu_bench|200|default|thread|env GPU_BENCH_BUDGET=170 DIR/bin/gpu_bench"
   "nccl_bench|60|default|thread|@bash tools/nccl_tests_bench.sh DIR"
   "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
   "cuda_coll_full_3|400|full|thread|cuda_coll_test --ranks 3"
@@ -137,7 +137,7 @@ case "$mode" in
     out=${2:?usage: tools/gpu_check.sh run OUT [DIR [NAME...]]}
     dir=${3:-gpu-check}
     only=("${@:4}")
-    budget=${GPU_CHECK_BUDGET:-420}
+    budget=${GPU_CHECK_BUDGET:-480}
     began=$(date +%s)
     # The logs gather outside OUT and travel packed (OUT/logs.tgz): the machine that ran them may
     # return only a few files of OUT.

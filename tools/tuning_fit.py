@@ -17,9 +17,10 @@ line fits them all.
           would); reads the topology's model from each shape's CHORUS_TOPO_DUMP_FILE.
           --log LOG fits a saved run (--save) instead of measuring.
   device: python3 tools/tuning_fit.py device LOG... [--channels 2:32,4:16]
-          reads gpu_bench logs, each run with one CHORUS_ALGO (ring, tree, direct), and fits the
-          Simple and LL columns of their all_reduce rows; --channels gives the communicator's
-          device channel limit per rank count (its INFO line "device collectives run up to N").
+          reads gpu_bench logs (their "all-reduce by algorithm" tables: every algorithm and
+          protocol forced, 2 and 4 ranks on one GPU) and fits a row per algorithm, protocol and
+          rank count; --channels gives the communicator's device channel limit per rank count
+          (its INFO line "device collectives run up to N").
 """
 import argparse
 import collections
@@ -146,30 +147,34 @@ def device(args):
     points = collections.defaultdict(list)
     for path in args.logs:
         n = None
+        cols = []
         for line in open(path):
-            m = re.match(r"== (\d+) ranks on one GPU", line)
+            m = re.match(r"== all-reduce by algorithm, (\d+) ranks", line)
             if m:
                 n = int(m.group(1))
                 continue
             f = line.split()
-            if n is None or len(f) < 8 or f[0] != "all_reduce" or not f[1].isdigit():
+            if line.startswith("=="):
+                n = None
+            if n is None or not f:
                 continue
-            size = int(f[1])
-            m = re.search(r"all_reduce\s+\d+\s+(\w+)", line)
-            algo = m.group(1) if m else "?"
-            rest = line.split()
-            # collective size choice... time busbw simple busbw ll busbw limit best%
-            nums = [x for x in rest[2:] if re.match(r"^[0-9.]+%?$", x) or x == "-"]
-            simple, ll = nums[-6], nums[-4]
-            for proto, t, per in (("Simple", simple, 32768), ("LL", ll, 4096)):
-                if t == "-":
+            if f[0] == "size":
+                cols = [c.split("/") for c in f[2:]]  # "size (B)", then algo/proto
+                continue
+            if not f[0].isdigit() or len(f) != len(cols) + 1:
+                continue
+            size = int(f[0])
+            for (algo, proto), t in zip(cols, f[1:]):
+                if t == "-" or (algo == "tree" and n < 3):
                     continue
+                per = 4096 if proto == "ll" else 32768
                 ch = max(1, min(size // per, limit.get(n, 1)))
+                ch = 2 if algo == "tree" else 1 if algo == "direct" else ch  # their lanes
                 # The topology's hops inside a host (1 us each): a lap of n, the trees' depth.
                 model = {"ringLatencyUs": 2.0 * (n - 1) * args.hop_us,
                          "treeLatencyUs": 2.0 * math.ceil(math.log2(n)) * args.hop_us}
-                steps, lat, load = shape(algo, n, model) if not (algo == "tree" and n < 3) else (0, 0, 0)
-                points[(algo, proto, n)].append((steps, lat, load * size, ch, float(t)))
+                steps, lat, load = shape(algo, n, model)
+                points[(algo, "LL" if proto == "ll" else "Simple", n)].append((steps, lat, load * size, ch, float(t)))
     print("// Device rows: python3 tools/tuning_fit.py device %s --channels %s" % (" ".join(args.logs), args.channels))
     for (algo, proto, n), pts in sorted(points.items()):
         # Per channel; the call's ceiling (maxGbs) from the largest sizes, where it shows.

@@ -3,8 +3,8 @@
 // algorithm without a row is run only when forced (CHORUS_ALGO). Refill from measurements:
 //
 //   host:    python3 tools/tuning_fit.py host --build build --np 2,3,4 --rounds 3
-//   device:  CHORUS_ALGO=ring gpu_bench > ring.log  (and tree, direct; on the GPU machine), then
-//            python3 tools/tuning_fit.py device ring.log tree.log direct.log --channels 2:32,4:16
+//   device:  gpu_bench > gpu_bench.log  (on the GPU machine: its "all-reduce by algorithm" tables),
+//            then python3 tools/tuning_fit.py device gpu_bench.log --channels 2:32,4:16
 //
 // and paste the rows it prints. Columns: memory, algorithm, protocol, cost per call (us), cost per
 // step (us), rate of the busiest rank's bytes (GB/s; per channel on device memory), the call's
@@ -34,7 +34,7 @@ const std::vector<TuningRow>& tuningTable() {
       // NVLink (src/graph/tuning.cc: base latency per call, hardware latency per step, the LL
       // ceiling llMaxBws, the tree's per-channel rate), with 40 GB/s per channel for Simple and
       // half that for LL; the direct all-reduce takes the ring's. The next GPU run's gpu_bench
-      // (forced Simple and LL columns) refills them.
+      // ("all-reduce by algorithm") refills them.
       {MemKind::kDevice, "ring", ProtoKind::kLL, 6.6, 0.6, 20.0, 141.0},
       {MemKind::kDevice, "ring", ProtoKind::kSimple, 8.4, 3.4, 40.0, 0},
       {MemKind::kDevice, "tree", ProtoKind::kLL, 6.8, 0.6, 10.2, 141.0},
