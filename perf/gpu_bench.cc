@@ -297,6 +297,22 @@ double timeCalls(Ranks& k, F call, int reps = 3) {
   return median(t);
 }
 
+// Zeroed buffers on the GPU, one per rank, freed with it.
+struct Buffers {
+  std::vector<float*> p;
+  Buffers(int n, size_t bytes) : p(n) {
+    for (float*& b : p) {
+      CUDA_OK(cudaMalloc(&b, bytes));
+      CUDA_OK(cudaMemset(b, 0, bytes));
+    }
+  }
+  ~Buffers() {
+    for (float* b : p) cudaFree(b);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+};
+
 // The sizes every table measures: 8 B to 1 GiB, by 8.
 std::vector<size_t> tableSizes() {
   std::vector<size_t> s;
@@ -395,11 +411,9 @@ void oneRankTable(Budget& budget) {
               "out of place", "memcpy", "out/memcpy", "NCCL out", "out/NCCL");
   Ranks k(1);
   const size_t maxBytes = tableSizes().back();
-  std::vector<float*> a(1), b(1);
-  CUDA_OK(cudaMalloc(&a[0], maxBytes));
-  CUDA_OK(cudaMalloc(&b[0], maxBytes));
-  CUDA_OK(cudaMemset(a[0], 0, maxBytes));
-  CUDA_OK(cudaMemset(b[0], 0, maxBytes));
+  const Buffers aBufs(1, maxBytes), bBufs(1, maxBytes);
+  const std::vector<float*>& a = aBufs.p;
+  const std::vector<float*>& b = bBufs.p;
   for (Coll c : kColls) {
     for (size_t size : tableSizes()) {
       if (budget.spent()) break;
@@ -421,8 +435,6 @@ void oneRankTable(Budget& budget) {
       }
     }
   }
-  CUDA_OK(cudaFree(a[0]));
-  CUDA_OK(cudaFree(b[0]));
 }
 
 // n ranks as threads on the GPU: every collective at every size with the tuner's choices, then
@@ -442,13 +454,9 @@ void ranksTable(int n, double copyRate, Budget& budget) {
     unsetenv("CHORUS_PROTO");
   }
   const size_t maxBytes = tableSizes().back();
-  std::vector<float*> send(n), recv(n);
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaMalloc(&send[r], maxBytes));
-    CUDA_OK(cudaMalloc(&recv[r], maxBytes));
-    CUDA_OK(cudaMemset(send[r], 0, maxBytes));
-    CUDA_OK(cudaMemset(recv[r], 0, maxBytes));
-  }
+  const Buffers sendBufs(n, maxBytes), recvBufs(n, maxBytes);
+  const std::vector<float*>& send = sendBufs.p;
+  const std::vector<float*>& recv = recvBufs.p;
   for (Coll c : kColls) {
     for (size_t size : tableSizes()) {
       if (budget.spent()) break;
@@ -473,10 +481,6 @@ void ranksTable(int n, double copyRate, Budget& budget) {
       }
       std::printf(" %9.1f %7.0f%%\n", limit, 100.0 * best / limit);
     }
-  }
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaFree(send[r]));
-    CUDA_OK(cudaFree(recv[r]));
   }
 }
 
@@ -504,13 +508,9 @@ void algoTable(int n, Budget& budget) {
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_PROTO");
   const size_t maxBytes = tableSizes().back();
-  std::vector<float*> send(n), recv(n);
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaMalloc(&send[r], maxBytes));
-    CUDA_OK(cudaMalloc(&recv[r], maxBytes));
-    CUDA_OK(cudaMemset(send[r], 0, maxBytes));
-    CUDA_OK(cudaMemset(recv[r], 0, maxBytes));
-  }
+  const Buffers sendBufs(n, maxBytes), recvBufs(n, maxBytes);
+  const std::vector<float*>& send = sendBufs.p;
+  const std::vector<float*>& recv = recvBufs.p;
   for (size_t size : tableSizes()) {
     if (budget.spent()) break;
     std::printf("%12zu", size);
@@ -526,10 +526,6 @@ void algoTable(int n, Budget& budget) {
     }
     std::printf("\n");
     std::fflush(stdout);
-  }
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaFree(send[r]));
-    CUDA_OK(cudaFree(recv[r]));
   }
 }
 

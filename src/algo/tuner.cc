@@ -7,6 +7,14 @@
 namespace chorus {
 
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
+  for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
+    for (int a = 0; a < algorithmCount(); ++a) {
+      for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL}) {
+        const TuningRow* row = tuningRow(mem, algorithm(static_cast<Algo>(a)).name(), p, f_.nranks);
+        if (row) rows_[static_cast<int>(mem)][a][p == ProtoKind::kLL] = *row;
+      }
+    }
+  }
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
   // setting bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
   // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
@@ -62,9 +70,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   double bestUs = 0;
   if (us) *us = 0;
   if (f_.nranks < 2) return best;  // one rank: nothing crosses (the device path copies: planOneRank)
-  std::vector<ProtoKind> protos{ProtoKind::kSimple};
-  if (mem == MemKind::kDevice && f_.deviceLL) protos = {ProtoKind::kSimple, ProtoKind::kLL};
-  if (mem == MemKind::kDevice && f_.deviceLL && f_.forcedProto) protos = {*f_.forcedProto};
+  const Protos protos = protosOn(mem);
   const bool forcing = f_.forced && coll == CollType::kAllReduce;
   CostQuery q;
   q.coll = coll;
@@ -86,8 +92,9 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     const Algorithm& algo = algorithm(a);
     if (!algo.runs(coll) || !algo.runsOn(mem) || f_.nranks > algo.maxRanks()) continue;
     if (forcing && a != *f_.forced) continue;
-    for (ProtoKind p : protos) {
-      const TuningRow* row = tuningRow(mem, algo.name(), p, f_.nranks);
+    for (int pi = 0; pi < protos.n; ++pi) {
+      const ProtoKind p = protos.p[pi];
+      const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][p == ProtoKind::kLL];
       if (!row && !forcing) continue;  // not measured: taken only where forced
       q.proto = p;
       q.row = row ? *row : TuningRow{};
@@ -130,6 +137,12 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   best.sliceConnections = best.algo == Algo::kSlice || best.sliceIfRegistered;
   best.ringConnections = best.algo == Algo::kRing;
   return best;
+}
+
+Tuner::Protos Tuner::protosOn(MemKind mem) const {
+  if (mem == MemKind::kHost || !f_.deviceLL) return Protos{{ProtoKind::kSimple, ProtoKind::kSimple}, 1};
+  if (f_.forcedProto) return Protos{{*f_.forcedProto, *f_.forcedProto}, 1};
+  return Protos{{ProtoKind::kSimple, ProtoKind::kLL}, 2};
 }
 
 size_t Tuner::lastBytesOf(Algo a) const {

@@ -129,9 +129,20 @@ class Tuner {
   Choice compute(CollType coll, size_t bytes, MemKind mem, double* us = nullptr) const;
   size_t lastBytesOf(Algo a) const;
 
+  // The protocols `mem` allows this communicator, in the order tried.
+  struct Protos {
+    ProtoKind p[2];
+    int n = 0;
+  };
+  Protos protosOn(MemKind mem) const;
+
   TunerFacts f_;
   size_t directCap_ = 0;  // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
   std::vector<Segment> hostSegments_;
+  // Each algorithm's table row for this rank count, looked up once (no row: not set), by memory
+  // kind, algorithm and protocol (Simple, LL): calls read them without searching the table.
+  static constexpr int kAlgoSlots = 32;  // algorithm.cc's bound on the registry
+  std::optional<TuningRow> rows_[2][kAlgoSlots][2];
 };
 
 }  // namespace chorus
