@@ -60,6 +60,19 @@ TEST_CASE("plans use only the connections their algorithm asked for, and cover t
         std::vector<LanePlan> lanes;
         alg.plan(ctx, AlgoCall{coll, count, 4, 2}, &lanes);
         REQUIRE(!lanes.empty());
+        if (lanes.front().oneCopy) {
+          // The one-copy all-reduce: a block per part, no steps, no connectors; its kernel reads
+          // and writes the peers' buffers (covered by one_copy_test).
+          CHECK(lanes.size() == oneCopyParts(count * 4, n));
+          for (size_t k = 0; k < lanes.size(); ++k) {
+            CHECK(lanes[k].oneCopy);
+            CHECK(lanes[k].channel == static_cast<int>(k));
+            CHECK(lanes[k].steps.empty());
+            for (int i = 0; i < kMaxLanePeers; ++i) CHECK((lanes[k].send[i].index < 0 && lanes[k].recv[i].index < 0));
+          }
+          CHECK(keys.empty());
+          continue;
+        }
         std::vector<int> written(count, 0);
         for (const LanePlan& lp : lanes) {
           for (const Step& s : lp.steps) {

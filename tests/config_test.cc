@@ -66,7 +66,7 @@ TEST_CASE("CHORUS_ALGO is chosen per call unless forced", "[config]") {
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == chorusInvalidArgument);
     CHECK(d.status().message().find("CHORUS_ALGO=collnet") != std::string::npos);
-    CHECK(d.status().message().find("(ring, direct, tree, slice)") != std::string::npos);
+    CHECK(d.status().message().find("(ring, direct, tree, slice, one-copy)") != std::string::npos);
     auto t = parseAlgoSetting("Tree");
     REQUIRE(t.isOk());
     CHECK(t.value() == Algo::kTree);

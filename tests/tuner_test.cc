@@ -199,7 +199,12 @@ TEST_CASE("the tuning table has a row for every algorithm on every memory it run
   for (int i = 0; i < algorithmCount(); ++i) {
     const Algorithm& a = algorithm(static_cast<Algo>(i));
     INFO(a.name());
-    CHECK(tuningRow(MemKind::kHost, a.name(), ProtoKind::kSimple) != nullptr);
+    // Never measured on a GPU, so never chosen unforced until its row is (docs/GPU.md).
+    if (static_cast<Algo>(i) == Algo::kOneCopy) {
+      CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kSimple) == nullptr);
+      continue;
+    }
+    if (a.runsOn(MemKind::kHost)) CHECK(tuningRow(MemKind::kHost, a.name(), ProtoKind::kSimple) != nullptr);
     if (a.runsOn(MemKind::kDevice)) {
       CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kSimple) != nullptr);
       CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kLL) != nullptr);
@@ -307,4 +312,86 @@ TEST_CASE("device channels per call: one block a pass of its threads, up to the 
   CHECK(t.deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 16);
   // The default facts (no GPU): one channel at every size.
   CHECK(Tuner(oneHost(2)).deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 1);
+}
+
+TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins, always, or never", "[tuner]") {
+  // kRows and a one-copy row cheaper per byte and dearer per call than the ring's: it wins from
+  // some size on.
+  std::vector<TuningRow> rows = kRows;
+  rows.push_back({MemKind::kDevice, "one-copy", ProtoKind::kSimple, 30.0, 0.0, 200.0, 0});
+  ScopedTuningTable table(&rows);
+  const size_t small = 8;
+  const size_t big = size_t(256) << 20;
+  for (int n : {2, 4, 8, 9}) {
+    INFO(n << " ranks");
+    TunerFacts f = oneHost(n);
+    f.deviceChannels = 16;
+    const Tuner t(f);
+    // Without it: the same choice and estimate as a tuner never offering it.
+    TunerFacts off = f;
+    off.oneCopy = OneCopyMode::kNever;
+    const Tuner never(off);
+    for (size_t bytes : {small, big}) {
+      const Tuner::Choice c = t.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
+      const Tuner::Choice o = never.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
+      CHECK(c.algo == o.algo);  // what runs where the records disagree
+      CHECK(c.proto == o.proto);
+      CHECK_FALSE(o.oneCopyIfAgreed);
+      CHECK(c.algo != Algo::kOneCopy);
+      // Its own estimate against the rest's.
+      CostQuery q;
+      q.bytes = static_cast<double>(bytes);
+      q.nranks = n;
+      q.mem = MemKind::kDevice;
+      q.model = f.model;
+      q.row = rows.back();
+      const double mine = algorithm(Algo::kOneCopy).estimateUs(q);
+      const double rest = never.estimateUs(CollType::kAllReduce, bytes, MemKind::kDevice);
+      CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks && mine < rest));
+      CHECK(t.estimateUs(CollType::kAllReduce, bytes, MemKind::kDevice) == Approx(c.oneCopyIfAgreed ? mine : rest));
+      // Never on host memory, nor for another collective.
+      CHECK_FALSE(t.choose(CollType::kAllReduce, bytes, MemKind::kHost).oneCopyIfAgreed);
+      CHECK_FALSE(t.choose(CollType::kAllGather, bytes, MemKind::kDevice).oneCopyIfAgreed);
+    }
+    if (n <= kOneCopyMaxRanks) {
+      CHECK_FALSE(t.choose(CollType::kAllReduce, small, MemKind::kDevice).oneCopyIfAgreed);
+      CHECK(t.choose(CollType::kAllReduce, big, MemKind::kDevice).oneCopyIfAgreed);
+    }
+    // CHORUS_ONECOPY=1, or CHORUS_ALGO=one-copy: every device all-reduce it can run; the host's
+    // choice and the fallback stay the tuner's.
+    for (bool byAlgo : {false, true}) {
+      TunerFacts g = f;
+      if (byAlgo) {
+        g.forced = Algo::kOneCopy;
+      } else {
+        g.oneCopy = OneCopyMode::kAlways;
+      }
+      const Tuner always(g);
+      for (size_t bytes : {small, big}) {
+        const Tuner::Choice c = always.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
+        CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks));
+        CHECK(c.algo == never.choose(CollType::kAllReduce, bytes, MemKind::kDevice).algo);
+        CHECK(always.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo ==
+              never.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo);
+      }
+    }
+    // Across hosts, never.
+    TunerFacts hosts = f;
+    hosts.singleHost = false;
+    hosts.oneCopy = OneCopyMode::kAlways;
+    CHECK_FALSE(Tuner(hosts).choose(CollType::kAllReduce, big, MemKind::kDevice).oneCopyIfAgreed);
+  }
+}
+
+TEST_CASE("a forced algorithm that does not run on the memory leaves the choice to the tuner", "[tuner]") {
+  ScopedTuningTable table(&kRows);
+  TunerFacts f = oneHost(4);
+  f.deviceChannels = 16;
+  TunerFacts forced = f;
+  forced.forced = Algo::kSlice;  // host memory only
+  for (size_t bytes : {size_t(8), size_t(1) << 20, size_t(256) << 20}) {
+    CHECK(Tuner(forced).choose(CollType::kAllReduce, bytes, MemKind::kDevice).algo ==
+          Tuner(f).choose(CollType::kAllReduce, bytes, MemKind::kDevice).algo);
+    CHECK(Tuner(forced).choose(CollType::kAllReduce, bytes, MemKind::kHost).algo == Algo::kSlice);
+  }
 }

@@ -11,6 +11,7 @@ namespace chorus {
   X(directAlgorithm)         \
   X(treeAlgorithm)           \
   X(sliceAlgorithm)          \
+  X(oneCopyAlgorithm)        \
   /* the registry ends here */
 
 #define CHORUS_DECLARE_ALGORITHM(f) const Algorithm& f();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@
 namespace chorus {
 
 // An algorithm: its index in the registry. The built-in ones the tuner chooses come first.
-enum class Algo : unsigned char { kRing = 0, kDirect = 1, kTree = 2, kSlice = 3 };
+enum class Algo : unsigned char { kRing = 0, kDirect = 1, kTree = 2, kSlice = 3, kOneCopy = 4 };
 
 // What every rank knows alike about its communicator, for planning.
 struct AlgoContext {
@@ -75,6 +76,9 @@ struct LanePlan {
   // zero-copy); off for schedules with control slots (kSendDesc, kSignal), which that bookkeeping
   // does not count.
   bool byReference = true;
+  // A block of the one-copy all-reduce (device memory): no steps and no connectors; its kernel
+  // reads and writes the peers' buffers, which the launch names (device::OneCopyArgs).
+  bool oneCopy = false;
 };
 
 class Algorithm {
@@ -91,6 +95,10 @@ class Algorithm {
   virtual double estimateUs(const CostQuery& q) const = 0;
   // The most ranks it can run (a lane over every peer has kMaxLanePeers connectors each way).
   virtual int maxRanks() const { return 1 << 30; }
+  // A lone host call of it may run on the calling thread, with no task, queue or latch
+  // (Communicator::runInlineNow): its plan is one lane, short enough that handing it to the
+  // engine costs more than it. The inline path takes any such algorithm; it names none.
+  virtual bool runsInline() const { return false; }
   // The connections this rank needs to run it: appended to *out, both ends this rank holds.
   virtual void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const = 0;
   // The lanes of one call, appended to *lanes (runs(call.coll) holds).
@@ -108,6 +116,12 @@ inline void connectEveryPeer(const AlgoContext& ctx, ConnFamily f, std::vector<C
     if (p != ctx.rank) connectPeer(f, p, out);
   }
 }
+
+// The one-copy all-reduce's bounds (one_copy.cc): the ranks its kernel's arguments name, and its
+// blocks per rank, one per 256 KiB of each rank's share of `bytes`, 1 to kOneCopyMaxParts.
+constexpr int kOneCopyMaxRanks = 8;  // device::OneCopyArgs::kMaxRanks
+constexpr uint32_t kOneCopyMaxParts = 16;
+uint32_t oneCopyParts(size_t bytes, int nranks);
 
 // The registry.
 int algorithmCount();

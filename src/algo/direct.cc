@@ -15,6 +15,8 @@ class Direct final : public Algorithm {
   const char* name() const override { return "direct"; }
   bool runs(CollType coll) const override { return coll == CollType::kAllReduce; }
   int maxRanks() const override { return kMaxLanePeers + 1; }
+  // One lane of one step over one hop: a lone call runs on the calling thread.
+  bool runsInline() const override { return true; }
 
   // One step over one hop, every rank sending its whole message to each of the n - 1 others, in
   // one lane (one block on device memory); never past its setting's bytes (directMaxBytes).

@@ -7,6 +7,11 @@
 namespace chorus {
 
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
+  // Forcing the one-copy all-reduce offers it on every device all-reduce; the rest is chosen.
+  if (f_.forced == Algo::kOneCopy) {
+    f_.forced.reset();
+    if (f_.oneCopy != OneCopyMode::kNever) f_.oneCopy = OneCopyMode::kAlways;
+  }
   for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
     for (int a = 0; a < algorithmCount(); ++a) {
       for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL}) {
@@ -28,7 +33,7 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   constexpr size_t kTop = size_t(1) << 46;
   auto same = [](const Choice& a, const Choice& b) {
     return a.algo == b.algo && a.sliceIfRegistered == b.sliceIfRegistered && a.sliceConnections == b.sliceConnections &&
-           a.ringConnections == b.ringConnections;
+           a.ringConnections == b.ringConnections && a.oneCopyIfAgreed == b.oneCopyIfAgreed;
   };
   size_t from = 0;
   while (true) {
@@ -71,7 +76,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   if (us) *us = 0;
   if (f_.nranks < 2) return best;  // one rank: nothing crosses (the device path copies: planOneRank)
   const Protos protos = protosOn(mem);
-  const bool forcing = f_.forced && coll == CollType::kAllReduce;
+  const bool forcing = f_.forced && coll == CollType::kAllReduce && algorithm(*f_.forced).runsOn(mem);
   CostQuery q;
   q.coll = coll;
   q.bytes = static_cast<double>(bytes);
@@ -92,6 +97,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     const Algorithm& algo = algorithm(a);
     if (!algo.runs(coll) || !algo.runsOn(mem) || f_.nranks > algo.maxRanks()) continue;
     if (forcing && a != *f_.forced) continue;
+    if (a == Algo::kOneCopy) continue;  // offered beside the choice, below
     for (int pi = 0; pi < protos.n; ++pi) {
       const ProtoKind p = protos.p[pi];
       const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][p == ProtoKind::kLL];
@@ -132,6 +138,24 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     best = other;
     bestUs = otherUs;
     best.sliceIfRegistered = other.algo == Algo::kRing;
+  }
+  // The one-copy all-reduce runs only where every rank's buffers agree at enqueue: offered where
+  // it is estimated least (or CHORUS_ONECOPY=1), beside the choice that runs otherwise.
+  const Algorithm& oneCopy = algorithm(Algo::kOneCopy);
+  if (!forcing && f_.oneCopy != OneCopyMode::kNever && oneCopy.runs(coll) && oneCopy.runsOn(mem) &&
+      f_.nranks <= oneCopy.maxRanks() && f_.singleHost) {
+    const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][static_cast<int>(Algo::kOneCopy)][0];
+    if (f_.oneCopy == OneCopyMode::kAlways) {
+      best.oneCopyIfAgreed = true;
+    } else if (row) {
+      q.proto = ProtoKind::kSimple;
+      q.row = *row;
+      const double t = oneCopy.estimateUs(q);
+      if (t < bestUs) {
+        best.oneCopyIfAgreed = true;
+        bestUs = t;
+      }
+    }
   }
   if (us) *us = bestUs;
   best.sliceConnections = best.algo == Algo::kSlice || best.sliceIfRegistered;

@@ -19,6 +19,11 @@ namespace chorus {
 // An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
 // collectives on channels run the ring (chain for the rooted ones).
 
+// CHORUS_ONECOPY: where the one-copy all-reduce (device memory) may run. kByTable (unset): where
+// its estimate is the least, from its tuning-table row (none yet: never); kAlways (1, or
+// CHORUS_ALGO=one-copy): every device all-reduce it can run; kNever (0).
+enum class OneCopyMode : unsigned char { kByTable, kAlways, kNever };
+
 // What the tuner decides from.
 struct TunerFacts {
   int nranks = 1;
@@ -32,6 +37,7 @@ struct TunerFacts {
   bool deviceLL = true;
   // The most channels a device collective runs (deviceChannelLimit): every rank has the same.
   int deviceChannels = 1;
+  OneCopyMode oneCopy = OneCopyMode::kByTable;
   AllReduceModel model;
 };
 
@@ -79,13 +85,18 @@ class Tuner {
     // The ring's connections are needed: it runs, or a rank may run the slice all-reduce on its
     // own (its hello to the next rank goes over the ring).
     bool ringConnections = true;
+    // A device all-reduce: the one-copy algorithm runs it where every rank's record agrees at
+    // enqueue (Communicator::exchangeOneCopy), `algo` otherwise; its connections are `algo`'s.
+    bool oneCopyIfAgreed = false;
   };
   // The algorithm (and on device memory the protocol) of a collective of `bytes` (one rank's
   // message) on channels (runsOnChannels(coll)): the least estimate over every registered
   // algorithm that runs it on that memory and every protocol the memory allows, each estimate
   // from its tuning-table row (src/algo/cost.h); an algorithm with no row is taken only when
-  // forced. CHORUS_ALGO forces the all-reduce's algorithm, CHORUS_PROTO the device protocol.
-  // Host all-reduces are looked up in segments computed once (hostSegments).
+  // forced. CHORUS_ALGO forces the all-reduce's algorithm on the memory it runs on (elsewhere the
+  // tuner chooses), CHORUS_PROTO the device protocol. The one-copy all-reduce is offered beside
+  // the choice (Choice::oneCopyIfAgreed), as TunerFacts::oneCopy says. Host all-reduces are
+  // looked up in segments computed once (hostSegments).
   Choice choose(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
   // The chosen algorithm's estimate for the call (0 with one rank; kNever for a forced algorithm
   // past its means, such as the direct all-reduce past its setting).

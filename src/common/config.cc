@@ -234,7 +234,11 @@ Result<Config> Config::fromEnv() {
   }
   CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
   CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
-  CHORUS_TRY(readBool("CHORUS_ONECOPY", &c.oneCopy));
+  {
+    int64_t oneCopy = c.oneCopy;
+    CHORUS_TRY(readEnvInt("CHORUS_ONECOPY", 0, 1, &oneCopy));
+    c.oneCopy = static_cast<int>(oneCopy);
+  }
   // Read where device memory is allocated (src/device/cuda_runtime.cc); checked here so that a
   // value that is not a boolean fails init with the others.
   bool cumem = true;

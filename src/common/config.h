@@ -73,8 +73,9 @@ struct Config {
   int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
   bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
-  bool oneCopy = false;                            // CHORUS_ONECOPY: one-copy device all-reduce on one host
-  bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+  int oneCopy =
+      -1;  // CHORUS_ONECOPY: the one-copy device all-reduce: -1 by the tuning table, 0 never, 1 wherever it can
+  bool printVersion = false;  // CHORUS_DEBUG=VERSION (or INFO and up): the version line
 
   // What reading the environment found to say, logged once the communicator has a logger:
   // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to

@@ -154,6 +154,10 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
                            std::to_string(algorithm(*forcedAlgo_).maxRanks()) + " ranks and this communicator has " +
                            std::to_string(nranks) + ": unset CHORUS_ALGO, or choose ring or tree");
   }
+  if (forcedAlgo_ == Algo::kOneCopy && config_.oneCopy == 0) {
+    return invalidArgument("CHORUS_ALGO=" + config_.algo +
+                           " asks for the one-copy all-reduce and CHORUS_ONECOPY=0 forbids it: unset one of them");
+  }
   log_ = Logger(config_.logLevel, config_.logSubsys, rank);
   logEnvironment();
   commId_ = id.cliqueId;
@@ -211,7 +215,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.directMaxBytes = config_.directMaxBytes;
   me.peerSlotBytes = config_.peerSlotBytes;
   me.check = config_.check ? 1 : 0;
-  me.oneCopy = config_.oneCopy ? 1 : 0;
+  me.oneCopy = static_cast<uint32_t>(config_.oneCopy + 1);  // 0: unset
   std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
@@ -254,7 +258,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     if (a.check != b.check) return differ("CHORUS_CHECK", std::to_string(a.check), std::to_string(b.check));
     if (a.oneCopy != b.oneCopy) {
-      return differ("CHORUS_ONECOPY", std::to_string(a.oneCopy), std::to_string(b.oneCopy));
+      auto said = [](uint32_t v) { return v == 0 ? std::string("unset") : std::to_string(v - 1); };
+      return differ("CHORUS_ONECOPY", said(a.oneCopy), said(b.oneCopy));
     }
   }
   peers_.resize(nranks_);

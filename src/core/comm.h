@@ -24,6 +24,7 @@
 #include "src/common/config.h"
 #include "src/common/log.h"
 #include "src/common/types.h"
+#include "src/core/call_plan.h"
 #include "src/core/conn_table.h"
 #include "src/core/device_comm.h"
 #include "src/core/engine.h"
@@ -206,18 +207,26 @@ class Communicator : public TaskOwner {
   // Before connect()'s phases: device records to and from each peer a device connection needs for
   // the first time, and the transport chosen from them.
   static Status exchangeGpuInfo(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
-  // The fast path of a lone small all-reduce: runs the direct lane on the calling thread, with
-  // no task, queue or latch. *ran is false (and nothing happened) when the op does not qualify
-  // or another thread holds the execution token; the caller then takes the general path.
-  Status runDirectNow(const OpInfo& op, bool* ran);
+  // The fast path of a lone host collective whose algorithm runs inline (Algorithm::runsInline:
+  // the direct all-reduce): its one lane runs on the calling thread, with no task, queue or
+  // latch. *ran is false (and nothing happened) when the op does not qualify, its plan is not one
+  // lane over connections made, or another thread holds the execution token; the caller then
+  // takes the general path.
+  Status runInlineNow(const OpInfo& op, bool* ran);
   // What plan() would refuse, checked on the launching thread so the error reaches the call.
   Status checkOps(const std::vector<OpInfo>& ops) const;
   // CHORUS_CHECK=1: every collective among `ops` (not sends and receives) is compared with the
   // other ranks' (one bootstrap allgather each, in issue order); a difference is an error on
   // every rank that names the ranks and their calls. Blocks until every rank has issued it.
   Status checkAgreement(const std::vector<OpInfo>& ops);
-  // Runs on the thread that will run the task (a stream's worker, or the caller); plans of one
-  // communicator are serialised by planMu_.
+  // One planner for both memory kinds (planMu_ held): the tuner's choice for each collective and
+  // the algorithm's lanes for it, the point-to-point transfers and copies to self, numbered on the
+  // memory kind's counters and logged (src/core/call_plan.h). `oneCopy` (device memory; empty, or
+  // one per op): where the one-copy all-reduce's records agreed, its arguments.
+  Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, MemKind mem,
+                             const std::vector<const device::OneCopyArgs*>& oneCopy = {});
+  // The host lowering of planCalls: a task of lanes. Runs on the thread that will run the task
+  // (a stream's worker, or the caller); plans of one communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
 
   // The device path (src/core/comm_device.cc). Makes the device side on first use (on the bound
@@ -227,7 +236,8 @@ class Communicator : public TaskOwner {
   // The transport of device connections to `peer`: chosen from both ranks' DevicePeer records,
   // which the two exchange before their first device connection (connect()); null until then.
   Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
-  // The kernel launches of device ops, in the order they must run (src/device/launch_pack.h);
+  // The device lowering of planCalls: the kernel launches of device ops, in the order they must
+  // run (src/device/launch_pack.h);
   // `oneCopy` (empty, or one per op): the one-copy all-reduce's arguments where the op takes it.
   // `flight`, when given, gets each op's flight recorder entry (for enqueueDevice).
   Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
@@ -242,9 +252,6 @@ class Communicator : public TaskOwner {
   bool oneCopyCandidate(const OpInfo& op) const;
   // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
   double estimateUs(const OpInfo& op) const;
-  // A one-copy all-reduce's lanes, one per block (oneCopyParts), into the launch being packed;
-  // returns how many.
-  size_t planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer);
   // The lanes of a collective of a one-rank communicator: none in place (unless the operator
   // multiplies), else a copy over up to deviceChannels_ blocks, parts of at least kOneRankPartBytes.
   std::vector<LanePlan> planOneRank(const OpInfo& op) const;
@@ -358,9 +365,10 @@ class Communicator : public TaskOwner {
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
   std::vector<char> laneScratch_;  // one slot of either size, for lanes that stash pieces (LanePlan::scratch)
-  // runDirectNow's last plan, the call it was made for and its connectors (the execution token
-  // guards them).
+  // runInlineNow's last plan, the algorithm and call it was made for and its connectors (the
+  // execution token guards them).
   std::unique_ptr<LanePlan> inlinePlan_;
+  Algo inlineAlgo_ = Algo::kRing;
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
   bool singleHost_ = false;  // every rank on this rank's host

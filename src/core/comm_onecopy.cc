@@ -2,8 +2,9 @@
 // all-reduces take it, the records ranks exchange for each, the peers' memory mapped here, and the
 // arguments the kernel gets (src/device/lane_exec.h, OneCopy).
 //
-// A device all-reduce is a candidate on every rank alike (CHORUS_ONECOPY=1, 2 to 8 ranks, all on
-// one host): each rank then sends every peer a record (its GPU, whether it offers its buffers,
+// A device all-reduce is a candidate on every rank alike where the tuner offers the one-copy
+// algorithm (src/algo/one_copy.cc: 2 to 8 ranks, all on one host; by its tuning-table row, or
+// everywhere under CHORUS_ONECOPY=1): each rank then sends every peer a record (its GPU, whether it offers its buffers,
 // where they and its signal area lie) and receives theirs, every communicator of the launch
 // sending before any receives. It runs one-copy when every rank offers and every rank's GPU
 // reaches every other's; otherwise as any device all-reduce, so the ranks always decide alike. A
@@ -40,18 +41,11 @@ bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopy
   return true;
 }
 
-uint32_t oneCopyParts(size_t bytes, int nranks) {
-  const size_t per = bytes / static_cast<size_t>(nranks) / (256 * 1024);
-  return static_cast<uint32_t>(std::clamp<size_t>(per, 1, 16));
-}
+static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm's ranks are the kernel's");
 
 bool Communicator::oneCopyCandidate(const OpInfo& op) const {
-  if (!config_.oneCopy || op.coll != CollType::kAllReduce || !op.device) return false;
-  if (nranks_ < 2 || nranks_ > device::OneCopyArgs::kMaxRanks) return false;
-  for (int p = 0; p < nranks_; ++p) {
-    if (!sameHost(peers_[0], peers_[p])) return false;
-  }
-  return true;
+  // The tuner offers it (a device all-reduce, 2 to 8 ranks of one host, CHORUS_ONECOPY).
+  return op.device && op.coll == CollType::kAllReduce && nranks_ >= 2 && deviceChoice(op).oneCopyIfAgreed;
 }
 
 Status Communicator::describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,

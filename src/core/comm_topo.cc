@@ -113,6 +113,9 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   facts.deviceLL = singleHost_;
   for (const PeerInfo& p : peers_) facts.deviceLL = facts.deviceLL && !(p.flags & PeerInfo::kShmDisabled);
   facts.deviceChannels = deviceChannels_;
+  facts.oneCopy = config_.oneCopy < 0    ? OneCopyMode::kByTable
+                  : config_.oneCopy == 0 ? OneCopyMode::kNever
+                                         : OneCopyMode::kAlways;
   facts.model = topo::allReduceModel(places, channels_[0], trees_);
   tuner_ = Tuner(facts);
 

@@ -510,7 +510,7 @@ Status launch(std::vector<OpInfo>& ops) {
       // A lone operation: the direct fast path when it qualifies, else the general one.
       auto runOne = [c](const OpInfo& op) -> Status {
         bool ran = false;
-        Status st = c->runDirectNow(op, &ran);
+        Status st = c->runInlineNow(op, &ran);
         if (ran) {
           c->work().finished();
           return st;

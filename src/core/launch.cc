@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "src/common/os.h"
+#include "src/core/call_plan.h"
 #include "src/core/comm.h"
 #include "src/core/engine.h"
 #include "src/core/onecopy.h"
@@ -19,17 +20,6 @@
 namespace chorus {
 
 static_assert(kMaxDeviceChannels == device::DeviceCommState::kMaxChannels, "the tuner's channels are the kernels'");
-
-namespace {
-
-// A byte transfer between this rank and `peer`, from expanding one op.
-struct P2pPart {
-  bool send;
-  int peer;
-  const char* src;
-  char* dst;
-  size_t bytes;
-};
 
 void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out) {
   const size_t bytes = op.count * typeSize(op.type);
@@ -64,8 +54,6 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
       break;
   }
 }
-
-}  // namespace
 
 Algo Communicator::algoFor(const OpInfo& op, const Tuner::Choice& c) const {
   if (!c.sliceIfRegistered) return c.algo;
@@ -440,13 +428,51 @@ Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conn
   return Lane(a, std::move(lp.steps), conns);
 }
 
-Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
+namespace {
+
+// "direct (inline)": the log's and the flight recorder's label (which keeps the pointer).
+const char* inlineLabel(Algo a) {
+  static const std::vector<std::string> labels = [] {
+    std::vector<std::string> all;
+    for (int i = 0; i < algorithmCount(); ++i) all.push_back(std::string(algoName(static_cast<Algo>(i))) + " (inline)");
+    return all;
+  }();
+  return labels[static_cast<size_t>(a)].c_str();
+}
+
+}  // namespace
+
+Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  if (op.coll != CollType::kAllReduce || choose(op).algo != Algo::kDirect ||
-      !conns_.send(ConnFamily::kDirect, (rank_ + 1) % nranks_)) {
-    return Status::ok();
-  }
+  if (op.device || !runsOnChannels(op.coll) || nranks_ < 2) return Status::ok();
+  const Algo algo = algoFor(op, choose(op));
+  if (!algorithm(algo).runsInline()) return Status::ok();
   if (!tryAcquireExec()) return Status::ok();
+  // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
+  const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+  if (!inlinePlan_ || algo != inlineAlgo_ || call.coll != inlineCall_.coll || call.count != inlineCall_.count ||
+      call.elemSize != inlineCall_.elemSize || call.root != inlineCall_.root || call.inPlace != inlineCall_.inPlace) {
+    inlinePlan_.reset();
+    std::vector<LanePlan> plans;
+    algorithm(algo).plan(algoContext(), call, &plans);
+    LaneConnectors conns;
+    bool connected = plans.size() == 1;
+    if (connected) {
+      conns = connectorsOf(plans[0]);
+      for (int i = 0; i < kMaxLanePeers; ++i) {
+        connected =
+            connected && (plans[0].send[i].index < 0 || conns.send[i]) && (plans[0].recv[i].index < 0 || conns.recv[i]);
+      }
+    }
+    if (!connected) {  // more than one lane, or a connection not made yet: the general path runs it
+      releaseExec();
+      return Status::ok();
+    }
+    inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
+    inlineAlgo_ = algo;
+    inlineCall_ = call;
+    inlineConns_ = conns;  // connections, once made, stay until the end
+  }
   *ran = true;
   LaneArgs a = collArgs(op);
   {
@@ -454,22 +480,11 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
     a.seq = ++seq_.coll;
   }
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo direct (inline)", collName(op.coll), a.seq,
-              op.count, typeName(op.type));
-  }
-  // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
-  const AlgoCall call{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff};
-  if (!inlinePlan_ || call.count != inlineCall_.count || call.elemSize != inlineCall_.elemSize ||
-      call.inPlace != inlineCall_.inPlace) {
-    std::vector<LanePlan> plans;
-    algorithm(Algo::kDirect).plan(algoContext(), call, &plans);
-    CHORUS_CHECK(plans.size() == 1);
-    inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
-    inlineCall_ = call;
-    inlineConns_ = connectorsOf(*inlinePlan_);  // connections, once made, stay until the end
+    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), a.seq, op.count,
+              typeName(op.type), inlineLabel(algo));
   }
   Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
-  const uint64_t flight = recordFlight(op, a.seq, "direct (inline)", true);
+  const uint64_t flight = recordFlight(op, a.seq, inlineLabel(algo), true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   IdleLoop idle(idlePolicy_);
@@ -511,11 +526,112 @@ Status Communicator::runDirectNow(const OpInfo& op, bool* ran) {
   return s;
 }
 
+Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind mem,
+                                         const std::vector<const device::OneCopyArgs*>& oneCopy) {
+  const bool device = mem == MemKind::kDevice;
+  CallPlan cp;
+  cp.mem = mem;
+  cp.ops.reserve(ops.size());
+  // Numbered per communicator (collectives) and per peer and direction (point-to-point), on the
+  // counters of the memory kind's path: kernels number their slots by counters of their own.
+  if (device && seq_.deviceP2pSend.size() != static_cast<size_t>(nranks_)) {
+    seq_.deviceP2pSend.assign(nranks_, 0);
+    seq_.deviceP2pRecv.assign(nranks_, 0);
+  }
+  uint64_t& collSeq = device ? seq_.deviceColl : seq_.coll;
+  std::vector<uint64_t>& sendSeq = device ? seq_.deviceP2pSend : seq_.p2pSend;
+  std::vector<uint64_t>& recvSeq = device ? seq_.deviceP2pRecv : seq_.p2pRecv;
+  auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
+  std::vector<P2pPart> selfSends;
+  std::vector<P2pPart> selfRecvs;
+  std::vector<P2pPart> parts;
+  for (size_t oi = 0; oi < ops.size(); ++oi) {
+    const OpInfo& op = ops[oi];
+    PlannedOp po;
+    po.op = &op;
+    if (!runsOnChannels(op.coll)) {
+      po.label = "p2p";
+      parts.clear();
+      expandP2p(op, rank_, nranks_, &parts);
+      for (const P2pPart& p : parts) {
+        if (p.peer == rank_) {
+          (p.send ? selfSends : selfRecvs).push_back(p);
+          continue;
+        }
+        PlannedTransfer t;
+        t.part = p;
+        t.seq = ++(p.send ? sendSeq : recvSeq)[p.peer];
+        if (!po.seq) po.seq = t.seq;
+        if (device) {
+          // A send and the receive that matches it move the same bytes, so both ends choose
+          // alike; a receive of another size may choose the other protocol, and still fails the
+          // header check (src/device/lane_exec.h).
+          t.proto = tuner_.p2pProto(p.bytes);
+          const char* l = protoLabel(t.proto);
+          po.proto = !*po.proto || std::strcmp(po.proto, l) == 0 ? l : "Simple and LL";
+        }
+        po.transfers.push_back(t);
+      }
+      cp.ops.push_back(std::move(po));
+      continue;
+    }
+    po.collective = true;
+    po.seq = ++collSeq;
+    const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+    if (device && nranks_ == 1) {
+      po.label = "one-rank";
+      po.lanes = planOneRank(op);
+    } else if (device) {
+      const bool agreed = oi < oneCopy.size() && oneCopy[oi];
+      const Tuner::Choice choice = deviceChoice(op);
+      po.algo = agreed ? Algo::kOneCopy : choice.algo;
+      po.label = algoName(po.algo);
+      po.lanesProto = choice.proto;
+      if (!agreed) po.proto = protoLabel(choice.proto);
+      algorithm(po.algo).plan(deviceContext(op, choice.proto), call, &po.lanes);
+    } else {
+      const Tuner::Choice choice = choose(op);
+      po.algo = algoFor(op, choice);
+      po.label = algoName(po.algo);
+      po.chosenAlone = po.algo == Algo::kSlice && choice.sliceIfRegistered;
+      AlgoCall alone = call;
+      alone.chosenAlone = po.chosenAlone;
+      algorithm(po.algo).plan(algoContext(), alone, &po.lanes);
+    }
+    for (const LanePlan& lp : po.lanes) {
+      if (device && lp.channel >= device::DeviceCommState::kMaxChannels) {
+        return internalError("a device lane on channel " + std::to_string(lp.channel) + ": kernels keep " +
+                             std::to_string(device::DeviceCommState::kMaxChannels) + " channels");
+      }
+    }
+    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
+      if (!device) {
+        log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), po.seq, op.count,
+                  typeName(op.type), po.chosenAlone ? "slice (buffers registered)" : po.label);
+      } else {
+        log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}{}{} lanes {} (device, GPU {})",
+                  collName(op.coll), po.seq, op.count, typeName(op.type), po.label, *po.proto ? " proto " : "",
+                  po.proto, po.lanes.size(), deviceComm()->device());
+      }
+    }
+    cp.ops.push_back(std::move(po));
+  }
+  // checkOps() made sure sends and receives to self pair up: each pair is one copy.
+  CHORUS_CHECK(selfSends.size() == selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    CHORUS_CHECK(selfSends[i].bytes == selfRecvs[i].bytes);
+    P2pPart copy = selfSends[i];
+    copy.dst = selfRecvs[i].dst;
+    cp.selfCopies.push_back(copy);
+  }
+  return cp;
+}
+
 Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {
   std::lock_guard<std::mutex> planLock(planMu_);
+  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, MemKind::kHost));
   auto task = std::make_unique<Task>(this);
   task->reserveStages(ops.size());
-  const int nch = config_.nChannels;
 
   // Point-to-point queues: one per (peer, direction), plus one for copies to self.
   std::map<std::pair<int, bool>, size_t> queueOf;
@@ -527,8 +643,6 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
     queueOf[key] = q;
     return q;
   };
-  std::vector<P2pPart> selfSends;
-  std::vector<P2pPart> selfRecvs;
   LaneArgs bytesArgs;
   bytesArgs.elemSize = 1;
   bytesArgs.type = chorusUint8;
@@ -536,72 +650,43 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
   bytesArgs.workers = workers_.get();
   bytesArgs.commId = commId_;
   bytesArgs.slotBytes = config_.peerSlots();
-  bytesArgs.status = &channelStatus_[nch];
+  bytesArgs.status = &channelStatus_[config_.nChannels];
 
-  const AlgoContext ctx = algoContext();
-  std::vector<LanePlan> lanePlans;
   uint64_t flightFirst = 0;
   uint64_t flightLast = 0;
-  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo) {
-    const uint64_t id = recordFlight(op, seq, algo);
-    if (!flightFirst) flightFirst = id;
-    flightLast = id;
-    return id;
-  };
-  for (const auto& op : ops) {
-    if (!runsOnChannels(op.coll)) {
-      std::vector<P2pPart> parts;
-      expandP2p(op, rank_, nranks_, &parts);
-      uint64_t firstSeq = 0;
-      for (const auto& p : parts) {
-        if (p.peer == rank_) {
-          (p.send ? selfSends : selfRecvs).push_back(p);
-          continue;
-        }
+  for (PlannedOp& po : cp.ops) {
+    const uint64_t flight = recordFlight(*po.op, po.seq, po.label);
+    if (!flightFirst) flightFirst = flight;
+    flightLast = flight;
+    if (!po.collective) {
+      for (const PlannedTransfer& t : po.transfers) {
+        const P2pPart& p = t.part;
         LaneArgs a = bytesArgs;
         a.input = p.src;
         a.output = p.dst;
-        a.seq = p.send ? ++seq_.p2pSend[p.peer] : ++seq_.p2pRecv[p.peer];
-        if (!firstSeq) firstSeq = a.seq;
+        a.seq = t.seq;
         std::vector<Step> steps;
         if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
         task->addToQueue(queueFor(p.peer, p.send),
                          Lane(a, std::move(steps), p.send ? conns_.send(ConnFamily::kP2p, p.peer) : nullptr,
                               p.send ? nullptr : conns_.recv(ConnFamily::kP2p, p.peer)));
       }
-      record(op, firstSeq, "p2p");
       continue;
     }
-    const Tuner::Choice choice = choose(op);
-    const Algo algo = algoFor(op, choice);
-    const bool sliceOnItsOwn = algo == Algo::kSlice && choice.sliceIfRegistered;
-    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-      log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), seq_.coll + 1, op.count,
-                typeName(op.type), sliceOnItsOwn ? "slice (buffers registered)" : algoName(algo));
-    }
-    LaneArgs a = collArgs(op);
-    a.seq = ++seq_.coll;
-    const uint64_t flight = record(op, a.seq, algoName(algo));
-    // The algorithm plans the call; the lanes it names are built here over the connections it
-    // asked for (connectionsNeeded made them).
-    lanePlans.clear();
-    AlgoCall call{op.coll, op.count, a.elemSize, op.root, op.sendbuff == op.recvbuff};
-    call.chosenAlone = sliceOnItsOwn;
-    algorithm(algo).plan(ctx, call, &lanePlans);
+    // The lanes the algorithm named, over the connections it asked for (connectionsNeeded made
+    // them).
+    LaneArgs a = collArgs(*po.op);
+    a.seq = po.seq;
     std::vector<Lane> lanes;
-    for (LanePlan& lp : lanePlans) lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
-    if (!lanes.empty() || lanePlans.empty()) task->addStage(std::move(lanes), flight);
+    for (LanePlan& lp : po.lanes) lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
+    if (!lanes.empty() || po.lanes.empty()) task->addStage(std::move(lanes), flight);
   }
-
-  // checkOps() made sure sends and receives to self pair up.
-  CHORUS_CHECK(selfSends.size() == selfRecvs.size());
-  for (size_t i = 0; i < selfSends.size(); ++i) {
-    CHORUS_CHECK(selfSends[i].bytes == selfRecvs[i].bytes);
+  for (const P2pPart& copy : cp.selfCopies) {
     LaneArgs a = bytesArgs;
-    a.input = selfSends[i].src;
-    a.output = selfRecvs[i].dst;
+    a.input = copy.src;
+    a.output = copy.dst;
     std::vector<Step> steps;
-    if (selfSends[i].bytes) steps.push_back(Step{Prim::kLocal, 0, 0, selfSends[i].bytes});
+    if (copy.bytes) steps.push_back(Step{Prim::kLocal, 0, 0, copy.bytes});
     task->addToQueue(queueFor(rank_, true), Lane(a, std::move(steps), nullptr, nullptr));
   }
   task->setFlight(flightFirst, flightLast);
@@ -632,32 +717,6 @@ double Communicator::estimateUs(const OpInfo& op) const {
   }
 }
 
-size_t Communicator::planOneCopy(const OpInfo& op, const device::OneCopyArgs* args, device::LaunchPacker* packer) {
-  const size_t bytes = op.count * typeSize(op.type);
-  const uint32_t parts = oneCopyParts(bytes, nranks_);
-  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-    log_.info(kSubsysColl, "{} count {} datatype {} algo one-copy ({} blocks per rank) (device, GPU {})",
-              collName(op.coll), op.count, typeName(op.type), parts, deviceComm()->device());
-  }
-  std::vector<device::DeviceLane> lanes(parts);
-  for (uint32_t k = 0; k < parts; ++k) {
-    device::DeviceLane& l = lanes[k];
-    l.type = static_cast<uint8_t>(op.type);
-    l.seqKind = device::SeqKind::kColl;
-    l.seqIndex = static_cast<int32_t>(k);
-    l.input = static_cast<const char*>(op.sendbuff);
-    l.output = static_cast<char*>(op.recvbuff);
-    l.spec = op.spec;
-    l.oneCopy = args;
-  }
-  // The spans are this rank's buffers; peers' buffers are theirs to order (their launches wait
-  // for this kernel's "done" signal before anything after it).
-  const auto* in = static_cast<const char*>(op.sendbuff);
-  const auto* out = static_cast<const char*>(op.recvbuff);
-  packer->addCollective(lanes, device::Span{in, in + bytes}, device::Span{out, out + bytes});
-  return parts;
-}
-
 std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
   // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
@@ -665,10 +724,6 @@ std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   const size_t elem = typeSize(op.type);
   const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
   const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
-  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-    log_.info(kSubsysColl, "{} count {} datatype {} algo one-rank ({}) (device, GPU {})", collName(op.coll), op.count,
-              typeName(op.type), moves ? (scales ? "scaled copy" : "copy") : "nothing to move", deviceComm()->device());
-  }
   std::vector<LanePlan> plans;
   if (!moves) return plans;
   for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, deviceChannels_)) {
@@ -687,97 +742,48 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
   using device::DeviceLane;
   using device::SeqKind;
   std::lock_guard<std::mutex> planLock(planMu_);
+  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, MemKind::kDevice, oneCopy));
   DeviceComm& dev = *deviceComm();
-  // Each op's flight entry, numbered as the host numbers its own operations (collectives per
-  // communicator, point-to-point per peer and direction), on counters of the device path's.
-  if (seq_.deviceP2pSend.size() != static_cast<size_t>(nranks_)) {
-    seq_.deviceP2pSend.assign(nranks_, 0);
-    seq_.deviceP2pRecv.assign(nranks_, 0);
-  }
-  auto record = [&](const OpInfo& op, uint64_t seq, const char* algo, const char* proto, size_t blocks = 0) {
-    if (!flight || !flight_ || !flight_->enabled()) return;
-    FlightEntry e = flightEntry(op, seq, algo);
-    e.proto = proto;
-    e.blocks = static_cast<int>(blocks);
-    flight->push_back(e);
-  };
-  auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
   device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
-  // Point-to-point lanes by queue (a peer and a direction), in issue order; copies to self pair up.
-  std::vector<std::vector<DeviceLane>> sendQ(nranks_);
-  std::vector<std::vector<DeviceLane>> recvQ(nranks_);
-  std::vector<P2pPart> selfSends;
-  std::vector<P2pPart> selfRecvs;
-  auto bytesLane = [&](const P2pPart& p, Prim prim) {
+  const auto peerSlotBytes = static_cast<uint32_t>(config_.peerSlots());
+  auto bytesLane = [&](const P2pPart& p, Prim prim, ProtoKind proto) {
     DeviceLane l;
     l.nsteps = p.bytes ? 1 : 0;
     l.step = Step{prim, 0, 0, p.bytes};
     l.type = chorusUint8;
     l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
     l.seqIndex = p.peer;
-    // A send and the receive that matches it move the same bytes, so both ends choose alike; a
-    // receive of another size may choose the other protocol, and still fails the header check
-    // (src/device/lane_exec.h).
-    l.proto = tuner_.p2pProto(p.bytes);
-    const auto slotBytes = static_cast<uint32_t>(config_.peerSlots());
-    l.slotBytes = l.proto == ProtoKind::kLL ? device::lineSlotDataBytes(slotBytes) : slotBytes;
+    l.proto = proto;
+    l.slotBytes = proto == ProtoKind::kLL ? device::lineSlotDataBytes(peerSlotBytes) : peerSlotBytes;
     l.input = p.src;
     l.output = p.dst;
     return l;
   };
-  std::vector<LanePlan> lanePlans;
+  // Point-to-point lanes by queue (a peer and a direction), in issue order.
+  std::vector<std::vector<DeviceLane>> sendQ(nranks_);
+  std::vector<std::vector<DeviceLane>> recvQ(nranks_);
   std::vector<DeviceLane> lanes;
-  for (size_t oi = 0; oi < ops.size(); ++oi) {
-    const OpInfo& op = ops[oi];
-    if (oi < oneCopy.size() && oneCopy[oi]) {
-      record(op, ++seq_.deviceColl, "one-copy", "", planOneCopy(op, oneCopy[oi], &packer));
-      continue;
+  for (size_t oi = 0; oi < cp.ops.size(); ++oi) {
+    const PlannedOp& po = cp.ops[oi];
+    const OpInfo& op = *po.op;
+    // Each op's flight entry, recorded when its launch is enqueued (enqueueDevice).
+    if (flight && flight_ && flight_->enabled()) {
+      FlightEntry e = flightEntry(op, po.seq, po.label);
+      e.proto = po.proto;
+      e.blocks = po.collective ? static_cast<int>(po.lanes.size()) : 0;
+      flight->push_back(e);
     }
-    if (!runsOnChannels(op.coll)) {
-      std::vector<P2pPart> parts;
-      expandP2p(op, rank_, nranks_, &parts);
-      uint64_t firstSeq = 0;
-      const char* proto = "";  // the parts' protocol, each chosen from its own size
-      for (const auto& p : parts) {
-        if (p.peer == rank_) {
-          (p.send ? selfSends : selfRecvs).push_back(p);
-          continue;
-        }
-        DeviceLane l = bytesLane(p, p.send ? Prim::kSend : Prim::kRecv);
-        if (p.send) l.send[0] = dev.connector(ConnFamily::kP2p, p.peer, true);
-        if (!p.send) l.recv[0] = dev.connector(ConnFamily::kP2p, p.peer, false);
-        (p.send ? sendQ : recvQ)[p.peer].push_back(l);
-        const uint64_t seq = ++(p.send ? seq_.deviceP2pSend : seq_.deviceP2pRecv)[p.peer];
-        if (!firstSeq) firstSeq = seq;
-        proto = !*proto || std::strcmp(proto, protoLabel(l.proto)) == 0 ? protoLabel(l.proto) : "Simple and LL";
+    if (!po.collective) {
+      for (const PlannedTransfer& t : po.transfers) {
+        DeviceLane l = bytesLane(t.part, t.part.send ? Prim::kSend : Prim::kRecv, t.proto);
+        if (t.part.send) l.send[0] = dev.connector(ConnFamily::kP2p, t.part.peer, true);
+        if (!t.part.send) l.recv[0] = dev.connector(ConnFamily::kP2p, t.part.peer, false);
+        (t.part.send ? sendQ : recvQ)[t.part.peer].push_back(l);
       }
-      record(op, firstSeq, "p2p", proto);
       continue;
-    }
-    const size_t elem = typeSize(op.type);
-    ProtoKind proto = ProtoKind::kSimple;
-    if (nranks_ == 1) {
-      lanePlans = planOneRank(op);
-      record(op, ++seq_.deviceColl, "one-rank", "", lanePlans.size());
-    } else {
-      const Tuner::Choice choice = deviceChoice(op);
-      const Algo algo = choice.algo;
-      proto = choice.proto;
-      const AlgoContext ctx = deviceContext(op, proto);
-      lanePlans.clear();
-      algorithm(algo).plan(ctx, AlgoCall{op.coll, op.count, elem, op.root, op.sendbuff == op.recvbuff}, &lanePlans);
-      record(op, ++seq_.deviceColl, algoName(algo), protoLabel(proto), lanePlans.size());
-      if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-        log_.info(kSubsysColl, "{} count {} datatype {} algo {} proto {} lanes {} (device, GPU {})", collName(op.coll),
-                  op.count, typeName(op.type), algoName(algo), protoLabel(proto), lanePlans.size(), dev.device());
-      }
     }
     lanes.clear();
-    for (const LanePlan& lp : lanePlans) {
-      if (lp.channel >= device::DeviceCommState::kMaxChannels) {
-        return internalError("a device lane on channel " + std::to_string(lp.channel) + ": kernels keep " +
-                             std::to_string(device::DeviceCommState::kMaxChannels) + " channels");
-      }
+    for (const LanePlan& lp : po.lanes) {
       DeviceLane l;
       l.nsteps = static_cast<uint32_t>(lp.steps.size());
       if (lp.steps.size() == 1) {
@@ -787,12 +793,14 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       }
       l.type = static_cast<uint8_t>(op.type);
       l.seqKind = SeqKind::kColl;
-      l.proto = proto;
+      l.proto = po.lanesProto;
       l.seqIndex = lp.channel;
       l.slotBytes = static_cast<uint32_t>(lp.slotBytes);
       l.input = static_cast<const char*>(op.sendbuff);
       l.output = static_cast<char*>(op.recvbuff);
       l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
+      // The one-copy all-reduce's blocks read and write the buffers its arguments name.
+      if (lp.oneCopy) l.oneCopy = oneCopy[oi];
       if (reduces(op.coll)) l.spec = op.spec;
       for (int i = 0; i < kMaxLanePeers; ++i) {
         if (lp.send[i].index >= 0) l.send[i] = dev.connector(lp.send[i].family, lp.send[i].index, true);
@@ -800,6 +808,9 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       }
       lanes.push_back(l);
     }
+    // The spans are this rank's buffers; peers' buffers (one-copy) are theirs to order: their
+    // launches wait for this kernel's "done" signal before anything after it.
+    const size_t elem = typeSize(op.type);
     const size_t inBytes = op.count * elem * (op.coll == CollType::kReduceScatter ? nranks_ : 1);
     const size_t outBytes = op.count * elem * (op.coll == CollType::kAllGather ? nranks_ : 1);
     const auto* in = static_cast<const char*>(op.sendbuff);
@@ -807,14 +818,8 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     packer.addCollective(lanes, device::Span{in, in ? in + inBytes : nullptr},
                          device::Span{out, out ? out + outBytes : nullptr});
   }
-  // checkOps() made sure sends and receives to self pair up: each pair is a local copy.
-  CHORUS_CHECK(selfSends.size() == selfRecvs.size());
   std::vector<DeviceLane> self;
-  for (size_t i = 0; i < selfSends.size(); ++i) {
-    P2pPart copy = selfSends[i];
-    copy.dst = selfRecvs[i].dst;
-    self.push_back(bytesLane(copy, Prim::kLocal));
-  }
+  for (const P2pPart& copy : cp.selfCopies) self.push_back(bytesLane(copy, Prim::kLocal, tuner_.p2pProto(copy.bytes)));
   // By round: the send to rank + d and the receive from rank - d (round 0: the copies to self).
   packer.addP2pRound(self, rank_, {}, 0);
   for (int d = 1; d < nranks_; ++d) {

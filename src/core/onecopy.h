@@ -47,7 +47,5 @@ struct OneCopyRecord {
 // of different processes have GPUs that reach each other (gpuPeers: the same GPU, or peer access
 // both ways, and neither set CHORUS_P2P_DISABLE).
 bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all);
-// Blocks per rank of a one-copy all-reduce of `bytes`: one per 256 KiB of each rank's share, 1 to 16.
-uint32_t oneCopyParts(size_t bytes, int nranks);
 
 }  // namespace chorus

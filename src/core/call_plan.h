@@ -1,0 +1,65 @@
+// One launch's operations as planned, for either memory kind (Communicator::planCalls): what
+// each collective runs (the tuner's algorithm and protocol, and the algorithm's lanes), the
+// transfers each point-to-point operation makes with other ranks, the copies to self, and the
+// numbers and labels the flight recorder and the log give them. The host lowers a plan into a
+// task of lanes (Communicator::plan), the device path into kernel launches (planDevice); neither
+// chooses, numbers or expands anything of its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "src/algo/algorithm.h"
+#include "src/algo/cost.h"
+
+namespace chorus {
+
+struct OpInfo;
+
+// A byte transfer between this rank and `peer`, from expanding one point-to-point op.
+struct P2pPart {
+  bool send = false;
+  int peer = 0;
+  const char* src = nullptr;
+  char* dst = nullptr;
+  size_t bytes = 0;
+};
+// The transfers of a point-to-point op (send, receive, all-to-all, gather, scatter) on `rank`,
+// appended to *out in the order they are issued; peers include `rank` itself.
+void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out);
+
+// A transfer with another rank, numbered per peer and direction.
+struct PlannedTransfer {
+  P2pPart part;
+  uint64_t seq = 0;
+  ProtoKind proto = ProtoKind::kSimple;  // device lanes: the tuner's for its bytes
+};
+
+struct PlannedOp {
+  const OpInfo* op = nullptr;
+  bool collective = false;  // runs on channels (runsOnChannels); else point-to-point
+  // A collective's number; a point-to-point op's first transfer's (0: it has none).
+  uint64_t seq = 0;
+  Algo algo = Algo::kRing;
+  // As the flight recorder says it: an algorithm's name, "one-rank" or "p2p".
+  const char* label = "";
+  // Device lanes' protocol as the flight recorder says it ("Simple", "LL", "Simple and LL" for
+  // transfers of both); empty on host memory and where none applies (one rank, one-copy).
+  const char* proto = "";
+  ProtoKind lanesProto = ProtoKind::kSimple;
+  // This rank took the slice all-reduce on its own (its buffers are registered).
+  bool chosenAlone = false;
+  std::vector<LanePlan> lanes;             // a collective's
+  std::vector<PlannedTransfer> transfers;  // a point-to-point op's, with other ranks
+};
+
+struct CallPlan {
+  MemKind mem = MemKind::kHost;
+  std::vector<PlannedOp> ops;
+  // Copies to self: a send to this rank and the receive it pairs with, in issue order (checkOps
+  // made sure they pair up), from the send's buffer into the receive's.
+  std::vector<P2pPart> selfCopies;
+};
+
+}  // namespace chorus
