@@ -14,7 +14,7 @@
 //               and with Simple and LL forced; time and busbw as nccl-tests report them, and the
 //               limit: busbw at memcpy's traffic rate B over the least traffic the collective
 //               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2);
-//   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct) and
+//   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct, one-copy) and
 //               protocol forced: what tools/tuning_fit.py device fits the tuning table's rows to.
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
 // reduce-copy 3 x size), medians of the timed repetitions. The tables stop at GPU_BENCH_BUDGET
@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -486,24 +487,25 @@ void ranksTable(int n, double copyRate, Budget& budget) {
 
 // The all-reduce with each algorithm and protocol forced (CHORUS_ALGO, CHORUS_PROTO; communicators
 // of their own), out of place: the times tools/tuning_fit.py device fits the tuning table's device
-// rows to, in one run. Forced LL and direct stop at kForcedLLMaxBytes.
+// rows to, in one run. Forced LL and direct stop at kForcedLLMaxBytes. The one-copy all-reduce
+// has no protocol of its own: one column (its lanes are the same under either).
 void algoTable(int n, Budget& budget) {
-  static const char* const kAlgos[] = {"ring", "tree", "direct"};
-  static const char* const kProtos[] = {"simple", "ll"};
+  struct Column {
+    const char* algo;
+    const char* proto;
+  };
+  static const Column kColumns[] = {{"ring", "simple"},   {"ring", "ll"},   {"tree", "simple"},   {"tree", "ll"},
+                                    {"direct", "simple"}, {"direct", "ll"}, {"one-copy", "simple"}};
   std::printf(
       "\n== all-reduce by algorithm, %d ranks on one GPU, out of place: us per call (tools/tuning_fit.py device)\n", n);
   std::printf("%12s", "size (B)");
-  for (const char* a : kAlgos) {
-    for (const char* p : kProtos) std::printf(" %12s", (std::string(a) + "/" + p).c_str());
-  }
+  for (const Column& c : kColumns) std::printf(" %12s", (std::string(c.algo) + "/" + c.proto).c_str());
   std::printf("\n");
   std::vector<std::unique_ptr<Ranks>> comms;
-  for (const char* a : kAlgos) {
-    for (const char* p : kProtos) {
-      setenv("CHORUS_ALGO", a, 1);
-      setenv("CHORUS_PROTO", p, 1);
-      comms.push_back(std::make_unique<Ranks>(n));
-    }
+  for (const Column& c : kColumns) {
+    setenv("CHORUS_ALGO", c.algo, 1);
+    setenv("CHORUS_PROTO", c.proto, 1);
+    comms.push_back(std::make_unique<Ranks>(n));
   }
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_PROTO");
@@ -515,8 +517,8 @@ void algoTable(int n, Budget& budget) {
     if (budget.spent()) break;
     std::printf("%12zu", size);
     for (size_t i = 0; i < comms.size(); ++i) {
-      const bool ll = i % 2 == 1;
-      const bool direct = i / 2 == 2;
+      const bool ll = std::strcmp(kColumns[i].proto, "ll") == 0;
+      const bool direct = std::strcmp(kColumns[i].algo, "direct") == 0;
       if ((ll || direct) && size > kForcedLLMaxBytes) {
         std::printf(" %12s", "-");
         continue;

@@ -47,7 +47,14 @@ def shape(algo, n, model):
         return 1, hop, n - 1.0
     if algo == "slice":
         return 3, 3 * hop, 2.0 * (n - 1) / n
+    if algo == "one-copy":
+        return 1, 2 * hop, 2.0 * (n - 1) / n
     raise ValueError(algo)
+
+
+def one_copy_parts(size, n):
+    """The one-copy all-reduce's blocks per rank (oneCopyParts, src/algo/one_copy.cc)."""
+    return max(1, min(16, size // n // (256 * 1024)))
 
 
 def fit(points):
@@ -170,6 +177,7 @@ def device(args):
                 per = 4096 if proto == "ll" else 32768
                 ch = max(1, min(size // per, limit.get(n, 1)))
                 ch = 2 if algo == "tree" else 1 if algo == "direct" else ch  # their lanes
+                ch = one_copy_parts(size, n) if algo == "one-copy" else ch
                 # The topology's hops inside a host (1 us each): a lap of n, the trees' depth.
                 model = {"ringLatencyUs": 2.0 * (n - 1) * args.hop_us,
                          "treeLatencyUs": 2.0 * math.ceil(math.log2(n)) * args.hop_us}
