@@ -224,7 +224,7 @@ void mapEnvironment() {
     if (n >= 1) setIfUnset("CHORUS_DEVICE_NCHANNELS", std::to_string(std::min(n, 32L)));
   }
   // NCCL_BUFFSIZE is a FIFO's whole size; Chorus's is CHORUS_SLOTS slots of CHORUS_SLOT_BYTES
-  // (a multiple of 64 from 4 KiB to 64 MiB).
+  // (a multiple of 64 from 4 KiB to 64 MiB), and on device memory of CHORUS_DEVICE_SLOT_BYTES.
   if (const char* v = std::getenv("NCCL_BUFFSIZE")) {
     char* end = nullptr;
     const unsigned long long bytes = std::strtoull(v, &end, 0);
@@ -236,6 +236,7 @@ void mapEnvironment() {
       unsigned long long slot = bytes / slots / 64 * 64;
       slot = slot < 4096 ? 4096 : slot > (64ull << 20) ? (64ull << 20) : slot;
       setIfUnset("CHORUS_SLOT_BYTES", std::to_string(slot));
+      setIfUnset("CHORUS_DEVICE_SLOT_BYTES", std::to_string(slot));
     }
   }
 }

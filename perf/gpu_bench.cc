@@ -14,8 +14,11 @@
 //               and with Simple and LL forced; time and busbw as nccl-tests report them, and the
 //               limit: busbw at memcpy's traffic rate B over the least traffic the collective
 //               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2);
-//   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct, one-copy) and
-//               protocol forced: what tools/tuning_fit.py device fits the tuning table's rows to.
+//   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct,
+//               one-copy) and protocol forced: what tools/tuning_fit.py device fits the tuning
+//               table's rows to;
+//   slot size   the ring all-reduce under Simple, 2 ranks, 1 MiB up, with device ring slots of
+//               128 KiB to 2 MiB (CHORUS_DEVICE_SLOT_BYTES): what its default is set from.
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
 // reduce-copy 3 x size), medians of the timed repetitions. The tables stop at GPU_BENCH_BUDGET
 // seconds (default 240), saying so. Not a test: it prints, and exits 77 when there is no GPU.
@@ -494,7 +497,7 @@ void algoTable(int n, Budget& budget) {
     const char* algo;
     const char* proto;
   };
-  static const Column kColumns[] = {{"ring", "simple"},   {"ring", "ll"},   {"tree", "simple"},   {"tree", "ll"},
+  static const Column kColumns[] = {{"ring", "simple"},   {"ring", "ll"},   {"tree", "simple"},    {"tree", "ll"},
                                     {"direct", "simple"}, {"direct", "ll"}, {"one-copy", "simple"}};
   std::printf(
       "\n== all-reduce by algorithm, %d ranks on one GPU, out of place: us per call (tools/tuning_fit.py device)\n", n);
@@ -525,6 +528,44 @@ void algoTable(int n, Budget& budget) {
       }
       Ranks& k = *comms[i];
       std::printf(" %12.2f", timeCalls(k, [&] { k.run(Coll::kAllReduce, size, send, recv); }) * 1e6);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+// The ring all-reduce under Simple at 2 ranks with each device ring slot size
+// (CHORUS_DEVICE_SLOT_BYTES; communicators of their own), out of place, from 1 MiB: what the
+// default is set from. busbw as nccl-tests computes it.
+void slotTable(Budget& budget) {
+  static const size_t kSlots[] = {size_t(128) << 10, size_t(256) << 10, size_t(512) << 10, size_t(1) << 20,
+                                  size_t(2) << 20};
+  const int n = 2;
+  std::printf(
+      "\n== all-reduce, ring, Simple, %d ranks on one GPU, out of place, by device slot size "
+      "(CHORUS_DEVICE_SLOT_BYTES): busbw (GB/s)\n",
+      n);
+  std::printf("%12s", "size (B)");
+  for (size_t s : kSlots) std::printf(" %10zuK", s >> 10);
+  std::printf("\n");
+  std::vector<std::unique_ptr<Ranks>> comms;
+  setenv("CHORUS_ALGO", "ring", 1);
+  setenv("CHORUS_PROTO", "simple", 1);
+  for (size_t s : kSlots) {
+    setenv("CHORUS_DEVICE_SLOT_BYTES", std::to_string(s).c_str(), 1);
+    comms.push_back(std::make_unique<Ranks>(n));
+  }
+  unsetenv("CHORUS_DEVICE_SLOT_BYTES");
+  unsetenv("CHORUS_PROTO");
+  unsetenv("CHORUS_ALGO");
+  const size_t maxBytes = tableSizes().back();
+  const Buffers sendBufs(n, maxBytes), recvBufs(n, maxBytes);
+  for (size_t size = size_t(1) << 20; size <= maxBytes; size <<= 2) {
+    if (budget.spent()) break;
+    std::printf("%12zu", size);
+    for (auto& k : comms) {
+      const double t = timeCalls(*k, [&] { k->run(Coll::kAllReduce, size, sendBufs.p, recvBufs.p); });
+      std::printf(" %11.1f", static_cast<double>(size) / t / 1e9 * busFactor(Coll::kAllReduce, n));
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -582,6 +623,7 @@ int main() {
   oneRankTable(budget);
   algoTable(2, budget);
   algoTable(4, budget);
+  slotTable(budget);
   ranksTable(2, copyRate, budget);
   ranksTable(4, copyRate, budget);
   return 0;

@@ -282,6 +282,38 @@ TEST_CASE("calls on a communicator still initialising are refused, not dropped",
   CHECK(chorusCommDestroy(c1) == chorusSuccess);
 }
 
+TEST_CASE("CHORUS_ALGO=one-copy: host all-reduces stay the tuner's; with CHORUS_ONECOPY=0 init refuses it",
+          "[api][init][misuse]") {
+  setenv("CHORUS_ALGO", "one-copy", 1);
+  {
+    // Device memory only: host all-reduces of every size run as the tuner chooses, and sum.
+    World w(3);
+    REQUIRE(w.ok());
+    for (size_t count : {size_t(1), size_t(1000), size_t(300000)}) {
+      INFO(count << " elements");
+      std::vector<std::vector<float>> buf(3, std::vector<float>(count));
+      const auto rc = onRanks(3, [&](int r) {
+        for (size_t i = 0; i < count; ++i) buf[r][i] = float(r + 1) * float(i % 7);
+        return chorusAllReduce(buf[r].data(), buf[r].data(), count, chorusFloat32, chorusSum, w[r], nullptr);
+      });
+      for (int r = 0; r < 3; ++r) {
+        REQUIRE(rc[r] == chorusSuccess);
+        for (size_t i = 0; i < count; ++i) REQUIRE(buf[r][i] == 6.0f * float(i % 7));
+      }
+    }
+  }
+  setenv("CHORUS_ONECOPY", "0", 1);
+  {
+    World w(2);
+    CHECK_FALSE(w.ok());
+    const std::string msg = chorusGetLastError(nullptr);
+    CHECK(msg.find("CHORUS_ALGO=one-copy asks for the one-copy all-reduce and CHORUS_ONECOPY=0 forbids it") !=
+          std::string::npos);
+  }
+  unsetenv("CHORUS_ONECOPY");
+  unsetenv("CHORUS_ALGO");
+}
+
 TEST_CASE("a forced algorithm that cannot run this many ranks fails init, saying so", "[api][init][misuse]") {
   for (const char* algo : {"direct", "slice"}) {
     INFO(algo);

@@ -91,6 +91,46 @@ TEST_CASE("CHORUS_DIRECT_MAX_BYTES takes a byte count", "[config]") {
   }
 }
 
+TEST_CASE("device FIFOs have slots of their own; per-peer ones never above them", "[config]") {
+  {
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().deviceSlotBytes == 512 * 1024);
+    CHECK(c.value().slotBytes == 128 * 1024);  // the host's stay
+    CHECK(c.value().devicePeerSlots() == 32 * 1024);
+  }
+  {
+    ScopedEnv e("CHORUS_DEVICE_SLOT_BYTES", "8192");
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().deviceSlotBytes == 8192);
+    CHECK(c.value().devicePeerSlots() == 8192);
+    CHECK(c.value().peerSlots() == 32 * 1024);
+  }
+  for (const char* bad : {"4000", "100", "1g"}) {
+    ScopedEnv e("CHORUS_DEVICE_SLOT_BYTES", bad);
+    auto c = Config::fromEnv();
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().message().find("CHORUS_DEVICE_SLOT_BYTES") != std::string::npos);
+  }
+}
+
+TEST_CASE("CHORUS_ONECOPY: unset, 0 or 1", "[config]") {
+  {
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().oneCopy == -1);
+  }
+  for (int v : {0, 1}) {
+    ScopedEnv e("CHORUS_ONECOPY", std::to_string(v).c_str());
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().oneCopy == v);
+  }
+  ScopedEnv e("CHORUS_ONECOPY", "2");
+  CHECK_FALSE(Config::fromEnv().isOk());
+}
+
 TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {
   // A slot is its 32-bit FIFO position modulo the count: any other count breaks the turn of the
   // slots when positions wrap.

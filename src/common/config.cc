@@ -49,6 +49,7 @@ constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
                                       "CHORUS_DEBUG_FILE",
                                       "CHORUS_DEBUG_SUBSYS",
                                       "CHORUS_DEVICE_NCHANNELS",
+                                      "CHORUS_DEVICE_SLOT_BYTES",
                                       "CHORUS_DIRECT_MAX_BYTES",
                                       "CHORUS_FLIGHT_DUMP",
                                       "CHORUS_FLIGHT_ENTRIES",
@@ -277,6 +278,10 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readEnvInt("CHORUS_P2P_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
   if (x % 64 != 0) return invalidArgument("CHORUS_P2P_SLOT_BYTES must be a multiple of 64");
   c.peerSlotBytes = static_cast<size_t>(x);
+  x = static_cast<int64_t>(c.deviceSlotBytes);
+  CHORUS_TRY(readEnvInt("CHORUS_DEVICE_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
+  if (x % 64 != 0) return invalidArgument("CHORUS_DEVICE_SLOT_BYTES must be a multiple of 64");
+  c.deviceSlotBytes = static_cast<size_t>(x);
   x = c.slots;
   CHORUS_TRY(readEnvInt("CHORUS_SLOTS", 2, 64, &x));
   // A power of two: a slot is its 32-bit FIFO position modulo the count, and only a count that

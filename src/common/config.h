@@ -58,6 +58,7 @@ struct Config {
   size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot
   int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
   size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
+  size_t deviceSlotBytes = 512 * 1024;             // CHORUS_DEVICE_SLOT_BYTES: device ring FIFOs' slots
   int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
   int deviceChannels = 0;                          // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
   int workersPerChannel = 1;                       // CHORUS_WORKERS_PER_CHANNEL: threads moving each piece
@@ -73,9 +74,8 @@ struct Config {
   int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
   bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
-  int oneCopy =
-      -1;  // CHORUS_ONECOPY: the one-copy device all-reduce: -1 by the tuning table, 0 never, 1 wherever it can
-  bool printVersion = false;  // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+  int oneCopy = -1;                                // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
+  bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line
 
   // What reading the environment found to say, logged once the communicator has a logger:
   // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to
@@ -91,8 +91,10 @@ struct Config {
     if (warnAfterNs > 0) return warnAfterNs;
     return timeoutNs / 2 < int64_t(60) * 1000000000 ? timeoutNs / 2 : int64_t(60) * 1000000000;
   }
-  // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot.
+  // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot; on
+  // device memory, never above a device ring slot.
   size_t peerSlots() const { return peerSlotBytes < slotBytes ? peerSlotBytes : slotBytes; }
+  size_t devicePeerSlots() const { return peerSlotBytes < deviceSlotBytes ? peerSlotBytes : deviceSlotBytes; }
   // How long ranks may take to find each other at init: CHORUS_INIT_TIMEOUT, else the shorter of
   // 10 minutes and the communicator's timeout.
   int64_t initTimeout() const {

@@ -70,6 +70,7 @@ struct InitRecord {
   char proto[16] = {0};
   uint64_t directMaxBytes = 0;
   uint64_t peerSlotBytes = 0;
+  uint64_t deviceSlotBytes = 0;
   uint32_t check = 0;
   uint32_t oneCopy = 0;
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
@@ -200,6 +201,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.peer = PeerInfo::local(config_);
   me.version = CHORUS_VERSION_CODE;
   me.slotBytes = static_cast<uint32_t>(config_.slotBytes);
+  me.deviceSlotBytes = config_.deviceSlotBytes;
   me.slots = config_.slots;
   me.nChannels = config_.nChannels;
   me.deviceChannels = config_.deviceChannels;
@@ -242,6 +244,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       return differ("CHORUS_SLOT_BYTES", std::to_string(a.slotBytes), std::to_string(b.slotBytes));
     }
     if (a.slots != b.slots) return differ("CHORUS_SLOTS", std::to_string(a.slots), std::to_string(b.slots));
+    if (a.deviceSlotBytes != b.deviceSlotBytes) {
+      return differ("CHORUS_DEVICE_SLOT_BYTES", std::to_string(a.deviceSlotBytes), std::to_string(b.deviceSlotBytes));
+    }
     if (a.nChannels != b.nChannels) {
       return differ("CHORUS_NCHANNELS", std::to_string(a.nChannels), std::to_string(b.nChannels));
     }

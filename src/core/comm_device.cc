@@ -17,7 +17,8 @@ Status Communicator::ensureDevice() {
   if (device_) return Status::ok();
   const int d = cudaDevice();
   if (d < 0) return internalError("a device operation on a communicator with no CUDA device bound");
-  const size_t slot = std::max(config_.slotBytes, config_.peerSlots());
+  // Scratch serves the lanes that stash a piece: per-peer FIFOs' (the direct all-reduce in place).
+  const size_t slot = config_.devicePeerSlots();
   CHORUS_ASSIGN_OR_RETURN(std::vector<cuda::GpuIdentity> reach, cuda::reachableGpus(d));
   gpuInfo_ = GpuInfo();
   std::memcpy(gpuInfo_.uuid, reach[0].uuid, sizeof(gpuInfo_.uuid));

@@ -78,7 +78,10 @@ AlgoContext Communicator::algoContext() const {
 }
 
 AlgoContext Communicator::deviceContext(const OpInfo& op, ProtoKind proto) const {
-  return device::laneContext(algoContext(), tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
+  AlgoContext base = algoContext();
+  base.slotBytes = config_.deviceSlotBytes;
+  base.peerSlotBytes = config_.devicePeerSlots();
+  return device::laneContext(base, tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
@@ -210,8 +213,11 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     ConnectContext ctx;
     ctx.oob = c->bootstrap_.get();
     ctx.nslots = static_cast<uint32_t>(c->config_.slots);
-    ctx.slotBytes =
-        static_cast<uint32_t>(need.family == ConnFamily::kRing ? c->config_.slotBytes : c->config_.peerSlots());
+    // Device FIFOs have their own ring slot (CHORUS_DEVICE_SLOT_BYTES: a kernel's step).
+    const Config& cf = c->config_;
+    const bool ring = need.family == ConnFamily::kRing;
+    ctx.slotBytes = static_cast<uint32_t>(need.device ? (ring ? cf.deviceSlotBytes : cf.devicePeerSlots())
+                                                      : (ring ? cf.slotBytes : cf.peerSlots()));
     ctx.forKernels = need.device;
     ctx.cudaDevice = need.device ? c->cudaDevice() : -1;
     return ctx;
@@ -730,7 +736,7 @@ std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
     LanePlan lp;
     lp.steps = {part};
     lp.channel = static_cast<int>(plans.size());
-    lp.slotBytes = config_.slotBytes;  // as algoContext() gives every lane
+    lp.slotBytes = config_.deviceSlotBytes;  // as deviceContext() gives a ring's lanes
     plans.push_back(std::move(lp));
   }
   return plans;
@@ -745,7 +751,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
   CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, MemKind::kDevice, oneCopy));
   DeviceComm& dev = *deviceComm();
   device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
-  const auto peerSlotBytes = static_cast<uint32_t>(config_.peerSlots());
+  const auto peerSlotBytes = static_cast<uint32_t>(config_.devicePeerSlots());
   auto bytesLane = [&](const P2pPart& p, Prim prim, ProtoKind proto) {
     DeviceLane l;
     l.nsteps = p.bytes ? 1 : 0;

@@ -67,6 +67,7 @@ int main(void) {
   expect("CHORUS_NCHANNELS", "2", when);
   expect("CHORUS_DEVICE_NCHANNELS", "2", when); /* NCCL_MAX_NCHANNELS caps the device path too */
   expect("CHORUS_SLOT_BYTES", "524288", when);  /* 4 MiB over the default 8 slots */
+  expect("CHORUS_DEVICE_SLOT_BYTES", "524288", when);
   expect("CHORUS_SHM_DISABLE", "1", when);
   expect("CHORUS_P2P_DISABLE", "0", when);
   expect("CHORUS_CUMEM_ENABLE", "0", when);
