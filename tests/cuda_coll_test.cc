@@ -174,7 +174,12 @@ void grid(int stride, int onlyRanks) {
           const auto t0 = std::chrono::steady_clock::now();
           const int before = cases;
           const int failedBefore = failures;
+          // The device path's channels (at most nch; fewer for small messages) and slot size: the
+          // default, and small slots that cut every message past a few KiB into many pieces.
+          const char* slot = nch == 1 ? "524288" : nch == 2 ? "8192" : "65536";
           setenv("CHORUS_NCHANNELS", std::to_string(nch).c_str(), 1);
+          setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(nch).c_str(), 1);
+          setenv("CHORUS_DEVICE_SLOT_BYTES", slot, 1);
           setenv("CHORUS_ALGO", algo, 1);
           setenv("CHORUS_PROTO", proto, 1);  // the device's lanes; the host path has no LL
           const bool simple = std::strcmp(proto, "simple") == 0;
@@ -192,7 +197,8 @@ void grid(int stride, int onlyRanks) {
                     const std::string label = std::string(kCollName[static_cast<int>(c)]) + " " + kTypeName[t] + " " +
                                               kOpName[op] + " count " + std::to_string(count) +
                                               (inPlace ? " in place" : "") + " ranks " + std::to_string(n) +
-                                              " channels " + std::to_string(nch) + " algo " + algo + " proto " + proto;
+                                              " channels " + std::to_string(nch) + " slot " + slot + " algo " + algo +
+                                              " proto " + proto;
                     runCase(k, c, t, op, count, inPlace, root, label, simple);
                     ++cases;
                   }
@@ -207,7 +213,7 @@ void grid(int stride, int onlyRanks) {
               if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
               const size_t count = c == Coll::kAllReduce ? bytes / 4 : bytes / 4 / n;
               const std::string where = std::string(" bytes ranks ") + std::to_string(n) + " channels " +
-                                        std::to_string(nch) + " algo " + algo + " proto " + proto;
+                                        std::to_string(nch) + " slot " + slot + " algo " + algo + " proto " + proto;
               runCase(k, c, chorusFloat32, chorusSum, count, false, 0,
                       std::string(kCollName[static_cast<int>(c)]) + " float sum " + std::to_string(bytes) + where,
                       simple);
@@ -217,8 +223,8 @@ void grid(int stride, int onlyRanks) {
               cases += 2;
             }
           }
-          std::printf("grid: ranks %d channels %d algo %s proto %s: %d cases, %d failed, %.1f s\n", n, nch, algo, proto,
-                      cases - before, failures - failedBefore,
+          std::printf("grid: ranks %d channels %d slot %s algo %s proto %s: %d cases, %d failed, %.1f s\n", n, nch,
+                      slot, algo, proto, cases - before, failures - failedBefore,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           std::fflush(stdout);
         }
@@ -226,6 +232,8 @@ void grid(int stride, int onlyRanks) {
     }
   }
   unsetenv("CHORUS_NCHANNELS");
+  unsetenv("CHORUS_DEVICE_NCHANNELS");
+  unsetenv("CHORUS_DEVICE_SLOT_BYTES");
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_PROTO");
   std::printf("grid: %d cases%s\n", cases, sampled ? " (sampled)" : "");
