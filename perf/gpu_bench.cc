@@ -22,6 +22,8 @@
 // Rates are bytes of memory traffic per second (a copy reads and writes its bytes: 2 x size; a
 // reduce-copy 3 x size), medians of the timed repetitions. The tables stop at GPU_BENCH_BUDGET
 // seconds (default 240), saying so. Not a test: it prints, and exits 77 when there is no GPU.
+// `gpu_bench profile` runs one of each kernel that waits on no other, for Nsight Compute
+// (tools/ncu_profile.sh).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -117,26 +119,46 @@ device::LaunchParams localLaunch(bool reduce, const float* in, float* out, size_
   return p;
 }
 
+// What a launch of local lanes needs beside its buffers: a stream, the device state (a counter per
+// block), the error record and the abort word, kept for the program's life.
+struct LaneRig {
+  cudaStream_t s = nullptr;
+  device::DeviceCommState* state = nullptr;
+  device::DeviceError* error = nullptr;
+  uint32_t* abortWord = nullptr;
+  LaneRig() {
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    device::DeviceCommState hostState{};
+    CUDA_OK(cudaMalloc(&hostState.p2pSendSeq, device::kMaxBlocks * sizeof(uint64_t)));
+    CUDA_OK(cudaMemset(hostState.p2pSendSeq, 0, device::kMaxBlocks * sizeof(uint64_t)));
+    CUDA_OK(cudaMalloc(&state, sizeof(device::DeviceCommState)));
+    CUDA_OK(cudaMemcpy(state, &hostState, sizeof(hostState), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&error), sizeof(device::DeviceError), cudaHostAllocMapped));
+    CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&abortWord), sizeof(uint32_t), cudaHostAllocMapped));
+    *abortWord = 0;
+    *error = device::DeviceError{};
+  }
+  // Copy (or reduce-copy) lanes over n floats on `blocks` blocks, enqueued on s.
+  void launch(bool reduce, const float* in, float* out, size_t n, int blocks) const {
+    const device::LaunchParams p = localLaunch(reduce, in, out, n, blocks, state, error, abortWord);
+    CUDA_OK(cudaError_t(device::launchLanes(p, device::kLaunchThreads, s)));
+  }
+  void checkFault() const {
+    if (error->status != 0) {
+      std::printf("the launch kernel failed: fault %u\n", error->status);
+      std::exit(1);
+    }
+  }
+};
+
 // memcpy's traffic rate at 1 GiB, GB/s (what the all-reduce lines are held against).
 double memoryRates() {
   double largestCopy = 0;
   std::printf("\n== memory: GB/s of traffic (copy: 2 x size, reduce-copy: 3 x size), median of 20\n");
   std::printf("%12s %12s %14s %14s %14s %14s %10s\n", "size (B)", "memcpy D2D", "lanes copy 32", "lanes copy 64",
               "reduce-copy 32", "reduce-copy 64", "rc/memcpy");
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  device::DeviceCommState* state = nullptr;
-  device::DeviceError* error = nullptr;
-  uint32_t* abortWord = nullptr;
-  device::DeviceCommState hostState{};
-  CUDA_OK(cudaMalloc(&hostState.p2pSendSeq, device::kMaxBlocks * sizeof(uint64_t)));
-  CUDA_OK(cudaMemset(hostState.p2pSendSeq, 0, device::kMaxBlocks * sizeof(uint64_t)));
-  CUDA_OK(cudaMalloc(&state, sizeof(device::DeviceCommState)));
-  CUDA_OK(cudaMemcpy(state, &hostState, sizeof(hostState), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&error), sizeof(device::DeviceError), cudaHostAllocMapped));
-  CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&abortWord), sizeof(uint32_t), cudaHostAllocMapped));
-  *abortWord = 0;
-  *error = device::DeviceError{};
+  const LaneRig rig;
+  const cudaStream_t s = rig.s;
   for (size_t bytes = size_t(1) << 20; bytes <= (size_t(1) << 30); bytes <<= 2) {
     const size_t n = bytes / sizeof(float);
     float *a = nullptr, *b = nullptr;
@@ -149,13 +171,8 @@ double memoryRates() {
     for (int reduce = 0; reduce < 2; ++reduce) {
       for (int k = 0; k < 2; ++k) {
         const int blocks = k ? 64 : 32;
-        const device::LaunchParams p = localLaunch(reduce != 0, a, b, n, blocks, state, error, abortWord);
-        lanes[reduce][k] =
-            timeOn(s, 20, [&] { CUDA_OK(cudaError_t(device::launchLanes(p, device::kLaunchThreads, s))); });
-        if (error->status != 0) {
-          std::printf("the launch kernel failed: fault %u\n", error->status);
-          std::exit(1);
-        }
+        lanes[reduce][k] = timeOn(s, 20, [&] { rig.launch(reduce != 0, a, b, n, blocks); });
+        rig.checkFault();
       }
     }
     const double gb = bytes / 1e9;
@@ -166,7 +183,6 @@ double memoryRates() {
     CUDA_OK(cudaFree(a));
     CUDA_OK(cudaFree(b));
   }
-  cudaStreamDestroy(s);
   return largestCopy;
 }
 
@@ -603,7 +619,45 @@ void latency() {
 
 }  // namespace
 
-int main() {
+// `gpu_bench profile`, for Nsight Compute (tools/ncu_profile.sh): one launch each of the copy and
+// reduce-copy lanes on 64 blocks over 256 MiB and one one-rank all-reduce of 256 MiB out of place
+// (kernels that wait on no other kernel: a profiler that replays kernels one at a time would hang
+// ranks that wait on each other), each checked.
+int profile() {
+  const size_t bytes = size_t(256) << 20;
+  const size_t n = bytes / sizeof(float);
+  const LaneRig rig;
+  const Buffers in(1, bytes), out(1, bytes);
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000);
+  CUDA_OK(cudaMemcpy(in.p[0], host.data(), bytes, cudaMemcpyHostToDevice));
+  auto expect = [&](const char* what, float factor) {
+    std::vector<float> got(n);
+    CUDA_OK(cudaMemcpy(got.data(), out.p[0], bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) {
+      if (got[i] != factor * host[i]) {
+        std::printf("profile: %s: element %zu is %g, not %g\n", what, i, got[i], factor * host[i]);
+        std::exit(1);
+      }
+    }
+    std::printf("profile: %s of %zu B checked\n", what, bytes);
+  };
+  rig.launch(false, in.p[0], out.p[0], n, 64);
+  CUDA_OK(cudaStreamSynchronize(rig.s));
+  rig.checkFault();
+  expect("lanes copy, 64 blocks", 1.0f);
+  rig.launch(true, in.p[0], out.p[0], n, 64);  // out = out + in
+  CUDA_OK(cudaStreamSynchronize(rig.s));
+  rig.checkFault();
+  expect("lanes reduce-copy, 64 blocks", 2.0f);
+  Ranks k(1);
+  k.run(Coll::kAllReduce, bytes, in.p, out.p);
+  k.sync();
+  expect("one-rank all-reduce", 1.0f);
+  return 0;
+}
+
+int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
@@ -614,6 +668,7 @@ int main() {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device 0: %s, %d SMs, compute capability %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
+  if (argc > 1 && std::strcmp(argv[1], "profile") == 0) return profile();
   const double copyRate = memoryRates();
   latency();
   // The tables stop where the budget ends (GPU_BENCH_BUDGET seconds from here, default 240),

@@ -57,6 +57,7 @@ checks=(
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
   "gpu_bench|200|default|thread|env GPU_BENCH_BUDGET=170 DIR/bin/gpu_bench"
   "nccl_bench|60|default|thread|@bash tools/nccl_tests_bench.sh DIR"
+  "ncu_profile|90|default|thread|@bash tools/ncu_profile.sh DIR"
   "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
   "cuda_coll_full_3|400|full|thread|cuda_coll_test --ranks 3"
   "cuda_coll_full_4|400|full|thread|cuda_coll_test --ranks 4"
