@@ -592,8 +592,10 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
       const Tuner::Choice choice = deviceChoice(op);
       po.algo = agreed ? Algo::kOneCopy : choice.algo;
       po.label = algoName(po.algo);
-      po.lanesProto = choice.proto;
-      if (!agreed) po.proto = protoLabel(choice.proto);
+      if (!agreed) {  // one-copy's blocks have no protocol
+        po.lanesProto = choice.proto;
+        po.proto = protoLabel(choice.proto);
+      }
       algorithm(po.algo).plan(deviceContext(op, choice.proto), call, &po.lanes);
     } else {
       const Tuner::Choice choice = choose(op);
