@@ -102,7 +102,8 @@ TEST_CASE("the least estimate wins, at every size, for every memory kind and ran
         }
         for (size_t bytes : sizes) {
           for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
-            for (CollType coll : {CollType::kAllReduce, CollType::kAllGather, CollType::kBroadcast}) {
+            for (CollType coll : {CollType::kAllReduce, CollType::kAllGather, CollType::kBroadcast, CollType::kReduce,
+                                  CollType::kReduceScatter}) {
               INFO("ranks " << n << (f.oneProcess ? " threads" : " processes") << (singleHost ? " one host" : " hosts")
                             << " " << memKindName(mem) << " " << collName(coll) << " " << bytes << " B");
               Best want = bruteForce(f, t, coll, bytes, mem);

@@ -3,6 +3,7 @@
 
 namespace chorus {
 
+// The collectives on channels come first (the tuner keeps a table for each of them).
 enum class CollType {
   kAllReduce,
   kBroadcast,

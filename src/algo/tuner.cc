@@ -4,18 +4,25 @@
 #include <cstdint>
 #include <limits>
 
+#include "src/algo/coll.h"
+
 namespace chorus {
 
+static_assert(static_cast<int>(CollType::kReduceScatter) == 4 && static_cast<int>(CollType::kAlltoAll) == 5,
+              "the collectives on channels are CollType's first five values (Tuner::kCollSlots)");
+
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
+  nalgos_ = std::min(algorithmCount(), kAlgoSlots);
+  for (int a = 0; a < nalgos_; ++a) algos_[a] = &algorithm(static_cast<Algo>(a));
   // Forcing the one-copy all-reduce offers it on every device all-reduce; the rest is chosen.
   if (f_.forced == Algo::kOneCopy) {
     f_.forced.reset();
     if (f_.oneCopy != OneCopyMode::kNever) f_.oneCopy = OneCopyMode::kAlways;
   }
   for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
-    for (int a = 0; a < algorithmCount(); ++a) {
+    for (int a = 0; a < nalgos_; ++a) {
       for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL}) {
-        const TuningRow* row = tuningRow(mem, algorithm(static_cast<Algo>(a)).name(), p, f_.nranks);
+        const TuningRow* row = tuningRow(mem, algos_[a]->name(), p, f_.nranks);
         if (row) rows_[static_cast<int>(mem)][a][p == ProtoKind::kLL] = *row;
       }
     }
@@ -28,36 +35,42 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
     const size_t limit = f_.singleHost ? f_.directMaxBytesSetting : f_.directMaxBytesSetting / 2;
     directCap_ = limit / static_cast<size_t>(f_.nranks - 1);
   }
-  // The host all-reduce by size, once: where each choice ends, found by doubling and then by
-  // halving the interval (the estimates are lines in the size, so each choice holds an interval).
+  // Every host collective on channels by size, once: where each choice ends, found by doubling
+  // and then by halving the interval (the estimates are lines in the size, so each choice holds
+  // an interval). Calls then look their choice up instead of asking every algorithm.
   constexpr size_t kTop = size_t(1) << 46;
   auto same = [](const Choice& a, const Choice& b) {
     return a.algo == b.algo && a.sliceIfRegistered == b.sliceIfRegistered && a.sliceConnections == b.sliceConnections &&
            a.ringConnections == b.ringConnections && a.oneCopyIfAgreed == b.oneCopyIfAgreed;
   };
-  size_t from = 0;
-  while (true) {
-    const Choice here = compute(CollType::kAllReduce, from, MemKind::kHost);
-    auto stays = [&](size_t b) { return same(here, compute(CollType::kAllReduce, b, MemKind::kHost)); };
-    size_t hi = std::max<size_t>(1, from * 2);
-    while (hi < kTop && stays(hi)) hi *= 2;
-    if (hi >= kTop) {
-      hostSegments_.push_back(Segment{SIZE_MAX, here});
-      break;
+  for (int c = 0; c < kCollSlots; ++c) {
+    const auto coll = static_cast<CollType>(c);
+    std::vector<Segment>& segments = hostSegments_[c];
+    size_t from = 0;
+    while (true) {
+      const Choice here = compute(coll, from, MemKind::kHost);
+      auto stays = [&](size_t b) { return same(here, compute(coll, b, MemKind::kHost)); };
+      size_t hi = std::max<size_t>(1, from * 2);
+      while (hi < kTop && stays(hi)) hi *= 2;
+      if (hi >= kTop) {
+        segments.push_back(Segment{SIZE_MAX, here});
+        break;
+      }
+      size_t lo = from;  // stays(lo), !stays(hi)
+      while (hi - lo > 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        (stays(mid) ? lo : hi) = mid;
+      }
+      segments.push_back(Segment{lo, here});
+      from = hi;
     }
-    size_t lo = from;  // stays(lo), !stays(hi)
-    while (hi - lo > 1) {
-      const size_t mid = lo + (hi - lo) / 2;
-      (stays(mid) ? lo : hi) = mid;
-    }
-    hostSegments_.push_back(Segment{lo, here});
-    from = hi;
   }
 }
 
 Tuner::Choice Tuner::choose(CollType coll, size_t bytes, MemKind mem) const {
-  if (mem == MemKind::kHost && coll == CollType::kAllReduce && !hostSegments_.empty()) {
-    for (const Segment& s : hostSegments_) {
+  const int c = static_cast<int>(coll);
+  if (mem == MemKind::kHost && c < kCollSlots && !hostSegments_[c].empty()) {
+    for (const Segment& s : hostSegments_[c]) {
       if (bytes <= s.maxBytes) return s.choice;
     }
   }
@@ -76,7 +89,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   if (us) *us = 0;
   if (f_.nranks < 2) return best;  // one rank: nothing crosses (the device path copies: planOneRank)
   const Protos protos = protosOn(mem);
-  const bool forcing = f_.forced && coll == CollType::kAllReduce && algorithm(*f_.forced).runsOn(mem);
+  const bool forcing = f_.forced && coll == CollType::kAllReduce && algos_[static_cast<int>(*f_.forced)]->runsOn(mem);
   CostQuery q;
   q.coll = coll;
   q.bytes = static_cast<double>(bytes);
@@ -92,12 +105,12 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   bool foundOther = false;
   double otherUs = 0;
   Choice other;
-  for (int i = 0; i < algorithmCount(); ++i) {
+  for (int i = 0; i < nalgos_; ++i) {
     const Algo a = static_cast<Algo>(i);
-    const Algorithm& algo = algorithm(a);
+    if (a == Algo::kOneCopy) continue;  // offered beside the choice, below
+    const Algorithm& algo = *algos_[i];
     if (!algo.runs(coll) || !algo.runsOn(mem) || f_.nranks > algo.maxRanks()) continue;
     if (forcing && a != *f_.forced) continue;
-    if (a == Algo::kOneCopy) continue;  // offered beside the choice, below
     for (int pi = 0; pi < protos.n; ++pi) {
       const ProtoKind p = protos.p[pi];
       const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][p == ProtoKind::kLL];
@@ -141,9 +154,9 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   }
   // The one-copy all-reduce runs only where every rank's buffers agree at enqueue: offered where
   // it is estimated least (or CHORUS_ONECOPY=1), beside the choice that runs otherwise.
-  const Algorithm& oneCopy = algorithm(Algo::kOneCopy);
-  if (!forcing && f_.oneCopy != OneCopyMode::kNever && oneCopy.runs(coll) && oneCopy.runsOn(mem) &&
-      f_.nranks <= oneCopy.maxRanks() && f_.singleHost) {
+  const Algorithm& oneCopy = *algos_[static_cast<int>(Algo::kOneCopy)];
+  if (!forcing && f_.oneCopy != OneCopyMode::kNever && mem == MemKind::kDevice && oneCopy.runs(coll) &&
+      oneCopy.runsOn(mem) && f_.nranks <= oneCopy.maxRanks() && f_.singleHost) {
     const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][static_cast<int>(Algo::kOneCopy)][0];
     if (f_.oneCopy == OneCopyMode::kAlways) {
       best.oneCopyIfAgreed = true;
@@ -171,7 +184,7 @@ Tuner::Protos Tuner::protosOn(MemKind mem) const {
 
 size_t Tuner::lastBytesOf(Algo a) const {
   size_t last = 0;
-  for (const Segment& s : hostSegments_) {
+  for (const Segment& s : hostSegments()) {
     if (s.choice.algo == a && !s.choice.sliceIfRegistered) last = s.maxBytes;
   }
   return last;
@@ -182,13 +195,14 @@ size_t Tuner::treeMaxBytes() const { return lastBytesOf(Algo::kTree); }
 
 std::string Tuner::describeHostAllReduce() const {
   std::string s;
-  for (size_t i = 0; i < hostSegments_.size(); ++i) {
-    const Choice& c = hostSegments_[i].choice;
+  const std::vector<Segment>& segments = hostSegments();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Choice& c = segments[i].choice;
     if (!s.empty()) s += ", ";
     s += algoName(c.algo);
     if (c.sliceIfRegistered) s += " (slice where registered)";
-    if (hostSegments_[i].maxBytes != SIZE_MAX) {
-      s += " up to " + std::to_string(hostSegments_[i].maxBytes) + " B";
+    if (segments[i].maxBytes != SIZE_MAX) {
+      s += " up to " + std::to_string(segments[i].maxBytes) + " B";
     } else {
       s += i ? " beyond" : " at every size";
     }

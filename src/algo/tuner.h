@@ -95,8 +95,8 @@ class Tuner {
   // from its tuning-table row (src/algo/cost.h); an algorithm with no row is taken only when
   // forced. CHORUS_ALGO forces the all-reduce's algorithm on the memory it runs on (elsewhere the
   // tuner chooses), CHORUS_PROTO the device protocol. The one-copy all-reduce is offered beside
-  // the choice (Choice::oneCopyIfAgreed), as TunerFacts::oneCopy says. Host all-reduces are
-  // looked up in segments computed once (hostSegments).
+  // the choice (Choice::oneCopyIfAgreed), as TunerFacts::oneCopy says. Host collectives are
+  // looked up in segments computed once per collective (hostSegments: the all-reduce's).
   Choice choose(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
   // The chosen algorithm's estimate for the call (0 with one rank; kNever for a forced algorithm
   // past its means, such as the direct all-reduce past its setting).
@@ -126,7 +126,7 @@ class Tuner {
     size_t maxBytes = 0;
     Choice choice;
   };
-  const std::vector<Segment>& hostSegments() const { return hostSegments_; }
+  const std::vector<Segment>& hostSegments() const { return hostSegments_[static_cast<int>(CollType::kAllReduce)]; }
   // "direct up to 21845 B, ring (or slice where registered) beyond", for the log.
   std::string describeHostAllReduce() const;
   // The largest host all-reduce (bytes) the direct algorithm takes unforced, and the largest the
@@ -148,11 +148,16 @@ class Tuner {
   Protos protosOn(MemKind mem) const;
 
   TunerFacts f_;
-  size_t directCap_ = 0;  // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
-  std::vector<Segment> hostSegments_;
+  size_t directCap_ = 0;                 // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
+  static constexpr int kAlgoSlots = 32;  // algorithm.cc's bound on the registry
+  // Every host collective on channels by size (CollType's first kCollSlots values are those).
+  static constexpr int kCollSlots = 5;
+  std::vector<Segment> hostSegments_[kCollSlots];
+  // The registry, looked up once: calls ask no function for an algorithm.
+  const Algorithm* algos_[kAlgoSlots] = {};
+  int nalgos_ = 0;
   // Each algorithm's table row for this rank count, looked up once (no row: not set), by memory
   // kind, algorithm and protocol (Simple, LL): calls read them without searching the table.
-  static constexpr int kAlgoSlots = 32;  // algorithm.cc's bound on the registry
   std::optional<TuningRow> rows_[2][kAlgoSlots][2];
 };
 

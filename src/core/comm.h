@@ -365,12 +365,13 @@ class Communicator : public TaskOwner {
   ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
   std::vector<char> laneScratch_;  // one slot of either size, for lanes that stash pieces (LanePlan::scratch)
-  // runInlineNow's last plan, the algorithm and call it was made for and its connectors (the
-  // execution token guards them).
+  // runInlineNow's last plan, the algorithm and call it was made for, its connectors and its label
+  // ("direct (inline)", static) (the execution token guards them).
   std::unique_ptr<LanePlan> inlinePlan_;
   Algo inlineAlgo_ = Algo::kRing;
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
+  const char* inlineLabel_ = "";
   bool singleHost_ = false;  // every rank on this rank's host
   int deviceChannels_ = 1;   // the most channels a device collective runs (deviceChannelLimit)
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid

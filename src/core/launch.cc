@@ -436,6 +436,22 @@ Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conn
 
 namespace {
 
+// Whether any registered algorithm that runs inline runs `coll` (on channels), looked up once.
+bool inlineRuns(CollType coll) {
+  static const std::vector<char> table = [] {
+    std::vector<char> t(static_cast<size_t>(CollType::kReduceScatter) + 1, 0);
+    for (size_t c = 0; c < t.size(); ++c) {
+      for (int i = 0; i < algorithmCount(); ++i) {
+        const Algorithm& a = algorithm(static_cast<Algo>(i));
+        t[c] = t[c] || (a.runsInline() && a.runs(static_cast<CollType>(c)) && a.runsOn(MemKind::kHost));
+      }
+    }
+    return t;
+  }();
+  const auto c = static_cast<size_t>(coll);
+  return c < table.size() && table[c];
+}
+
 // "direct (inline)": the log's and the flight recorder's label (which keeps the pointer).
 const char* inlineLabel(Algo a) {
   static const std::vector<std::string> labels = [] {
@@ -450,7 +466,7 @@ const char* inlineLabel(Algo a) {
 
 Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  if (op.device || !runsOnChannels(op.coll) || nranks_ < 2) return Status::ok();
+  if (op.device || !inlineRuns(op.coll) || nranks_ < 2) return Status::ok();
   const Algo algo = algoFor(op, choose(op));
   if (!algorithm(algo).runsInline()) return Status::ok();
   if (!tryAcquireExec()) return Status::ok();
@@ -478,6 +494,7 @@ Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
     inlineAlgo_ = algo;
     inlineCall_ = call;
     inlineConns_ = conns;  // connections, once made, stay until the end
+    inlineLabel_ = inlineLabel(algo);
   }
   *ran = true;
   LaneArgs a = collArgs(op);
@@ -487,10 +504,10 @@ Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
   }
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), a.seq, op.count,
-              typeName(op.type), inlineLabel(algo));
+              typeName(op.type), inlineLabel_);
   }
   Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
-  const uint64_t flight = recordFlight(op, a.seq, inlineLabel(algo), true);
+  const uint64_t flight = recordFlight(op, a.seq, inlineLabel_, true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   IdleLoop idle(idlePolicy_);
