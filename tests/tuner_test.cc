@@ -332,6 +332,8 @@ TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins
     TunerFacts off = f;
     off.oneCopy = OneCopyMode::kNever;
     const Tuner never(off);
+    CHECK(t.mayOfferOneCopy() == (n <= kOneCopyMaxRanks));
+    CHECK_FALSE(never.mayOfferOneCopy());
     for (size_t bytes : {small, big}) {
       const Tuner::Choice c = t.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
       const Tuner::Choice o = never.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
@@ -381,6 +383,15 @@ TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins
     hosts.singleHost = false;
     hosts.oneCopy = OneCopyMode::kAlways;
     CHECK_FALSE(Tuner(hosts).choose(CollType::kAllReduce, big, MemKind::kDevice).oneCopyIfAgreed);
+    CHECK_FALSE(Tuner(hosts).mayOfferOneCopy());
+  }
+  {
+    // By the table, with no one-copy row (the real table today): nothing to offer, no call asks.
+    ScopedTuningTable none(&kRows);
+    CHECK_FALSE(Tuner(oneHost(2)).mayOfferOneCopy());
+    TunerFacts always = oneHost(2);
+    always.oneCopy = OneCopyMode::kAlways;
+    CHECK(Tuner(always).mayOfferOneCopy());
   }
 }
 

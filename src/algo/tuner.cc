@@ -155,8 +155,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   // The one-copy all-reduce runs only where every rank's buffers agree at enqueue: offered where
   // it is estimated least (or CHORUS_ONECOPY=1), beside the choice that runs otherwise.
   const Algorithm& oneCopy = *algos_[static_cast<int>(Algo::kOneCopy)];
-  if (!forcing && f_.oneCopy != OneCopyMode::kNever && mem == MemKind::kDevice && oneCopy.runs(coll) &&
-      oneCopy.runsOn(mem) && f_.nranks <= oneCopy.maxRanks() && f_.singleHost) {
+  if (!forcing && mayOfferOneCopy() && oneCopy.runs(coll) && oneCopy.runsOn(mem)) {
     const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][static_cast<int>(Algo::kOneCopy)][0];
     if (f_.oneCopy == OneCopyMode::kAlways) {
       best.oneCopyIfAgreed = true;
@@ -208,6 +207,13 @@ std::string Tuner::describeHostAllReduce() const {
     }
   }
   return s;
+}
+
+bool Tuner::mayOfferOneCopy() const {
+  if (f_.oneCopy == OneCopyMode::kNever || !f_.singleHost || f_.nranks < 2) return false;
+  const int i = static_cast<int>(Algo::kOneCopy);
+  return f_.nranks <= algos_[i]->maxRanks() &&
+         (f_.oneCopy == OneCopyMode::kAlways || rows_[static_cast<int>(MemKind::kDevice)][i][0].has_value());
 }
 
 ProtoKind Tuner::p2pProto(size_t bytes) const {

@@ -119,6 +119,9 @@ class Tuner {
   static constexpr size_t kLLChannelBytes = 4 * 1024;
   int deviceChannels(size_t bytes, ProtoKind proto) const;
   int deviceChannelMax() const { return f_.deviceChannels; }
+  // Whether any device all-reduce may be offered the one-copy algorithm (the setting, one host,
+  // its ranks, and under kByTable its row): where not, no call needs asking.
+  bool mayOfferOneCopy() const;
 
   // The host all-reduce's choice by size: segment i holds sizes up to maxBytes (inclusive) past
   // the previous one's; the last reaches SIZE_MAX.

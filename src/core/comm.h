@@ -192,8 +192,9 @@ class Communicator : public TaskOwner {
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
   // What a device collective of protocol `proto` is planned in: the channels the tuner gives its
-  // size (device::laneContext).
+  // size (device::laneContext); the second, `channels` of them. Device FIFOs' slot sizes.
   AlgoContext deviceContext(const OpInfo& op, ProtoKind proto) const;
+  AlgoContext deviceContext(int channels, ProtoKind proto) const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
@@ -296,11 +297,6 @@ class Communicator : public TaskOwner {
   // chorusCommRevoke: fails the communicator without telling peers and waits until no operation
   // of it runs.
   void revoke();
-  // The algorithm a device collective runs (the tuner's choice among those that run on device
-  // memory).
-  Algo deviceAlgo(const OpInfo& op) const { return deviceChoice(op).algo; }
-  // The protocol of a device collective's lanes (the tuner's, or CHORUS_PROTO's).
-  ProtoKind deviceProto(const OpInfo& op) const { return deviceChoice(op).proto; }
   // The tuner's choice for a device collective (algorithm and protocol).
   Tuner::Choice deviceChoice(const OpInfo& op) const {
     return tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);

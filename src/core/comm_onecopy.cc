@@ -45,7 +45,7 @@ static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm
 
 bool Communicator::oneCopyCandidate(const OpInfo& op) const {
   // The tuner offers it (a device all-reduce, 2 to 8 ranks of one host, CHORUS_ONECOPY).
-  return op.device && op.coll == CollType::kAllReduce && nranks_ >= 2 && deviceChoice(op).oneCopyIfAgreed;
+  return op.device && op.coll == CollType::kAllReduce && tuner_.mayOfferOneCopy() && deviceChoice(op).oneCopyIfAgreed;
 }
 
 Status Communicator::describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,

@@ -77,11 +77,15 @@ AlgoContext Communicator::algoContext() const {
   return ctx;
 }
 
-AlgoContext Communicator::deviceContext(const OpInfo& op, ProtoKind proto) const {
+AlgoContext Communicator::deviceContext(int channels, ProtoKind proto) const {
   AlgoContext base = algoContext();
   base.slotBytes = config_.deviceSlotBytes;
   base.peerSlotBytes = config_.devicePeerSlots();
-  return device::laneContext(base, tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
+  return device::laneContext(base, channels, proto);
+}
+
+AlgoContext Communicator::deviceContext(const OpInfo& op, ProtoKind proto) const {
+  return deviceContext(tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
 }
 
 std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::vector<OpInfo>& ops) const {
@@ -137,9 +141,8 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   if (todo) {
     // Device collectives connect the channels they run, up to the most the tuner gives any size
     // (deviceChannels_); an algorithm counts as connected once it has those.
-    const AlgoContext all =
-        device ? device::laneContext(algoContext(), deviceChannels_, ProtoKind::kSimple) : algoContext();
-    const AlgoContext now = device ? device::laneContext(all, deviceChannels, ProtoKind::kSimple) : all;
+    const AlgoContext all = device ? deviceContext(deviceChannels_, ProtoKind::kSimple) : algoContext();
+    const AlgoContext now = device ? deviceContext(deviceChannels, ProtoKind::kSimple) : all;
     std::vector<ConnKey> keys;
     for (int a = 0; a < algorithmCount(); ++a) {
       if (!(todo & algoBit(static_cast<Algo>(a)))) continue;
