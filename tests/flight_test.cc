@@ -142,3 +142,47 @@ TEST_CASE("device entries: enqueued, then done, failed with the fault, or captur
   CHECK(trace[6]["dur"].get<double>() == Approx(0.0));
   CHECK(trace[6]["args"]["proto"] == "LL");
 }
+
+TEST_CASE("a host operation issued in place leaves nothing of the entry it replaces", "[flight]") {
+  FlightRecorder r(2);
+  FlightEntry dev = entry(1, "AllReduce");
+  dev.gpu = 3;
+  dev.proto = "LL";
+  dev.blocks = 8;
+  dev.cudaStream = 0x1234;
+  r.issue(dev);
+  r.issue(entry(2, "Broadcast"));
+  r.mark(1, 1, FlightEntry::State::kFailed, 5, 9000, "a kernel fault");
+  // Id 3 takes id 1's slot.
+  const FlightRecorder::HostOp op{7, "AllReduce", "direct (inline)", 2, 7, 0, -1};
+  CHECK(r.issueHost(op, true, 12000) == 3);
+  CHECK(r.issueHost(FlightRecorder::HostOp{8, "Reduce", "ring", 4, 7, 0, 1}, false, 13000) == 4);
+  const auto all = r.snapshot();
+  REQUIRE(all.size() == 2);
+  const FlightEntry& e = all[0];
+  CHECK(e.id == 3);
+  CHECK(e.seq == 7);
+  CHECK(std::string(e.coll) == "AllReduce");
+  CHECK(std::string(e.algo) == "direct (inline)");
+  CHECK(std::string(e.proto).empty());
+  CHECK(e.blocks == 0);
+  CHECK(e.count == 2);
+  CHECK(e.type == 7);
+  CHECK(e.op == 0);
+  CHECK(e.root == -1);
+  CHECK(e.state == FlightEntry::State::kRunning);
+  CHECK(e.result == 0);
+  CHECK(e.gpu == -1);
+  CHECK(e.cudaStream == 0);
+  CHECK(e.issuedNs == 12000);
+  CHECK(e.startNs == 12000);
+  CHECK(e.endNs == 0);
+  CHECK(e.why.empty());
+  CHECK(all[1].state == FlightEntry::State::kIssued);
+  CHECK(all[1].startNs == 0);
+  CHECK(all[1].root == 1);
+  r.mark(3, 4, FlightEntry::State::kDone, 0, 15000);
+  const auto done = r.snapshot();
+  CHECK(done[0].endNs == 15000);
+  CHECK(done[1].startNs == 15000);  // never marked running: it started when it was seen done
+}

@@ -107,6 +107,44 @@ TEST_CASE("a destroyed communicator handle stays dead when its memory is reused"
   }
 }
 
+TEST_CASE("a handle a thread looked up last is refused once destroyed on that thread and on others", "[api][handles]") {
+  // Each thread keeps its last lookup (src/common/handles.h): a destroy anywhere must end it.
+  chorusComm_t a = nullptr;
+  chorusComm_t b = nullptr;
+  REQUIRE(chorusCommInitAll(&a, 1, nullptr) == chorusSuccess);
+  REQUIRE(chorusCommInitAll(&b, 1, nullptr) == chorusSuccess);
+  int n = 0;
+  // Both threads look `a` up last.
+  REQUIRE(chorusCommCount(a, &n) == chorusSuccess);
+  std::atomic<int> phase{0};
+  std::atomic<int> otherResult{-1};
+  std::thread other([&] {
+    int m = 0;
+    (void)chorusCommCount(a, &m);
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+    otherResult.store(chorusCommCount(a, &m));
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  // Alternating handles on one thread: each answer is its own communicator's.
+  float x = 3.0f;
+  for (int i = 0; i < 4; ++i) {
+    chorusComm_t c = i % 2 ? a : b;
+    REQUIRE(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, c, nullptr) == chorusSuccess);
+    REQUIRE(x == 3.0f);
+  }
+  REQUIRE(chorusCommDestroy(a) == chorusSuccess);
+  phase.store(2);
+  other.join();
+  CHECK(otherResult.load() == chorusInvalidArgument);
+  REQUIRE(chorusCommCount(a, &n) == chorusInvalidArgument);
+  CHECK(lastError().find("not a live communicator") != std::string::npos);
+  CHECK(chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, a, nullptr) == chorusInvalidArgument);
+  // The other handle is untouched.
+  REQUIRE(chorusCommCount(b, &n) == chorusSuccess);
+  REQUIRE(chorusCommDestroy(b) == chorusSuccess);
+}
+
 TEST_CASE("abort from a watchdog thread ends a collective blocked on another thread", "[api][abort][handles]") {
   // The pattern PyTorch's and NCCL's users run: a monitor thread aborts a communicator while a
   // collective on it waits for a peer that will not come. The blocked call must return an error

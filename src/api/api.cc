@@ -85,7 +85,7 @@ Result<CommRef> liveComm(chorusComm_t handle) {
         "the communicator is still initialising (non-blocking init); poll "
         "chorusCommGetAsyncError until it stops returning chorusInProgress");
   }
-  std::lock_guard<std::mutex> g(comm->initMu);
+  // Written once, before initDone (runInit, failInits, split and shrink): no lock to read it.
   if (!comm->initStatus.isOk()) {
     return Status(comm->initStatus.code(), "the communicator's init failed: " + comm->initStatus.message());
   }

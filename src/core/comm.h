@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -214,6 +215,12 @@ class Communicator : public TaskOwner {
   // lane over connections made, or another thread holds the execution token; the caller then
   // takes the general path.
   Status runInlineNow(const OpInfo& op, bool* ran);
+  // The same for an algorithm already chosen (by loneInlineAlgo, on the thread that issued it).
+  Status runInlineNow(const OpInfo& op, Algo algo, bool* ran);
+  // The algorithm a lone collective would run inline, when nothing else of the general launch
+  // would change anything: host memory, CHORUS_CHECK off, an inline algorithm chosen and every
+  // connection the tuner's choice asks for made (connectionsNeeded() would ask for none).
+  std::optional<Algo> loneInlineAlgo(const OpInfo& op) const;
   // What plan() would refuse, checked on the launching thread so the error reaches the call.
   Status checkOps(const std::vector<OpInfo>& ops) const;
   // CHORUS_CHECK=1: every collective among `ops` (not sends and receives) is compared with the
@@ -476,7 +483,7 @@ struct CommHandle {
   InitCancel initCancel;
   std::atomic<bool> initDone{false};
   std::mutex initMu;
-  Status initStatus;  // guarded by initMu
+  Status initStatus;  // written once under initMu, before initDone is set; read after it without
   // API calls inside this handle now (src/api); destroy and abort wait for them to leave.
   std::atomic<int> calls{0};
 };

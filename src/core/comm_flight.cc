@@ -109,29 +109,38 @@ void Communicator::stopFlight() {
   }
 }
 
-FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char* algo) {
-  FlightEntry e;
-  e.seq = seq;
-  e.coll = collName(op.coll);
-  e.algo = algo;
-  e.count = op.count;
-  e.type = op.type;
-  e.op = reduces(op.coll) ? static_cast<int>(op.op) : -1;
+namespace {
+
+FlightRecorder::HostOp hostOpOf(const OpInfo& op, uint64_t seq, const char* algo) {
   const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
                       op.coll == CollType::kScatter || op.coll == CollType::kSend || op.coll == CollType::kRecv;
-  e.root = rooted ? op.root : -1;
+  return FlightRecorder::HostOp{seq,
+                                collName(op.coll),
+                                algo,
+                                op.count,
+                                static_cast<int>(op.type),
+                                reduces(op.coll) ? static_cast<int>(op.op) : -1,
+                                rooted ? op.root : -1};
+}
+
+}  // namespace
+
+FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char* algo) {
+  const FlightRecorder::HostOp h = hostOpOf(op, seq, algo);
+  FlightEntry e;
+  e.seq = h.seq;
+  e.coll = h.coll;
+  e.algo = h.algo;
+  e.count = h.count;
+  e.type = h.type;
+  e.op = h.op;
+  e.root = h.root;
   return e;
 }
 
 uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running) {
   if (!flight_ || !flight_->enabled()) return 0;
-  FlightEntry e = flightEntry(op, seq, algo);
-  e.issuedNs = nowNs();
-  if (running) {
-    e.state = FlightEntry::State::kRunning;
-    e.startNs = e.issuedNs;
-  }
-  return flight_->issue(e);
+  return flight_->issueHost(hostOpOf(op, seq, algo), running, nowNs());
 }
 
 void Communicator::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) {

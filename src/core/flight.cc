@@ -27,12 +27,40 @@ const char* flightStateName(FlightEntry::State s) {
   return "?";
 }
 
-uint64_t FlightRecorder::issue(FlightEntry e) {
+uint64_t FlightRecorder::issue(const FlightEntry& e) {
   if (ring_.empty()) return 0;
   std::lock_guard<std::mutex> g(mu_);
-  e.id = next_++;
-  ring_[e.id % ring_.size()] = e;
-  return e.id;
+  const uint64_t id = next_++;
+  FlightEntry& at = ring_[id % ring_.size()];
+  at = e;
+  at.id = id;
+  return id;
+}
+
+uint64_t FlightRecorder::issueHost(const HostOp& h, bool running, int64_t now) {
+  if (ring_.empty()) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  const uint64_t id = next_++;
+  FlightEntry& e = ring_[id % ring_.size()];
+  e.id = id;
+  e.seq = h.seq;
+  e.coll = h.coll;
+  e.algo = h.algo;
+  e.proto = "";
+  e.blocks = 0;
+  e.count = h.count;
+  e.type = h.type;
+  e.op = h.op;
+  e.root = h.root;
+  e.state = running ? FlightEntry::State::kRunning : FlightEntry::State::kIssued;
+  e.result = 0;
+  e.gpu = -1;
+  e.cudaStream = 0;
+  e.issuedNs = now;
+  e.startNs = running ? now : 0;
+  e.endNs = 0;
+  e.why.clear();
+  return id;
 }
 
 uint64_t FlightRecorder::issueAll(const std::vector<FlightEntry>& es) {

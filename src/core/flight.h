@@ -59,7 +59,20 @@ class FlightRecorder {
 
   bool enabled() const { return !ring_.empty(); }
   // Records a new operation; returns its id (0 when disabled).
-  uint64_t issue(FlightEntry e);
+  uint64_t issue(const FlightEntry& e);
+  // What issueHost records of a host operation.
+  struct HostOp {
+    uint64_t seq;
+    const char* coll;
+    const char* algo;
+    size_t count;
+    int type;
+    int op;
+    int root;
+  };
+  // issue() for a host operation, issued at `now` (running from then, with `running`): its fields
+  // written into the ring in place, no entry built and copied (a small collective's every call).
+  uint64_t issueHost(const HostOp& h, bool running, int64_t now);
   // Records several operations under consecutive ids (no other entry between them); returns the
   // first id (0 when disabled or `es` is empty).
   uint64_t issueAll(const std::vector<FlightEntry>& es);

@@ -45,6 +45,9 @@ Status submitOp(const OpInfo& op) {
     tGroup.ops.push_back(op);
     return Status::ok();
   }
+  // A lone host collective that runs inline over connections already made skips launch()'s
+  // grouping and connection checks: there is nothing for them to do.
+  if (const std::optional<Algo> algo = op.comm->loneInlineAlgo(op)) return launchInline(op, *algo);
   std::vector<OpInfo> ops{op};
   return launch(ops);
 }
@@ -461,7 +464,29 @@ Status byComm(std::vector<OpInfo>& ops, std::vector<CommOps>* work) {
   return Status::ok();
 }
 
+// A lone operation whose communicator was counted as having work outstanding: inline when it
+// qualifies (with `algo` when the issuing thread chose it already), else the general path.
+Status runLone(const OpInfo& op, std::optional<Algo> algo) {
+  Communicator* c = op.comm;
+  bool ran = false;
+  Status st = algo ? c->runInlineNow(op, *algo, &ran) : c->runInlineNow(op, &ran);
+  if (ran) {
+    c->work().finished();
+    return st;
+  }
+  std::vector<CommOps> w;
+  w.push_back(CommOps{c, op.stream, {op}});
+  return planAndRun(w);
+}
+
 }  // namespace
+
+Status launchInline(const OpInfo& op, Algo algo) {
+  op.comm->work().started();
+  if (op.stream == nullptr) return runLone(op, algo);
+  op.stream->enqueue([op, algo] { return runLone(op, algo); });
+  return Status::ok();
+}
 
 Status launch(std::vector<OpInfo>& ops) {
   bool anyDevice = false;
@@ -508,19 +533,8 @@ Status launch(std::vector<OpInfo>& ops) {
     const std::shared_ptr<Stream> s = work.front().stream;
     if (work.front().ops.size() == 1) {
       // A lone operation: the direct fast path when it qualifies, else the general one.
-      auto runOne = [c](const OpInfo& op) -> Status {
-        bool ran = false;
-        Status st = c->runInlineNow(op, &ran);
-        if (ran) {
-          c->work().finished();
-          return st;
-        }
-        std::vector<CommOps> w;
-        w.push_back(CommOps{c, op.stream, {op}});
-        return planAndRun(w);
-      };
-      if (s == nullptr) return runOne(work.front().ops.front());
-      s->enqueue([runOne, op = work.front().ops.front()] { return runOne(op); });
+      if (s == nullptr) return runLone(work.front().ops.front(), std::nullopt);
+      s->enqueue([op = work.front().ops.front()] { return runLone(op, std::nullopt); });
       return Status::ok();
     }
     if (s == nullptr) return planAndRun(work);

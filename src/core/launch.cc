@@ -467,10 +467,27 @@ const char* inlineLabel(Algo a) {
 
 }  // namespace
 
+std::optional<Algo> Communicator::loneInlineAlgo(const OpInfo& op) const {
+  if (op.device || !inlineRuns(op.coll) || nranks_ < 2 || config_.check) return std::nullopt;
+  // The connections connectionsNeeded() would ask for this op, all made already.
+  const Tuner::Choice c = choose(op);
+  uint32_t algos = algoBit(c.algo);
+  if (c.ringConnections) algos |= algoBit(Algo::kRing);
+  if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
+  if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
+  const Algo algo = algoFor(op, c);
+  if (!algorithm(algo).runsInline()) return std::nullopt;
+  return algo;
+}
+
 Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
   *ran = false;
   if (op.device || !inlineRuns(op.coll) || nranks_ < 2) return Status::ok();
-  const Algo algo = algoFor(op, choose(op));
+  return runInlineNow(op, algoFor(op, choose(op)), ran);
+}
+
+Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
+  *ran = false;
   if (!algorithm(algo).runsInline()) return Status::ok();
   if (!tryAcquireExec()) return Status::ok();
   // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
