@@ -8,6 +8,8 @@
 #include "src/algo/tuner.h"
 #include "src/common/config.h"
 #include "src/common/guard.h"
+#include "src/common/os.h"
+#include "src/core/engine.h"
 
 using namespace chorus;
 
@@ -158,4 +160,63 @@ TEST_CASE("error texts lose CHORUS_TRY's source trail but keep bracketed address
   CHECK(userMessage("rank [3:4] and [a.cc:x] stay") == "rank [3:4] and [a.cc:x] stay");
   ScopedEnv trace("CHORUS_DEBUG", "TRACE");
   CHECK(userMessage("connect failed [src/bootstrap/socket.cc:210]") == "connect failed [src/bootstrap/socket.cc:210]");
+}
+
+TEST_CASE("waiting spins a little only while the host's ranks have a CPU each unless CHORUS_SPIN_NS says",
+          "[config][idle]") {
+  CHECK(IdlePolicy::hostSpinNs(2, 2) == IdlePolicy::kHostSpinNs);
+  CHECK(IdlePolicy::hostSpinNs(1, 64) == IdlePolicy::kHostSpinNs);
+  CHECK(IdlePolicy::hostSpinNs(4, 2) == 0);
+  CHECK(IdlePolicy::hostSpinNs(3, 2) == 0);
+  unsetenv("CHORUS_SPIN_NS");
+  auto c = Config::fromEnv();
+  REQUIRE(c.isOk());
+  CHECK(c.value().spinNs == -1);
+  CHECK(IdlePolicy(c.value(), 2, 2).spinNs == IdlePolicy::kHostSpinNs);
+  CHECK(IdlePolicy(c.value(), 8, 2).spinNs == 0);
+  CHECK(IdlePolicy(c.value()).spinNs == 0);  // the engine's: no host given, no spin
+  {
+    ScopedEnv spin("CHORUS_SPIN_NS", "0");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(IdlePolicy(d.value(), 2, 2).spinNs == 0);
+  }
+  {
+    ScopedEnv spin("CHORUS_SPIN_NS", "50000");
+    auto d = Config::fromEnv();
+    REQUIRE(d.isOk());
+    CHECK(IdlePolicy(d.value(), 8, 2).spinNs == 50000);
+  }
+  {
+    ScopedEnv spin("CHORUS_SPIN_NS", "-5");
+    CHECK_FALSE(Config::fromEnv().isOk());
+  }
+}
+
+TEST_CASE("an idle loop reads the clock first on the 16th idle turn and starts over after a move", "[idle]") {
+  IdlePolicy policy;
+  policy.spinNs = int64_t(1) << 40;  // spin only: no yield, no nap
+  IdleLoop idle(policy);
+  WaitInfo w;
+  for (int turn = 1; turn < 16; ++turn) {
+    idle.after(false, w);
+    CHECK(idle.now() == 0);
+    CHECK(idle.idleSince() == 0);
+  }
+  const int64_t before = nowNs();
+  idle.after(false, w);  // the 16th
+  CHECK(idle.now() >= before);
+  CHECK(idle.idleSince() == idle.now());
+  const int64_t since = idle.idleSince();
+  for (int turn = 0; turn < 15; ++turn) idle.after(false, w);
+  CHECK(idle.idleSince() == since);
+  idle.after(false, w);  // the 32nd: read again, the spell still timed from its start
+  CHECK(idle.now() >= since);
+  CHECK(idle.idleSince() == since);
+  idle.after(true, w);
+  CHECK(idle.idleSince() == 0);
+  for (int turn = 1; turn < 16; ++turn) idle.after(false, w);
+  CHECK(idle.idleSince() == 0);
+  idle.after(false, w);
+  CHECK(idle.idleSince() >= since);
 }

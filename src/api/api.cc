@@ -93,6 +93,16 @@ Result<CommRef> liveComm(chorusComm_t handle) {
 }
 
 Result<CommRef> usableComm(chorusComm_t comm) {
+  // The usual case on one path, without the layers below: live, initialised, neither finalized
+  // nor failed. Anything else goes the long way, which says what is wrong.
+  if (comm) {
+    std::shared_ptr<CommHandle> h = comms().find(handleValue(comm));
+    if (h && h->initDone.load(std::memory_order_acquire) && h->initStatus.isOk()) {
+      CommRef ref(std::move(h));
+      const Communicator* c = ref.get();
+      if (c->state() != Communicator::State::kFinalized && c->asyncError().isOk()) return ref;
+    }
+  }
   CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
   if (c->state() == Communicator::State::kFinalized) {
     return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");

@@ -52,30 +52,30 @@ struct Config {
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
   int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: socket proxy threads
-  int64_t spinNs = 0;                              // CHORUS_SPIN_NS: busy-poll stage before yielding
-  int yieldIters = 200;                            // CHORUS_YIELD_ITERS: sched_yield stage
-  int64_t sleepMaxNs = 2000000;                    // CHORUS_SLEEP_MAX_US: futex stage's longest nap
-  size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot
-  int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
-  size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
-  size_t deviceSlotBytes = 512 * 1024;             // CHORUS_DEVICE_SLOT_BYTES: device ring FIFOs' slots
-  int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
-  int deviceChannels = 0;                          // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
-  int workersPerChannel = 1;                       // CHORUS_WORKERS_PER_CHANNEL: threads moving each piece
-  std::optional<CpuIsa> cpuIsa;                    // CHORUS_CPU_ISA
-  std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
-  size_t directMaxBytes = 64 * 1024;               // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
-  std::string proto;                               // CHORUS_PROTO (simple, ll: device lanes)
-  std::string topoFile;                            // CHORUS_TOPO_FILE: hwloc XML in place of the machine
-  std::string topoDumpFile;                        // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
-  size_t flightEntries = 1024;                     // CHORUS_FLIGHT_ENTRIES: operations the flight recorder keeps
-  std::string flightDump;                          // CHORUS_FLIGHT_DUMP: path prefix of state dumps
-  bool flightTrace = false;                        // CHORUS_FLIGHT_TRACE: Chrome trace beside each dump
-  int flightSignal = 10;                           // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
-  int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
-  bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
-  int oneCopy = -1;                                // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
-  bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+  int64_t spinNs = -1;   // CHORUS_SPIN_NS: busy-poll stage before yielding; -1: by the host (IdlePolicy::hostSpinNs)
+  int yieldIters = 200;  // CHORUS_YIELD_ITERS: sched_yield stage
+  int64_t sleepMaxNs = 2000000;         // CHORUS_SLEEP_MAX_US: futex stage's longest nap
+  size_t slotBytes = 128 * 1024;        // CHORUS_SLOT_BYTES: payload of one FIFO slot
+  int slots = 8;                        // CHORUS_SLOTS: slots per FIFO
+  size_t peerSlotBytes = 32 * 1024;     // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
+  size_t deviceSlotBytes = 512 * 1024;  // CHORUS_DEVICE_SLOT_BYTES: device ring FIFOs' slots
+  int nChannels = 1;                    // CHORUS_NCHANNELS: rings run in parallel
+  int deviceChannels = 0;               // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
+  int workersPerChannel = 1;            // CHORUS_WORKERS_PER_CHANNEL: threads moving each piece
+  std::optional<CpuIsa> cpuIsa;         // CHORUS_CPU_ISA
+  std::string algo;                     // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
+  size_t directMaxBytes = 64 * 1024;    // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
+  std::string proto;                    // CHORUS_PROTO (simple, ll: device lanes)
+  std::string topoFile;                 // CHORUS_TOPO_FILE: hwloc XML in place of the machine
+  std::string topoDumpFile;             // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
+  size_t flightEntries = 1024;          // CHORUS_FLIGHT_ENTRIES: operations the flight recorder keeps
+  std::string flightDump;               // CHORUS_FLIGHT_DUMP: path prefix of state dumps
+  bool flightTrace = false;             // CHORUS_FLIGHT_TRACE: Chrome trace beside each dump
+  int flightSignal = 10;                // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
+  int64_t warnAfterNs = 0;              // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
+  bool check = false;                   // CHORUS_CHECK: compare every collective across ranks
+  int oneCopy = -1;                     // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
+  bool printVersion = false;            // CHORUS_DEBUG=VERSION (or INFO and up): the version line
 
   // What reading the environment found to say, logged once the communicator has a logger:
   // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to

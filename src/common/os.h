@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "src/common/status.h"
@@ -76,8 +77,17 @@ using Clock = std::chrono::steady_clock;
 inline int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
+// nowNs() as of the kernel's last tick (a few milliseconds behind at most), on the same time
+// line, for a quarter of the cost: for times only reports read, at a millisecond's grain.
+inline int64_t coarseNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 std::string hostName();
+// The CPUs this process may run on (its affinity mask), at least 1.
+int usableCpus();
 
 // Watching another process of this machine for its end: a pidfd (Linux 5.3+), invalid where the
 // kernel has none or the process is not there; it polls readable once the process has exited.

@@ -323,7 +323,11 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   startFlight();
   redOps_.reset(nranks_);
 
-  idlePolicy_ = IdlePolicy(config_);
+  {
+    int ranksOnHost = 0;
+    for (int r = 0; r < nranks_; ++r) ranksOnHost += peers_[r].hostHash == peers_[rank_].hostHash ? 1 : 0;
+    idlePolicy_ = IdlePolicy(config_, ranksOnHost, usableCpus());
+  }
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
   log_.info(kSubsysInit,
             "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE", commId_,

@@ -157,9 +157,9 @@ class Communicator : public TaskOwner {
     if (flight_) flight_->mark(first, last, state, result, nowNs());
   }
   void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override;
-  // Records an operation in the flight recorder, as running when it starts at once (the inline
-  // path); returns its id (0: recorder off).
-  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running = false);
+  // Records an operation in the flight recorder, issued at `now` (and running from then when it
+  // starts at once: the inline path); returns its id (0: recorder off).
+  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo, int64_t now, bool running = false);
   // The flight recorder's entry for `op`, but its state and times.
   static FlightEntry flightEntry(const OpInfo& op, uint64_t seq, const char* algo);
   // What this communicator is and was doing: identity, state, channels, the flight recorder.

@@ -138,9 +138,9 @@ FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char
   return e;
 }
 
-uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, bool running) {
+uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, int64_t now, bool running) {
   if (!flight_ || !flight_->enabled()) return 0;
-  return flight_->issueHost(hostOpOf(op, seq, algo), running, nowNs());
+  return flight_->issueHost(hostOpOf(op, seq, algo), running, now);
 }
 
 void Communicator::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) {

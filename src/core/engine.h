@@ -29,8 +29,19 @@ namespace chorus {
 // times, then nap on a futex on the awaited word for at most sleepMaxNs. Used by the engine and by
 // threads that run a launch inline.
 struct IdlePolicy {
+  // The spin stage when CHORUS_SPIN_NS is not set: kHostSpinNs while the ranks on this host have a
+  // usable CPU each (the peer a rank waits for is running, and answers within a microsecond or
+  // two), none when they outnumber the CPUs (a spinning rank holds the CPU its peer needs), as
+  // Open MPI yields only when oversubscribed.
+  static constexpr int64_t kHostSpinNs = 2000;
+  static int64_t hostSpinNs(int ranksOnHost, int usableCpus) { return ranksOnHost <= usableCpus ? kHostSpinNs : 0; }
+
   IdlePolicy() = default;
-  explicit IdlePolicy(const Config& c) : spinNs(c.spinNs), yieldIters(c.yieldIters), sleepMaxNs(c.sleepMaxNs) {}
+  // `ranksOnHost` and `usableCpus` decide the spin stage when the config leaves it (spinNs < 0).
+  explicit IdlePolicy(const Config& c, int ranksOnHost = 1, int usableCpus = 0)
+      : spinNs(c.spinNs >= 0 ? c.spinNs : hostSpinNs(ranksOnHost, usableCpus)),
+        yieldIters(c.yieldIters),
+        sleepMaxNs(c.sleepMaxNs) {}
   int64_t spinNs = 0;
   int yieldIters = 0;
   int64_t sleepMaxNs = 0;
@@ -44,15 +55,16 @@ struct IdlePolicy {
 // The waiting half of every run loop (the engine thread, a launch run inline, the inline direct
 // all-reduce): after a turn that moved nothing, wait as the policy says on the word the first
 // blocked lane waits for; after a turn that moved, start over. The clock is read only while
-// nothing moves, on the first idle turn and every 16th after (a busy loop would otherwise spend a
-// tenth of a small operation's time in clock_gettime), or when the loop asks (refreshClock).
+// nothing moves, on the 16th idle turn of a spell and every 16th after (a busy loop would
+// otherwise spend a tenth of a small operation's time in clock_gettime, and a small message's
+// wait is mostly over sooner), or when the loop asks (refreshClock).
 class IdleLoop {
  public:
   // `clockEveryTurn`: the loop reads the clock itself at the start of every turn (refreshClock),
   // so idle turns need not.
   explicit IdleLoop(const IdlePolicy& policy, bool clockEveryTurn = false)
       : policy_(policy), clockEveryTurn_(clockEveryTurn) {}
-  // The time of the last read (0 before any: the loop reads it when it first goes idle).
+  // The time of the last read (0 before any).
   int64_t now() const { return now_; }
   void refreshClock() { now_ = nowNs(); }
   // Ends a turn. `announce` and `pending` as IdlePolicy::step.
@@ -64,9 +76,12 @@ class IdleLoop {
       yields_ = 0;
       return;
     }
-    if (!clockEveryTurn_ && idleTurns_++ % 16 == 0) now_ = nowNs();
-    if (idleSince_ == 0) idleSince_ = now_;
-    policy_.step(wait, now_ - idleSince_, &yields_, announce, pending);
+    // Without clockEveryTurn the clock is read on the 16th idle turn of a spell and every 16th
+    // after it: a wait that ends within 16 turns (most small messages) reads none. The spell is
+    // timed from that first read.
+    if (!clockEveryTurn_ && ++idleTurns_ % 16 == 0) now_ = nowNs();
+    if (idleSince_ == 0 && (clockEveryTurn_ || idleTurns_ >= 16)) idleSince_ = now_;
+    policy_.step(wait, idleSince_ == 0 ? 0 : now_ - idleSince_, &yields_, announce, pending);
   }
   // The time the current idle spell began (0: the last turn moved).
   int64_t idleSince() const { return idleSince_; }

@@ -22,7 +22,7 @@ void ChannelStatus::blocked(const WaitInfo& w) {
   seq.store(w.seq, std::memory_order_relaxed);
   step.store(static_cast<uint32_t>(w.step), std::memory_order_relaxed);
   peer.store(w.peer, std::memory_order_relaxed);
-  sinceNs.store(nowNs(), std::memory_order_relaxed);
+  sinceNs.store(coarseNowNs(), std::memory_order_relaxed);
   waiting.store(kind, std::memory_order_relaxed);
 }
 
@@ -31,7 +31,7 @@ std::string ChannelStatus::describe() const {
   if (w == 0) return "running or idle";
   return "operation #" + std::to_string(seq.load(std::memory_order_relaxed)) + " step " +
          std::to_string(step.load(std::memory_order_relaxed)) + " waiting " +
-         std::to_string((nowNs() - sinceNs.load(std::memory_order_relaxed)) / 1000000) + " ms for " +
+         std::to_string((coarseNowNs() - sinceNs.load(std::memory_order_relaxed)) / 1000000) + " ms for " +
          (w == 1 ? "data from rank " : "space at rank ") + std::to_string(peer.load(std::memory_order_relaxed));
 }
 
@@ -173,10 +173,12 @@ class Lane::Exec {
     const RecvCursor* rc = l_.recv_;
     rh_ = rc->fifo.header(rc->head);
     // The header says the slot is full (one cache line, the data too when it is inline); otherwise
-    // the tail counter decides, which also surfaces a slot of another operation.
-    if (flag && rc->headerPublishes &&
-        __atomic_load_n(&rh_->ready, __ATOMIC_ACQUIRE) == slotReadyFlag(l_.a_.seq, rc->head)) {
-      return true;
+    // the tail counter decides, which also surfaces a slot of another operation. The tail is a
+    // line the producer writes at every publish: a consumer that read it at every poll would make
+    // each publish wait to take the line back. It is read on every 16th poll.
+    if (flag && rc->headerPublishes) {
+      if (__atomic_load_n(&rh_->ready, __ATOMIC_ACQUIRE) == slotReadyFlag(l_.a_.seq, rc->head)) return true;
+      if (++l_.flagPolls_ % 16 != 0) return false;
     }
     return rc->fifo.hasData(rc->head);
   }

@@ -80,7 +80,7 @@ struct ChannelStatus {
   std::atomic<uint32_t> step{0};     // step of the schedule
   std::atomic<int32_t> peer{-1};     // the peer waited on
   std::atomic<uint32_t> waiting{0};  // 0: running or idle, 1: waiting for data, 2: waiting for space
-  std::atomic<int64_t> sinceNs{0};   // when the current wait began
+  std::atomic<int64_t> sinceNs{0};   // when the current wait began (coarseNowNs: reports say it in ms)
 
   // Records a wait; its start time is taken only when it differs from the last one recorded.
   void blocked(const struct WaitInfo& w);
@@ -191,6 +191,7 @@ class Lane {
   size_t postStep_ = 0;   // the next receive piece to post for: step, piece, and its slot
   size_t postPiece_ = 0;
   uint32_t postSlot_ = 0;
+  uint32_t flagPolls_ = 0;  // waits for a ProtoFlag header that found it not ready
   std::unique_ptr<PeerMemory> peers_;
 };
 

@@ -527,7 +527,7 @@ Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
               typeName(op.type), inlineLabel_);
   }
   Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
-  const uint64_t flight = recordFlight(op, a.seq, inlineLabel_, true);
+  const uint64_t flight = recordFlight(op, a.seq, inlineLabel_, nowNs(), true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   IdleLoop idle(idlePolicy_);
@@ -699,8 +699,9 @@ Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops)
 
   uint64_t flightFirst = 0;
   uint64_t flightLast = 0;
+  const int64_t issued = nowNs();
   for (PlannedOp& po : cp.ops) {
-    const uint64_t flight = recordFlight(*po.op, po.seq, po.label);
+    const uint64_t flight = recordFlight(*po.op, po.seq, po.label, issued);
     if (!flightFirst) flightFirst = flight;
     flightLast = flight;
     if (!po.collective) {
