@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "src/algo/tuner.h"
 #include "src/common/config.h"
@@ -219,4 +220,36 @@ TEST_CASE("an idle loop reads the clock first on the 16th idle turn and starts o
   CHECK(idle.idleSince() == 0);
   idle.after(false, w);
   CHECK(idle.idleSince() >= since);
+}
+
+TEST_CASE("a thread stops spinning after its spins keep running out and tries again now and then", "[idle]") {
+  // A thread of its own: the history is per thread.
+  std::thread([] {
+    SpinHistory& h = SpinHistory::mine();
+    CHECK(h.allowed());
+    for (int i = 0; i < SpinHistory::kSpinMisses - 1; ++i) h.taught(false);
+    CHECK(h.allowed());  // not yet
+    h.taught(true);      // a hit starts the count over
+    for (int i = 0; i < SpinHistory::kSpinMisses; ++i) h.taught(false);
+    int allowed = 0;
+    for (int i = 0; i < 10 * SpinHistory::kSpinProbeEvery; ++i) allowed += h.allowed() ? 1 : 0;
+    CHECK(allowed == 10);  // one probe every kSpinProbeEvery waits
+    h.taught(true);        // a probe that paid
+    CHECK(h.allowed());
+    CHECK(h.allowed());
+
+    // Through an idle loop: spells whose spin stage runs out teach misses; after enough, the
+    // loop yields from its first idle turn (yieldIters 1, then it would nap: none is reached).
+    IdlePolicy policy;
+    policy.spinNs = 1;  // over by the first clock read
+    policy.yieldIters = 1000000;
+    WaitInfo w;
+    for (int spell = 0; spell < SpinHistory::kSpinMisses; ++spell) {
+      IdleLoop idle(policy);
+      // The 16th turn starts the spell's clock, the 32nd finds the spin stage over.
+      for (int turn = 0; turn < 40; ++turn) idle.after(false, w);
+    }
+    CHECK(h.misses == SpinHistory::kSpinMisses);
+    CHECK_FALSE(h.allowed());
+  }).join();
 }

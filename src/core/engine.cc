@@ -38,6 +38,11 @@ void Engine::submit(std::unique_ptr<Task> task) {
   if (auto* w = sleepingOn_.load(std::memory_order_seq_cst)) futexWakeAll(w);
 }
 
+SpinHistory& SpinHistory::mine() {
+  static thread_local SpinHistory history;
+  return history;
+}
+
 void IdlePolicy::step(const WaitInfo& wait, int64_t idleNs, int* yields, std::atomic<std::atomic<uint32_t>*>* announce,
                       const std::atomic<int>* pending) const {
   if (idleNs < spinNs) {

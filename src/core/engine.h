@@ -12,6 +12,7 @@
 // Thread-safe: submit() from any thread.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -58,12 +59,41 @@ struct IdlePolicy {
 // nothing moves, on the 16th idle turn of a spell and every 16th after (a busy loop would
 // otherwise spend a tenth of a small operation's time in clock_gettime, and a small message's
 // wait is mostly over sooner), or when the loop asks (refreshClock).
+// Whether spinning pays on the calling thread, learnt from its last waits (SpinHistory, per
+// thread: where a thread runs decides it). A spin stage that ran out before the wait ended is a
+// miss; a wait that ended inside it, a hit. After kSpinMisses misses in a row the thread's waits
+// skip the spin stage, but every kSpinProbeEvery-th tries it again; a hit resumes spinning. When
+// the peer shares the waiter's CPU (the scheduler put both ranks on one core, or the machine has
+// fewer cores than it told), a spin only delays the peer it waits for: the waits then yield at
+// once, as without a spin stage.
+struct SpinHistory {
+  static constexpr int kSpinMisses = 4;
+  static constexpr int kSpinProbeEvery = 64;
+  int misses = 0;   // spin stages in a row that ran out
+  int skipped = 0;  // waits since spinning was last tried
+  // Whether the next wait spins.
+  bool allowed() {
+    if (misses < kSpinMisses) return true;
+    return ++skipped % kSpinProbeEvery == 0;
+  }
+  void taught(bool hit) {
+    misses = hit ? 0 : misses + 1;
+    if (hit) skipped = 0;
+  }
+  // The calling thread's.
+  static SpinHistory& mine();
+};
+
 class IdleLoop {
  public:
   // `clockEveryTurn`: the loop reads the clock itself at the start of every turn (refreshClock),
   // so idle turns need not.
   explicit IdleLoop(const IdlePolicy& policy, bool clockEveryTurn = false)
       : policy_(policy), clockEveryTurn_(clockEveryTurn) {}
+  // A wait still open when the loop ends (the lane finished) ended then.
+  ~IdleLoop() { endSpell(); }
+  IdleLoop(const IdleLoop&) = delete;
+  IdleLoop& operator=(const IdleLoop&) = delete;
   // The time of the last read (0 before any).
   int64_t now() const { return now_; }
   void refreshClock() { now_ = nowNs(); }
@@ -71,28 +101,39 @@ class IdleLoop {
   void after(bool moved, const WaitInfo& wait, std::atomic<std::atomic<uint32_t>*>* announce = nullptr,
              const std::atomic<int>* pending = nullptr) {
     if (moved) {
+      endSpell();
       idleSince_ = 0;
-      idleTurns_ = 0;
       yields_ = 0;
       return;
     }
+    if (idleTurns_++ == 0) spins_ = policy_.spinNs > 0 && SpinHistory::mine().allowed();
     // Without clockEveryTurn the clock is read on the 16th idle turn of a spell and every 16th
     // after it: a wait that ends within 16 turns (most small messages) reads none. The spell is
     // timed from that first read.
-    if (!clockEveryTurn_ && ++idleTurns_ % 16 == 0) now_ = nowNs();
+    if (!clockEveryTurn_ && idleTurns_ % 16 == 0) now_ = nowNs();
     if (idleSince_ == 0 && (clockEveryTurn_ || idleTurns_ >= 16)) idleSince_ = now_;
-    policy_.step(wait, idleSince_ == 0 ? 0 : now_ - idleSince_, &yields_, announce, pending);
+    const int64_t idleNs = idleSince_ == 0 ? 0 : now_ - idleSince_;
+    // A spell that does not spin starts past the spin stage.
+    policy_.step(wait, spins_ ? idleNs : std::max(idleNs, policy_.spinNs), &yields_, announce, pending);
   }
   // The time the current idle spell began (0: the last turn moved).
   int64_t idleSince() const { return idleSince_; }
 
  private:
+  // The end of an idle spell: whether its spin stage (if it had one) was enough.
+  void endSpell() {
+    if (idleTurns_ > 0 && spins_) SpinHistory::mine().taught(yields_ == 0);
+    idleTurns_ = 0;
+    spins_ = false;
+  }
+
   const IdlePolicy policy_;
   const bool clockEveryTurn_;
   int64_t now_ = 0;
   int64_t idleSince_ = 0;
-  int idleTurns_ = 0;
+  int idleTurns_ = 0;  // idle turns in the current spell
   int yields_ = 0;
+  bool spins_ = false;  // the current spell has a spin stage
 };
 
 class Engine {

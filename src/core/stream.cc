@@ -24,7 +24,7 @@ Stream::~Stream() {
   thread_.join();
 }
 
-uint64_t Stream::enqueue(std::function<Status()> item) {
+uint64_t Stream::enqueue(StreamItem item) {
   uint64_t seq;
   bool wake;
   {
@@ -40,7 +40,7 @@ uint64_t Stream::enqueue(std::function<Status()> item) {
 }
 
 void Stream::runFront(std::unique_lock<std::mutex>& lk) {
-  auto item = std::move(queue_.front());
+  StreamItem item = std::move(queue_.front());
   queue_.pop_front();
   lk.unlock();
   Status s;
@@ -49,7 +49,7 @@ void Stream::runFront(std::unique_lock<std::mutex>& lk) {
   } catch (const std::exception& e) {
     s = internalError(std::string("stream work item threw: ") + e.what());
   }
-  item = nullptr;  // what the item captured goes before its completion is visible
+  item.reset();  // what the item captured goes before its completion is visible
   lk.lock();
   executing_ = false;
   if (stop_ && workerSleeping_) workCv_.notify_one();  // a stopping worker waits for this item

@@ -18,16 +18,85 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "src/common/status.h"
 
 namespace chorus {
+
+// A queued work item: any callable returning Status, kept inside the item when it fits (a lone
+// operation's closure does: no allocation per call), else on the heap. Move-only.
+class StreamItem {
+ public:
+  StreamItem() = default;
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, StreamItem>>>
+  StreamItem(F&& f) {  // NOLINT: implicit, as std::function's
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= kInlineBytes && alignof(Fn) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<Fn>) {
+      new (buf_) Fn(std::forward<F>(f));
+      ops_ = &kInlineOps<Fn>;
+    } else {
+      *reinterpret_cast<Fn**>(buf_) = new Fn(std::forward<F>(f));
+      ops_ = &kHeapOps<Fn>;
+    }
+  }
+  StreamItem(StreamItem&& o) noexcept { take(o); }
+  StreamItem& operator=(StreamItem&& o) noexcept {
+    if (this != &o) {
+      reset();
+      take(o);
+    }
+    return *this;
+  }
+  StreamItem(const StreamItem&) = delete;
+  StreamItem& operator=(const StreamItem&) = delete;
+  ~StreamItem() { reset(); }
+
+  Status operator()() { return ops_->call(buf_); }
+  explicit operator bool() const { return ops_ != nullptr; }
+  // Destroys the callable (and what it captured) now.
+  void reset() {
+    if (ops_) ops_->destroy(buf_);
+    ops_ = nullptr;
+  }
+
+ private:
+  static constexpr size_t kInlineBytes = 192;
+  struct Ops {
+    Status (*call)(void* at);
+    void (*move)(void* to, void* from);  // leaves `from` destroyed
+    void (*destroy)(void* at);
+  };
+  template <typename Fn>
+  static constexpr Ops kInlineOps = {[](void* at) { return (*static_cast<Fn*>(at))(); },
+                                     [](void* to, void* from) {
+                                       new (to) Fn(std::move(*static_cast<Fn*>(from)));
+                                       static_cast<Fn*>(from)->~Fn();
+                                     },
+                                     [](void* at) { static_cast<Fn*>(at)->~Fn(); }};
+  template <typename Fn>
+  static constexpr Ops kHeapOps = {[](void* at) { return (**static_cast<Fn**>(at))(); },
+                                   [](void* to, void* from) { *static_cast<Fn**>(to) = *static_cast<Fn**>(from); },
+                                   [](void* at) { delete *static_cast<Fn**>(at); }};
+  void take(StreamItem& o) {
+    if (!o.ops_) return;
+    o.ops_->move(buf_, o.buf_);
+    ops_ = o.ops_;
+    o.ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[kInlineBytes];
+  const Ops* ops_ = nullptr;
+};
 
 class Stream {
  public:
@@ -40,7 +109,7 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   // Enqueues; returns the item's sequence number (1, 2, ...).
-  uint64_t enqueue(std::function<Status()> item);
+  uint64_t enqueue(StreamItem item);
   Status synchronize();
   bool idle();
   bool reached(uint64_t seq);
@@ -55,16 +124,16 @@ class Stream {
   void runFront(std::unique_lock<std::mutex>& lk);
 
   std::mutex mu_;
-  std::condition_variable workCv_;             // the worker waits here for items
-  std::condition_variable doneCv_;             // synchronize/waitFor wait here
-  std::deque<std::function<Status()>> queue_;  // guarded by mu_
-  std::atomic<uint64_t> enqueued_{0};          // written under mu_
-  std::atomic<uint64_t> completed_{0};         // written under mu_; read without it to poll
-  uint64_t wakeAt_ = UINT64_MAX;               // guarded by mu_: smallest mark a sleeping waiter needs
-  bool executing_ = false;                     // guarded by mu_: an item is running
-  bool workerSleeping_ = false;                // guarded by mu_
-  Status error_;                               // guarded by mu_
-  bool stop_ = false;                          // guarded by mu_
+  std::condition_variable workCv_;      // the worker waits here for items
+  std::condition_variable doneCv_;      // synchronize/waitFor wait here
+  std::deque<StreamItem> queue_;        // guarded by mu_
+  std::atomic<uint64_t> enqueued_{0};   // written under mu_
+  std::atomic<uint64_t> completed_{0};  // written under mu_; read without it to poll
+  uint64_t wakeAt_ = UINT64_MAX;        // guarded by mu_: smallest mark a sleeping waiter needs
+  bool executing_ = false;              // guarded by mu_: an item is running
+  bool workerSleeping_ = false;         // guarded by mu_
+  Status error_;                        // guarded by mu_
+  bool stop_ = false;                   // guarded by mu_
   std::thread thread_;
   const bool isCuda_ = false;
   void* const cudaStream_ = nullptr;
