@@ -439,11 +439,12 @@ class Communicator : public TaskOwner {
   // Algorithms (a bit each, algoBit) whose connections all exist: connectionsNeeded skips them.
   mutable std::atomic<uint32_t> connectedAlgos_{0};
   std::atomic<int> anyNext_{0};  // where firstSender's next scan starts
-  // Operation counters, advanced alike on every rank (collectives under planMu_): they number
+  // Operation counters, advanced alike on every rank (point-to-point under planMu_): they number
   // the slots of each operation (SlotHeader::seq) and the bootstrap exchanges of split, shrink
   // and CHORUS_CHECK.
   struct Sequences {
-    uint64_t coll = 0;
+    // Collectives: atomic, as the inline path numbers its call without planMu_.
+    std::atomic<uint64_t> coll{0};
     std::vector<uint64_t> p2pSend;  // per peer
     std::vector<uint64_t> p2pRecv;
     uint64_t split = 0;
@@ -452,7 +453,7 @@ class Communicator : public TaskOwner {
     // Device operations, for the flight recorder only (kernels number slots by counters of their
     // own, DeviceCommState): collectives, and point-to-point per peer and direction (planDevice,
     // under planMu_; sized there).
-    uint64_t deviceColl = 0;
+    std::atomic<uint64_t> deviceColl{0};
     std::vector<uint64_t> deviceP2pSend;
     std::vector<uint64_t> deviceP2pRecv;
   } seq_;

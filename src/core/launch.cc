@@ -518,10 +518,7 @@ Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
   }
   *ran = true;
   LaneArgs a = collArgs(op);
-  {
-    std::lock_guard<std::mutex> planLock(planMu_);
-    a.seq = ++seq_.coll;
-  }
+  a.seq = seq_.coll.fetch_add(1, std::memory_order_relaxed) + 1;
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), a.seq, op.count,
               typeName(op.type), inlineLabel_);
@@ -581,7 +578,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     seq_.deviceP2pSend.assign(nranks_, 0);
     seq_.deviceP2pRecv.assign(nranks_, 0);
   }
-  uint64_t& collSeq = device ? seq_.deviceColl : seq_.coll;
+  std::atomic<uint64_t>& collSeq = device ? seq_.deviceColl : seq_.coll;
   std::vector<uint64_t>& sendSeq = device ? seq_.deviceP2pSend : seq_.p2pSend;
   std::vector<uint64_t>& recvSeq = device ? seq_.deviceP2pRecv : seq_.p2pRecv;
   auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
@@ -619,7 +616,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
       continue;
     }
     po.collective = true;
-    po.seq = ++collSeq;
+    po.seq = collSeq.fetch_add(1, std::memory_order_relaxed) + 1;
     const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
     if (device && nranks_ == 1) {
       po.label = "one-rank";
