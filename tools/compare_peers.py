@@ -23,6 +23,11 @@ copy limit, and "x PEER" = the peer's time over Chorus's (above 1: Chorus is fas
   python3 tools/compare_peers.py                   # 2 and 4 ranks, 3 rounds (about 15 minutes here)
   python3 tools/compare_peers.py --np 2 --rounds 5 --json docs/plots/compare.json
   python3 tools/compare_peers.py --sweeps 8:64K:8 --rounds 1 --iters 5   # a quick look
+  python3 tools/compare_peers.py --stream null --before /tmp/old/build   # NULL stream, before and after
+
+Chorus runs on a host stream (nccl-tests' default), or with --stream null on the NULL stream (each
+call returns when done). --before adds an earlier build of Chorus as one more contender in the same
+rounds, for a before-and-after in one sitting.
 
 --json writes the medians ({"2": {"SIZE": {"median": {NAME: [us, busbw, wrong]}}}}) that
 tools/plot_perf.py draws with --nranks, with the command and the machine under "meta".
@@ -42,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"]
 NAMED_SWEEPS = {"latency": (8, 4096, 8), "bandwidth": (64 << 10, 64 << 20, 2)}
 LIMIT_FROM = 64 << 10  # the copy limit is measured from this size up
-TITLES = {"chorus": "Chorus", "openmpi": "Open MPI", "gloo": "Gloo"}
+TITLES = {"chorus": "Chorus", "before": "Chorus before", "openmpi": "Open MPI", "gloo": "Gloo"}
 
 
 def parse_size(text):
@@ -172,6 +177,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peers", default="openmpi,gloo", help="which peers (default openmpi,gloo)")
     ap.add_argument("--build", default="build", help="Chorus's build tree (default build)")
+    ap.add_argument("--stream", choices=("host", "null"), default="host",
+                    help="the stream Chorus's calls go on: a host stream, as nccl-tests do (default), or the NULL "
+                         "stream (-y 1: each call waits for itself)")
+    ap.add_argument("--before", metavar="BUILD",
+                    help="also run the all_reduce_perf of this build tree (an earlier commit's), in the same rounds, "
+                         "as 'Chorus before'; the table adds its time and 'x Chorus before'")
     ap.add_argument("--timeout", type=int, default=900, help="seconds one command may take (default 900)")
     ap.add_argument("--json", help="also write the medians here (tools/plot_perf.py draws them)")
     a = ap.parse_args()
@@ -182,6 +193,9 @@ def main():
         sys.exit(f"compare_peers.py: {e}")
     peers = [p for p in a.peers.split(",") if p]
     unknown = [p for p in peers if p not in ("openmpi", "gloo")]
+    before = os.path.join(a.before, "perf", "all_reduce_perf") if a.before else None
+    if before and not os.access(before, os.X_OK):
+        sys.exit(f"compare_peers.py: no {before}: build the earlier commit there first")
     if unknown or not nps or min(nps) < 2 or a.rounds < 1:
         sys.exit("compare_peers.py: --peers takes openmpi and gloo, --np counts of at least 2, --rounds at least 1")
     perf = os.path.join(a.build, "perf", "all_reduce_perf")
@@ -198,7 +212,10 @@ def main():
                 gloo_iters = a.gloo_iters or (50 if name == "latency" else iters)
                 size_args = ["-b", str(lo), "-e", str(hi), "-f", str(factor), "-w", str(a.warmup)]
                 launch = MPIRUN + [str(np_)]
-                cmds = {"chorus": launch + [perf] + size_args + ["-n", str(iters), "-a", "3", "-c", "1"]}
+                chorus_args = size_args + ["-n", str(iters), "-a", "3", "-c", "1", "-y", "1" if a.stream == "null" else "0"]
+                cmds = {"chorus": launch + [perf] + chorus_args}
+                if before:
+                    cmds["before"] = launch + [before] + chorus_args
                 if "openmpi" in peers:
                     cmds["openmpi"] = launch + [bins["mpi_allreduce"]] + size_args + ["-n", str(iters)]
                 store = None
@@ -230,7 +247,8 @@ def main():
                     shutil.rmtree(store, ignore_errors=True)
 
     report = {"meta": {"date": datetime.date.today().isoformat(), "command": " ".join([sys.argv[0]] + sys.argv[1:]),
-                       "machine": f"{platform.node()}, {os.cpu_count()} CPUs", "rounds": a.rounds}}
+                       "machine": f"{platform.node()}, {os.cpu_count()} CPUs", "rounds": a.rounds,
+                       "stream": a.stream}}
     for np_ in nps:
         # Bus bandwidth from the median time (a median of each column could come from two rounds).
         def busbw(who, size, us):
@@ -241,8 +259,10 @@ def main():
             for size, rows in by_size.items():
                 us = statistics.median(r[0] for r in rows)
                 med.setdefault(who, {})[size] = (us, busbw(who, size, us), max(r[2] for r in rows))
-        print(f"\n{np_} ranks (all-reduce, float sum, host memory; medians of {a.rounds} rounds; times in us):\n")
-        print(table(np_, med, peers))
+        stream = "the NULL stream" if a.stream == "null" else "a host stream"
+        print(f"\n{np_} ranks (all-reduce, float sum, host memory, Chorus on {stream}; medians of {a.rounds} rounds; "
+              "times in us):\n")
+        print(table(np_, med, (["before"] if before else []) + peers))
         report[str(np_)] = {str(size): {"median": {who: list(m[size]) for who, m in med.items() if size in m}}
                             for size in sorted(set().union(*(set(m) for m in med.values())))} if med else {}
     if a.json:
