@@ -6,7 +6,7 @@
 ddp:       time per DDP training step of an MLP of 25.2M parameters (1024-4096-4096-1024, fp32,
            BATCH per rank, default 16, SGD), one DDP model per backend from the same weights; rounds
            alternate the backends; each cell is the median over rounds of the round's median.
-allreduce: torch.distributed.all_reduce (float32 sum) from 1 KiB to 64 MiB on each backend in
+allreduce: torch.distributed.all_reduce (float32 sum) of one element, then 1 KiB to 64 MiB, on each backend in
            turn per size and round; time per call is rank 0's mean over the iterations after a
            barrier; busbw = bytes / time * 2 (n - 1) / n as nccl-tests; median over rounds.
 """
@@ -55,7 +55,7 @@ def bench_ddp(rank, world, groups, batch, rounds=3, warmup=3, steps=10):
 
 
 def bench_allreduce(rank, world, groups, batch, rounds=3):
-    sizes = [1 << k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
+    sizes = [4] + [1 << k for k in range(10, 27, 2)]  # one element, then 1 KiB .. 64 MiB
     rows = []
     for size in sizes:
         n = size // 4
@@ -76,7 +76,7 @@ def bench_allreduce(rank, world, groups, batch, rounds=3):
     if rank == 0:
         factor = 2 * (world - 1) / world
         for size, med in rows:
-            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B"
             c, g = med["chorus"], med["gloo"]
             print(f"| {world} | {label} | {c * 1e6:.1f} | {size / c * factor / 1e9:.2f} | {g * 1e6:.1f} | "
                   f"{size / g * factor / 1e9:.2f} | {g / c:.2f} |", flush=True)

@@ -67,12 +67,14 @@ void Stream::loop() {
   while (true) {
     // Sleep while a waiter runs an item, or while there is nothing to do and no stop.
     while (executing_ || (queue_.empty() && !stop_)) {
+      workerRunning_ = false;
       workerSleeping_ = true;
       workCv_.wait(lk);
       workerSleeping_ = false;
     }
     if (queue_.empty()) return;  // stopping, with nothing left and nothing running
     executing_ = true;
+    workerRunning_ = true;
     runFront(lk);
   }
 }
@@ -81,7 +83,9 @@ void Stream::waitFor(uint64_t seq) {
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   std::unique_lock<std::mutex> lk(mu_);
   while (completed_.load(std::memory_order_relaxed) < seq) {
-    if (!executing_ && !queue_.empty()) {
+    // The next item, unless the worker is going through the queue already: between two of its
+    // items, taking one would move the communicator's state to this thread's core and back.
+    if (!executing_ && !queue_.empty() && !workerRunning_) {
       executing_ = true;
       runFront(lk);
       continue;

@@ -132,6 +132,7 @@ class Stream {
   uint64_t wakeAt_ = UINT64_MAX;        // guarded by mu_: smallest mark a sleeping waiter needs
   bool executing_ = false;              // guarded by mu_: an item is running
   bool workerSleeping_ = false;         // guarded by mu_
+  bool workerRunning_ = false;          // guarded by mu_: the worker took an item and has not slept since
   Status error_;                        // guarded by mu_
   bool stop_ = false;                   // guarded by mu_
   std::thread thread_;
