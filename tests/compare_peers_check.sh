@@ -3,7 +3,7 @@
 # MPI and Gloo at 2 ranks from 8 B to 256 KiB for one round, and must exit 0 (each contender
 # answered every size with no wrong element); its JSON must hold every contender at every size
 # and the copy limit from 64 KiB, and its table the ratio columns. Skips (77) without Gloo's
-# headers (libgloo-dev; tools/setup.sh installs it).
+# headers (libgloo-dev; tools/setup.sh installs it). Then --stream null and --before, small.
 #   compare_peers_check.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1
@@ -34,4 +34,24 @@ for s in sizes:
 assert set(d["2"]) == {str(s) for s in sizes}, sorted(d["2"])
 assert d["meta"]["rounds"] == 1
 PY
+# The NULL stream, with the same build as an earlier one beside it (--before): its column and
+# ratio are there and it answered every size.
+python3 "$src/tools/compare_peers.py" --build "$build" --before "$build" --stream null --np 2 --rounds 1 \
+  --sweeps 8:512:8 --iters 5 --peers openmpi --json "$dir/null.json" > "$dir/null" 2> "$dir/log"
+rc=$?
+cat "$dir/null"
+[ $rc -eq 0 ] || { echo "FAIL: compare_peers.py --stream null --before exited $rc"; tail -n 30 "$dir/log"; exit 1; }
+grep -q "Chorus on the NULL stream" "$dir/null" || { echo "FAIL: the table does not say the NULL stream"; exit 1; }
+grep -q "^| size | Chorus | Chorus before | Open MPI | Chorus busbw | x Chorus before | x Open MPI |$" "$dir/null" ||
+  { echo "FAIL: no 'Chorus before' columns"; exit 1; }
+python3 - "$dir/null.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["meta"]["stream"] == "null", d["meta"]
+for s in (8, 64, 512):
+    med = d["2"][str(s)]["median"]
+    assert set(med) == {"chorus", "before", "openmpi"}, (s, sorted(med))
+    assert all(m[0] > 0 and m[2] == 0 for m in med.values()), (s, med)
+PY
 echo "compare_peers.py: every contender at every size, no wrong element"
+
