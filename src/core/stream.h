@@ -45,7 +45,7 @@ class StreamItem {
       new (buf_) Fn(std::forward<F>(f));
       ops_ = &kInlineOps<Fn>;
     } else {
-      *reinterpret_cast<Fn**>(buf_) = new Fn(std::forward<F>(f));
+      new (buf_) Fn*(new Fn(std::forward<F>(f)));
       ops_ = &kHeapOps<Fn>;
     }
   }
@@ -76,17 +76,22 @@ class StreamItem {
     void (*move)(void* to, void* from);  // leaves `from` destroyed
     void (*destroy)(void* at);
   };
+  // The object placed at `at` (a callable, or a pointer to one on the heap).
+  template <typename T>
+  static T* at(void* p) {
+    return std::launder(static_cast<T*>(p));
+  }
   template <typename Fn>
-  static constexpr Ops kInlineOps = {[](void* at) { return (*static_cast<Fn*>(at))(); },
+  static constexpr Ops kInlineOps = {[](void* p) { return (*at<Fn>(p))(); },
                                      [](void* to, void* from) {
-                                       new (to) Fn(std::move(*static_cast<Fn*>(from)));
-                                       static_cast<Fn*>(from)->~Fn();
+                                       new (to) Fn(std::move(*at<Fn>(from)));
+                                       at<Fn>(from)->~Fn();
                                      },
-                                     [](void* at) { static_cast<Fn*>(at)->~Fn(); }};
+                                     [](void* p) { at<Fn>(p)->~Fn(); }};
   template <typename Fn>
-  static constexpr Ops kHeapOps = {[](void* at) { return (**static_cast<Fn**>(at))(); },
-                                   [](void* to, void* from) { *static_cast<Fn**>(to) = *static_cast<Fn**>(from); },
-                                   [](void* at) { delete *static_cast<Fn**>(at); }};
+  static constexpr Ops kHeapOps = {[](void* p) { return (**at<Fn*>(p))(); },
+                                   [](void* to, void* from) { new (to) Fn*(*at<Fn*>(from)); },
+                                   [](void* p) { delete *at<Fn*>(p); }};
   void take(StreamItem& o) {
     if (!o.ops_) return;
     o.ops_->move(buf_, o.buf_);
