@@ -53,12 +53,6 @@ struct IdlePolicy {
             const std::atomic<int>* pending = nullptr) const;
 };
 
-// The waiting half of every run loop (the engine thread, a launch run inline, the inline direct
-// all-reduce): after a turn that moved nothing, wait as the policy says on the word the first
-// blocked lane waits for; after a turn that moved, start over. The clock is read only while
-// nothing moves, on the 16th idle turn of a spell and every 16th after (a busy loop would
-// otherwise spend a tenth of a small operation's time in clock_gettime, and a small message's
-// wait is mostly over sooner), or when the loop asks (refreshClock).
 // Whether spinning pays on the calling thread, learnt from its last waits (SpinHistory, per
 // thread: where a thread runs decides it). A spin stage that ran out before the wait ended is a
 // miss; a wait that ended inside it, a hit. After kSpinMisses misses in a row the thread's waits
@@ -84,6 +78,12 @@ struct SpinHistory {
   static SpinHistory& mine();
 };
 
+// The waiting half of every run loop (the engine thread, a launch run inline, the inline direct
+// all-reduce): after a turn that moved nothing, wait as the policy says on the word the first
+// blocked lane waits for; after a turn that moved, start over. The clock is read only while
+// nothing moves, on the 16th idle turn of a spell and every 16th after (a busy loop would
+// otherwise spend a tenth of a small operation's time in clock_gettime, and a small message's
+// wait is mostly over sooner), or when the loop asks (refreshClock).
 class IdleLoop {
  public:
   // `clockEveryTurn`: the loop reads the clock itself at the start of every turn (refreshClock),
