@@ -484,7 +484,8 @@ struct CommHandle {
   InitCancel initCancel;
   std::atomic<bool> initDone{false};
   std::mutex initMu;
-  Status initStatus;  // written once under initMu, before initDone is set; read after it without
+  // Written once under initMu, before initDone is set; read without the lock once initDone is.
+  Status initStatus;
   // API calls inside this handle now (src/api); destroy and abort wait for them to leave.
   std::atomic<int> calls{0};
 };

@@ -23,6 +23,8 @@
 
 namespace chorus {
 
+// FlightRecorder::issueHost writes every field of an entry in place: a field added here is set
+// there too (flight_test checks that a reused slot keeps nothing of its last entry).
 struct FlightEntry {
   // In the order an entry moves through them (mark() never moves one back); kEnqueued and
   // kCaptured are device entries' only. kCaptured is last: a captured entry takes no other state.
