@@ -131,7 +131,7 @@ class IdleLoop {
   const bool clockEveryTurn_;
   int64_t now_ = 0;
   int64_t idleSince_ = 0;
-  int idleTurns_ = 0;  // idle turns in the current spell
+  uint32_t idleTurns_ = 0;  // idle turns in the current spell (wraps harmlessly: only % 16 and >= 16 after the first)
   int yields_ = 0;
   bool spins_ = false;  // the current spell has a spin stage
 };
