@@ -301,8 +301,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(reach));
   }
-  singleHost_ = true;
-  for (int r = 0; r < nranks_; ++r) singleHost_ = singleHost_ && peers_[r].hostHash == peers_[rank_].hostHash;
+  int ranksOnHost = 0;
+  for (int r = 0; r < nranks_; ++r) ranksOnHost += peers_[r].hostHash == peers_[rank_].hostHash ? 1 : 0;
+  singleHost_ = ranksOnHost == nranks_;
   {
     std::vector<GpuSeat> seats(nranks_);
     for (int r = 0; r < nranks_; ++r) {
@@ -323,11 +324,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   startFlight();
   redOps_.reset(nranks_);
 
-  {
-    int ranksOnHost = 0;
-    for (int r = 0; r < nranks_; ++r) ranksOnHost += peers_[r].hostHash == peers_[rank_].hostHash ? 1 : 0;
-    idlePolicy_ = IdlePolicy(config_, ranksOnHost, usableCpus());
-  }
+  idlePolicy_ = IdlePolicy(config_, ranksOnHost, usableCpus());
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
   log_.info(kSubsysInit,
             "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE", commId_,

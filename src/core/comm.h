@@ -215,8 +215,14 @@ class Communicator : public TaskOwner {
   // lane over connections made, or another thread holds the execution token; the caller then
   // takes the general path.
   Status runInlineNow(const OpInfo& op, bool* ran);
-  // The same for an algorithm already chosen (by loneInlineAlgo, on the thread that issued it).
+  // The same for an algorithm that runs inline, already chosen (by loneInlineAlgo, on the
+  // thread that issued the op).
   Status runInlineNow(const OpInfo& op, Algo algo, bool* ran);
+  // The algorithm that runs `op` inline under the tuner's choice `c`, if one does (a host
+  // collective of an algorithm that runsInline(), two ranks or more).
+  std::optional<Algo> inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const;
+  // The algorithms whose connections a host collective of choice `c` needs (algoBit each).
+  static uint32_t hostConnectionBits(const Tuner::Choice& c);
   // The algorithm a lone collective would run inline, when nothing else of the general launch
   // would change anything: host memory, CHORUS_CHECK off, an inline algorithm chosen and every
   // connection the tuner's choice asks for made (connectionsNeeded() would ask for none).

@@ -108,10 +108,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       deviceChannels = std::max(deviceChannels, deviceContext(op, c.proto).nChannels);
       continue;
     }
-    const Tuner::Choice c = choose(op);
-    algos |= algoBit(c.algo);
-    if (c.ringConnections) algos |= algoBit(Algo::kRing);
-    if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
+    algos |= hostConnectionBits(choose(op));
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops.
   std::vector<char> withPeer(p2p ? nranks_ : 0, 0);
@@ -467,28 +464,37 @@ const char* inlineLabel(Algo a) {
 
 }  // namespace
 
-std::optional<Algo> Communicator::loneInlineAlgo(const OpInfo& op) const {
-  if (op.device || !inlineRuns(op.coll) || nranks_ < 2 || config_.check) return std::nullopt;
-  // The connections connectionsNeeded() would ask for this op, all made already.
-  const Tuner::Choice c = choose(op);
+uint32_t Communicator::hostConnectionBits(const Tuner::Choice& c) {
   uint32_t algos = algoBit(c.algo);
   if (c.ringConnections) algos |= algoBit(Algo::kRing);
   if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
-  if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
+  return algos;
+}
+
+std::optional<Algo> Communicator::inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const {
+  if (op.device || !inlineRuns(op.coll) || nranks_ < 2) return std::nullopt;
   const Algo algo = algoFor(op, c);
   if (!algorithm(algo).runsInline()) return std::nullopt;
   return algo;
 }
 
+std::optional<Algo> Communicator::loneInlineAlgo(const OpInfo& op) const {
+  if (config_.check) return std::nullopt;
+  // The connections connectionsNeeded() would ask for this op, all made already.
+  const Tuner::Choice c = choose(op);
+  const uint32_t algos = hostConnectionBits(c);
+  if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
+  return inlineAlgo(op, c);
+}
+
 Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  if (op.device || !inlineRuns(op.coll) || nranks_ < 2) return Status::ok();
-  return runInlineNow(op, algoFor(op, choose(op)), ran);
+  const std::optional<Algo> algo = inlineAlgo(op, choose(op));
+  return algo ? runInlineNow(op, *algo, ran) : Status::ok();
 }
 
 Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
   *ran = false;
-  if (!algorithm(algo).runsInline()) return Status::ok();
   if (!tryAcquireExec()) return Status::ok();
   // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
   const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
