@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "include/chorus/chorus_cuda.h"
 #include "include/chorus/ddp.h"
 #include "kernels/float_elem.h"
 #include "src/common/os.h"
@@ -667,4 +670,164 @@ TEST_CASE("misuse of a reducer gets an error that says what to change", "[ddp]")
   CHECK(mentions(lastError(), "not a live"));
   CHECK(chorusDdpReducerDestroy(red) == chorusInvalidArgument);
   CHECK(chorusDdpMarkReady(nullptr, 0) == chorusInvalidArgument);
+}
+
+namespace {
+
+// A host function on a producer stream: waits until the test lets producers run (so every mark
+// and finalize has returned before any gradient is written), then writes one gradient.
+struct Produce {
+  chorusDdpReducer_t red;
+  const Model* m;
+  int rank, iter;
+  size_t p;
+  std::atomic<bool>* go;
+  static void run(void* arg) {
+    auto* x = static_cast<Produce*>(arg);
+    while (!x->go->load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    writeGrad(x->red, *x->m, x->rank, x->iter, x->p, false);
+  }
+};
+
+// On the consumer stream after chorusDdpFinalizeOn: copies every gradient out.
+struct Snapshot {
+  chorusDdpReducer_t red;
+  const Model* m;
+  std::vector<std::vector<char>> bytes;
+  static void run(void* arg) {
+    auto* x = static_cast<Snapshot*>(arg);
+    x->bytes.assign(x->m->params.size(), {});
+    for (size_t p = 0; p < x->m->params.size(); ++p) {
+      void* g = nullptr;
+      (void)chorusDdpGradient(x->red, static_cast<int>(p), &g);
+      const char* c = static_cast<const char*>(g);
+      x->bytes[p].assign(c, c + x->m->params[p].count * sizeOf(x->m->params[p].type));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gradients produced on streams are reduced after their producers and a consumer stream waits for them",
+          "[ddp]") {
+  // Each rank's gradients are written by host functions on two producer streams, held back until
+  // every chorusDdpMarkReadyOn and the chorusDdpFinalizeOn of the iteration have returned: had
+  // either waited for a gradient, the rank would never let its producers go (the watchdog below
+  // says so). The consumer stream's copy of the gradients, taken after chorusDdpFinalizeOn, must
+  // hold the averages. Three iterations: the second rebuilds the buckets, with fp16 compression on
+  // the float32 buckets.
+  const int n = 3;
+  World w(n);
+  REQUIRE(w.ok());
+  const Model m = randomModel(23, 18, {chorusFloat32, chorusFloat64, chorusInt32});
+  chorusDdpConfig_t cfg = smallBuckets();
+  cfg.hook = chorusDdpHookFp16;
+  cfg.gradientMemory = chorusDdpMemoryHost;
+  Failures f;
+  const int iters = 3;
+  std::vector<std::vector<int>> all(n, std::vector<int>(m.params.size(), 1));
+  std::vector<int> rebuiltAt(n, -1);
+  onRanks(n, [&](int r) {
+    chorusDdpReducer_t red = nullptr;
+    DDP_OK(f, chorusDdpReducerCreate(&red, w[r], m.params.data(), static_cast<int>(m.params.size()), &cfg));
+    chorusStream_t producer[2] = {nullptr, nullptr};
+    chorusStream_t consumer = nullptr;
+    DDP_OK(f, chorusStreamCreate(&producer[0]));
+    DDP_OK(f, chorusStreamCreate(&producer[1]));
+    DDP_OK(f, chorusStreamCreate(&consumer));
+    std::mt19937 rng(300 + r);
+    for (int it = 0; it < iters; ++it) {
+      int rebuilt = 0;
+      DDP_OK(f, chorusDdpPrepareForBackward(red, &rebuilt));
+      if (rebuilt) rebuiltAt[r] = it;
+      std::atomic<bool> go{false};
+      std::atomic<bool> returned{false};
+      std::thread watchdog([&] {
+        for (int k = 0; k < 20000 && !returned.load(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!returned.load()) f.add("rank " + std::to_string(r) + ": a mark or finalize waited for its producers");
+        go.store(true);
+      });
+      std::vector<int> order(m.params.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<Produce> jobs(order.size());
+      for (size_t k = 0; k < order.size(); ++k) {
+        const size_t p = static_cast<size_t>(order[k]);
+        jobs[k] = {red, &m, r, it, p, &go};
+        chorusStream_t s = producer[p % 2];
+        DDP_OK(f, chorusLaunchHostFunc(s, Produce::run, &jobs[k]));
+        DDP_OK(f, chorusDdpMarkReadyOn(red, static_cast<int>(p), s));
+      }
+      Snapshot snap{red, &m, {}};
+      // The consumer is the host stream that runs the "optimizer": after the finalize it reads.
+      chorusResult_t rc = chorusDdpFinalizeOn(red, consumer);
+      if (rc == chorusSuccess) rc = chorusLaunchHostFunc(consumer, Snapshot::run, &snap);
+      returned.store(true);
+      watchdog.join();
+      DDP_OK(f, rc);
+      DDP_OK(f, chorusStreamSynchronize(consumer));
+      DDP_OK(f, chorusStreamSynchronize(producer[0]));
+      DDP_OK(f, chorusStreamSynchronize(producer[1]));
+      // The snapshot against the averages: checkAverages reads the reducer's storage, which the
+      // snapshot must equal bit for bit.
+      checkAverages(f, red, m, r, it, all, n, 2 * epsilon(chorusFloat16));
+      for (size_t p = 0; p < m.params.size(); ++p) {
+        void* g = nullptr;
+        (void)chorusDdpGradient(red, static_cast<int>(p), &g);
+        if (snap.bytes.size() != m.params.size() || std::memcmp(snap.bytes[p].data(), g, snap.bytes[p].size()) != 0) {
+          f.add("rank " + std::to_string(r) + " iteration " + std::to_string(it) +
+                ": the consumer stream read parameter " + std::to_string(p) + " before its reduction ended");
+          break;
+        }
+      }
+    }
+    chorusDdpStats_t s;
+    DDP_OK(f, chorusDdpGetStats(red, &s));
+    if (s.syncedIterations != iters || s.totalCommSeconds <= 0 || s.lastExposedSeconds < 0 ||
+        s.lastExposedSeconds > s.lastCommSeconds) {
+      f.add("rank " + std::to_string(r) + " stats: synced " + std::to_string(s.syncedIterations) + ", comm " +
+            std::to_string(s.totalCommSeconds) + ", exposed " + std::to_string(s.lastExposedSeconds));
+    }
+    DDP_OK(f, chorusDdpReducerDestroy(red));
+    for (chorusStream_t x : {producer[0], producer[1], consumer}) DDP_OK(f, chorusStreamDestroy(x));
+  });
+  CHECK(f.list == std::vector<std::string>{});
+  CHECK(rebuiltAt == std::vector<int>(n, 1));
+}
+
+TEST_CASE("where gradients live is checked and a stream of the wrong kind is refused", "[ddp]") {
+  const Model m = randomModel(5, 4, {chorusFloat32});
+  chorusDdpReducer_t red = nullptr;
+  // Options are checked before anything collective: one rank of a world of one is enough.
+  World w(1);
+  REQUIRE(w.ok());
+  chorusDdpConfig_t bad = CHORUS_DDP_CONFIG_INITIALIZER;
+  bad.gradientMemory = 5;
+  CHECK(chorusDdpReducerCreate(&red, w[0], m.params.data(), 4, &bad) == chorusInvalidArgument);
+  CHECK_THAT(chorusGetLastError(nullptr), Catch::Contains("gradientMemory is 5; use chorusDdpMemoryHost (0)"));
+  // Device gradients need a communicator with a CUDA device; this host communicator has none.
+  chorusDdpConfig_t dev = CHORUS_DDP_CONFIG_INITIALIZER;
+  dev.gradientMemory = chorusDdpMemoryDevice;
+  CHECK(chorusDdpReducerCreate(&red, w[0], m.params.data(), 4, &dev) == chorusInvalidUsage);
+  CHECK_THAT(chorusGetLastError(nullptr), Catch::Contains("the communicator has no CUDA device"));
+  // A config of version 1's size (before gradientMemory) is taken, with host gradients.
+  chorusDdpConfig_t v1 = CHORUS_DDP_CONFIG_INITIALIZER;
+  v1.size = offsetof(chorusDdpConfig_t, gradientMemory);
+  v1.gradientMemory = 12345;  // not read
+  REQUIRE(chorusDdpReducerCreate(&red, w[0], m.params.data(), 4, &v1) == chorusSuccess);
+  // A CUDA stream for host gradients names what to pass instead (where this build can wrap one).
+  chorusStream_t cudaWrapped = nullptr;
+  if (chorusStreamFromCuda(nullptr, &cudaWrapped) == chorusSuccess) {
+    int rebuilt = 0;
+    REQUIRE(chorusDdpPrepareForBackward(red, &rebuilt) == chorusSuccess);
+    CHECK(chorusDdpMarkReadyOn(red, 0, cudaWrapped) == chorusInvalidUsage);
+    CHECK_THAT(chorusGetLastError(nullptr), Catch::Contains("wraps a CUDA stream (chorusStreamFromCuda) but the "
+                                                            "reducer's gradients are host memory"));
+    CHECK(chorusDdpFinalizeOn(red, cudaWrapped) == chorusInvalidUsage);
+    // Neither call changed anything: the iteration ends as usual.
+    for (int p = 0; p < 4; ++p) CHECK(chorusDdpMarkReady(red, p) == chorusSuccess);
+    CHECK(chorusDdpFinalize(red) == chorusSuccess);
+    CHECK(chorusStreamDestroy(cudaWrapped) == chorusSuccess);
+  }
+  CHECK(chorusDdpReducerDestroy(red) == chorusSuccess);
 }

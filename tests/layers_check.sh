@@ -17,7 +17,7 @@ declare -A may=(
   [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo device"
   [core]="common kernels algo bootstrap topo transports device"
   [api]="common kernels algo bootstrap topo transports device core"
-  [ddp]="common kernels" [device]="common kernels algo")
+  [ddp]="common kernels device" [device]="common kernels algo")
 failures=0
 checks=0
 for layer in "${!may[@]}"; do

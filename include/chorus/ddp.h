@@ -23,8 +23,24 @@
  * a small first bucket). Once it has finished, the next chorusDdpPrepareForBackward rebuilds the
  * buckets in the order rank 0's gradients became ready, broadcast from rank 0 so every rank agrees.
  *
+ * Gradient storage is host memory, or device memory on the communicator's GPU
+ * (chorusDdpConfig_t.gradientMemory). Where a GPU program produces the gradients, it marks them
+ * with chorusDdpMarkReadyOn and the CUDA stream whose kernels write them: the bucket's all-reduce
+ * waits for that work on the device, never on the host, and runs on the reducer's own CUDA stream;
+ * chorusDdpFinalizeOn then makes the caller's stream wait for the buckets, so the optimizer's
+ * kernels follow without a host synchronisation:
+ *
+ *   chorusDdpPrepareForBackward(r, &rebuilt);
+ *   backward kernels on CUDA stream s (wrapped: chorusStreamFromCuda(s, &cs)); after the kernel
+ *             that writes gradient i is enqueued: chorusDdpMarkReadyOn(r, i, cs)
+ *   chorusDdpFinalizeOn(r, cs);                  (returns at once; s waits for the buckets)
+ *   optimizer kernels on s
+ *
+ * The same two calls take host streams (chorusStreamCreate) for host gradients produced by work
+ * enqueued there.
+ *
  * Every function is collective over the communicator where it says so; those must be called by
- * every rank in the same order. Gradient storage is host memory.
+ * every rank in the same order.
  *
  * Functions return chorusResult_t; chorusGetLastError(NULL) gives the reason on failure.
  */
@@ -59,6 +75,15 @@ typedef enum CHORUS_ENUM_INT {
   /** As chorusDdpHookFp16 with bf16 (PyTorch's bf16_compress_hook). */
   chorusDdpHookBf16 = 2
 } chorusDdpHook_t;
+
+/** Where a reducer keeps its gradients (chorusDdpConfig_t.gradientMemory). */
+typedef enum CHORUS_ENUM_INT {
+  /** Host memory (chorusMemAlloc). */
+  chorusDdpMemoryHost = 0,
+  /** Device memory on the communicator's CUDA device (chorusCommCuDevice), as chorusCudaMemAlloc
+   *  allocates it. Needs a build of Chorus with CUDA and a communicator with a device. */
+  chorusDdpMemoryDevice = 1
+} chorusDdpMemory_t;
 
 #define CHORUS_DDP_UNDEF_SIZE SIZE_MAX
 #define CHORUS_DDP_UNDEF_INT INT_MIN
@@ -95,13 +120,18 @@ typedef struct chorusDdpConfig_v1 {
   /** chorusDdpBroadcastParameters packs parameters into chunks of at most this many bytes.
    *  Default 250 MiB. */
   size_t broadcastChunkBytes;
+  /** Where the gradients live (chorusDdpMemory_t). Default: device memory when the communicator
+   *  has a CUDA device (chorusCommCuDevice is not -1 when the reducer is made), else host memory.
+   *  A field added after version 1 of this struct: a config of the older size (without it) is
+   *  still taken, with the default. */
+  int gradientMemory;
 } chorusDdpConfig_t;
 
 #define CHORUS_DDP_CONFIG_INITIALIZER                                                                             \
   {                                                                                                               \
     sizeof(chorusDdpConfig_t), CHORUS_DDP_CONFIG_MAGIC, CHORUS_VERSION(CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH), \
         CHORUS_DDP_UNDEF_SIZE, CHORUS_DDP_UNDEF_SIZE, CHORUS_DDP_UNDEF_INT, CHORUS_DDP_UNDEF_INT,                 \
-        CHORUS_DDP_UNDEF_INT, CHORUS_DDP_UNDEF_INT, CHORUS_DDP_UNDEF_SIZE                                         \
+        CHORUS_DDP_UNDEF_INT, CHORUS_DDP_UNDEF_INT, CHORUS_DDP_UNDEF_SIZE, CHORUS_DDP_UNDEF_INT                   \
   }
 
 /** A bucket as a communication hook sees it. */
@@ -156,7 +186,8 @@ chorusResult_t chorusDdpReducerDestroy(chorusDdpReducer_t reducer);
 /** Where parameter `index`'s gradient lives (count elements of its type). Valid until a
  *  chorusDdpPrepareForBackward reports a rebuild; gradients are carried over to the new place. */
 chorusResult_t chorusDdpGradient(chorusDdpReducer_t reducer, int index, void** grad);
-/** Sets every gradient to zero. Not during an iteration. */
+/** Sets every gradient to zero. Not during an iteration. Device gradients are zeroed on the
+ *  reducer's stream after the work of the last chorusDdpFinalizeOn's stream, and this waits for it. */
 chorusResult_t chorusDdpZeroGrad(chorusDdpReducer_t reducer);
 
 /** Synchronise gradients in the following iterations (1, the default) or only accumulate them
@@ -174,6 +205,12 @@ chorusResult_t chorusDdpPrepareForBackward(chorusDdpReducer_t reducer, int* rebu
  *  safe. The bucket that becomes complete, and every complete bucket after it in order, starts
  *  its all-reduce. */
 chorusResult_t chorusDdpMarkReady(chorusDdpReducer_t reducer, int index);
+/** As chorusDdpMarkReady for a gradient that work enqueued on `producer` writes: the bucket's
+ *  all-reduce waits for what `producer` had enqueued when this was called, on the device (device
+ *  gradients: a CUDA stream wrapped by chorusStreamFromCuda) or on the reducer's host stream (host
+ *  gradients: a host stream), and this returns without waiting. NULL: the gradient is already
+ *  written (chorusDdpMarkReady). A stream of the other kind is an error that says which to pass. */
+chorusResult_t chorusDdpMarkReadyOn(chorusDdpReducer_t reducer, int index, chorusStream_t producer);
 /** Parameter `index` takes no part in this iteration on this rank: it counts as ready and
  *  contributes zeros. Needs findUnusedParameters or staticGraph. Thread safe. */
 chorusResult_t chorusDdpMarkUnused(chorusDdpReducer_t reducer, int index);
@@ -183,6 +220,16 @@ chorusResult_t chorusDdpMarkUnused(chorusDdpReducer_t reducer, int index);
  *  it. */
 chorusResult_t chorusDdpFinalize(chorusDdpReducer_t reducer);
 
+/** As chorusDdpFinalize, but returns once every bucket is enqueued: work enqueued on `stream`
+ *  after this call waits for the buckets (on the device for device gradients, a CUDA stream
+ *  wrapped by chorusStreamFromCuda; a host stream for host gradients). The used map of
+ *  findUnusedParameters is host memory and is still waited for here. An error of the reduction
+ *  itself shows at the next call that waits (chorusDdpPrepareForBackward's rebuild, chorusDdpZeroGrad,
+ *  chorusDdpReducerDestroy, chorusStreamSynchronize(stream)). The framework's streams that write
+ *  gradients next must be ordered after `stream` (in PyTorch, one stream does both). NULL is
+ *  chorusDdpFinalize. Collective when synchronising. */
+chorusResult_t chorusDdpFinalizeOn(chorusDdpReducer_t reducer, chorusStream_t stream);
+
 /** After a synchronised chorusDdpFinalize with findUnusedParameters or staticGraph: whether any
  *  rank used parameter `index` in that iteration (1) or none did (0; its gradient holds zeros and
  *  an optimizer should skip it). Always 1 without those options. */
@@ -190,7 +237,8 @@ chorusResult_t chorusDdpParamUsed(chorusDdpReducer_t reducer, int index, int* us
 
 /** Collective. Copies every parameter from rank `root` to all ranks, packed into chunks of at most
  *  broadcastChunkBytes (a larger parameter goes in place, alone). params[i] points at parameter
- *  i's values (count elements of its type). Not during an iteration. */
+ *  i's values (count elements of its type), in the gradients' kind of memory (device memory on the
+ *  reducer's GPU for device gradients). Not during an iteration. */
 chorusResult_t chorusDdpBroadcastParameters(chorusDdpReducer_t reducer, void* const* params, int root);
 
 /** Replaces the bucket all-reduce by fn (state is passed back). Not during an iteration; must be

@@ -58,8 +58,12 @@ class DdpReducer {
     return rebuilt != 0;
   }
   void markReady(int index) { check(chorusDdpMarkReady(r_, index)); }
+  // The gradient is written by work enqueued on `producer` (chorusDdpMarkReadyOn).
+  void markReadyOn(int index, chorusStream_t producer) { check(chorusDdpMarkReadyOn(r_, index, producer)); }
   void markUnused(int index) { check(chorusDdpMarkUnused(r_, index)); }
   void finalize() { check(chorusDdpFinalize(r_)); }
+  // `stream` waits for the buckets instead of the caller (chorusDdpFinalizeOn).
+  void finalizeOn(chorusStream_t stream) { check(chorusDdpFinalizeOn(r_, stream)); }
   void zeroGrad() { check(chorusDdpZeroGrad(r_)); }
   void setSync(bool enabled) { check(chorusDdpSetSync(r_, enabled ? 1 : 0)); }
   bool paramUsed(int index) const {

@@ -117,6 +117,11 @@ chorusResult_t chorusDdpMarkReady(chorusDdpReducer_t reducer, int index) {
                [&]() { return withReducer(reducer, [&](Reducer& r) { return r.markReady(index, true); }); });
 }
 
+chorusResult_t chorusDdpMarkReadyOn(chorusDdpReducer_t reducer, int index, chorusStream_t producer) {
+  return guard("chorusDdpMarkReadyOn",
+               [&]() { return withReducer(reducer, [&](Reducer& r) { return r.markReady(index, true, producer); }); });
+}
+
 chorusResult_t chorusDdpMarkUnused(chorusDdpReducer_t reducer, int index) {
   return guard("chorusDdpMarkUnused",
                [&]() { return withReducer(reducer, [&](Reducer& r) { return r.markReady(index, false); }); });
@@ -124,6 +129,11 @@ chorusResult_t chorusDdpMarkUnused(chorusDdpReducer_t reducer, int index) {
 
 chorusResult_t chorusDdpFinalize(chorusDdpReducer_t reducer) {
   return guard("chorusDdpFinalize", [&]() { return withReducer(reducer, [](Reducer& r) { return r.finalize(); }); });
+}
+
+chorusResult_t chorusDdpFinalizeOn(chorusDdpReducer_t reducer, chorusStream_t stream) {
+  return guard("chorusDdpFinalizeOn",
+               [&]() { return withReducer(reducer, [&](Reducer& r) { return r.finalize(stream); }); });
 }
 
 chorusResult_t chorusDdpParamUsed(chorusDdpReducer_t reducer, int index, int* used) {

@@ -11,21 +11,34 @@
 namespace chorus::ddp {
 
 struct Reducer::BucketStore {
+  GradStore* store = nullptr;
   size_t index = 0;
   chorusDataType_t type = chorusFloat32;
   size_t count = 0;
   std::vector<int> params;
   std::vector<size_t> offsets;
-  void* data = nullptr;  // chorusMemAlloc: peers on the host can map it
+  void* data = nullptr;  // the store's: peers on the host can map it
   void* wire = nullptr;  // the compressed copy of the fp16/bf16 hooks
   chorusDataType_t wireType = chorusFloat16;
-  size_t pending = 0;  // parameters not yet ready this iteration
-  int64_t launchNs = 0;
-  std::atomic<int64_t> endNs{0};  // stamped on the stream
+  Conversion compress, decompress;  // data -> wire, wire -> data
+  size_t pending = 0;               // parameters not yet ready this iteration
+  // One fence per stream that produced a gradient of this bucket (chorusDdpMarkReadyOn); `live`:
+  // recorded this iteration, so the launch waits for it.
+  struct Fence {
+    chorusStream_t on = nullptr;
+    void* fence = nullptr;
+    bool live = false;
+  };
+  std::vector<Fence> fences;
+  void* start = nullptr;  // time marks around the bucket's reduction on the stream
+  void* end = nullptr;
 
   ~BucketStore() {
-    (void)chorusMemFree(data);
-    (void)chorusMemFree(wire);
+    for (Fence& f : fences) store->fenceDestroy(f.fence);
+    if (start) store->timerDestroy(start);
+    if (end) store->timerDestroy(end);
+    if (data) store->free(data);
+    if (wire) store->free(wire);
   }
   size_t bytes() const { return count * typeSize(type); }
 };
@@ -34,50 +47,7 @@ namespace {
 
 constexpr size_t kMaxNamed = 16;  // parameters named in one message
 
-template <typename Low>
-void compressTo(const void* src, chorusDataType_t type, void* dst, size_t n) {
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  if (type == chorusFloat32) {
-    const float* in = static_cast<const float*>(src);
-    for (size_t i = 0; i < n; ++i) out[i] = fromFloat<Low>(in[i]).bits;
-  } else {
-    const double* in = static_cast<const double*>(src);
-    for (size_t i = 0; i < n; ++i) out[i] = fromFloat<Low>(static_cast<float>(in[i])).bits;
-  }
-}
-
-template <typename Low>
-void decompressFrom(const void* src, chorusDataType_t type, void* dst, size_t n) {
-  const uint16_t* in = static_cast<const uint16_t*>(src);
-  if (type == chorusFloat32) {
-    float* out = static_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) out[i] = toFloat(Low{in[i]});
-  } else {
-    double* out = static_cast<double*>(dst);
-    for (size_t i = 0; i < n; ++i) out[i] = toFloat(Low{in[i]});
-  }
-}
-
 }  // namespace
-
-// Host functions on the reducer's stream; userData is the bucket.
-static void compressBucket(void* p) {
-  auto* b = static_cast<const Reducer::BucketStore*>(p);
-  if (b->wireType == chorusFloat16) {
-    compressTo<Half>(b->data, b->type, b->wire, b->count);
-  } else {
-    compressTo<BFloat16>(b->data, b->type, b->wire, b->count);
-  }
-}
-static void decompressBucket(void* p) {
-  auto* b = static_cast<const Reducer::BucketStore*>(p);
-  if (b->wireType == chorusFloat16) {
-    decompressFrom<Half>(b->wire, b->type, b->data, b->count);
-  } else {
-    decompressFrom<BFloat16>(b->wire, b->type, b->data, b->count);
-  }
-}
-static void stampEnd(void* p) { static_cast<Reducer::BucketStore*>(p)->endNs.store(nowNs()); }
 
 Result<Options> optionsFromConfig(const chorusDdpConfig_t* config) {
   Options o;
@@ -85,10 +55,14 @@ Result<Options> optionsFromConfig(const chorusDdpConfig_t* config) {
   if (config->magic != CHORUS_DDP_CONFIG_MAGIC) {
     return invalidArgument("config was not initialised with CHORUS_DDP_CONFIG_INITIALIZER (magic is wrong)");
   }
-  if (config->size != sizeof(chorusDdpConfig_t)) {
+  // Version 1 of the struct ended before gradientMemory.
+  constexpr size_t kV1Size = offsetof(chorusDdpConfig_t, gradientMemory);
+  const bool v1 = config->size == kV1Size;
+  if (config->size != sizeof(chorusDdpConfig_t) && !v1) {
     return invalidArgument("config->size is " + std::to_string(config->size) +
                            ", this library's chorusDdpConfig_t has " + std::to_string(sizeof(chorusDdpConfig_t)) +
-                           " bytes: rebuild against this ddp.h");
+                           " bytes (or " + std::to_string(kV1Size) +
+                           " without gradientMemory): rebuild against this ddp.h");
   }
   if (config->bucketCapBytes != CHORUS_DDP_UNDEF_SIZE) o.bucketCapBytes = config->bucketCapBytes;
   if (config->firstBucketCapBytes != CHORUS_DDP_UNDEF_SIZE) o.firstBucketCapBytes = config->firstBucketCapBytes;
@@ -112,6 +86,13 @@ Result<Options> optionsFromConfig(const chorusDdpConfig_t* config) {
     if (config->broadcastChunkBytes == 0) return invalidArgument("broadcastChunkBytes is 0; it must be at least 1");
     o.broadcastChunkBytes = config->broadcastChunkBytes;
   }
+  if (!v1 && config->gradientMemory != CHORUS_DDP_UNDEF_INT) {
+    if (config->gradientMemory != chorusDdpMemoryHost && config->gradientMemory != chorusDdpMemoryDevice) {
+      return invalidArgument("gradientMemory is " + std::to_string(config->gradientMemory) +
+                             "; use chorusDdpMemoryHost (0) or chorusDdpMemoryDevice (1)");
+    }
+    o.gradientMemory = config->gradientMemory;
+  }
   return o;
 }
 
@@ -120,8 +101,11 @@ Reducer::Reducer(chorusComm_t comm, std::vector<ParamInfo> params, std::vector<s
     : comm_(comm), params_(std::move(params)), names_(std::move(names)), opt_(options) {}
 
 Reducer::~Reducer() {
-  if (stream_) (void)chorusStreamDestroy(stream_);
+  if (!store_) return;
+  (void)store_->synchronize("destroying the reducer");
   buckets_.clear();
+  if (consumerFence_) store_->fenceDestroy(consumerFence_);
+  if (backwardEnd_) store_->timerDestroy(backwardEnd_);
 }
 
 Status Reducer::fail(chorusResult_t rc, const std::string& what) {
@@ -140,8 +124,25 @@ Status Reducer::init() {
   if (rc != chorusSuccess) return fail(rc, "reading the communicator's size");
   rc = chorusCommUserRank(comm_, &rank_);
   if (rc != chorusSuccess) return fail(rc, "reading the communicator's rank");
-  rc = chorusStreamCreate(&stream_);
-  if (rc != chorusSuccess) return fail(rc, "creating the reducer's stream");
+  int device = -1;
+  rc = chorusCommCuDevice(comm_, &device);
+  if (rc != chorusSuccess) return fail(rc, "reading the communicator's CUDA device");
+  const bool onDevice = opt_.gradientMemory == chorusDdpMemoryDevice || (opt_.gradientMemory < 0 && device >= 0);
+  if (onDevice && device < 0) {
+    return invalidUsage(
+        "gradientMemory = chorusDdpMemoryDevice but the communicator has no CUDA device: make it with "
+        "chorusConfig_t.cudaDevice set (or with the device current on the initialising thread), or keep the "
+        "gradients in host memory (chorusDdpMemoryHost)");
+  }
+  if (onDevice) {
+    CHORUS_ASSIGN_OR_RETURN(store_, GradStore::device(device));
+  } else {
+    CHORUS_ASSIGN_OR_RETURN(store_, GradStore::host());
+  }
+  stream_ = store_->stream();
+  hostStream_ = store_->hostStream();
+  CHORUS_ASSIGN_OR_RETURN(consumerFence_, store_->fenceCreate());
+  CHORUS_ASSIGN_OR_RETURN(backwardEnd_, store_->timerCreate());
   CHORUS_TRY(checkAgreement());
   const size_t n = params_.size();
   ready_.assign(n, 0);
@@ -160,14 +161,15 @@ Status Reducer::checkAgreement() {
     const uint64_t rec[2] = {p.count, static_cast<uint64_t>(p.type)};
     h = fnv1a(rec, sizeof(rec), h);
   }
-  constexpr int kWords = 9;
-  const uint64_t mine[kWords] = {params_.size(),          h,
-                                 opt_.bucketCapBytes,     opt_.firstBucketCapBytes,
-                                 opt_.findUnused,         opt_.staticGraph,
-                                 opt_.unevenInputs,       static_cast<uint64_t>(opt_.hook),
-                                 opt_.broadcastChunkBytes};
+  constexpr int kWords = 10;
+  const uint64_t mine[kWords] = {
+      params_.size(),           h,
+      opt_.bucketCapBytes,      opt_.firstBucketCapBytes,
+      opt_.findUnused,          opt_.staticGraph,
+      opt_.unevenInputs,        static_cast<uint64_t>(opt_.hook),
+      opt_.broadcastChunkBytes, store_->onDevice() ? uint64_t{chorusDdpMemoryDevice} : uint64_t{chorusDdpMemoryHost}};
   std::vector<uint64_t> all(size_t(kWords) * nranks_);
-  chorusResult_t rc = chorusAllGather(mine, all.data(), kWords, chorusUint64, comm_, stream_);
+  chorusResult_t rc = chorusAllGather(mine, all.data(), kWords, chorusUint64, comm_, hostStream_);
   if (rc != chorusSuccess) return fail(rc, "checking the parameter lists across ranks");
   CHORUS_TRY(waitLocked("checking the parameter lists across ranks"));
   static const char* const kOption[kWords] = {"",
@@ -178,7 +180,8 @@ Status Reducer::checkAgreement() {
                                               "staticGraph",
                                               "unevenInputs",
                                               "hook",
-                                              "broadcastChunkBytes"};
+                                              "broadcastChunkBytes",
+                                              "gradientMemory"};
   bool listsDiffer = false;
   for (int r = 1; r < nranks_; ++r) {
     const uint64_t* theirs = &all[size_t(r) * kWords];
@@ -204,7 +207,7 @@ Status Reducer::checkAgreement() {
     list[2 * i] = params_[i].count;
     list[2 * i + 1] = static_cast<uint64_t>(params_[i].type);
   }
-  rc = chorusAllGather(list.data(), lists.data(), 2 * n, chorusUint64, comm_, stream_);
+  rc = chorusAllGather(list.data(), lists.data(), 2 * n, chorusUint64, comm_, hostStream_);
   if (rc != chorusSuccess) return fail(rc, "comparing the parameter lists across ranks");
   CHORUS_TRY(waitLocked("comparing the parameter lists across ranks"));
   for (int r = 1; r < nranks_; ++r) {
@@ -229,6 +232,7 @@ Status Reducer::layOut(const std::vector<Bucket>& buckets) {
   offsetOf_.assign(params_.size(), 0);
   for (size_t bi = 0; bi < buckets.size(); ++bi) {
     auto b = std::make_unique<BucketStore>();
+    b->store = store_.get();
     b->index = bi;
     b->type = buckets[bi].type;
     for (size_t p : buckets[bi].params) {
@@ -239,14 +243,24 @@ Status Reducer::layOut(const std::vector<Bucket>& buckets) {
       b->count += params_[p].count;
     }
     // Every bucket gets storage, an empty one too, so every gradient has an address.
-    chorusResult_t rc = chorusMemAlloc(&b->data, std::max<size_t>(b->bytes(), 1));
-    if (rc != chorusSuccess) return fail(rc, "allocating bucket " + std::to_string(bi));
-    std::memset(b->data, 0, std::max<size_t>(b->bytes(), 1));
+    const std::string which =
+        "bucket " + std::to_string(bi) + " (" + std::to_string(b->bytes()) + " bytes of " + store_->describe() + ")";
+    Result<void*> data = store_->alloc(b->bytes());
+    if (!data.isOk()) return Status(data.status().code(), "allocating " + which + ": " + data.status().message());
+    b->data = data.value();
+    CHORUS_ASSIGN_OR_RETURN(b->start, store_->timerCreate());
+    CHORUS_ASSIGN_OR_RETURN(b->end, store_->timerCreate());
     const bool compressible = b->type == chorusFloat32 || b->type == chorusFloat64;
     if (compressible && (opt_.hook == chorusDdpHookFp16 || opt_.hook == chorusDdpHookBf16)) {
       b->wireType = opt_.hook == chorusDdpHookFp16 ? chorusFloat16 : chorusBfloat16;
-      rc = chorusMemAlloc(&b->wire, std::max<size_t>(b->count * 2, 1));
-      if (rc != chorusSuccess) return fail(rc, "allocating the compressed copy of bucket " + std::to_string(bi));
+      Result<void*> wire = store_->alloc(b->count * 2);
+      if (!wire.isOk()) {
+        return Status(wire.status().code(),
+                      "allocating the compressed copy of " + which + ": " + wire.status().message());
+      }
+      b->wire = wire.value();
+      b->compress = {b->data, b->wire, b->count, b->type, b->wireType, true};
+      b->decompress = {b->wire, b->data, b->count, b->type, b->wireType, false};
     }
     stores.push_back(std::move(b));
   }
@@ -278,9 +292,58 @@ Status Reducer::checkIndex(int index) const {
   return Status::ok();
 }
 
-Status Reducer::waitLocked(const char* what) {
-  chorusResult_t rc = chorusStreamSynchronize(stream_);
-  if (rc != chorusSuccess) return fail(rc, what);
+Status Reducer::waitLocked(const char* what) { return store_->synchronize(what); }
+
+// The framework's work after the last chorusDdpFinalizeOn (an optimizer step reading the
+// gradients) comes before what the reducer does to them next: on the device its stream waits for
+// that work; on the host the host does.
+Status Reducer::orderAfterConsumerLocked() {
+  if (!consumer_) return Status::ok();
+  const chorusStream_t c = consumer_;
+  consumer_ = nullptr;
+  if (!store_->onDevice()) {
+    chorusResult_t rc = chorusStreamSynchronize(c);
+    if (rc != chorusSuccess) return fail(rc, "waiting for the stream of the last chorusDdpFinalizeOn");
+    return Status::ok();
+  }
+  Status s = store_->fenceRecord(consumerFence_, c, "the stream of the last chorusDdpFinalizeOn");
+  if (!s.isOk()) {
+    return Status(s.code(), s.message() + " (keep that stream alive until the reducer's next call)");
+  }
+  return store_->waitFence(consumerFence_);
+}
+
+// The statistics of the last synchronised iteration from its time marks; without `wait`, only once
+// the marks have been reached.
+Status Reducer::resolveStatsLocked(bool wait) {
+  if (!statsPending_ || buckets_.empty()) {
+    statsPending_ = false;
+    return Status::ok();
+  }
+  void* lastEnd = buckets_.back()->end;
+  if (!wait && (!store_->reached(lastEnd) || (backwardMarked_ && !store_->reached(backwardEnd_)))) {
+    return Status::ok();
+  }
+  statsPending_ = false;
+  double comm = 0;
+  for (auto& b : buckets_) {
+    CHORUS_ASSIGN_OR_RETURN(double t, store_->seconds(b->start, b->end));
+    if (t > 0) comm += t;
+  }
+  double exposed = hostWait_;
+  if (backwardMarked_) {
+    // A host stream is waited for only once it has passed the mark (this may run on a thread of
+    // that stream); until then its wait counts as none.
+    exposed = 0;
+    if (store_->onDevice() || store_->reached(backwardEnd_)) {
+      CHORUS_ASSIGN_OR_RETURN(exposed, store_->seconds(backwardEnd_, lastEnd));
+    }
+    backwardMarked_ = false;
+  }
+  lastComm_ = comm;
+  lastExposed_ = std::clamp(exposed, 0.0, comm);
+  totalComm_ += lastComm_;
+  totalExposed_ += lastExposed_;
   return Status::ok();
 }
 
@@ -297,8 +360,10 @@ Status Reducer::zeroGrad() {
     return invalidUsage(
         "chorusDdpZeroGrad during an iteration (gradients are being reduced); call it after chorusDdpFinalize");
   }
-  CHORUS_TRY(waitLocked("waiting for the reducer's stream"));
-  for (auto& b : buckets_) std::memset(b->data, 0, b->bytes());
+  CHORUS_TRY(orderAfterConsumerLocked());
+  if (!store_->onDevice()) CHORUS_TRY(waitLocked("waiting for the reducer's stream"));
+  for (auto& b : buckets_) CHORUS_TRY(store_->zero(b->data, b->bytes()));
+  if (store_->onDevice()) CHORUS_TRY(waitLocked("zeroing the gradients"));
   return Status::ok();
 }
 
@@ -325,9 +390,11 @@ void Reducer::beginIterationLocked() {
   nextBucket_ = 0;
   marked_ = 0;
   launchError_ = Status::ok();
+  for (auto& b : buckets_) {
+    for (BucketStore::Fence& f : b->fences) f.live = false;
+  }
   recording_ = iterationSync_ && !haveOrder_ && !rebuilt_;
   if (recording_) readyOrder_.clear();
-  iterationStartNs_ = nowNs();
 }
 
 Status Reducer::prepareForBackward(bool* rebuilt) {
@@ -346,16 +413,27 @@ Status Reducer::prepareForBackward(bool* rebuilt) {
         "take no part in the loss, and call chorusDdpFinalize at the end of each backward pass");
   }
   if (phase_ == Phase::kBackward && !iterationSync_) ++iterations_;  // a no_sync iteration without finalize
-  // The stream is idle between iterations but for a join word still in flight.
-  CHORUS_TRY(waitLocked("a previous reduction failed"));
+  // On host memory the stream is idle between iterations but for a join word still in flight (or
+  // the buckets of a chorusDdpFinalizeOn). On the device the host does not wait for the GPU here,
+  // only for its host stream (the join word).
+  if (store_->onDevice()) {
+    CHORUS_TRY(store_->synchronizeHost("the join all-reduce"));
+  } else {
+    CHORUS_TRY(waitLocked("a previous reduction failed"));
+  }
+  CHORUS_TRY(orderAfterConsumerLocked());
+  CHORUS_TRY(resolveStatsLocked(false));
   iterationSync_ = sync_;
   if (opt_.unevenInputs) {
     joinWord_[0] = 1;
     joinWord_[1] = iterationSync_ ? 1 : 0;
-    chorusResult_t rc = chorusAllReduce(joinWord_, joinWord_, 2, chorusInt32, chorusSum, comm_, stream_);
+    chorusResult_t rc = chorusAllReduce(joinWord_, joinWord_, 2, chorusInt32, chorusSum, comm_, hostStream_);
     if (rc != chorusSuccess) return fail(rc, "the join all-reduce");
   }
-  if (iterationSync_ && shouldRebuildLocked()) CHORUS_TRY(rebuildLocked(rebuilt));
+  if (iterationSync_ && shouldRebuildLocked()) {
+    CHORUS_TRY(resolveStatsLocked(true));  // the rebuild frees the marks
+    CHORUS_TRY(rebuildLocked(rebuilt));
+  }
   beginIterationLocked();
   phase_ = Phase::kBackward;
   if (iterationSync_ && staticKnown_) {
@@ -367,16 +445,17 @@ Status Reducer::prepareForBackward(bool* rebuilt) {
   return Status::ok();
 }
 
-Status Reducer::markReady(int index, bool used) {
+Status Reducer::markReady(int index, bool used, chorusStream_t producer) {
   CHORUS_TRY(checkIndex(index));
+  CHORUS_TRY(store_->checkStream(producer, "producer"));
   std::lock_guard<std::mutex> g(mu_);
   if (!used && !opt_.findUnused && !opt_.staticGraph) {
     return invalidUsage("chorusDdpMarkUnused needs findUnusedParameters or staticGraph in the reducer's config");
   }
-  return markLocked(static_cast<size_t>(index), used);
+  return markLocked(static_cast<size_t>(index), used, producer);
 }
 
-Status Reducer::markLocked(size_t i, bool used) {
+Status Reducer::markLocked(size_t i, bool used, chorusStream_t producer) {
   if (phase_ != Phase::kBackward) {
     return invalidUsage("parameter " + paramName(i) +
                         " was marked outside an iteration: call chorusDdpPrepareForBackward before the backward pass");
@@ -385,14 +464,28 @@ Status Reducer::markLocked(size_t i, bool used) {
     return invalidUsage("parameter " + paramName(i) +
                         " was marked twice in one iteration; a gradient is marked once, when it is complete");
   }
+  BucketStore& b = *buckets_[bucketOf_[i]];
+  if (producer) {
+    // The launch waits for what `producer` has enqueued so far; a later mark from the same stream
+    // records the same fence again, which covers the earlier one.
+    auto f =
+        std::find_if(b.fences.begin(), b.fences.end(), [&](const BucketStore::Fence& x) { return x.on == producer; });
+    if (f == b.fences.end()) {
+      CHORUS_ASSIGN_OR_RETURN(void* fence, store_->fenceCreate());
+      b.fences.push_back({producer, fence, false});
+      f = b.fences.end() - 1;
+    }
+    CHORUS_TRY(store_->fenceRecord(f->fence, producer, "producer"));
+    f->live = true;
+  }
   ready_[i] = 1;
   ++marked_;
-  BucketStore& b = *buckets_[bucketOf_[i]];
   if (used) {
     usedLocal_[i] = 1;
   } else if (!usedLocal_[i]) {
     // Contributes zeros, unless it was used in a no_sync iteration since the last reduction.
-    std::memset(static_cast<char*>(b.data) + offsetOf_[i] * typeSize(b.type), 0, params_[i].count * typeSize(b.type));
+    CHORUS_TRY(store_->zero(static_cast<char*>(b.data) + offsetOf_[i] * typeSize(b.type),
+                            params_[i].count * typeSize(b.type)));
   }
   if (recording_) readyOrder_.push_back(i);
   if (!iterationSync_) return Status::ok();
@@ -403,37 +496,47 @@ Status Reducer::markLocked(size_t i, bool used) {
 // Launches every complete bucket from the next one in order, so launches follow bucket order
 // whatever order the gradients come in.
 void Reducer::launchCompleteLocked() {
+  if (statsPending_ && nextBucket_ < buckets_.size() && buckets_[nextBucket_]->pending == 0) {
+    // The previous iteration's marks are read before they are set again.
+    Status s = resolveStatsLocked(true);
+    if (!s.isOk() && launchError_.isOk()) launchError_ = s;
+  }
   while (nextBucket_ < buckets_.size() && buckets_[nextBucket_]->pending == 0) {
     launchLocked(*buckets_[nextBucket_++]);
   }
 }
 
 void Reducer::launchLocked(BucketStore& b) {
-  b.launchNs = nowNs();
+  const std::string of = " of bucket " + std::to_string(b.index);
   auto note = [&](chorusResult_t rc, const char* what) {
-    if (rc != chorusSuccess && launchError_.isOk()) {
-      launchError_ = fail(rc, std::string(what) + " of bucket " + std::to_string(b.index));
-    }
+    if (rc != chorusSuccess && launchError_.isOk()) launchError_ = fail(rc, what + of);
   };
+  auto noteStatus = [&](const Status& s, const char* what) {
+    if (!s.isOk() && launchError_.isOk()) launchError_ = Status(s.code(), what + of + ": " + s.message());
+  };
+  for (BucketStore::Fence& f : b.fences) {
+    if (f.live) noteStatus(store_->waitFence(f.fence), "waiting for the stream that produced a gradient");
+  }
+  noteStatus(store_->markTime(b.start, nullptr), "marking the start");
   if (b.count > 0) {
     if (userHook_) {
       const chorusDdpBucket_t view = viewLocked(b);
       note(userHook_(userHookState_, &view, comm_, stream_), "the communication hook");
     } else if (b.wire) {
-      note(chorusLaunchHostFunc(stream_, compressBucket, &b), "compressing");
+      noteStatus(store_->convert(&b.compress), "compressing");
       note(chorusAllReduce(b.wire, b.wire, b.count, b.wireType, chorusAvg, comm_, stream_), "the all-reduce");
-      note(chorusLaunchHostFunc(stream_, decompressBucket, &b), "decompressing");
+      noteStatus(store_->convert(&b.decompress), "decompressing");
     } else {
       note(chorusAllReduce(b.data, b.data, b.count, b.type, chorusAvg, comm_, stream_), "the all-reduce");
     }
   }
-  note(chorusLaunchHostFunc(stream_, stampEnd, &b), "stamping the end");
+  noteStatus(store_->markTime(b.end, nullptr), "marking the end");
 }
 
 Status Reducer::enqueueUsedMapLocked() {
   std::copy(usedLocal_.begin(), usedLocal_.end(), usedMap_.begin());
   chorusResult_t rc =
-      chorusAllReduce(usedMap_.data(), usedMap_.data(), usedMap_.size(), chorusInt32, chorusMax, comm_, stream_);
+      chorusAllReduce(usedMap_.data(), usedMap_.data(), usedMap_.size(), chorusInt32, chorusMax, comm_, hostStream_);
   if (rc != chorusSuccess) return fail(rc, "the all-reduce of the used-parameter map");
   usedMapPending_ = true;
   return Status::ok();
@@ -448,17 +551,8 @@ void Reducer::afterSyncedIterationLocked() {
     }
     usedMapPending_ = false;
   }
-  // Busy time of the stream: each bucket from when it could start (launched, and the one before
-  // it done) to its end.
-  int64_t comm = 0, prevEnd = 0;
-  for (auto& b : buckets_) {
-    const int64_t end = b->endNs.load();
-    const int64_t start = std::max(b->launchNs, prevEnd);
-    if (end > start) comm += end - start;
-    prevEnd = std::max(prevEnd, end);
-  }
-  lastComm_ = comm * 1e-9;
-  totalComm_ += lastComm_;
+  // The buckets' time marks are read later (resolveStatsLocked), without waiting when they can.
+  statsPending_ = true;
   if (recording_ && readyOrder_.size() == params_.size()) {
     haveOrder_ = true;
     recording_ = false;
@@ -468,14 +562,15 @@ void Reducer::afterSyncedIterationLocked() {
   ++iterations_;
 }
 
-Status Reducer::finalize() {
+Status Reducer::finalize(chorusStream_t consumer) {
+  CHORUS_TRY(store_->checkStream(consumer, "stream"));
   std::lock_guard<std::mutex> g(mu_);
   if (phase_ != Phase::kBackward) {
     return invalidUsage("no iteration in progress: chorusDdpFinalize ends what chorusDdpPrepareForBackward started");
   }
   const int64_t t0 = nowNs();
   if (!iterationSync_) {
-    CHORUS_TRY(waitLocked("the join all-reduce"));
+    CHORUS_TRY(store_->synchronizeHost("the join all-reduce"));
     phase_ = Phase::kIdle;
     ++iterations_;
     return Status::ok();
@@ -500,16 +595,25 @@ Status Reducer::finalize() {
   if (nextBucket_ != buckets_.size())
     return internalError("finalize: buckets remain unlaunched with every gradient ready");
   if (usedMapThisIterationLocked()) CHORUS_TRY(enqueueUsedMapLocked());
-  Status s = waitLocked("reducing the gradients");
-  if (s.isOk()) s = launchError_;
-  if (!s.isOk()) {
-    phase_ = Phase::kIdle;
-    return s;
+  Status s = launchError_;
+  if (s.isOk() && consumer) {
+    // The consumer waits instead of the host; the time it reaches this point ends the backward
+    // pass for the statistics. The used map is host memory: the host waits for it.
+    s = store_->markTime(backwardEnd_, consumer);
+    if (s.isOk()) s = store_->signal(consumer, "stream");
+    if (s.isOk() && usedMapPending_) s = store_->synchronizeHost("the all-reduce of the used-parameter map");
+    backwardMarked_ = s.isOk();
+    hostWait_ = 0;
+  } else if (s.isOk()) {
+    s = waitLocked("reducing the gradients");
+    if (s.isOk()) s = launchError_;
+    hostWait_ = (nowNs() - t0) * 1e-9;
   }
-  afterSyncedIterationLocked();
-  lastExposed_ = std::min((nowNs() - t0) * 1e-9, lastComm_);
-  totalExposed_ += lastExposed_;
   phase_ = Phase::kIdle;
+  if (!s.isOk()) return s;
+  if (consumer) consumer_ = consumer;
+  afterSyncedIterationLocked();
+  if (!consumer) CHORUS_TRY(resolveStatsLocked(true));
   return Status::ok();
 }
 
@@ -529,9 +633,9 @@ Status Reducer::rebuildLocked(bool* changed) {
     msg[0] = 1;
     for (size_t k = 0; k < n; ++k) msg[k + 1] = static_cast<int64_t>(readyOrder_[k]);
   }
-  chorusResult_t rc = chorusBroadcast(msg.data(), msg.data(), n + 1, chorusInt64, 0, comm_, stream_);
+  chorusResult_t rc = chorusBroadcast(msg.data(), msg.data(), n + 1, chorusInt64, 0, comm_, hostStream_);
   if (rc != chorusSuccess) return fail(rc, "broadcasting rank 0's bucket order");
-  CHORUS_TRY(waitLocked("broadcasting rank 0's bucket order"));
+  CHORUS_TRY(store_->synchronizeHost("broadcasting rank 0's bucket order"));
   rebuilt_ = true;
   if (msg[0] == 0) return Status::ok();
   std::vector<size_t> order(n);
@@ -556,11 +660,15 @@ Status Reducer::rebuildLocked(bool* changed) {
   std::vector<std::unique_ptr<BucketStore>> old = std::move(buckets_);
   const std::vector<size_t> oldBucket = bucketOf_, oldOffset = offsetOf_;
   CHORUS_TRY(layOut(next));
+  // The old storage is freed (with `old`) once its gradients are copied over: on the device the
+  // copies are on the reducer's stream, after the framework's last use (orderAfterConsumerLocked).
   for (size_t i = 0; i < n; ++i) {
     const size_t ts = typeSize(params_[i].type);
-    std::memcpy(static_cast<char*>(buckets_[bucketOf_[i]]->data) + offsetOf_[i] * ts,
-                static_cast<const char*>(old[oldBucket[i]]->data) + oldOffset[i] * ts, params_[i].count * ts);
+    CHORUS_TRY(store_->copy(static_cast<char*>(buckets_[bucketOf_[i]]->data) + offsetOf_[i] * ts,
+                            static_cast<const char*>(old[oldBucket[i]]->data) + oldOffset[i] * ts,
+                            params_[i].count * ts));
   }
+  if (store_->onDevice()) CHORUS_TRY(waitLocked("copying the gradients into the rebuilt buckets"));
   *changed = true;
   return Status::ok();
 }
@@ -604,6 +712,7 @@ Status Reducer::broadcastParameters(void* const* params, int root) {
   if (phase_ == Phase::kBackward && marked_ > 0) {
     return invalidUsage("chorusDdpBroadcastParameters during an iteration; call it between iterations");
   }
+  CHORUS_TRY(orderAfterConsumerLocked());
   return broadcastLocked(params, root);
 }
 
@@ -632,13 +741,27 @@ Status Reducer::broadcastLocked(void* const* params, int root) {
   }
   void* staging = nullptr;
   if (largest > 0) {
-    chorusResult_t rc = chorusMemAlloc(&staging, largest);
-    if (rc != chorusSuccess) return fail(rc, "allocating the broadcast's staging buffer");
+    Result<void*> st = store_->alloc(largest);
+    if (!st.isOk()) {
+      return Status(st.status().code(), "allocating the broadcast's staging buffer: " + st.status().message());
+    }
+    staging = st.value();
   }
   const bool isRoot = rank_ == root;
+  const bool onDevice = store_->onDevice();
   Status s;
   auto note = [&](chorusResult_t rc, const char* what) {
     if (rc != chorusSuccess && s.isOk()) s = fail(rc, what);
+  };
+  // Device memory: the pieces are copied in and out on the stream (host functions there could not
+  // touch device memory).
+  auto copyPieces = [&](const Chunk& c, bool in) {
+    char* at = static_cast<char*>(c.staging);
+    for (auto& [ptr, n] : c.pieces) {
+      Status cs = in ? store_->copy(at, ptr, n) : store_->copy(ptr, at, n);
+      if (!cs.isOk() && s.isOk()) s = cs;
+      at += n;
+    }
   };
   for (size_t k : order) {
     if (k >= chunks.size()) {
@@ -650,12 +773,14 @@ Status Reducer::broadcastLocked(void* const* params, int root) {
     c.staging = staging;
     size_t bytes = 0;
     for (auto& piece : c.pieces) bytes += piece.second;
-    if (isRoot) note(chorusLaunchHostFunc(stream_, Chunk::pack, &c), "packing parameters");
+    if (isRoot && onDevice) copyPieces(c, true);
+    if (isRoot && !onDevice) note(chorusLaunchHostFunc(stream_, Chunk::pack, &c), "packing parameters");
     note(chorusBroadcast(staging, staging, bytes, chorusUint8, root, comm_, stream_), "broadcasting parameters");
-    if (!isRoot) note(chorusLaunchHostFunc(stream_, Chunk::unpack, &c), "unpacking parameters");
+    if (!isRoot && onDevice) copyPieces(c, false);
+    if (!isRoot && !onDevice) note(chorusLaunchHostFunc(stream_, Chunk::unpack, &c), "unpacking parameters");
   }
   Status w = waitLocked("broadcasting the parameters");
-  (void)chorusMemFree(staging);
+  if (staging) store_->free(staging);
   return s.isOk() ? w : s;
 }
 
@@ -682,14 +807,15 @@ Status Reducer::join(void* const* params) {
     return invalidUsage("chorusDdpJoin during an iteration; call chorusDdpFinalize first");
   }
   phase_ = Phase::kIdle;
+  CHORUS_TRY(orderAfterConsumerLocked());
   int64_t rounds = 0;
   for (;;) {
     CHORUS_TRY(waitLocked("a previous reduction failed"));
     joinWord_[0] = 0;
     joinWord_[1] = 0;
-    chorusResult_t rc = chorusAllReduce(joinWord_, joinWord_, 2, chorusInt32, chorusSum, comm_, stream_);
+    chorusResult_t rc = chorusAllReduce(joinWord_, joinWord_, 2, chorusInt32, chorusSum, comm_, hostStream_);
     if (rc != chorusSuccess) return fail(rc, "the join all-reduce");
-    CHORUS_TRY(waitLocked("the join all-reduce"));
+    CHORUS_TRY(store_->synchronizeHost("the join all-reduce"));
     if (joinWord_[0] == 0) break;
     ++rounds;
     if (joinWord_[1] == 0) continue;  // the others accumulate without synchronising
@@ -699,7 +825,7 @@ Status Reducer::join(void* const* params) {
     beginIterationLocked();
     recording_ = false;
     for (auto& b : buckets_) {
-      std::memset(b->data, 0, b->bytes());
+      CHORUS_TRY(store_->zero(b->data, b->bytes()));
       b->pending = 0;
     }
     std::fill(usedLocal_.begin(), usedLocal_.end(), 0);
@@ -707,20 +833,23 @@ Status Reducer::join(void* const* params) {
     if (usedMapThisIterationLocked()) CHORUS_TRY(enqueueUsedMapLocked());
     CHORUS_TRY(waitLocked("matching the other ranks' gradient reduction"));
     CHORUS_TRY(launchError_);
+    hostWait_ = 0;
     afterSyncedIterationLocked();
+    CHORUS_TRY(resolveStatsLocked(true));
   }
   if (!params) return Status::ok();
   // The model of the last rank to join (the highest rank among them) goes to everyone.
   int32_t last = rounds == 0 ? rank_ : -1;
-  chorusResult_t rc = chorusAllReduce(&last, &last, 1, chorusInt32, chorusMax, comm_, stream_);
+  chorusResult_t rc = chorusAllReduce(&last, &last, 1, chorusInt32, chorusMax, comm_, hostStream_);
   if (rc != chorusSuccess) return fail(rc, "agreeing on the last rank to join");
-  CHORUS_TRY(waitLocked("agreeing on the last rank to join"));
+  CHORUS_TRY(store_->synchronizeHost("agreeing on the last rank to join"));
   if (last < 0 || last >= nranks_) return internalError("no rank joined last");
   return broadcastLocked(params, last);
 }
 
 chorusDdpStats_t Reducer::stats() {
   std::lock_guard<std::mutex> g(mu_);
+  (void)resolveStatsLocked(true);  // a failed reduction shows at the reducer's next waiting call
   chorusDdpStats_t s{};
   s.nbuckets = static_cast<int>(buckets_.size());
   s.rebuilt = orderedLayout_ ? 1 : 0;

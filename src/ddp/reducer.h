@@ -1,12 +1,14 @@
 // The data-parallel reducer behind include/chorus/ddp.h: gradient storage in buckets, the
 // per-iteration ready bookkeeping, and the bucket all-reduces in bucket order on its own stream.
-// It is written on the public C API only (communicator, stream, collectives, host functions), as
-// a framework would write it.
+// Its collectives, streams and events are the public C API's, as a framework would use them; the
+// storage and the work ordered on it (zeroing, copies, conversions, fences with the framework's
+// streams, time marks) are a GradStore's (src/ddp/grad_store.h), host or device memory.
 //
 // One lock guards the iteration state; chorusDdpMarkReady may come from any thread. Launching a
 // bucket only enqueues on the stream, so it is done under the lock, which is what keeps the
-// launch order equal to the bucket order. Host functions on the stream convert compressed buckets
-// and stamp the end of each bucket for the statistics.
+// launch order equal to the bucket order. A bucket's launch first makes the stream wait for the
+// fences of the streams that produce its gradients (chorusDdpMarkReadyOn), and time marks around
+// each bucket give the statistics.
 #pragma once
 
 #include <memory>
@@ -17,6 +19,7 @@
 #include "include/chorus/ddp.h"
 #include "src/common/status.h"
 #include "src/ddp/buckets.h"
+#include "src/ddp/grad_store.h"
 
 namespace chorus::ddp {
 
@@ -28,6 +31,7 @@ struct Options {
   bool unevenInputs = false;
   chorusDdpHook_t hook = chorusDdpHookAllReduce;
   size_t broadcastChunkBytes = size_t(250) << 20;
+  int gradientMemory = -1;  // chorusDdpMemory_t; -1: by the communicator's device
 };
 
 // Options from a chorusDdpConfig_t (NULL: defaults), or why it is not valid.
@@ -46,8 +50,10 @@ class Reducer {
   Status zeroGrad();
   Status setSync(bool enabled);
   Status prepareForBackward(bool* rebuilt);
-  Status markReady(int index, bool used);
-  Status finalize();
+  // `producer`: the stream whose work writes the gradient (null: written already).
+  Status markReady(int index, bool used, chorusStream_t producer = nullptr);
+  // `consumer`: the stream that waits for the buckets instead of the host (null: the host waits).
+  Status finalize(chorusStream_t consumer = nullptr);
   Result<bool> paramUsed(int index);
   Status broadcastParameters(void* const* params, int root);
   Status registerHook(chorusDdpCommHook_t fn, void* state);
@@ -69,7 +75,7 @@ class Reducer {
   Status checkIndex(int index) const;
 
   // With mu_ held.
-  Status markLocked(size_t index, bool used);
+  Status markLocked(size_t index, bool used, chorusStream_t producer = nullptr);
   void launchCompleteLocked();
   void launchLocked(BucketStore& b);
   chorusDdpBucket_t viewLocked(const BucketStore& b) const;
@@ -78,6 +84,8 @@ class Reducer {
   Status rebuildLocked(bool* changed);
   Status enqueueUsedMapLocked();
   Status waitLocked(const char* what);
+  Status orderAfterConsumerLocked();
+  Status resolveStatsLocked(bool wait);
   void afterSyncedIterationLocked();
   void beginIterationLocked();
   Status broadcastLocked(void* const* params, int root);
@@ -89,7 +97,9 @@ class Reducer {
   const Options opt_;
   int nranks_ = 0;
   int rank_ = 0;
-  chorusStream_t stream_ = nullptr;
+  std::unique_ptr<GradStore> store_;
+  chorusStream_t stream_ = nullptr;      // the buckets' (store_->stream())
+  chorusStream_t hostStream_ = nullptr;  // host-memory collectives (store_->hostStream())
 
   std::mutex mu_;
   std::vector<std::unique_ptr<BucketStore>> buckets_;
@@ -119,10 +129,20 @@ class Reducer {
   bool rebuilt_ = false;        // the rebuild has been done (or given up: rank 0 had no order)
   bool orderedLayout_ = false;  // the buckets follow rank 0's order
 
+  // The stream of the last chorusDdpFinalizeOn, until the reducer's stream has been ordered after
+  // the work the framework enqueued there since (its optimizer step reads the gradients).
+  chorusStream_t consumer_ = nullptr;
+  void* consumerFence_ = nullptr;
+  // Statistics: marks of the last synchronised iteration not yet read (the buckets' timers, and
+  // `backwardEnd_` on the stream that waits for them when it is not the host).
+  bool statsPending_ = false;
+  bool backwardMarked_ = false;
+  double hostWait_ = 0;  // the time chorusDdpFinalize waited, when the host waited
+  void* backwardEnd_ = nullptr;
+
   Status launchError_;
   int64_t iterations_ = 0;
   int64_t syncedIterations_ = 0;
-  int64_t iterationStartNs_ = 0;
   double lastComm_ = 0, lastExposed_ = 0, totalComm_ = 0, totalExposed_ = 0;
 };
 

@@ -160,6 +160,20 @@ Status loadKernels();
 // Enqueues the launch kernel for `p` on `stream` (current device).
 Status launch(const device::LaunchParams& p, void* stream);
 
+// --- Stream-ordered work on gradient storage (the DDP layer, src/ddp/grad_store.h) ---
+// Sets `bytes` bytes at `p` (device memory) to zero on `stream`.
+Status memsetAsync(void* p, size_t bytes, void* stream);
+// Copies `bytes` bytes between buffers the current device reaches, on `stream`.
+Status copyAsync(void* dst, const void* src, size_t bytes, void* stream);
+// Converts `n` elements on `stream`, rounding as the host does (kernels/numeric.h's fromFloat,
+// a float64 through float32): float32 or float64 at `src` into float16 or bfloat16 at `dst`
+// (`narrow`), or those back (`!narrow`: src is the 16-bit type, dst the wide one). `wide` and
+// `low` are chorusDataType_t values.
+Status convertAsync(const void* src, void* dst, size_t n, int wide, int low, bool narrow, void* stream);
+// Events that keep time (eventCreate's do not): elapsedSeconds waits for both.
+Result<void*> timingEventCreate();
+Result<double> elapsedSeconds(void* start, void* end);
+
 // A driver error code as text ("CUDA_ERROR_INVALID_VALUE: invalid argument"), for messages.
 std::string driverErrorText(int code);
 // A runtime error (cudaError_t) as text.

@@ -54,6 +54,11 @@ bool eventDone(void*) { return true; }
 Status copyToDevice(void*, const void*, size_t, void*) { return noCuda("copying to device memory"); }
 Status loadKernels() { return noCuda("loading the collective kernel"); }
 Status launch(const device::LaunchParams&, void*) { return noCuda("launching a kernel"); }
+Status memsetAsync(void*, size_t, void*) { return noCuda("zeroing device memory"); }
+Status copyAsync(void*, const void*, size_t, void*) { return noCuda("copying device memory"); }
+Status convertAsync(const void*, void*, size_t, int, int, bool, void*) { return noCuda("converting device memory"); }
+Result<void*> timingEventCreate() { return noCuda("creating a CUDA event"); }
+Result<double> elapsedSeconds(void*, void*) { return noCuda("timing CUDA events"); }
 std::string runtimeErrorText(int code) { return "CUDA runtime error " + std::to_string(code); }
 
 }  // namespace chorus::cuda

@@ -609,6 +609,35 @@ Status launch(const device::LaunchParams& p, void* stream) {
   return runtimeStatus(static_cast<cudaError_t>(rc), "launching the collective kernel");
 }
 
+Status memsetAsync(void* p, size_t bytes, void* stream) {
+  return runtimeStatus(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
+}
+
+Status copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  return runtimeStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+                       "cudaMemcpyAsync");
+}
+
+Status convertAsync(const void* src, void* dst, size_t n, int wide, int low, bool narrow, void* stream) {
+  const int rc = device::launchConvert(src, dst, n, wide, low, narrow, stream);
+  return runtimeStatus(static_cast<cudaError_t>(rc), "launching the conversion kernel");
+}
+
+Result<void*> timingEventCreate() {
+  cudaEvent_t e = nullptr;
+  CHORUS_TRY(runtimeStatus(cudaEventCreate(&e), "cudaEventCreate"));
+  return static_cast<void*>(e);
+}
+
+Result<double> elapsedSeconds(void* start, void* end) {
+  CHORUS_TRY(runtimeStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(start)), "cudaEventSynchronize"));
+  CHORUS_TRY(runtimeStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(end)), "cudaEventSynchronize"));
+  float ms = 0;
+  CHORUS_TRY(runtimeStatus(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
+                           "cudaEventElapsedTime"));
+  return ms * 1e-3;
+}
+
 std::string runtimeErrorText(int code) {
   const auto rc = static_cast<cudaError_t>(code);
   return std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc);

@@ -22,4 +22,9 @@ int launchLanes(const LaunchParams& p, unsigned threads, void* stream);
 // communicator's device side is made, before any collective. Returns a cudaError_t (0: loaded).
 int loadKernels();
 
+// Enqueues the conversion of n elements between a wide type (chorusFloat32 or chorusFloat64)
+// and a 16-bit one (chorusFloat16 or chorusBfloat16) on `stream` (convert_device.cu):
+// narrowing when `narrow`, widening otherwise. Returns a cudaError_t (0: enqueued).
+int launchConvert(const void* src, void* dst, size_t n, int wide, int low, bool narrow, void* stream);
+
 }  // namespace chorus::device
