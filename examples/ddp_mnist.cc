@@ -11,6 +11,12 @@
 //   chorusrun -n 2 -- ddp_mnist --epochs 1
 //   mpirun -np 4 ddp_mnist --steps 200        (one host; across hosts add -x CHORUS_COMM_ID=host:port)
 //
+// --device cuda trains on a GPU (a CUDA build; --gpu picks it, default the rank's local index modulo
+// the GPUs): forward, loss, backward and SGD as kernels of its own (ddp_mnist_gpu.cu) on one CUDA
+// stream, gradients in the reducer's device buckets marked with chorusDdpMarkReadyOn as each
+// layer's gradient kernel is enqueued, and chorusDdpFinalizeOn before the SGD kernels: the host
+// never waits for the GPU within a step (except to print the loss).
+//
 // Checks for the tests: --check-sync (all ranks hold the same weights, bit for bit, after every
 // step), --emulate-ranks N (one rank trains on the union of N ranks' batches), --dump/--compare
 // (final weights against another run's), --save-at/--save and --resume (checkpoints),
@@ -25,11 +31,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "chorus/chorus_cuda.h"
 #include "chorus/ddp.hpp"
+#include "ddp_mnist_gpu.h"
 
 namespace {
 
@@ -311,6 +320,107 @@ uint64_t hashWeights(const Mlp& m) {
   return h;
 }
 
+// ---- the model on a GPU (--device cuda) ----
+
+// The weights, momentum and activations of one rank on its GPU, and the CUDA stream every step
+// runs on. Gradients live in the reducer's buckets.
+class GpuTrainer {
+ public:
+  GpuTrainer(const Mlp& m, int maxRows) : sizes_(m.sizes) {
+    stream_ = mnist_gpu::streamCreate();
+    chorus::check(chorusStreamFromCuda(static_cast<struct CUstream_st*>(stream_), &wrapped_));
+    for (size_t p = 0; p < m.w.size(); ++p) {
+      w_.push_back(static_cast<float*>(mnist_gpu::alloc(m.w[p].size() * 4)));
+      mom_.push_back(static_cast<float*>(mnist_gpu::alloc(m.w[p].size() * 4)));
+      n_.push_back(m.w[p].size());
+    }
+    for (int size : sizes_) a_.push_back(static_cast<float*>(mnist_gpu::alloc(size_t(maxRows) * size * 4)));
+    dz_[0] = static_cast<float*>(mnist_gpu::alloc(size_t(maxRows) * maxWidth() * 4));
+    dz_[1] = static_cast<float*>(mnist_gpu::alloc(size_t(maxRows) * maxWidth() * 4));
+    labels_ = static_cast<uint8_t*>(mnist_gpu::alloc(maxRows));
+    loss_ = static_cast<double*>(mnist_gpu::alloc(size_t(maxRows) * 8));
+    upload(m);
+  }
+  ~GpuTrainer() {
+    mnist_gpu::synchronize(stream_);
+    for (auto* v : {&w_, &mom_, &a_}) {
+      for (float* p : *v) mnist_gpu::release(p);
+    }
+    mnist_gpu::release(dz_[0]);
+    mnist_gpu::release(dz_[1]);
+    mnist_gpu::release(labels_);
+    mnist_gpu::release(loss_);
+    (void)chorusStreamDestroy(wrapped_);
+    mnist_gpu::streamDestroy(stream_);
+  }
+  GpuTrainer(const GpuTrainer&) = delete;
+  GpuTrainer& operator=(const GpuTrainer&) = delete;
+
+  std::vector<void*> params() const { return {w_.begin(), w_.end()}; }
+  void upload(const Mlp& m) {
+    for (size_t p = 0; p < w_.size(); ++p) {
+      mnist_gpu::toDevice(w_[p], m.w[p].data(), n_[p] * 4, stream_);
+      mnist_gpu::toDevice(mom_[p], m.mom[p].data(), n_[p] * 4, stream_);
+    }
+    mnist_gpu::synchronize(stream_);
+  }
+  void download(Mlp& m) {
+    for (size_t p = 0; p < w_.size(); ++p) {
+      mnist_gpu::toHost(m.w[p].data(), w_[p], n_[p] * 4, stream_);
+      mnist_gpu::toHost(m.mom[p].data(), mom_[p], n_[p] * 4, stream_);
+    }
+  }
+
+  // One step on `rows` samples: the host trainer's forward, lossAndGrad, backward and sgdStep.
+  void step(const float* x, const uint8_t* y, int rows, chorus::DdpReducer& ddp, float lr, float momentum) {
+    mnist_gpu::toDevice(a_[0], x, size_t(rows) * 784 * 4, stream_);
+    mnist_gpu::toDevice(labels_, y, rows, stream_);
+    const int layers = static_cast<int>(sizes_.size()) - 1;
+    ddp.prepareForBackward();
+    for (int l = 0; l < layers; ++l) {
+      mnist_gpu::forwardLayer(w_[2 * l], w_[2 * l + 1], a_[l], a_[l + 1], rows, sizes_[l], sizes_[l + 1],
+                              l + 1 == layers, stream_);
+    }
+    int cur = 0;
+    mnist_gpu::lossGrad(a_[layers], labels_, rows, rows, dz_[cur], loss_, stream_);
+    for (int l = layers - 1; l >= 0; --l) {
+      mnist_gpu::weightGrad(dz_[cur], a_[l], ddp.gradient<float>(2 * l), ddp.gradient<float>(2 * l + 1), rows,
+                            sizes_[l], sizes_[l + 1], stream_);
+      ddp.markReadyOn(2 * l, wrapped_);
+      ddp.markReadyOn(2 * l + 1, wrapped_);
+      if (l == 0) break;
+      mnist_gpu::inputGrad(dz_[cur], w_[2 * l], a_[l], dz_[1 - cur], rows, sizes_[l], sizes_[l + 1], stream_);
+      cur = 1 - cur;
+    }
+    ddp.finalizeOn(wrapped_);
+    for (size_t p = 0; p < w_.size(); ++p) {
+      mnist_gpu::sgd(w_[p], mom_[p], ddp.gradient<float>(static_cast<int>(p)), n_[p], lr, momentum, stream_);
+    }
+    rows_ = rows;
+  }
+  // The last step's mean loss (waits for the GPU).
+  double loss() {
+    std::vector<double> l(rows_);
+    mnist_gpu::toHost(l.data(), loss_, size_t(rows_) * 8, stream_);
+    double sum = 0;
+    for (double v : l) sum += v;
+    return sum / rows_;
+  }
+  void synchronize() { mnist_gpu::synchronize(stream_); }
+
+ private:
+  int maxWidth() const { return *std::max_element(sizes_.begin(), sizes_.end()); }
+  std::vector<int> sizes_;
+  void* stream_ = nullptr;
+  chorusStream_t wrapped_ = nullptr;
+  std::vector<float*> w_, mom_, a_;
+  std::vector<size_t> n_;
+  float* dz_[2] = {nullptr, nullptr};
+  uint8_t* labels_ = nullptr;
+  double* loss_ = nullptr;
+  int rows_ = 0;
+};
+
 void barrier(chorusComm_t comm) {
   int one = 1;
   chorus::check(chorusAllReduce(&one, &one, 1, chorusInt32, chorusSum, comm, nullptr));
@@ -334,8 +444,8 @@ std::vector<int> parseSizes(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app("Data-parallel MLP training on Fashion-MNIST through the Chorus DDP layer");
   std::string data = "/usr/share/datasets/fashion-mnist", hidden = "256,128", buckets = "bucketed", hook = "none";
-  std::string dump, compare, savePath, resume;
-  int batch = 32, emulate = 0, logEvery = 100, benchWarmup = 5;
+  std::string dump, compare, savePath, resume, deviceKind = "host";
+  int batch = 32, emulate = 0, logEvery = 100, benchWarmup = 5, gpu = -1;
   int64_t steps = 0, saveAt = -1;
   double epochs = 0, minAccuracy = -1, rtol = 1e-5;
   float lr = 0.05f, momentum = 0.9f;
@@ -343,6 +453,9 @@ int main(int argc, char** argv) {
   double bucketCapMb = 25, firstBucketMb = 1;
   bool checkSync = false, eval = true, bench = false;
   app.add_option("--data", data, "directory of the gzipped idx files");
+  app.add_option("--device", deviceKind, "host, or cuda: train on a GPU with device gradients")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  app.add_option("--gpu", gpu, "--device cuda: the GPU (default: the rank's local index modulo the GPUs)");
   app.add_option("--batch", batch, "samples per rank per step")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "steps to train (default: --epochs, or one epoch)");
   app.add_option("--epochs", epochs, "epochs to train");
@@ -372,6 +485,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // On a GPU, its device is current before the communicator is made, so the communicator's
+    // device (and with it the reducer's gradient memory) is that GPU.
+    const bool onGpu = deviceKind == "cuda";
+    if (onGpu) {
+      const int gpus = mnist_gpu::built() ? mnist_gpu::deviceCount() : 0;
+      if (mnist_gpu::built() && gpus == 0) throw std::runtime_error("--device cuda: no CUDA device on this machine");
+      const char* local = std::getenv("CHORUS_LOCAL_RANK");
+      mnist_gpu::setDevice(gpu >= 0 ? gpu : (local ? std::atoi(local) : 0) % std::max(gpus, 1));
+    }
     // Under a launcher, its ranks; started alone, one rank.
     chorusComm_t comm = nullptr;
     chorus::check(chorusCommInitFromEnv(&comm, nullptr));
@@ -399,17 +521,23 @@ int main(int argc, char** argv) {
       cfg.firstBucketCapBytes = static_cast<size_t>(firstBucketMb * 1048576);
     }
     cfg.hook = hook == "fp16" ? chorusDdpHookFp16 : hook == "bf16" ? chorusDdpHookBf16 : chorusDdpHookAllReduce;
+    cfg.gradientMemory = onGpu ? chorusDdpMemoryDevice : chorusDdpMemoryHost;
     chorus::DdpReducer ddp(comm, params, &cfg);
 
+    const int rows = batch * (emulate > 0 ? emulate : 1);
+    std::unique_ptr<GpuTrainer> gpuTrainer;
+    if (onGpu) gpuTrainer = std::make_unique<GpuTrainer>(model, rows);
     std::vector<void*> ptrs;
     for (auto& p : model.w) ptrs.push_back(p.data());
-    ddp.broadcastParameters(ptrs, 0);
+    ddp.broadcastParameters(onGpu ? gpuTrainer->params() : ptrs, 0);
     int64_t step = 0;
-    if (!resume.empty()) step = load(resume, model);
+    if (!resume.empty()) {
+      step = load(resume, model);
+      if (onGpu) gpuTrainer->upload(model);
+    }
 
     Sampler sampler(train.n, shards, batch, seed);
     if (steps == 0) steps = static_cast<int64_t>(std::llround((epochs > 0 ? epochs : 1.0) * sampler.stepsPerEpoch()));
-    const int rows = batch * (emulate > 0 ? emulate : 1);
     std::vector<float> x(size_t(rows) * 784);
     std::vector<uint8_t> y(rows);
     Activations act;
@@ -419,9 +547,9 @@ int main(int argc, char** argv) {
     int64_t checkedSteps = 0;
     const auto t0 = Clock::now();
     if (rank == 0) {
-      std::printf("training %zu parameters (%s) on %d rank(s), batch %d per rank, %lld steps from step %lld\n",
-                  model.parameters(), hidden.c_str(), nranks, batch, static_cast<long long>(steps),
-                  static_cast<long long>(step));
+      std::printf("training %zu parameters (%s) on %d rank(s)%s, batch %d per rank, %lld steps from step %lld\n",
+                  model.parameters(), hidden.c_str(), nranks, onGpu ? " on GPUs" : "", batch,
+                  static_cast<long long>(steps), static_cast<long long>(step));
     }
     for (; step < steps; ++step) {
       if (bench && step == benchWarmup) {
@@ -439,12 +567,21 @@ int main(int argc, char** argv) {
           y[r * batch + j] = train.labels[idx[j]];
         }
       }
-      ddp.prepareForBackward();
-      forward(model, x.data(), rows, act);
-      const double loss = lossAndGrad(act.a.back(), y.data(), rows, rows, dz);
-      backward(model, act, dz, rows, ddp);
-      ddp.finalize();
-      sgdStep(model, ddp, lr, momentum);
+      const bool logNow = rank == 0 && logEvery > 0 && (step + 1) % logEvery == 0;
+      double loss = 0;
+      if (onGpu) {
+        gpuTrainer->step(x.data(), y.data(), rows, ddp, lr, momentum);
+        if (logNow) loss = gpuTrainer->loss();
+        if (bench || checkSync || step + 1 == saveAt) gpuTrainer->synchronize();
+        if (checkSync || step + 1 == saveAt) gpuTrainer->download(model);
+      } else {
+        ddp.prepareForBackward();
+        forward(model, x.data(), rows, act);
+        loss = lossAndGrad(act.a.back(), y.data(), rows, rows, dz);
+        backward(model, act, dz, rows, ddp);
+        ddp.finalize();
+        sgdStep(model, ddp, lr, momentum);
+      }
       if (bench && step >= benchWarmup) {
         stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - ts).count());
       }
@@ -460,7 +597,7 @@ int main(int argc, char** argv) {
         }
         ++checkedSteps;
       }
-      if (rank == 0 && logEvery > 0 && (step + 1) % logEvery == 0) {
+      if (logNow) {
         std::printf("step %lld epoch %lld loss %.4f\n", static_cast<long long>(step + 1),
                     static_cast<long long>(step / sampler.stepsPerEpoch()), loss);
         std::fflush(stdout);
@@ -470,9 +607,14 @@ int main(int argc, char** argv) {
         if (rank == 0) save(savePath, model, step + 1);
         barrier(comm);
         if (load(savePath, model) != step + 1) throw std::runtime_error("the checkpoint holds another step");
+        if (onGpu) gpuTrainer->upload(model);
         if (rank == 0)
           std::printf("saved and reloaded %s after step %lld\n", savePath.c_str(), static_cast<long long>(step + 1));
       }
+    }
+    if (onGpu) {
+      gpuTrainer->synchronize();
+      gpuTrainer->download(model);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const chorusDdpStats_t s = ddp.stats();
@@ -534,6 +676,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     barrier(comm);
+    gpuTrainer.reset();
     { chorus::DdpReducer done(std::move(ddp)); }  // the reducer goes before its communicator
     chorus::check(chorusCommDestroy(comm));
     return status;

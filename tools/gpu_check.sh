@@ -54,6 +54,8 @@ checks=(
   "cuda_proc_4|90|default|proc|cuda_proc_test grid 4 --quick"
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
+  "cuda_ddp|60|default|thread|cuda_ddp_test"
+  "ddp_mnist_gpu|90|default|proc|@bash tools/ddp_gpu_check.sh DIR"
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
   "gpu_bench|200|default|thread|env GPU_BENCH_BUDGET=170 DIR/bin/gpu_bench"
   "nccl_bench|60|default|thread|@bash tools/nccl_tests_bench.sh DIR"
@@ -80,7 +82,7 @@ case "$mode" in
       t=${prog%% *}
       [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
     done
-    targets+=(chorusrun)
+    targets+=(chorusrun ddp_mnist)
     cmake --build "$dir/build" --target "${targets[@]}" chorus_nccl chorus_mpi_shim
     mkdir -p "$dir/bin" "$dir/lib" "$dir/nccl" "$dir/mpi/include" "$dir/mpi/lib"
     # The NCCL drop-in, for the checks that load it (it finds libchorus.so in DIR/lib), and the
@@ -123,8 +125,12 @@ case "$mode" in
       done
     done
     strip --strip-unneeded "$dir"/lib/libchorus.so* "$dir/nccl/libnccl.so.2" 2> /dev/null || true
+    # A part of Fashion-MNIST for ddp_mnist_gpu (the GPU machine has no dataset-fashion-mnist):
+    # the first 8192 training and 2000 test images, as idx files of those sizes.
+    mkdir -p "$dir/data"
+    python3 tools/mnist_subset.py /usr/share/datasets/fashion-mnist "$dir/data" 8192 2000
     mkdir -p "$dir/pack"
-    parts=(bin lib nccl mpi)
+    parts=(bin lib nccl mpi data)
     [ -d "$dir/nccl-tests" ] && parts+=(nccl-tests)
     tar -czf "$dir/pack/gpu-check.tgz" -C "$dir" "${parts[@]}"
     du -sh "$dir/bin" "$dir/lib" "$dir/pack/gpu-check.tgz"
