@@ -5,7 +5,8 @@
 // average of 2 or 4 ranks is exact in float32, float64 and (with the fp16 hook) float16: each
 // element must equal the average computed here, and every rank must hold the same bits. Also:
 // unused parameters (zeros), zeroGrad, the parameter broadcast from device memory, the statistics,
-// and a host stream refused as a producer.
+// a host stream refused as a producer, and uneven inputs (ranks that join early, then the last
+// joiner's parameters for all).
 // Needs a CUDA device: without one it says so and exits with 77 (ctest: skipped).
 #include <cuda_runtime.h>
 
@@ -230,6 +231,79 @@ void train(int n, int hook, bool unused, int iters) {
     fail(what + ": the buckets were not rebuilt once, at iteration 1");
 }
 
+// Uneven inputs on device gradients: rank r trains 2 + r iterations, then joins; each iteration's
+// average is over the ranks still training, divided by n (PyTorch's default), and after the join
+// every rank holds rank n - 1's parameters (the last to join).
+void uneven(int n) {
+  using chorus::test::CudaRanks;
+  CudaRanks k(n);
+  const std::vector<Param> params = {{3000, chorusFloat32}, {17, chorusFloat32}, {40000, chorusFloat32}};
+  std::vector<chorusDdpParam_t> cparams;
+  for (const Param& p : params) cparams.push_back({p.count, p.type, nullptr});
+  chorusDdpConfig_t cfg = CHORUS_DDP_CONFIG_INITIALIZER;
+  cfg.firstBucketCapBytes = 8 << 10;
+  cfg.bucketCapBytes = 64 << 10;
+  cfg.unevenInputs = 1;
+  const std::string what = std::to_string(n) + " ranks, uneven inputs";
+  auto rank = [&](int r) {
+    CUDA_OK(cudaSetDevice(0));
+    chorusDdpReducer_t red = nullptr;
+    DDP_OK(chorusDdpReducerCreate(&red, k.comms[r], cparams.data(), static_cast<int>(cparams.size()), &cfg));
+    std::vector<char> host;
+    for (int it = 0; it < 2 + r; ++it) {
+      int rebuilt = 0;
+      DDP_OK(chorusDdpPrepareForBackward(red, &rebuilt));
+      for (size_t p = params.size(); p-- > 0;) {
+        void* g = nullptr;
+        DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
+        fill(host, p, params[p], r, it);
+        CUDA_OK(cudaMemcpyAsync(g, host.data(), host.size(), cudaMemcpyHostToDevice, k.cuda[r]));
+        DDP_OK(chorusDdpMarkReadyOn(red, static_cast<int>(p), k.streams[r]));
+      }
+      DDP_OK(chorusDdpFinalizeOn(red, k.streams[r]));
+      for (size_t p = 0; p < params.size(); ++p) {
+        void* g = nullptr;
+        DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
+        std::vector<char> out(bytesOf(params[p]));
+        CUDA_OK(cudaMemcpyAsync(out.data(), g, out.size(), cudaMemcpyDeviceToHost, k.cuda[r]));
+        CUDA_OK(cudaStreamSynchronize(k.cuda[r]));
+        for (size_t e = 0; e < params[p].count; ++e) {
+          double sum = 0;
+          for (int q = 0; q < n; ++q) {
+            if (it < 2 + q) sum += static_cast<float>(value(q, it, p, e));
+          }
+          if (elem(out, params[p], e) != sum / n) {
+            fail(what + ": rank " + std::to_string(r) + " iteration " + std::to_string(it) + " parameter " +
+                 std::to_string(p) + " element " + std::to_string(e) + ": " + std::to_string(elem(out, params[p], e)) +
+                 ", want " + std::to_string(sum / n));
+            break;
+          }
+        }
+      }
+    }
+    std::vector<void*> w(params.size());
+    for (size_t p = 0; p < params.size(); ++p) {
+      CUDA_OK(cudaMalloc(&w[p], bytesOf(params[p])));
+      fill(host, p, params[p], r, 2000);
+      CUDA_OK(cudaMemcpy(w[p], host.data(), host.size(), cudaMemcpyHostToDevice));
+    }
+    DDP_OK(chorusDdpJoin(red, w.data()));
+    for (size_t p = 0; p < params.size(); ++p) {
+      std::vector<char> want, have(bytesOf(params[p]));
+      fill(want, p, params[p], n - 1, 2000);
+      CUDA_OK(cudaMemcpy(have.data(), w[p], have.size(), cudaMemcpyDeviceToHost));
+      if (have != want)
+        fail(what + ": rank " + std::to_string(r) + " does not hold the last joiner's parameter " + std::to_string(p));
+      CUDA_OK(cudaFree(w[p]));
+    }
+    DDP_OK(chorusDdpReducerDestroy(red));
+  };
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back(rank, r);
+  for (auto& x : t) x.join();
+  std::printf("%s: checked\n", what.c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -245,6 +319,7 @@ int main() {
     train(n, chorusDdpHookAllReduce, false, 4);
     train(n, chorusDdpHookFp16, false, 3);
     train(n, chorusDdpHookAllReduce, true, 3);
+    uneven(n);
   }
   std::printf("%s: %d failures\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;

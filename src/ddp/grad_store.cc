@@ -189,7 +189,7 @@ class DeviceStore final : public GradStore {
     if (stream_) (void)chorusStreamDestroy(stream_);
     if (hostStream_) (void)chorusStreamDestroy(hostStream_);
     cuda::eventDestroy(signal_);
-    cuda::streamDestroy(cuda_);
+    if (cuda_) cuda::streamDestroy(cuda_);
   }
   std::string describe() const override { return "device memory on GPU " + std::to_string(device_); }
 
@@ -208,9 +208,21 @@ class DeviceStore final : public GradStore {
   void free(void* p) override {
     if (p) (void)cuda::freeShareable(p);
   }
-  Status zero(void* p, size_t bytes) override { return cuda::memsetAsync(p, bytes, cuda_); }
-  Status copy(void* dst, const void* src, size_t bytes) override { return cuda::copyAsync(dst, src, bytes, cuda_); }
+  // The calling thread's current device may be another GPU: the work is enqueued with the
+  // reducer's current.
+  Status zero(void* p, size_t bytes) override {
+    cuda::DeviceGuard g(device_);
+    CHORUS_TRY(g.status());
+    return cuda::memsetAsync(p, bytes, cuda_);
+  }
+  Status copy(void* dst, const void* src, size_t bytes) override {
+    cuda::DeviceGuard g(device_);
+    CHORUS_TRY(g.status());
+    return cuda::copyAsync(dst, src, bytes, cuda_);
+  }
   Status convert(const Conversion* c) override {
+    cuda::DeviceGuard g(device_);
+    CHORUS_TRY(g.status());
     return cuda::convertAsync(c->src, c->dst, c->count, c->wide, c->low, c->narrow, cuda_);
   }
 
