@@ -604,7 +604,8 @@ Status Reducer::finalize(chorusStream_t consumer) {
     if (s.isOk() && usedMapPending_) s = store_->synchronizeHost("the all-reduce of the used-parameter map");
     backwardMarked_ = s.isOk();
     hostWait_ = 0;
-  } else if (s.isOk()) {
+  } else {
+    // (A failed launch waits too: nothing of the iteration is left running.)
     s = waitLocked("reducing the gradients");
     if (s.isOk()) s = launchError_;
     hostWait_ = (nowNs() - t0) * 1e-9;
