@@ -1,0 +1,22 @@
+// Chorus's socket network: the network ABI of include/chorus/net.h over TCP.
+//
+// One device: the interface CHORUS_SOCKET_IFNAME names, or the first non-loopback interface that is
+// up, or loopback (src/bootstrap/socket.h, localInterfaceAddr). listen binds a non-blocking
+// listener there and writes a handle {magic, a random nonce, the address}; connect and accept
+// make the connection in steps that never block (connect's progress is kept in the handle, as
+// NCCL's networks do), and the connecting side opens with a hello carrying the nonce, so a
+// listener takes only connections made from its own handle. Each send comm is one TCP connection;
+// every message goes as a 16-byte header (tag, size) and its bytes. Requests progress inside test()
+// (and on every isend and irecv), in the order they were issued, and never block.
+//
+// Host memory only (ptrSupport CHORUS_NET_PTR_HOST): registration records the range, iflush has
+// nothing to do. At most 8 receives in a group (maxRecvs).
+#pragma once
+
+#include "include/chorus/net.h"
+
+namespace chorus {
+
+const chorusNet_v1_t& socketNetwork();
+
+}  // namespace chorus
