@@ -3,8 +3,13 @@
 // several sizes into grouped receives by tag (every byte compared), shorter messages, the limit of
 // requests in flight, and the errors a network must give: a message longer than its receive, a peer
 // that closed, a listener that is gone, a stranger's connection, memory it cannot register.
+// The message tests run on the socket network itself and, through the plugin loader
+// (transports/net/net_plugin.h), on plugins built from it (tests/net_plugin/socket_plugin.cc):
+// Chorus's interface, and NCCL's v11 and v8 behind the adapter. "[net_plugin]": the loader's
+// choices and its refusals of broken plugins.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "src/bootstrap/socket.h"
+#include "transports/net/net_plugin.h"
 #include "transports/net/socket_net.h"
 
 namespace {
@@ -37,7 +43,28 @@ bool logged(const std::string& part) {
                      [&](const std::string& l) { return l.find(part) != std::string::npos; });
 }
 
-const chorusNet_v1_t& net() { return chorus::socketNetwork(); }
+const chorusNet_v1_t* current = nullptr;
+const chorusNet_v1_t& net() { return current ? *current : chorus::socketNetwork(); }
+
+std::string pluginPath(const std::string& kind) {
+  return std::string(CHORUS_TEST_NET_PLUGIN_DIR) + "/libchorus_test_net_" + kind + ".so";
+}
+
+// Network `which`: 0 the socket network, 1 as Chorus's plugin, 2 as NCCL's v11, 3 as NCCL's v8.
+const chorusNet_v1_t* network(int which) {
+  if (which == 0) return &chorus::socketNetwork();
+  static const char* const kinds[] = {"", "v1", "v11", "v8"};
+  chorus::Result<chorus::LoadedNetwork> n = chorus::loadNetPlugin(pluginPath(kinds[which]), logger);
+  INFO(n.status().message());
+  REQUIRE(n.isOk());
+  return n.value().net;
+}
+
+// The rest of the test case runs once on each network.
+#define ON_EVERY_NETWORK()                                                                                    \
+  const int which_ = GENERATE(0, 1, 2, 3);                                                                    \
+  INFO("network " << which_ << " (0 socket, 1 chorusNetPlugin_v1, 2 ncclNetPlugin_v11, 3 ncclNetPlugin_v8)"); \
+  current = network(which_)
 
 // Calls f until it says done, at most `tries` times (each call must return at once).
 bool until(const std::function<bool()>& f, int tries = 200000) {
@@ -95,6 +122,7 @@ chorusResult_t drain(std::vector<void*>& reqs, std::vector<std::vector<size_t>>*
 }  // namespace
 
 TEST_CASE("the socket network describes its one device and fits its handle in 128 bytes", "[net]") {
+  current = nullptr;
   int ndev = -1;
   REQUIRE(net().devices(&ndev) == chorusSuccess);
   REQUIRE(ndev == 1);
@@ -110,6 +138,7 @@ TEST_CASE("the socket network describes its one device and fits its handle in 12
 }
 
 TEST_CASE("tagged messages reach a grouped receive by tag and every byte arrives", "[net]") {
+  ON_EVERY_NETWORK();
   Pair pr;
   // Three messages: empty, 1000 bytes, 5 MiB (many partial sends and receives).
   const std::vector<size_t> sizes = {0, 1000, 5u << 20};
@@ -169,6 +198,7 @@ TEST_CASE("tagged messages reach a grouped receive by tag and every byte arrives
 }
 
 TEST_CASE("no more than the requests a comm holds are taken at once and the rest wait their turn", "[net]") {
+  ON_EVERY_NETWORK();
   Pair pr;
   std::vector<char> buf(64);
   void *smr = nullptr, *rmr = nullptr;
@@ -206,6 +236,7 @@ TEST_CASE("no more than the requests a comm holds are taken at once and the rest
 }
 
 TEST_CASE("a message longer than its receive fails both ends' requests and says so", "[net]") {
+  ON_EVERY_NETWORK();
   Pair pr;
   std::vector<char> buf(4096), rbuf(100);
   void *smr = nullptr, *rmr = nullptr;
@@ -229,6 +260,7 @@ TEST_CASE("a message longer than its receive fails both ends' requests and says 
 }
 
 TEST_CASE("a message whose tag no receive of the group has is an error naming the rule", "[net]") {
+  ON_EVERY_NETWORK();
   Pair pr;
   std::vector<char> buf(16), rbuf(16);
   void *smr = nullptr, *rmr = nullptr;
@@ -249,6 +281,7 @@ TEST_CASE("a message whose tag no receive of the group has is an error naming th
 }
 
 TEST_CASE("a receive whose peer closed fails instead of waiting", "[net]") {
+  ON_EVERY_NETWORK();
   Pair pr;
   std::vector<char> rbuf(64);
   void* rmr = nullptr;
@@ -267,6 +300,7 @@ TEST_CASE("a receive whose peer closed fails instead of waiting", "[net]") {
 }
 
 TEST_CASE("connecting to a listener that is gone fails and a stranger's connection is turned away", "[net]") {
+  current = nullptr;
   void* ctx = nullptr;
   REQUIRE(net().init(&ctx, 9, nullptr, logger) == chorusSuccess);
   char handle[CHORUS_NET_HANDLE_MAXSIZE];
@@ -308,6 +342,7 @@ TEST_CASE("connecting to a listener that is gone fails and a stranger's connecti
 }
 
 TEST_CASE("the socket network registers host memory only and finalize wants its comms closed", "[net]") {
+  current = nullptr;
   Pair pr;
   char b[8];
   void* mr = nullptr;
@@ -320,4 +355,49 @@ TEST_CASE("the socket network registers host memory only and finalize wants its 
   net().deregMr(pr.send, mr);
   CHECK(net().finalize(pr.ctx) == chorusInvalidUsage);
   CHECK(logged("finalize with 3 comms still open"));
+}
+
+TEST_CASE("the loader takes the newest interface a plugin exports and names what is wrong with the rest",
+          "[net][net_plugin]") {
+  current = nullptr;
+  auto v1 = chorus::loadNetPlugin(pluginPath("v1"), logger);
+  REQUIRE(v1.isOk());
+  CHECK(v1.value().symbol == "chorusNetPlugin_v1");
+  CHECK_FALSE(v1.value().adapted);
+  CHECK(std::string(v1.value().net->name) == "Socket");
+  // A library with NCCL's v11 and v8: v11 is taken.
+  auto v11 = chorus::loadNetPlugin(pluginPath("v11"), logger);
+  REQUIRE(v11.isOk());
+  CHECK(v11.value().symbol == "ncclNetPlugin_v11");
+  CHECK(v11.value().adapted);
+  CHECK(std::string(v11.value().net->name) == "ChorusSocketAsNccl");
+  auto v8 = chorus::loadNetPlugin(pluginPath("v8"), logger);
+  REQUIRE(v8.isOk());
+  CHECK(v8.value().symbol == "ncclNetPlugin_v8");
+  // Properties come through the adapter (v8 has no largest-message field: INT_MAX).
+  chorusNetProperties_v1_t p{};
+  REQUIRE(v8.value().net->getProperties(0, &p) == chorusSuccess);
+  CHECK(p.maxRecvs == 8);
+  CHECK(p.maxP2pBytes == size_t(INT_MAX));
+  CHECK(p.ptrSupport == CHORUS_NET_PTR_HOST);
+  // Loaded once: the same table again.
+  auto again = chorus::loadNetPlugin(pluginPath("v11"), logger);
+  REQUIRE(again.isOk());
+  CHECK(again.value().net == v11.value().net);
+
+  auto none = chorus::loadNetPlugin(pluginPath("none"), logger);
+  REQUIRE_FALSE(none.isOk());
+  CHECK_THAT(none.status().message(),
+             Catch::Contains("exports none of chorusNetPlugin_v1 and ncclNetPlugin_v12 to ncclNetPlugin_v8"));
+  auto missing = chorus::loadNetPlugin(pluginPath("missing"), logger);
+  REQUIRE_FALSE(missing.isOk());
+  CHECK_THAT(missing.status().message(), Catch::Contains("exports ncclNetPlugin_v11 without isend"));
+  auto badInit = chorus::loadNetPlugin(pluginPath("bad_init"), logger);
+  REQUIRE_FALSE(badInit.isOk());
+  CHECK(badInit.status().code() == chorusSystemError);
+  CHECK_THAT(badInit.status().message(),
+             Catch::Contains("(ncclNetPlugin_v11, \"ChorusSocketAsNccl\") failed to initialise"));
+  auto absent = chorus::loadNetPlugin(pluginPath("no_such_plugin"), logger);
+  REQUIRE_FALSE(absent.isOk());
+  CHECK_THAT(absent.status().message(), Catch::Contains("cannot load the net plugin"));
 }

@@ -1,0 +1,412 @@
+#include "transports/net/net_plugin.h"
+
+#include <dlfcn.h>
+
+#include <climits>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "transports/net/nccl_net.h"
+
+namespace chorus {
+namespace {
+
+using namespace ncclnet;
+
+chorusResult_t asResult(NcclResult rc) {
+  return rc >= chorusSuccess && rc < chorusNumResults ? static_cast<chorusResult_t>(rc) : chorusInternalError;
+}
+
+// What a plugin's profiler events go to: nothing (Chorus has no profiler plugin interface).
+NcclResult noProfiler(void** eHandle, int, void*, int64_t, void*) {
+  if (eHandle) *eHandle = nullptr;
+  return chorusSuccess;
+}
+
+template <int V>
+struct Traits;
+template <>
+struct Traits<8> {
+  using Net = Net_v8;
+  using Props = Properties_v8;
+};
+template <>
+struct Traits<9> {
+  using Net = Net_v9;
+  using Props = Properties_v9;
+};
+template <>
+struct Traits<10> {
+  using Net = Net_v10;
+  using Props = Properties_v10;
+};
+template <>
+struct Traits<11> {
+  using Net = Net_v11;
+  using Props = Properties_v11;
+};
+template <>
+struct Traits<12> {
+  using Net = Net_v12;
+  using Props = Properties_v12;
+};
+
+// A request of the plugin's, with how many sizes its test reports (NCCL's test does not say).
+struct Req {
+  void* inner;
+  int n;
+};
+
+// chorusNet_v1_t over NCCL's ncclNet_vV_t: the table's functions are plain function pointers, so
+// each plugin served gets an instance of its own (slot S), up to kSlots plugins per version.
+constexpr int kSlots = 4;
+template <int V, int S>
+struct Adapter {
+  using Net = typename Traits<V>::Net;
+  using Props = typename Traits<V>::Props;
+  static inline const Net* p = nullptr;
+  static inline std::once_flag once;
+  static inline NcclResult initRc = chorusSuccess;
+  static inline chorusNet_v1_t table{};
+
+  struct Ctx {
+    void* inner = nullptr;  // v11 on: the plugin's context
+  };
+
+  static chorusResult_t init(void** ctx, uint64_t commId, const chorusNetCommConfig_v1_t* config,
+                             chorusNetLogger_t logger) {
+    if (!ctx) return chorusInvalidArgument;
+    auto* c = new Ctx();
+    if constexpr (V >= 11) {
+      CommConfig cc{config ? config->trafficClass : -1};
+      const NcclResult rc = p->init(&c->inner, commId, &cc, logger, noProfiler);
+      if (rc != chorusSuccess) {
+        delete c;
+        return asResult(rc);
+      }
+    } else {
+      std::call_once(once, [&] {
+        if constexpr (V == 10) {
+          initRc = p->init(logger, noProfiler);
+        } else {
+          initRc = p->init(logger);
+        }
+      });
+      if (initRc != chorusSuccess) {
+        delete c;
+        return asResult(initRc);
+      }
+    }
+    *ctx = c;
+    return chorusSuccess;
+  }
+
+  static chorusResult_t finalize(void* ctx) {
+    auto* c = static_cast<Ctx*>(ctx);
+    if (!c) return chorusInvalidArgument;
+    NcclResult rc = chorusSuccess;
+    if constexpr (V >= 11) rc = p->finalize(c->inner);
+    delete c;
+    return asResult(rc);
+  }
+
+  static chorusResult_t devices(int* ndev) { return asResult(p->devices(ndev)); }
+
+  static chorusResult_t getProperties(int dev, chorusNetProperties_v1_t* out) {
+    if (!out) return chorusInvalidArgument;
+    Props q{};
+    const NcclResult rc = p->getProperties(dev, &q);
+    if (rc != chorusSuccess) return asResult(rc);
+    *out = chorusNetProperties_v1_t{};
+    out->name = q.name;
+    out->pciPath = q.pciPath;
+    out->guid = q.guid;
+    out->ptrSupport = q.ptrSupport;
+    out->regIsGlobal = q.regIsGlobal;
+    out->speed = q.speed;
+    out->port = q.port;
+    out->latency = q.latency;
+    out->maxComms = q.maxComms;
+    out->maxRecvs = q.maxRecvs;
+    if constexpr (V >= 9) {
+      out->forceFlush = q.forceFlush;
+      out->maxP2pBytes = q.maxP2pBytes;
+      out->maxCollBytes = q.maxCollBytes;
+    } else {
+      out->maxP2pBytes = INT_MAX;
+      out->maxCollBytes = INT_MAX;
+    }
+    return chorusSuccess;
+  }
+
+  static chorusResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
+    if constexpr (V >= 11) {
+      return asResult(p->listen(static_cast<Ctx*>(ctx)->inner, dev, handle, listenComm));
+    } else {
+      return asResult(p->listen(dev, handle, listenComm));
+    }
+  }
+
+  static chorusResult_t connect(void* ctx, int dev, void* handle, void** sendComm) {
+    DeviceHandle* none = nullptr;  // no device offload
+    if constexpr (V >= 11) {
+      return asResult(p->connect(static_cast<Ctx*>(ctx)->inner, dev, handle, sendComm, &none));
+    } else if constexpr (V == 10) {
+      CommConfig cc{-1};
+      return asResult(p->connect(dev, &cc, handle, sendComm, &none));
+    } else {
+      return asResult(p->connect(dev, handle, sendComm, &none));
+    }
+  }
+
+  static chorusResult_t accept(void* listenComm, void** recvComm) {
+    DeviceHandle* none = nullptr;
+    return asResult(p->accept(listenComm, recvComm, &none));
+  }
+
+  static chorusResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+    return asResult(p->regMr(comm, data, size, type, mhandle));
+  }
+  static chorusResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                    void** mhandle) {
+    return asResult(p->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle));
+  }
+  static chorusResult_t deregMr(void* comm, void* mhandle) { return asResult(p->deregMr(comm, mhandle)); }
+
+  static chorusResult_t wrap(NcclResult rc, void* inner, int n, void** request) {
+    *request = nullptr;
+    if (rc != chorusSuccess) return asResult(rc);
+    if (inner) *request = new Req{inner, n};
+    return chorusSuccess;
+  }
+
+  static chorusResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+    if (!request) return chorusInvalidArgument;
+    void* inner = nullptr;
+    NcclResult rc;
+    if constexpr (V == 8) {
+      if (size > size_t(INT_MAX)) return chorusInvalidArgument;  // the v8 interface carries int sizes
+      rc = p->isend(sendComm, data, static_cast<int>(size), tag, mhandle, &inner);
+    } else if constexpr (V == 9) {
+      rc = p->isend(sendComm, data, size, tag, mhandle, &inner);
+    } else {
+      rc = p->isend(sendComm, data, size, tag, mhandle, nullptr, &inner);
+    }
+    return wrap(rc, inner, 1, request);
+  }
+
+  static chorusResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                              void** request) {
+    if (!request || n < 1 || !sizes) return chorusInvalidArgument;
+    void* inner = nullptr;
+    NcclResult rc;
+    if constexpr (V == 8) {
+      std::vector<int> isz(n);
+      for (int i = 0; i < n; ++i) {
+        if (sizes[i] > size_t(INT_MAX)) return chorusInvalidArgument;
+        isz[i] = static_cast<int>(sizes[i]);
+      }
+      rc = p->irecv(recvComm, n, data, isz.data(), tags, mhandles, &inner);
+    } else if constexpr (V == 9) {
+      rc = p->irecv(recvComm, n, data, sizes, tags, mhandles, &inner);
+    } else {
+      std::vector<void*> phandles(n, nullptr);
+      rc = p->irecv(recvComm, n, data, sizes, tags, mhandles, phandles.data(), &inner);
+    }
+    return wrap(rc, inner, n, request);
+  }
+
+  static chorusResult_t iflush(void* recvComm, int n, void** data, size_t* sizes, void** mhandles, void** request) {
+    if (!request || n < 0) return chorusInvalidArgument;
+    std::vector<int> isz(n);
+    for (int i = 0; i < n; ++i) isz[i] = sizes[i] > size_t(INT_MAX) ? INT_MAX : static_cast<int>(sizes[i]);
+    void* inner = nullptr;
+    const NcclResult rc = p->iflush(recvComm, n, data, isz.data(), mhandles, &inner);
+    return wrap(rc, inner, n, request);
+  }
+
+  static chorusResult_t test(void* request, int* done, size_t* sizes) {
+    auto* r = static_cast<Req*>(request);
+    if (!r || !done) return chorusInvalidArgument;
+    std::vector<int> isz(r->n, 0);
+    const NcclResult rc = p->test(r->inner, done, isz.data());
+    if (rc != chorusSuccess) return asResult(rc);
+    if (*done) {
+      if (sizes) {
+        for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<size_t>(isz[i] < 0 ? 0 : isz[i]);
+      }
+      delete r;
+    }
+    return chorusSuccess;
+  }
+
+  static chorusResult_t closeSend(void* c) { return asResult(p->closeSend(c)); }
+  static chorusResult_t closeRecv(void* c) { return asResult(p->closeRecv(c)); }
+  static chorusResult_t closeListen(void* c) { return asResult(p->closeListen(c)); }
+
+  // The functions a network must have, by name, or empty.
+  static std::string missing(const Net& n) {
+    std::string m;
+    auto need = [&](const void* f, const char* name) {
+      if (!f) m += std::string(m.empty() ? "" : ", ") + name;
+    };
+    need(n.name, "name");
+    need(reinterpret_cast<const void*>(n.init), "init");
+    need(reinterpret_cast<const void*>(n.devices), "devices");
+    need(reinterpret_cast<const void*>(n.getProperties), "getProperties");
+    need(reinterpret_cast<const void*>(n.listen), "listen");
+    need(reinterpret_cast<const void*>(n.connect), "connect");
+    need(reinterpret_cast<const void*>(n.accept), "accept");
+    need(reinterpret_cast<const void*>(n.regMr), "regMr");
+    need(reinterpret_cast<const void*>(n.deregMr), "deregMr");
+    need(reinterpret_cast<const void*>(n.isend), "isend");
+    need(reinterpret_cast<const void*>(n.irecv), "irecv");
+    need(reinterpret_cast<const void*>(n.iflush), "iflush");
+    need(reinterpret_cast<const void*>(n.test), "test");
+    need(reinterpret_cast<const void*>(n.closeSend), "closeSend");
+    need(reinterpret_cast<const void*>(n.closeRecv), "closeRecv");
+    need(reinterpret_cast<const void*>(n.closeListen), "closeListen");
+    if constexpr (V >= 11) need(reinterpret_cast<const void*>(n.finalize), "finalize");
+    return m;
+  }
+
+  static const chorusNet_v1_t* bind(const Net* net) {
+    p = net;
+    table =
+        chorusNet_v1_t{net->name, init,    finalize, devices, getProperties, listen, connect,   accept,    regMr,
+                       nullptr,   deregMr, isend,    irecv,   iflush,        test,   closeSend, closeRecv, closeListen};
+    if (net->regMrDmaBuf) table.regMrDmaBuf = regMrDmaBuf;
+    return &table;
+  }
+};
+
+// The functions chorusNet_v1_t needs, by name, or empty.
+std::string missingV1(const chorusNet_v1_t& n) {
+  std::string m;
+  auto need = [&](const void* f, const char* name) {
+    if (!f) m += std::string(m.empty() ? "" : ", ") + name;
+  };
+  need(n.name, "name");
+  need(reinterpret_cast<const void*>(n.init), "init");
+  need(reinterpret_cast<const void*>(n.finalize), "finalize");
+  need(reinterpret_cast<const void*>(n.devices), "devices");
+  need(reinterpret_cast<const void*>(n.getProperties), "getProperties");
+  need(reinterpret_cast<const void*>(n.listen), "listen");
+  need(reinterpret_cast<const void*>(n.connect), "connect");
+  need(reinterpret_cast<const void*>(n.accept), "accept");
+  need(reinterpret_cast<const void*>(n.regMr), "regMr");
+  need(reinterpret_cast<const void*>(n.deregMr), "deregMr");
+  need(reinterpret_cast<const void*>(n.isend), "isend");
+  need(reinterpret_cast<const void*>(n.irecv), "irecv");
+  need(reinterpret_cast<const void*>(n.iflush), "iflush");
+  need(reinterpret_cast<const void*>(n.test), "test");
+  need(reinterpret_cast<const void*>(n.closeSend), "closeSend");
+  need(reinterpret_cast<const void*>(n.closeRecv), "closeRecv");
+  need(reinterpret_cast<const void*>(n.closeListen), "closeListen");
+  return m;
+}
+
+// The adapter slots of each version: which plugin's symbol each serves (null: free).
+const void* slotOwner[13][kSlots] = {};
+
+template <int V, int... S>
+const chorusNet_v1_t* bindSlot(int slot, const void* sym, std::integer_sequence<int, S...>) {
+  const chorusNet_v1_t* t = nullptr;
+  ((slot == S ? (t = Adapter<V, S>::bind(static_cast<const typename Adapter<V, S>::Net*>(sym))) : t), ...);
+  return t;
+}
+
+// Adapts an NCCL plugin's ncclNetPlugin_vV; *slotTaken: the slot it took (freed on a later failure).
+template <int V>
+Result<const chorusNet_v1_t*> adaptNccl(void* sym, const std::string& path, const void*** slotTaken) {
+  const auto* net = static_cast<const typename Adapter<V, 0>::Net*>(sym);
+  const std::string m = Adapter<V, 0>::missing(*net);
+  if (!m.empty()) {
+    return invalidUsage("the net plugin " + path + " exports ncclNetPlugin_v" + std::to_string(V) + " without " + m);
+  }
+  for (int k = 0; k < kSlots; ++k) {
+    if (slotOwner[V][k]) continue;
+    slotOwner[V][k] = sym;
+    *slotTaken = &slotOwner[V][k];
+    return bindSlot<V>(k, sym, std::make_integer_sequence<int, kSlots>{});
+  }
+  return invalidUsage("the net plugin " + path + " would be NCCL plugin number " + std::to_string(kSlots + 1) +
+                      " of interface v" + std::to_string(V) + " in this process; at most " + std::to_string(kSlots) +
+                      " can be used");
+}
+
+}  // namespace
+
+Result<LoadedNetwork> loadNetPlugin(const std::string& path, chorusNetLogger_t logger) {
+  static std::mutex mu;
+  static std::map<std::string, LoadedNetwork> loaded;
+  std::lock_guard<std::mutex> g(mu);
+  if (auto it = loaded.find(path); it != loaded.end()) return it->second;
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* e = ::dlerror();
+    return invalidUsage("cannot load the net plugin " + path + ": " + (e ? e : "dlopen failed"));
+  }
+  LoadedNetwork n;
+  n.path = path;
+  // On any failure below the library goes again, and the adapter slot it took is free.
+  struct Unload {
+    void* lib;
+    const void** slot = nullptr;
+    bool keep = false;
+    ~Unload() {
+      if (keep) return;
+      if (slot) *slot = nullptr;
+      ::dlclose(lib);
+    }
+  } unload{lib};
+  if (void* s = ::dlsym(lib, "chorusNetPlugin_v1")) {
+    const auto* net = static_cast<const chorusNet_v1_t*>(s);
+    const std::string m = missingV1(*net);
+    if (!m.empty()) return invalidUsage("the net plugin " + path + " exports chorusNetPlugin_v1 without " + m);
+    n.net = net;
+    n.symbol = "chorusNetPlugin_v1";
+  } else {
+    struct Candidate {
+      int version;
+      Result<const chorusNet_v1_t*> (*adapt)(void*, const std::string&, const void***);
+    };
+    const Candidate candidates[] = {
+        {12, adaptNccl<12>}, {11, adaptNccl<11>}, {10, adaptNccl<10>}, {9, adaptNccl<9>}, {8, adaptNccl<8>}};
+    for (const Candidate& c : candidates) {
+      const std::string name = "ncclNetPlugin_v" + std::to_string(c.version);
+      void* s = ::dlsym(lib, name.c_str());
+      if (!s) continue;
+      CHORUS_ASSIGN_OR_RETURN(n.net, c.adapt(s, path, &unload.slot));
+      n.symbol = name;
+      n.adapted = true;
+      break;
+    }
+    if (!n.net) {
+      return invalidUsage("the net plugin " + path +
+                          " exports none of chorusNetPlugin_v1 and ncclNetPlugin_v12 to ncclNetPlugin_v8: it is not a "
+                          "network plugin this build of Chorus can use");
+    }
+  }
+  // One try: a context, its devices, and the context closed again.
+  void* ctx = nullptr;
+  chorusResult_t rc = n.net->init(&ctx, 0, nullptr, logger);
+  if (rc != chorusSuccess) {
+    return Status(rc, "the net plugin " + path + " (" + n.symbol + ", \"" + n.net->name + "\") failed to initialise");
+  }
+  int ndev = 0;
+  rc = n.net->devices(&ndev);
+  (void)n.net->finalize(ctx);
+  if (rc != chorusSuccess) {
+    return Status(rc, "the net plugin " + path + " (\"" + std::string(n.net->name) + "\") could not count its devices");
+  }
+  if (ndev < 1)
+    return invalidUsage("the net plugin " + path + " (\"" + std::string(n.net->name) + "\") has no devices");
+  unload.keep = true;
+  loaded[path] = n;
+  return n;
+}
+
+}  // namespace chorus
