@@ -160,7 +160,7 @@ TEST_CASE("tagged messages reach a grouped receive by tag and every byte arrives
   for (size_t i = 0; i < 3; ++i) {
     sp[i] = sendArena.data() + at;
     rp[i] = recvArena.data() + at;
-    std::memcpy(sp[i], out[i].data(), sizes[i]);
+    if (sizes[i]) std::memcpy(sp[i], out[i].data(), sizes[i]);
     at += sizes[i] + 64;
   }
   // The group lists the tags in another order than the messages come: each lands by its tag.
@@ -187,7 +187,7 @@ TEST_CASE("tagged messages reach a grouped receive by tag and every byte arrives
   CHECK(got[0][2] == sizes[1]);
   for (size_t i = 0; i < 3; ++i) {
     CHECK(got[1 + i][0] == sizes[i]);
-    CHECK(std::memcmp(rp[i], out[i].data(), sizes[i]) == 0);
+    if (sizes[i]) CHECK(std::memcmp(rp[i], out[i].data(), sizes[i]) == 0);
   }
   // Flushing host memory has nothing to do.
   void* f = reinterpret_cast<void*>(1);

@@ -21,38 +21,21 @@ namespace {
 
 const chorusNet_v1_t& sock() { return chorus::socketNetwork(); }
 
-// A request with how many sizes its test reports.
-struct Req {
-  void* inner;
-  int n;
-};
-
-NcclResult wrap(chorusResult_t rc, void* inner, int n, void** request) {
-  *request = nullptr;
-  if (rc == chorusSuccess && inner) *request = new Req{inner, n};
-  return rc;
-}
-
+// NCCL's test reports int sizes, as many as the request has messages.
 NcclResult test(void* request, int* done, int* sizes) {
-  auto* r = static_cast<Req*>(request);
-  std::vector<size_t> s(r->n, 0);
-  const chorusResult_t rc = sock().test(r->inner, done, s.data());
-  if (rc != chorusSuccess) return rc;
-  if (*done) {
-    if (sizes) {
-      for (int i = 0; i < r->n; ++i) sizes[i] = s[i] > size_t(INT_MAX) ? INT_MAX : int(s[i]);
-    }
-    delete r;
+  const int n = chorus::socketRequestParts(request);
+  std::vector<size_t> s(n > 0 ? n : 1, 0);
+  const chorusResult_t rc = sock().test(request, done, s.data());
+  if (rc == chorusSuccess && *done && sizes) {
+    for (int i = 0; i < n; ++i) sizes[i] = s[i] > size_t(INT_MAX) ? INT_MAX : int(s[i]);
   }
-  return chorusSuccess;
+  return rc;
 }
 
 NcclResult iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   std::vector<size_t> s(n);
   for (int i = 0; i < n; ++i) s[i] = size_t(sizes[i]);
-  void* inner = nullptr;
-  const chorusResult_t rc = sock().iflush(recvComm, n, data, s.data(), mhandles, &inner);
-  return wrap(rc, inner, n, request);
+  return sock().iflush(recvComm, n, data, s.data(), mhandles, request);
 }
 
 NcclResult accept(void* listenComm, void** recvComm, DeviceHandle** dev) {
@@ -102,15 +85,11 @@ NcclResult connectV11(void* ctx, int dev, void* handle, void** sendComm, DeviceH
   return sock().connect(ctx, dev, handle, sendComm);
 }
 NcclResult isendV11(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
-  void* inner = nullptr;
-  const chorusResult_t rc = sock().isend(sendComm, data, size, tag, mhandle, &inner);  // before `inner` is read
-  return wrap(rc, inner, 1, request);
+  return sock().isend(sendComm, data, size, tag, mhandle, request);
 }
 NcclResult irecvV11(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void**,
                     void** request) {
-  void* inner = nullptr;
-  const chorusResult_t rc = sock().irecv(recvComm, n, data, sizes, tags, mhandles, &inner);  // before `inner` is read
-  return wrap(rc, inner, n, request);
+  return sock().irecv(recvComm, n, data, sizes, tags, mhandles, request);
 }
 NcclResult makeVDevice(int*, VDeviceProps*) { return chorusInvalidUsage; }
 NcclResult setNetAttr(void*, NetAttr*) { return chorusSuccess; }
@@ -141,17 +120,12 @@ NcclResult connectV8(int dev, void* handle, void** sendComm, DeviceHandle** devC
   return sock().connect(v8ctx, dev, handle, sendComm);
 }
 NcclResult isendV8(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
-  void* inner = nullptr;
-  const chorusResult_t rc = sock().isend(sendComm, data, size_t(size), tag, mhandle, &inner);  // before `inner` is read
-  return wrap(rc, inner, 1, request);
+  return sock().isend(sendComm, data, size_t(size), tag, mhandle, request);
 }
 NcclResult irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
   std::vector<size_t> s(n);
   for (int i = 0; i < n; ++i) s[i] = size_t(sizes[i]);
-  void* inner = nullptr;
-  const chorusResult_t rc =
-      sock().irecv(recvComm, n, data, s.data(), tags, mhandles, &inner);  // before `inner` is read
-  return wrap(rc, inner, n, request);
+  return sock().irecv(recvComm, n, data, s.data(), tags, mhandles, request);
 }
 
 NcclResult regMr(void* comm, void* data, size_t size, int type, void** mhandle) {

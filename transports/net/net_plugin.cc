@@ -53,11 +53,32 @@ struct Traits<12> {
   using Props = Properties_v12;
 };
 
-// A request of the plugin's, with how many sizes its test reports (NCCL's test does not say).
+// A send or receive comm of the plugin's, wrapped with the requests made on it: each remembers how
+// many sizes its test reports (NCCL's test does not say). The requests live in the comm, so those
+// never tested are freed with it.
+struct AdComm;
 struct Req {
-  void* inner;
-  int n;
+  AdComm* comm = nullptr;
+  void* inner = nullptr;
+  int n = 0;
+  bool inUse = false;
 };
+struct AdComm {
+  void* inner = nullptr;
+  Req reqs[CHORUS_NET_MAX_REQUESTS];
+  Req* take() {
+    for (Req& r : reqs) {
+      if (!r.inUse) {
+        r.comm = this;
+        r.inUse = true;
+        return &r;
+      }
+    }
+    return nullptr;
+  }
+};
+void* innerOf(void* comm) { return static_cast<AdComm*>(comm)->inner; }
+void* wrapComm(void* inner) { return inner ? new AdComm{inner, {}} : nullptr; }
 
 // chorusNet_v1_t over NCCL's ncclNet_vV_t: the table's functions are plain function pointers, so
 // each plugin served gets an instance of its own (slot S), up to kSlots plugins per version.
@@ -150,86 +171,107 @@ struct Adapter {
   }
 
   static chorusResult_t connect(void* ctx, int dev, void* handle, void** sendComm) {
+    if (!sendComm) return chorusInvalidArgument;
     DeviceHandle* none = nullptr;  // no device offload
+    void* inner = nullptr;
+    NcclResult rc;
     if constexpr (V >= 11) {
-      return asResult(p->connect(static_cast<Ctx*>(ctx)->inner, dev, handle, sendComm, &none));
+      rc = p->connect(static_cast<Ctx*>(ctx)->inner, dev, handle, &inner, &none);
     } else if constexpr (V == 10) {
       CommConfig cc{-1};
-      return asResult(p->connect(dev, &cc, handle, sendComm, &none));
+      rc = p->connect(dev, &cc, handle, &inner, &none);
     } else {
-      return asResult(p->connect(dev, handle, sendComm, &none));
+      rc = p->connect(dev, handle, &inner, &none);
     }
+    *sendComm = rc == chorusSuccess ? wrapComm(inner) : nullptr;
+    return asResult(rc);
   }
 
   static chorusResult_t accept(void* listenComm, void** recvComm) {
+    if (!recvComm) return chorusInvalidArgument;
     DeviceHandle* none = nullptr;
-    return asResult(p->accept(listenComm, recvComm, &none));
+    void* inner = nullptr;
+    const NcclResult rc = p->accept(listenComm, &inner, &none);
+    *recvComm = rc == chorusSuccess ? wrapComm(inner) : nullptr;
+    return asResult(rc);
   }
 
   static chorusResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
-    return asResult(p->regMr(comm, data, size, type, mhandle));
+    return asResult(p->regMr(innerOf(comm), data, size, type, mhandle));
   }
   static chorusResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                                     void** mhandle) {
-    return asResult(p->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle));
+    return asResult(p->regMrDmaBuf(innerOf(comm), data, size, type, offset, fd, mhandle));
   }
-  static chorusResult_t deregMr(void* comm, void* mhandle) { return asResult(p->deregMr(comm, mhandle)); }
+  static chorusResult_t deregMr(void* comm, void* mhandle) { return asResult(p->deregMr(innerOf(comm), mhandle)); }
 
-  static chorusResult_t wrap(NcclResult rc, void* inner, int n, void** request) {
+  // A request slot of the comm for the call f(&inner), kept when the plugin made a request.
+  template <typename F>
+  static chorusResult_t issue(void* comm, int n, void** request, F&& f) {
     *request = nullptr;
-    if (rc != chorusSuccess) return asResult(rc);
-    if (inner) *request = new Req{inner, n};
+    Req* r = static_cast<AdComm*>(comm)->take();
+    if (!r) return chorusSuccess;  // every slot in flight: call again
+    void* inner = nullptr;
+    const NcclResult rc = f(&inner);
+    if (rc != chorusSuccess || !inner) {
+      r->inUse = false;
+      return asResult(rc);
+    }
+    r->inner = inner;
+    r->n = n;
+    *request = r;
     return chorusSuccess;
   }
 
   static chorusResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
-    if (!request) return chorusInvalidArgument;
-    void* inner = nullptr;
-    NcclResult rc;
-    if constexpr (V == 8) {
-      if (size > size_t(INT_MAX)) return chorusInvalidArgument;  // the v8 interface carries int sizes
-      rc = p->isend(sendComm, data, static_cast<int>(size), tag, mhandle, &inner);
-    } else if constexpr (V == 9) {
-      rc = p->isend(sendComm, data, size, tag, mhandle, &inner);
-    } else {
-      rc = p->isend(sendComm, data, size, tag, mhandle, nullptr, &inner);
-    }
-    return wrap(rc, inner, 1, request);
+    if (!request || !sendComm) return chorusInvalidArgument;
+    if (V == 8 && size > size_t(INT_MAX)) return chorusInvalidArgument;  // the v8 interface carries int sizes
+    void* c = innerOf(sendComm);
+    return issue(sendComm, 1, request, [&](void** inner) -> NcclResult {
+      if constexpr (V == 8) {
+        return p->isend(c, data, static_cast<int>(size), tag, mhandle, inner);
+      } else if constexpr (V == 9) {
+        return p->isend(c, data, size, tag, mhandle, inner);
+      } else {
+        return p->isend(c, data, size, tag, mhandle, nullptr, inner);
+      }
+    });
   }
 
   static chorusResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
                               void** request) {
-    if (!request || n < 1 || !sizes) return chorusInvalidArgument;
-    void* inner = nullptr;
-    NcclResult rc;
+    if (!request || !recvComm || n < 1 || !sizes) return chorusInvalidArgument;
+    void* c = innerOf(recvComm);
     if constexpr (V == 8) {
       std::vector<int> isz(n);
       for (int i = 0; i < n; ++i) {
         if (sizes[i] > size_t(INT_MAX)) return chorusInvalidArgument;
         isz[i] = static_cast<int>(sizes[i]);
       }
-      rc = p->irecv(recvComm, n, data, isz.data(), tags, mhandles, &inner);
+      return issue(recvComm, n, request,
+                   [&](void** inner) { return p->irecv(c, n, data, isz.data(), tags, mhandles, inner); });
     } else if constexpr (V == 9) {
-      rc = p->irecv(recvComm, n, data, sizes, tags, mhandles, &inner);
+      return issue(recvComm, n, request,
+                   [&](void** inner) { return p->irecv(c, n, data, sizes, tags, mhandles, inner); });
     } else {
       std::vector<void*> phandles(n, nullptr);
-      rc = p->irecv(recvComm, n, data, sizes, tags, mhandles, phandles.data(), &inner);
+      return issue(recvComm, n, request,
+                   [&](void** inner) { return p->irecv(c, n, data, sizes, tags, mhandles, phandles.data(), inner); });
     }
-    return wrap(rc, inner, n, request);
   }
 
   static chorusResult_t iflush(void* recvComm, int n, void** data, size_t* sizes, void** mhandles, void** request) {
-    if (!request || n < 0) return chorusInvalidArgument;
+    if (!request || !recvComm || n < 0) return chorusInvalidArgument;
     std::vector<int> isz(n);
     for (int i = 0; i < n; ++i) isz[i] = sizes[i] > size_t(INT_MAX) ? INT_MAX : static_cast<int>(sizes[i]);
-    void* inner = nullptr;
-    const NcclResult rc = p->iflush(recvComm, n, data, isz.data(), mhandles, &inner);
-    return wrap(rc, inner, n, request);
+    void* c = innerOf(recvComm);
+    return issue(recvComm, n, request,
+                 [&](void** inner) { return p->iflush(c, n, data, isz.data(), mhandles, inner); });
   }
 
   static chorusResult_t test(void* request, int* done, size_t* sizes) {
     auto* r = static_cast<Req*>(request);
-    if (!r || !done) return chorusInvalidArgument;
+    if (!r || !done || !r->inUse) return chorusInvalidArgument;
     std::vector<int> isz(r->n, 0);
     const NcclResult rc = p->test(r->inner, done, isz.data());
     if (rc != chorusSuccess) return asResult(rc);
@@ -237,13 +279,20 @@ struct Adapter {
       if (sizes) {
         for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<size_t>(isz[i] < 0 ? 0 : isz[i]);
       }
-      delete r;
+      r->inUse = false;
     }
     return chorusSuccess;
   }
 
-  static chorusResult_t closeSend(void* c) { return asResult(p->closeSend(c)); }
-  static chorusResult_t closeRecv(void* c) { return asResult(p->closeRecv(c)); }
+  static chorusResult_t closeComm(void* comm, NcclResult (*close)(void*)) {
+    auto* c = static_cast<AdComm*>(comm);
+    if (!c) return chorusInvalidArgument;
+    const NcclResult rc = close(c->inner);
+    delete c;  // with the requests never tested
+    return asResult(rc);
+  }
+  static chorusResult_t closeSend(void* c) { return closeComm(c, p->closeSend); }
+  static chorusResult_t closeRecv(void* c) { return closeComm(c, p->closeRecv); }
   static chorusResult_t closeListen(void* c) { return asResult(p->closeListen(c)); }
 
   // The functions a network must have, by name, or empty.

@@ -629,4 +629,6 @@ const chorusNet_v1_t kSocketNet = {
 
 const chorusNet_v1_t& socketNetwork() { return kSocketNet; }
 
+int socketRequestParts(const void* request) { return request ? static_cast<const Request*>(request)->n : 0; }
+
 }  // namespace chorus
