@@ -88,7 +88,9 @@ struct Adapter {
   using Net = typename Traits<V>::Net;
   using Props = typename Traits<V>::Props;
   static inline const Net* p = nullptr;
-  static inline std::once_flag once;
+  // Before v11 init is process-wide: once per plugin this slot serves (bind starts again).
+  static inline std::mutex initMu;
+  static inline bool initDone = false;
   static inline NcclResult initRc = chorusSuccess;
   static inline chorusNet_v1_t table{};
 
@@ -108,13 +110,17 @@ struct Adapter {
         return asResult(rc);
       }
     } else {
-      std::call_once(once, [&] {
-        if constexpr (V == 10) {
-          initRc = p->init(logger, noProfiler);
-        } else {
-          initRc = p->init(logger);
+      {
+        std::lock_guard<std::mutex> g(initMu);
+        if (!initDone) {
+          if constexpr (V == 10) {
+            initRc = p->init(logger, noProfiler);
+          } else {
+            initRc = p->init(logger);
+          }
+          initDone = true;
         }
-      });
+      }
       if (initRc != chorusSuccess) {
         delete c;
         return asResult(initRc);
@@ -295,34 +301,12 @@ struct Adapter {
   static chorusResult_t closeRecv(void* c) { return closeComm(c, p->closeRecv); }
   static chorusResult_t closeListen(void* c) { return asResult(p->closeListen(c)); }
 
-  // The functions a network must have, by name, or empty.
-  static std::string missing(const Net& n) {
-    std::string m;
-    auto need = [&](const void* f, const char* name) {
-      if (!f) m += std::string(m.empty() ? "" : ", ") + name;
-    };
-    need(n.name, "name");
-    need(reinterpret_cast<const void*>(n.init), "init");
-    need(reinterpret_cast<const void*>(n.devices), "devices");
-    need(reinterpret_cast<const void*>(n.getProperties), "getProperties");
-    need(reinterpret_cast<const void*>(n.listen), "listen");
-    need(reinterpret_cast<const void*>(n.connect), "connect");
-    need(reinterpret_cast<const void*>(n.accept), "accept");
-    need(reinterpret_cast<const void*>(n.regMr), "regMr");
-    need(reinterpret_cast<const void*>(n.deregMr), "deregMr");
-    need(reinterpret_cast<const void*>(n.isend), "isend");
-    need(reinterpret_cast<const void*>(n.irecv), "irecv");
-    need(reinterpret_cast<const void*>(n.iflush), "iflush");
-    need(reinterpret_cast<const void*>(n.test), "test");
-    need(reinterpret_cast<const void*>(n.closeSend), "closeSend");
-    need(reinterpret_cast<const void*>(n.closeRecv), "closeRecv");
-    need(reinterpret_cast<const void*>(n.closeListen), "closeListen");
-    if constexpr (V >= 11) need(reinterpret_cast<const void*>(n.finalize), "finalize");
-    return m;
-  }
-
   static const chorusNet_v1_t* bind(const Net* net) {
     p = net;
+    {
+      std::lock_guard<std::mutex> g(initMu);
+      initDone = false;
+    }
     table =
         chorusNet_v1_t{net->name, init,    finalize, devices, getProperties, listen, connect,   accept,    regMr,
                        nullptr,   deregMr, isend,    irecv,   iflush,        test,   closeSend, closeRecv, closeListen};
@@ -331,15 +315,19 @@ struct Adapter {
   }
 };
 
-// The functions chorusNet_v1_t needs, by name, or empty.
-std::string missingV1(const chorusNet_v1_t& n) {
+// The functions a network needs that `n` (chorusNet_v1_t or an NCCL ncclNet_vN_t: the members have
+// the same names) lacks, by name, or empty. `withFinalize`: its interface has finalize.
+template <typename Net>
+std::string missing(const Net& n, bool withFinalize) {
   std::string m;
   auto need = [&](const void* f, const char* name) {
     if (!f) m += std::string(m.empty() ? "" : ", ") + name;
   };
   need(n.name, "name");
   need(reinterpret_cast<const void*>(n.init), "init");
-  need(reinterpret_cast<const void*>(n.finalize), "finalize");
+  if constexpr (requires { n.finalize; }) {
+    if (withFinalize) need(reinterpret_cast<const void*>(n.finalize), "finalize");
+  }
   need(reinterpret_cast<const void*>(n.devices), "devices");
   need(reinterpret_cast<const void*>(n.getProperties), "getProperties");
   need(reinterpret_cast<const void*>(n.listen), "listen");
@@ -371,7 +359,7 @@ const chorusNet_v1_t* bindSlot(int slot, const void* sym, std::integer_sequence<
 template <int V>
 Result<const chorusNet_v1_t*> adaptNccl(void* sym, const std::string& path, const void*** slotTaken) {
   const auto* net = static_cast<const typename Adapter<V, 0>::Net*>(sym);
-  const std::string m = Adapter<V, 0>::missing(*net);
+  const std::string m = missing(*net, V >= 11);
   if (!m.empty()) {
     return invalidUsage("the net plugin " + path + " exports ncclNetPlugin_v" + std::to_string(V) + " without " + m);
   }
@@ -413,7 +401,7 @@ Result<LoadedNetwork> loadNetPlugin(const std::string& path, chorusNetLogger_t l
   } unload{lib};
   if (void* s = ::dlsym(lib, "chorusNetPlugin_v1")) {
     const auto* net = static_cast<const chorusNet_v1_t*>(s);
-    const std::string m = missingV1(*net);
+    const std::string m = missing(*net, true);
     if (!m.empty()) return invalidUsage("the net plugin " + path + " exports chorusNetPlugin_v1 without " + m);
     n.net = net;
     n.symbol = "chorusNetPlugin_v1";
