@@ -832,3 +832,63 @@ TEST_CASE("where gradients live is checked and a stream of the wrong kind is ref
   }
   CHECK(chorusDdpReducerDestroy(red) == chorusSuccess);
 }
+
+namespace {
+
+// On a consumer stream: waits 50 ms (a slow optimizer step), then copies the gradients out.
+void slowSnapshot(void* arg) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Snapshot::run(arg);
+}
+
+}  // namespace
+
+TEST_CASE("after chorusDdpFinalizeOn the gradients are zeroed only once the consumer stream has read them", "[ddp]") {
+  // chorusDdpZeroGrad right after chorusDdpFinalizeOn and a slow reader on the consumer stream:
+  // the reader must see the averages, not zeros, and the gradients are zero afterwards. Two
+  // iterations, so the second starts after a zeroing ordered that way.
+  const int n = 2;
+  World w(n);
+  REQUIRE(w.ok());
+  const Model m = randomModel(41, 6, {chorusFloat32});
+  chorusDdpConfig_t cfg = smallBuckets();
+  cfg.gradientMemory = chorusDdpMemoryHost;
+  Failures f;
+  onRanks(n, [&](int r) {
+    chorusDdpReducer_t red = nullptr;
+    DDP_OK(f, chorusDdpReducerCreate(&red, w[r], m.params.data(), static_cast<int>(m.params.size()), &cfg));
+    chorusStream_t consumer = nullptr;
+    DDP_OK(f, chorusStreamCreate(&consumer));
+    for (int it = 0; it < 2; ++it) {
+      int rebuilt = 0;
+      DDP_OK(f, chorusDdpPrepareForBackward(red, &rebuilt));
+      for (size_t p = 0; p < m.params.size(); ++p) {
+        writeGrad(red, m, r, it, p, false);
+        DDP_OK(f, chorusDdpMarkReady(red, static_cast<int>(p)));
+      }
+      DDP_OK(f, chorusDdpFinalizeOn(red, consumer));
+      Snapshot snap{red, &m, {}};
+      DDP_OK(f, chorusLaunchHostFunc(consumer, slowSnapshot, &snap));
+      DDP_OK(f, chorusDdpZeroGrad(red));
+      DDP_OK(f, chorusStreamSynchronize(consumer));
+      for (size_t p = 0; p < m.params.size() && snap.bytes.size() == m.params.size(); ++p) {
+        void* g = nullptr;
+        DDP_OK(f, chorusDdpGradient(red, static_cast<int>(p), &g));
+        for (size_t e = 0; e < m.params[p].count; ++e) {
+          const double want = (gradValue(0, it, p, e, chorusFloat32) + gradValue(1, it, p, e, chorusFloat32)) / 2;
+          const double read = load(snap.bytes[p].data(), chorusFloat32, e);
+          if (read != want || load(g, chorusFloat32, e) != 0) {
+            f.add("rank " + std::to_string(r) + " iteration " + std::to_string(it) + " parameter " + std::to_string(p) +
+                  " element " + std::to_string(e) + ": the consumer read " + std::to_string(read) + " (want " +
+                  std::to_string(want) + "), after the zeroing " + std::to_string(load(g, chorusFloat32, e)));
+            break;
+          }
+        }
+      }
+      if (snap.bytes.size() != m.params.size()) f.add("rank " + std::to_string(r) + ": the consumer read nothing");
+    }
+    DDP_OK(f, chorusDdpReducerDestroy(red));
+    DDP_OK(f, chorusStreamDestroy(consumer));
+  });
+  CHECK(f.list == std::vector<std::string>{});
+}

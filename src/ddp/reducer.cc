@@ -294,9 +294,28 @@ Status Reducer::checkIndex(int index) const {
 
 Status Reducer::waitLocked(const char* what) { return store_->synchronize(what); }
 
+// Host memory: the host waits for the stream of the last chorusDdpFinalizeOn before the reducer
+// touches the gradients again, without the reducer's lock (that stream's work may well call the
+// reducer: chorusDdpGradient). Device memory: nothing here; orderAfterConsumerLocked has the
+// reducer's stream wait for it instead.
+Status Reducer::waitForConsumer() {
+  if (store_->onDevice()) return Status::ok();
+  chorusStream_t c = nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    c = consumer_;
+    consumer_ = nullptr;
+  }
+  if (!c) return Status::ok();
+  chorusResult_t rc = chorusStreamSynchronize(c);
+  if (rc != chorusSuccess) return fail(rc, "waiting for the stream of the last chorusDdpFinalizeOn");
+  return Status::ok();
+}
+
 // The framework's work after the last chorusDdpFinalizeOn (an optimizer step reading the
 // gradients) comes before what the reducer does to them next: on the device its stream waits for
-// that work; on the host the host does.
+// that work; on the host the host did (waitForConsumer), unless another chorusDdpFinalizeOn came
+// in between (calls that race an iteration), which is then waited for here.
 Status Reducer::orderAfterConsumerLocked() {
   if (!consumer_) return Status::ok();
   const chorusStream_t c = consumer_;
@@ -355,6 +374,7 @@ Result<void*> Reducer::gradient(int index) {
 }
 
 Status Reducer::zeroGrad() {
+  CHORUS_TRY(waitForConsumer());
   std::lock_guard<std::mutex> g(mu_);
   if (phase_ == Phase::kBackward && marked_ > 0) {
     return invalidUsage(
@@ -399,6 +419,7 @@ void Reducer::beginIterationLocked() {
 
 Status Reducer::prepareForBackward(bool* rebuilt) {
   *rebuilt = false;
+  CHORUS_TRY(waitForConsumer());
   std::lock_guard<std::mutex> g(mu_);
   if (phase_ == Phase::kBackward && iterationSync_ && marked_ > 0) {
     std::vector<size_t> missing;
@@ -709,6 +730,7 @@ Status Reducer::broadcastParameters(void* const* params, int root) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params[i] && params_[i].count > 0) return invalidArgument("params[" + std::to_string(i) + "] is NULL");
   }
+  CHORUS_TRY(waitForConsumer());
   std::lock_guard<std::mutex> g(mu_);
   if (phase_ == Phase::kBackward && marked_ > 0) {
     return invalidUsage("chorusDdpBroadcastParameters during an iteration; call it between iterations");
@@ -800,6 +822,7 @@ Status Reducer::registerHook(chorusDdpCommHook_t fn, void* state) {
 // it issues what their iteration issues, in the same order (rebuild broadcast, every bucket, the
 // used map).
 Status Reducer::join(void* const* params) {
+  CHORUS_TRY(waitForConsumer());
   std::lock_guard<std::mutex> g(mu_);
   if (!opt_.unevenInputs) {
     return invalidUsage("chorusDdpJoin needs unevenInputs = 1 in the reducer's config on every rank");

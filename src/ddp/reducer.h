@@ -84,6 +84,7 @@ class Reducer {
   Status rebuildLocked(bool* changed);
   Status enqueueUsedMapLocked();
   Status waitLocked(const char* what);
+  Status waitForConsumer();  // without mu_ held
   Status orderAfterConsumerLocked();
   Status resolveStatsLocked(bool wait);
   void afterSyncedIterationLocked();
