@@ -3,7 +3,8 @@
 // process's CPU time (getrusage: every thread of the process, user + system) across the call.
 // Checked on the NULL stream (the calling thread waits) and on a host stream (the stream's worker
 // waits, the caller sleeps in chorusStreamSynchronize). Prints the share of a core used;
-// exits non-zero when it is above IDLE_WAIT_MAX_PCT (10). Then, as training does, rank 0 computes
+// exits non-zero when it is above IDLE_WAIT_MAX_PCT (10), or when a wait was too short to measure
+// while the share is checked (a limit of 100 or more checks nothing). Then, as training does, rank 0 computes
 // on its own thread while an all-reduce waits on a host stream, and prints its compute rate
 // against the same work with nothing pending (reported, not checked: it is a speed).
 #include <sys/resource.h>
@@ -73,9 +74,14 @@ int main() {
       const double share = 100.0 * cpu / wall;
       std::printf("%s: waited %.3f s, used %.3f s of CPU: %.1f%% of a core (limit %.0f%%)\n",
                   useStream ? "host stream" : "NULL stream", wall, cpu, share, maxPct);
+      // A wait shorter than half the peer's delay measured nothing: a failure where the share is
+      // checked (a limit under one core), a note where it is not (tests/startup_check.sh's 10 ms
+      // waits, which a loaded machine can let pass before the measurement starts).
+      const bool checked = maxPct < 100;
       if (wall < 0.5 * waitMs / 1000.0) {
-        std::printf("  the wait was shorter than the peer's delay: nothing measured\n");
-        ok = false;
+        std::printf("  the wait was shorter than the peer's delay: nothing measured%s\n",
+                    checked ? "" : " (the share is not checked)");
+        ok = ok && !checked;
       }
       ok = ok && share <= maxPct;
     }
