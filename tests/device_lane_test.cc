@@ -204,7 +204,7 @@ class Clique {
     env.log = &log_;
     for (int r = 0; r < n && wiring != Wiring::kMemory; ++r) {
       oob_.push_back(std::make_unique<LoopbackOob::End>(oobShared_, r));
-      transports_.push_back(wiring == Wiring::kShm ? makeShmTransport(env) : makeSocketTransport(env));
+      transports_.push_back(wiring == Wiring::kShm ? makeShmTransport(env) : makeNetTransport(env));
     }
     // Every receive end gets a FIFO; the matching send end of the peer shares it (or, through a
     // socket, has its own that the proxies copy from).

@@ -400,4 +400,12 @@ TEST_CASE("the loader takes the newest interface a plugin exports and names what
   auto absent = chorus::loadNetPlugin(pluginPath("no_such_plugin"), logger);
   REQUIRE_FALSE(absent.isOk());
   CHECK_THAT(absent.status().message(), Catch::Contains("cannot load the net plugin"));
+  // A plugin whose connect never completes is found by the self-test, within its deadline.
+  const int64_t t0 = chorus::nowNs();
+  auto hang = chorus::loadNetPlugin(pluginPath("hang"), logger, 300'000'000);
+  REQUIRE_FALSE(hang.isOk());
+  CHECK(chorus::nowNs() - t0 < 5'000'000'000LL);
+  CHECK_THAT(hang.status().message(),
+             Catch::Contains("failed its self-test, a connection of device 0 to itself: connect did not complete "
+                             "within 300 ms"));
 }

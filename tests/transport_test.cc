@@ -1,5 +1,5 @@
 // The transports as units (transports/transport.h): which one connects which peers, what each
-// says about sharing memory, the socket transport's stop after a failed setup, and the failures of
+// says about sharing memory, the net transport's stop after a failed setup, and the failures of
 // its FIFOs for kernels, one per peer.
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "include/chorus/net.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/bootstrap/socket.h"
 #include "src/common/log.h"
@@ -65,8 +66,8 @@ TEST_CASE("the first transport that can connect a pair does, and says how memory
       {peer(1, 7, 100), "inproc", Transport::MemoryReach::kAddressSpace},
       {peer(1, 7, 100, PeerInfo::kP2pDisabled), "shm", Transport::MemoryReach::kSharedMapping},
       {peer(1, 8, 101), "shm", Transport::MemoryReach::kSharedMapping},
-      {peer(1, 8, 101, PeerInfo::kShmDisabled), "socket", Transport::MemoryReach::kNone},
-      {peer(2, 7, 100), "socket", Transport::MemoryReach::kNone},
+      {peer(1, 8, 101, PeerInfo::kShmDisabled), "NET/Socket", Transport::MemoryReach::kNone},
+      {peer(2, 7, 100), "NET/Socket", Transport::MemoryReach::kNone},
   };
   for (const Case& c : cases) {
     Transport* t = pick(me, c.other);
@@ -77,23 +78,29 @@ TEST_CASE("the first transport that can connect a pair does, and says how memory
   }
 }
 
-TEST_CASE("a socket connection whose setup failed is not touched when traffic stops", "[transport]") {
+TEST_CASE("a network connection whose setup failed is not touched when traffic stops", "[transport]") {
   // Before, the transport kept a view of every FIFO it made, also of one freed when its setup
   // failed, and closing it on stopTraffic wrote into unmapped memory.
   Logger log(LogLevel::kNone, kSubsysAll, 0);
   TransportEnv env;
   env.log = &log;
-  auto t = makeSocketTransport(env);
+  auto t = makeNetTransport(env);
   GonePeer oob;
   ConnectContext ctx;
   ctx.oob = &oob;
   ctx.nslots = 4;
   ctx.slotBytes = 1 << 20;
   for (int i = 0; i < 4; ++i) {
-    auto sent = t->connectSend(ctx, 1, 42 + i, {});
+    // A handle no listener wrote: the socket network's connect refuses it.
+    auto sent = t->connectSend(ctx, 1, 42 + i, std::vector<char>(CHORUS_NET_HANDLE_MAXSIZE, 0));
     REQUIRE_FALSE(sent.isOk());
-    CHECK(sent.status().message().find("peer gone") != std::string::npos);
+    CHECK(sent.status().message().find("NET/Socket: connect for the connection with rank 1 failed") !=
+          std::string::npos);
   }
+  // A handle of the wrong size is refused before anything is made.
+  auto sent = t->connectSend(ctx, 1, 50, {});
+  REQUIRE_FALSE(sent.isOk());
+  CHECK(sent.status().message().find("has 0 bytes, not 128") != std::string::npos);
   t->stopTraffic();  // what a failing communicator does next
   SUCCEED("stopTraffic returned");
 }
@@ -157,9 +164,9 @@ TEST_CASE("device connections take the first transport that connects both GPU re
       {{thread, g1}, {process, g3}, "shm"},
       {{thread, g1}, {process, none}, "shm"},
       {{thread, g1}, {peer(1, 8, 101, PeerInfo::kP2pDisabled), g2}, "shm"},
-      {{thread, g1}, {peer(1, 8, 101, PeerInfo::kShmDisabled), g3}, "socket"},
+      {{thread, g1}, {peer(1, 8, 101, PeerInfo::kShmDisabled), g3}, "NET/Socket"},
       {{thread, g1}, {peer(1, 8, 101, PeerInfo::kShmDisabled), g2}, "cuda_ipc"},
-      {{thread, g1}, {remote, g2}, "socket"},  // another host, whatever the records say
+      {{thread, g1}, {remote, g2}, "NET/Socket"},  // another host, whatever the records say
   };
   for (const Case& c : cases) {
     INFO("a: host " << c.a.host.hostHash << " process " << c.a.host.processNonce << " GPU " << c.a.gpu.uuid[0]
@@ -188,23 +195,15 @@ TEST_CASE("a GPU record travels as bytes and says which GPUs it reaches", "[tran
   CHECK_FALSE(gpu(0, {}).same(gpu(0, {})));  // two ranks without a GPU share none
 }
 
-TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken socket is reported", "[transport]") {
+TEST_CASE("a FIFO for kernels over the network: the proxies poll it, and its broken connection is reported",
+          "[transport]") {
   // Host threads stand in for the kernels (no device: the FIFO is not mapped for one).
   Logger log(LogLevel::kNone, kSubsysAll, 0);
   TransportEnv env;
   env.log = &log;
-  auto rt = makeSocketTransport(env);
-  auto st = makeSocketTransport(env);
-  struct Oob : GonePeer {
-    UniqueFd mine;
-    UniqueFd theirs;
-    Result<UniqueFd> openConnection(int, uint64_t) override { return std::move(mine); }
-    Result<UniqueFd> takeConnection(int, uint64_t) override { return std::move(theirs); }
-  } oob;
-  int sv[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-  oob.mine = UniqueFd(sv[0]);
-  oob.theirs = UniqueFd(sv[1]);
+  auto rt = makeNetTransport(env);
+  auto st = makeNetTransport(env);
+  GonePeer oob;  // the network makes its own connections: only the peer's name is asked for
   ConnectContext ctx;
   ctx.oob = &oob;
   ctx.nslots = 2;
@@ -218,7 +217,8 @@ TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken 
   REQUIRE(rt->finishRecv(ctx, *recv.value(), 1, 5).isOk());
   const FifoView tx = send.value()->kernelFifo();
   const FifoView rx = recv.value()->kernelFifo();
-  CHECK(tx.notifyFd == -1);  // nothing rings the proxy: it polls
+  CHECK(send.value()->proxyLink().wakeFd == -1);  // nothing rings the proxy: it polls
+  CHECK(recv.value()->proxyLink().dests == nullptr);
   CHECK(send.value()->viaProxy());
   // Ten pieces through two slots, as a kernel publishes them (release store of the tail, no ring)
   // and takes them (acquire load of the tail, release store of the head).
@@ -246,7 +246,7 @@ TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken 
   CHECK(rt->kernelFifoErrors().empty());
   // The sending side goes away (its process died, say): the receiving proxy reports it for the
   // communicator's watchdog, naming the peer, since a kernel cannot see a closed FIFO.
-  st.reset();  // its proxy thread, and with it the socket
+  st.reset();  // its proxy thread, and with it the connection
   send.take().reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (rt->kernelFifoErrors().empty() && std::chrono::steady_clock::now() < deadline) {
@@ -261,31 +261,21 @@ TEST_CASE("a FIFO for kernels over sockets: the proxies poll it, and its broken 
   rt.reset();  // its proxy before the receive FIFO it serves
 }
 
-TEST_CASE("a socket transport keeps the first failure of its FIFOs for kernels per peer", "[transport]") {
-  // Rank 0 receives over sockets for kernels from rank 1 (two connections: two channels, say) and
+TEST_CASE("a net transport keeps the first failure of its FIFOs for kernels per peer", "[transport]") {
+  // Rank 0 receives over the network for kernels from rank 1 (two connections: two channels, say) and
   // from rank 2; host threads stand in for the kernels. A peer that finished and closed its
   // sockets must be told apart from another: the watchdog counts a failure about a peer only while
   // kernels wait on it (failureInFlight), so the transport keeps one per peer, not the first alone.
   Logger log(LogLevel::kNone, kSubsysAll, 0);
   TransportEnv env;
   env.log = &log;
-  auto rt = makeSocketTransport(env);
-  std::unique_ptr<Transport> st[3] = {nullptr, makeSocketTransport(env), makeSocketTransport(env)};
-  // One socket pair per connection, by tag: the sender opens one end, the receiver takes the other.
-  struct Oob : GonePeer {
-    std::map<uint64_t, std::pair<UniqueFd, UniqueFd>> pairs;
-    Result<UniqueFd> openConnection(int, uint64_t tag) override { return std::move(pairs[tag].first); }
-    Result<UniqueFd> takeConnection(int, uint64_t tag) override { return std::move(pairs[tag].second); }
-  } oob;
+  auto rt = makeNetTransport(env);
+  std::unique_ptr<Transport> st[3] = {nullptr, makeNetTransport(env), makeNetTransport(env)};
+  GonePeer oob;
   const struct {
     int from;
     uint64_t tag;
   } links[] = {{1, 5}, {1, 6}, {2, 7}};
-  for (const auto& l : links) {
-    int sv[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    oob.pairs[l.tag] = {UniqueFd(sv[0]), UniqueFd(sv[1])};
-  }
   ConnectContext ctx;
   ctx.oob = &oob;
   ctx.nslots = 2;
@@ -439,4 +429,133 @@ TEST_CASE("a bootstrap wait on a rank that is gone ends within seconds, naming i
   late.join();
   REQUIRE(got.isOk());
   CHECK(got.value().size() == sizeof(int));
+}
+
+namespace {
+
+std::string testPlugin(const std::string& kind) {
+  return std::string(CHORUS_TEST_NET_PLUGIN_DIR) + "/libchorus_test_net_" + kind + ".so";
+}
+
+}  // namespace
+
+TEST_CASE("CHORUS_NET_PLUGIN picks the network and one that cannot be used leaves sockets", "[transport][net_plugin]") {
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  env.connectTimeoutNs = 300'000'000;  // bounds the plugin's self-test
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+  env.netPlugin = testPlugin("v11");
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
+  env.netPlugin = testPlugin("v1");
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");  // Chorus's own interface, the socket network
+  // Missing symbols, a failing init, a connect that never completes, no library: sockets, no crash.
+  for (const char* broken : {"missing", "bad_init", "hang", "none", "no_such_plugin"}) {
+    env.netPlugin = testPlugin(broken);
+    CAPTURE(broken);
+    CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+  }
+}
+
+TEST_CASE("a net transport sends host FIFO slots by reference and receives them in place, over a plugin too",
+          "[transport][net_plugin]") {
+  // The lane's side of ProxyLink, played by hand: the producer publishes some slots by reference
+  // (the payload stays in its buffer), the consumer posts where some payloads go before the proxy
+  // may post their slot's receive (a lap ahead, as Lane::postAhead does).
+  const bool viaPlugin = GENERATE(false, true);
+  CAPTURE(viaPlugin);
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  if (viaPlugin) env.netPlugin = testPlugin("v11");
+  auto rt = makeNetTransport(env);
+  auto st = makeNetTransport(env);
+  GonePeer oob;
+  ConnectContext ctx;
+  ctx.oob = &oob;
+  ctx.nslots = 4;
+  ctx.slotBytes = 8192;
+  std::vector<char> handle;
+  auto recv = rt->setupRecv(ctx, 1, 9, &handle);
+  REQUIRE(recv.isOk());
+  auto send = st->connectSend(ctx, 0, 9, handle);
+  REQUIRE(send.isOk());
+  const FifoView tx = send.value()->fifo();
+  const FifoView rx = recv.value()->fifo();
+  const ProxyLink txl = send.value()->proxyLink();
+  const ProxyLink rxl = recv.value()->proxyLink();
+  REQUIRE(txl.refs != nullptr);
+  REQUIRE(rxl.dests != nullptr);
+  CHECK(txl.wakeFd >= 0);
+  constexpr uint32_t kPieces = 40;
+  auto bytesOf = [](uint32_t i) { return uint32_t(i % 7 == 3 ? 0 : 1000 + 150 * i); };
+  auto byteAt = [](uint32_t i, uint32_t b) { return static_cast<char>((i * 131 + b * 7) & 0x7f); };
+  std::vector<std::vector<char>> source(kPieces), out(kPieces);
+  for (uint32_t i = 0; i < kPieces; ++i) {
+    source[i].resize(bytesOf(i));
+    for (uint32_t b = 0; b < bytesOf(i); ++b) source[i][b] = byteAt(i, b);
+    out[i].assign(bytesOf(i) + 1, 0);
+  }
+  // Every third piece goes straight into out[i]; every other piece leaves by reference.
+  auto post = [&](uint32_t i) {
+    if (i >= kPieces || i % 3 != 0 || bytesOf(i) == 0) return;
+    rxl.destBytes[i % rx.nslots] = bytesOf(i);
+    uintptr_t expected = 0;
+    rxl.dests[i % rx.nslots].compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(out[i].data()));
+  };
+  for (uint32_t i = 0; i < rx.nslots; ++i) post(i);
+  REQUIRE(rt->finishRecv(ctx, *recv.value(), 1, 9).isOk());
+  std::thread producer([&] {
+    for (uint32_t i = 0; i < kPieces; ++i) {
+      while (!tx.hasSpace(i)) std::this_thread::yield();
+      SlotHeader* h = tx.header(i);
+      h->commId = 5;
+      h->seq = i;
+      h->step = 0;
+      h->bytes = bytesOf(i);
+      if (i % 2 == 0) {
+        txl.refs[i % tx.nslots] = source[i].data();
+      } else {
+        std::memcpy(tx.payload(i), source[i].data(), bytesOf(i));
+      }
+      tx.publish(i + 1);
+      txl.ring();
+    }
+  });
+  uint32_t inPlace = 0;
+  for (uint32_t i = 0; i < kPieces; ++i) {
+    while (!rx.hasData(i)) {
+      REQUIRE_FALSE(rx.closed());
+      std::this_thread::yield();
+    }
+    const SlotHeader* h = rx.header(i);
+    REQUIRE(h->seq == i);
+    REQUIRE(h->bytes == bytesOf(i));
+    const uintptr_t d = rxl.dests[i % rx.nslots].load();
+    const char* got = rx.payload(i);
+    if (d == reinterpret_cast<uintptr_t>(out[i].data())) {
+      got = out[i].data();
+      ++inPlace;
+      CHECK(out[i][bytesOf(i)] == 0);  // not a byte past what was posted
+    }
+    for (uint32_t b = 0; b < bytesOf(i); ++b) REQUIRE(got[b] == byteAt(i, b));
+    rxl.dests[i % rx.nslots].store(0);
+    post(i + rx.nslots);
+    rx.release(i + 1);
+    rxl.ring();
+  }
+  producer.join();
+  // Every piece whose destination was posted before its slot's receive lands in place.
+  uint32_t posted = 0;
+  for (uint32_t i = 0; i < kPieces; ++i) posted += i % 3 == 0 && bytesOf(i) > 0;
+  CHECK(inPlace == posted);
+  // Every slot published by reference was sent and released, and its reference cleared.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tx.ctrl->head.load() != kPieces && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(tx.ctrl->head.load() == kPieces);
+  for (uint32_t i = 0; i < tx.nslots; ++i) CHECK(txl.refs[i] == nullptr);
+  st.reset();
+  rt.reset();
 }

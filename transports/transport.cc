@@ -84,10 +84,6 @@ Result<FifoView> mapForKernels(const FifoView& host, void* base, size_t bytes, i
   FifoView k = host;
   k.ctrl = reinterpret_cast<FifoControl*>(reinterpret_cast<intptr_t>(host.ctrl) + shift);
   k.slots = reinterpret_cast<char*>(reinterpret_cast<intptr_t>(host.slots) + shift);
-  k.notifyFd = -1;
-  k.refs = nullptr;
-  k.dests = nullptr;
-  k.destBytes = nullptr;
   return k;
 }
 
@@ -102,7 +98,7 @@ std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env) 
   all.push_back(makeInProcTransport(env));
   all.push_back(makeCudaIpcTransport(env));
   all.push_back(makeShmTransport(env));
-  all.push_back(makeSocketTransport(env));
+  all.push_back(makeNetTransport(env));
   return all;
 }
 

@@ -6,15 +6,15 @@
 // same way, by canConnectDevice, from both ranks' DevicePeer records, which the two exchange
 // before their first device connection: in-process (device memory, peer access), cuda_ipc
 // (device memory of another process), then host-staged FIFOs in pinned host memory that kernels
-// reach over PCIe: shm between processes of a host, socket (a proxy thread polls the FIFO and
-// moves its slots over TCP) between hosts. Setting up one direction (sender -> receiver)
+// reach over PCIe: shm between processes of a host, net (a proxy thread polls the FIFO and
+// moves its slots over a network: sockets, or a plugin's) between hosts. Setting up one direction (sender -> receiver)
 // takes three phases, run for all connections of a launch at once so that no rank can wait on
 // a phase another rank has not reached:
 //   1. the receiver calls setupRecv() and sends the handle it returns to the sender (bootstrap);
 //   2. the sender receives the handle and calls connectSend();
 //   3. the receiver calls finishRecv().
 // A transport gets the FIFO shape to build and a narrow out-of-band interface, and owns whatever
-// threads it needs. A Connection owns whatever backs its FIFO (heap block, shared mapping, socket)
+// threads it needs. A Connection owns whatever backs its FIFO (heap block, shared mapping, network comm)
 // and is destroyed only when the communicator is, after its transports. Algorithms see only the
 // FifoView and the connection's capabilities.
 #pragma once
@@ -97,6 +97,8 @@ class Connection {
   // The FIFO as kernels address it (a FIFO for kernels in host memory is mapped at another
   // address for the device); fifo() is the host's view of the same memory.
   virtual FifoView kernelFifo() const { return fifo_; }
+  // What the FIFO's lane shares with a proxy thread of the transport (net); empty for the others.
+  virtual ProxyLink proxyLink() const { return {}; }
 
  protected:
   FifoView fifo_;
@@ -111,8 +113,8 @@ struct ConnectContext {
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
   // A FIFO for kernels: in device memory (in-process, cuda_ipc: the receiver's device), or in
-  // host memory mapped for this rank's device (shm, socket); no one rings a notifier for it, and
-  // the socket proxy polls its counters. The host never closes a FIFO in device memory nor reads
+  // host memory mapped for this rank's device (shm, net); no one rings a notifier for it, and
+  // the net proxy polls its counters. The host never closes a FIFO in device memory nor reads
   // its counters.
   bool forKernels = false;
   // This rank's device (>= 0 when forKernels, except in tests where host threads stand in for the
@@ -123,7 +125,9 @@ struct ConnectContext {
 // What a communicator's transports are made with.
 struct TransportEnv {
   const Logger* log = nullptr;
-  int socketThreads = 1;  // CHORUS_SOCKET_NTHREADS
+  int socketThreads = 1;  // CHORUS_SOCKET_NTHREADS: the net transport's proxy threads
+  std::string netPlugin;  // CHORUS_NET_PLUGIN: a network library to use instead of sockets
+  int64_t connectTimeoutNs = int64_t(10) * 1000000000;  // how long a network connection may take
 };
 
 class Transport {
@@ -149,7 +153,7 @@ class Transport {
   // After a failure or an abort: stops moving data on this transport's connections, closing them,
   // and returns once its threads no longer touch the callers' buffers.
   virtual void stopTraffic() {}
-  // Why FIFOs for kernels this transport serves broke (a peer's socket closed, say): the first
+  // Why FIFOs for kernels this transport serves broke (a peer's connection ended, say): the first
   // failure about each peer (Status::subject() names it) and any about no peer in particular;
   // kept for the transport's life. Kernels cannot see a closed FIFO: the communicator's watchdog
   // asks here while they run, and counts a failure about a peer only while a launch that waits on
@@ -159,12 +163,12 @@ class Transport {
 };
 
 // The registry: one instance of each transport, in the order they are preferred (in-process,
-// CUDA IPC, shared memory, sockets). Adding a transport is a factory here and its file.
+// CUDA IPC, shared memory, network). Adding a transport is a factory here and its file.
 std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env);
 std::unique_ptr<Transport> makeInProcTransport(const TransportEnv& env);
 std::unique_ptr<Transport> makeCudaIpcTransport(const TransportEnv& env);
 std::unique_ptr<Transport> makeShmTransport(const TransportEnv& env);
-std::unique_ptr<Transport> makeSocketTransport(const TransportEnv& env);
+std::unique_ptr<Transport> makeNetTransport(const TransportEnv& env);
 
 // Host memory of a FIFO for kernels (host-staged transports): pinned and mapped for `device`, and
 // the view kernels use; with device -1 (host threads stand in for the kernel) the host's view.

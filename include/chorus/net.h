@@ -25,6 +25,7 @@
  *   - Buffers passed to isend and irecv lie inside memory registered on that comm (regMr) and stay
  *     untouched until the request is done.
  *   - Errors are chorusResult_t values; the logger (may be NULL) hears why.
+ *   - Members after closeListen are optional: NULL means the network does without them.
  */
 #ifndef CHORUS_NET_H_
 #define CHORUS_NET_H_
@@ -125,6 +126,12 @@ typedef struct {
   chorusResult_t (*closeSend)(void* sendComm);
   chorusResult_t (*closeRecv)(void* recvComm);
   chorusResult_t (*closeListen)(void* listenComm);
+  /** Optional (NULL: the network has none). A file descriptor, and the poll() events on it, that
+   *  become ready when calling test on the send or receive comm's requests may move something
+   *  (the descriptor also reports the connection's end), so a caller with nothing else to do can
+   *  sleep in poll() instead of calling test in a loop. *fd -1: none now; *events 0: nothing is
+   *  waiting on the comm. Without it Chorus polls the comm's requests, backing off to short sleeps. */
+  chorusResult_t (*waitFd)(void* comm, int* fd, short* events);
 } chorusNet_v1_t;
 
 #ifdef __cplusplus

@@ -17,33 +17,28 @@ FifoView FifoView::layout(void* mem, uint32_t nslots, uint32_t slotBytes) {
   return v;
 }
 
-namespace {
-void ring(int fd) {
-  if (fd < 0) return;
+void ProxyLink::ring() const {
+  if (wakeFd < 0) return;
   uint64_t one = 1;
-  (void)!::write(fd, &one, sizeof(one));
+  (void)!::write(wakeFd, &one, sizeof(one));
 }
-}  // namespace
 
 void FifoView::publish(uint32_t newTail) const {
   // A seq_cst read-modify-write (release and more): the sleeper stores consumerWaiting and then
   // re-reads tail; this store and the load below must not be reordered, or a wake-up is lost.
   ctrl->tail.exchange(newTail, std::memory_order_seq_cst);
   if (ctrl->consumerWaiting.load(std::memory_order_seq_cst) != 0) futexWakeAll(&ctrl->tail);
-  ring(notifyFd);
 }
 
 void FifoView::release(uint32_t newHead) const {
   ctrl->head.exchange(newHead, std::memory_order_seq_cst);  // as in publish()
   if (ctrl->producerWaiting.load(std::memory_order_seq_cst) != 0) futexWakeAll(&ctrl->head);
-  ring(notifyFd);
 }
 
 void FifoView::close() const {
   ctrl->closed.store(1, std::memory_order_release);
   futexWakeAll(&ctrl->tail);
   futexWakeAll(&ctrl->head);
-  ring(notifyFd);
 }
 
 }  // namespace chorus

@@ -76,19 +76,6 @@ struct FifoView {
   char* slots = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
-  int notifyFd = -1;  // eventfd of a proxy thread that must hear about every post/free (socket)
-  // Socket send FIFOs only (the proxy is in the producer's process): per slot, where its payload
-  // is when the producer published it by reference instead of copying it into the slot, or null.
-  // Written before publish(), cleared by the proxy before release().
-  const char** refs = nullptr;
-  // Socket receive FIFOs only: per slot, where the consumer wants the payload (posted before the
-  // proxy starts on that slot's payload, with the byte count it expects in destBytes), or 0, or
-  // kDestInSlot once the proxy has taken the slot for itself. The consumer resets the entry to 0
-  // before it frees the slot. See Lane::postAhead.
-  std::atomic<uintptr_t>* dests = nullptr;
-  uint32_t* destBytes = nullptr;
-  static constexpr uintptr_t kDestInSlot = 1;
-
   // Lays a FIFO out in `mem` (fifoBytes(nslots, slotBytes) bytes, zeroed).
   static FifoView layout(void* mem, uint32_t nslots, uint32_t slotBytes);
   // The view of a FIFO laid out at `mem` already, without touching it (it may be device memory).
@@ -124,6 +111,25 @@ struct FifoView {
   FifoLine* lines() const {
     return reinterpret_cast<FifoLine*>(reinterpret_cast<char*>(ctrl) + fifoLineAreaOffset(nslots, slotBytes));
   }
+};
+
+// What a lane shares with the thread of a transport that moves its FIFO to and from a network
+// (the net transport's proxy, in the lane's process); empty for every other transport.
+struct ProxyLink {
+  int wakeFd = -1;  // the proxy's eventfd: rung after every publish and free of a host FIFO
+  // Send FIFOs: per slot, where its payload is when the producer published it by reference
+  // instead of copying it into the slot, or null. Written before publish(), cleared by the proxy
+  // before release().
+  const char** refs = nullptr;
+  // Receive FIFOs: per slot, where the consumer wants the payload (posted before the proxy posts
+  // that slot's receive, with the byte count it expects in destBytes), or 0, or kDestInSlot once
+  // the proxy has taken the slot for itself. The consumer resets the entry to 0 before it frees
+  // the slot. See Lane::postAhead.
+  std::atomic<uintptr_t>* dests = nullptr;
+  uint32_t* destBytes = nullptr;
+  static constexpr uintptr_t kDestInSlot = 1;
+
+  void ring() const;
 };
 
 }  // namespace chorus

@@ -245,6 +245,7 @@ Result<Config> Config::fromEnv() {
   bool cumem = true;
   CHORUS_TRY(readBool("CHORUS_CUMEM_ENABLE", &cumem));
   if (const char* v = envValue("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = envValue("CHORUS_NET_PLUGIN")) c.netPlugin = v;
   if (const char* v = envValue("CHORUS_TOPO_FILE")) c.topoFile = v;
   if (const char* v = envValue("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
   if (const char* v = envValue("CHORUS_FLIGHT_DUMP")) c.flightDump = v;

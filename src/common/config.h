@@ -51,7 +51,8 @@ struct Config {
   bool shmDisable = false;                         // CHORUS_SHM_DISABLE
   bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
-  int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: socket proxy threads
+  int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: net proxy threads
+  std::string netPlugin;                           // CHORUS_NET_PLUGIN: a network library (docs/network.md)
   int64_t spinNs = -1;   // CHORUS_SPIN_NS: busy-poll stage before yielding; -1: by the host (IdlePolicy::hostSpinNs)
   int yieldIters = 200;  // CHORUS_YIELD_ITERS: sched_yield stage
   int64_t sleepMaxNs = 2000000;         // CHORUS_SLEEP_MAX_US: futex stage's longest nap

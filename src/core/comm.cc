@@ -278,6 +278,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   TransportEnv env;
   env.log = &log_;
   env.socketThreads = config_.socketThreads;
+  env.netPlugin = config_.netPlugin;
+  env.connectTimeoutNs = config_.initTimeout();
   transports_ = makeTransports(env);
   peerTransport_.assign(nranks_, nullptr);
   for (int r = 0; r < nranks_; ++r) {

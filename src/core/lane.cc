@@ -150,9 +150,9 @@ void Lane::postAhead(uint32_t limit) {
     if (st.prim == Prim::kRecv || st.prim == Prim::kRecvCopySend) {
       const size_t off = postPiece_ * slotElems_;
       const uint32_t idx = postSlot_ % recv_->fifo.nslots;
-      recv_->fifo.destBytes[idx] = static_cast<uint32_t>(std::min(slotElems_, st.count - off) * es);
+      recv_->link.destBytes[idx] = static_cast<uint32_t>(std::min(slotElems_, st.count - off) * es);
       uintptr_t expected = 0;
-      recv_->fifo.dests[idx].compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(a_.out(st.outOff + off)),
+      recv_->link.dests[idx].compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(a_.out(st.outOff + off)),
                                                      std::memory_order_release, std::memory_order_relaxed);
     }
     ++postPiece_;
@@ -192,7 +192,7 @@ class Lane::Exec {
     const RecvCursor* rc = l_.recv_;
     // Already in the output when the proxy took the destination this lane posted.
     if (l_.posting_ && dst &&
-        rc->fifo.dests[rc->head % rc->fifo.nslots].load(std::memory_order_acquire) ==
+        rc->link.dests[rc->head % rc->fifo.nslots].load(std::memory_order_acquire) ==
             reinterpret_cast<uintptr_t>(dst)) {
       return dst;
     }
@@ -201,7 +201,7 @@ class Lane::Exec {
   SlotHeader* sendHeader() const { return sh_; }
   char* sendPayload(Prim p, const char* in, const char* out) {
     // The proxy sends from `ref_`; every copy into the slot is skipped.
-    ref_ = l_.send_->fifo.refs ? l_.sendSource(p, in, out) : nullptr;
+    ref_ = l_.send_->link.refs ? l_.sendSource(p, in, out) : nullptr;
     return ref_ ? nullptr : reinterpret_cast<char*>(sh_ + 1);
   }
   bool move(const PieceMove& m, size_t n) const {
@@ -213,11 +213,11 @@ class Lane::Exec {
     SendCursor* sc = l_.send_;
     // Last: a consumer may act on it (ProtoFlag).
     if (flag) __atomic_store_n(&sh_->ready, slotReadyFlag(l_.a_.seq, sc->tail), __ATOMIC_RELEASE);
-    if (sc->fifo.refs) {
-      sc->fifo.refs[sc->tail % sc->fifo.nslots] = ref_;
+    if (sc->link.refs) {
+      sc->link.refs[sc->tail % sc->fifo.nslots] = ref_;
       l_.refsOut_ = l_.refsOut_ || ref_;
     }
-    sc->fifo.publish(++sc->tail);
+    sc->publish();
   }
   void release() const {
     RecvCursor* rc = l_.recv_;
@@ -227,9 +227,9 @@ class Lane::Exec {
     }
     // Forget this slot's destination and post the one for the same slot a lap ahead before the
     // proxy may start on it.
-    rc->fifo.dests[rc->head % rc->fifo.nslots].store(0, std::memory_order_relaxed);
+    rc->link.dests[rc->head % rc->fifo.nslots].store(0, std::memory_order_relaxed);
     l_.postAhead(rc->head + rc->fifo.nslots + 1);
-    rc->fifo.release(++rc->head);
+    rc->release();
   }
   void moved() const {
     *moved_ = true;
@@ -255,7 +255,7 @@ class Lane::Exec {
 };
 
 Status Lane::progress(WaitInfo* wait, bool* moved) {
-  if (a_.sendByRef && conns_.recv[0] && conns_.recv[0]->fifo.dests && !conns_.recv[1]) {
+  if (a_.sendByRef && conns_.recv[0] && conns_.recv[0]->link.dests && !conns_.recv[1]) {
     if (!posting_) {
       posting_ = true;
       postSlot_ = recv_->head;

@@ -26,10 +26,11 @@ class WorkerGroup;
 // A FIFO end with this rank's position in it; positions persist across operations.
 struct SendCursor {
   FifoView fifo;
+  ProxyLink link;  // the net transport's proxy, which consumes this FIFO
   uint32_t tail = 0;
   uint32_t headSeen = 0;  // the consumer's head when last read: it only grows
   int peer = -1;
-  bool viaProxy = false;  // slots leave through a proxy thread (socket): published is not yet sent
+  bool viaProxy = false;  // slots leave through a proxy thread (net): published is not yet sent
 
   // Whether slot `tail` is free. Reads the consumer's counter (a cache line the consumer owns)
   // only when what was seen last does not already leave room.
@@ -38,20 +39,29 @@ struct SendCursor {
     headSeen = fifo.ctrl->head.load(std::memory_order_acquire);
     return tail - headSeen < fifo.nslots;
   }
+  void publish() {
+    fifo.publish(++tail);
+    link.ring();
+  }
 };
 struct RecvCursor {
   FifoView fifo;
+  ProxyLink link;  // the net transport's proxy, which produces into this FIFO
   uint32_t head = 0;
   int peer = -1;
   // The producer writes each header's `ready` word last, with release order, straight into this
-  // FIFO (in-process and shared memory; not a socket proxy's copy): a consumer may take a slot on
+  // FIFO (in-process and shared memory; not a net proxy's copy): a consumer may take a slot on
   // seeing its header, without reading the tail counter.
   bool headerPublishes = false;
 
   // Frees the slot at head (and forgets any destination posted for it).
   void consume() {
-    if (fifo.dests) fifo.dests[head % fifo.nslots].store(0, std::memory_order_relaxed);
+    if (link.dests) link.dests[head % fifo.nslots].store(0, std::memory_order_relaxed);
+    release();
+  }
+  void release() {
     fifo.release(++head);
+    link.ring();
   }
 };
 
@@ -100,7 +110,7 @@ struct LaneArgs {
   size_t slotBytes = 0;
   ChannelStatus* status = nullptr;  // this lane's channel record, if any
   WorkerGroup* workers = nullptr;   // the threads that move each piece with the lane's thread; null: that one alone
-  // Collectives: a send FIFO whose proxy can read this process's memory (fifo.refs) gets data that
+  // Collectives: a send FIFO whose proxy can read this process's memory (link.refs) gets data that
   // already sits in the input or output by reference, not copied into the slot; the lane is then
   // done only when the proxy has put all of it on the wire. Off for point-to-point, whose sends
   // must not wait for the receiver.
@@ -171,7 +181,7 @@ class Lane {
   Status recvCheck(const SlotHeader& h, size_t bytes) const;
   // Where the piece a send primitive would copy into the slot already is, or null.
   const char* sendSource(Prim p, const char* in, const char* out) const;
-  // Receive side of sendByRef (socket FIFOs with dests): tells the proxy, for every slot below
+  // Receive side of sendByRef (net FIFOs with dests): tells the proxy, for every slot below
   // `limit` not yet told, the output a receive-and-copy piece of this schedule goes to, so the
   // payload lands there instead of in the slot. Posting for a slot happens before the slot is
   // freed for the proxy (see the release in progress()); a slot the proxy took first is copied.

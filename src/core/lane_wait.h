@@ -16,7 +16,7 @@ inline Status waitForData(RecvCursor* rc, WaitInfo* wait, Prim prim, size_t step
     wait->closed = true;
     return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
   }
-  wait->network = rc->fifo.notifyFd >= 0;
+  wait->network = rc->link.wakeFd >= 0;
   return Status(chorusInProgress, "");
 }
 
@@ -29,7 +29,7 @@ inline Status waitForSpace(SendCursor* sc, WaitInfo* wait, size_t step, uint64_t
     wait->closed = true;
     return remoteError("rank " + std::to_string(sc->peer) + " closed its connection to this rank");
   }
-  wait->network = sc->fifo.notifyFd >= 0;
+  wait->network = sc->link.wakeFd >= 0;
   return Status(chorusInProgress, "");
 }
 

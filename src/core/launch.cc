@@ -267,6 +267,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       cursor->headSeen = conn->fifo().ctrl->head.load(std::memory_order_acquire);
       cursor->peer = n.peer;
       cursor->viaProxy = conn->viaProxy();
+      cursor->link = conn->proxyLink();
       if (n.family == ConnFamily::kRing) {
         c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.index, c->rank_, n.peer, t.name());
       } else {
@@ -277,7 +278,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       keep(c, n, std::move(conn));
     }
   }
-  // Phase 3: receivers finish (the socket transport takes the sender's connection).
+  // Phase 3: receivers finish (the net transport accepts the sender's connection).
   for (auto& p : pending) {
     Communicator* c = p.comm;
     ConnectContext ctx = ctxFor(c, p.need);
@@ -292,6 +293,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
     cursor->peer = p.need.peer;
     cursor->headerPublishes = p.conn->headerPublishes();
+    cursor->link = p.conn->proxyLink();
     c->conns_.put(p.need.family, p.need.index, std::move(cursor));
   }
   return Status::ok();

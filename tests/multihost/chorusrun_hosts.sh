@@ -68,7 +68,7 @@ grep -q "Out of bounds values : 0 OK" "$dir/job" || fail "all_reduce_perf across
 for r in 0 1 2 3; do
   for p in 0 1 2 3; do
     [ "$p" -eq "$r" ] && continue
-    want=socket
+    want=NET/Socket
     [ $((p / 2)) -eq $((r / 2)) ] && want=shm
     grep -q "^\[1,$r\]<stderr>:.*peer rank $p (.*) via $want" "$dir/job" || fail "rank $r does not reach rank $p via $want"
   done

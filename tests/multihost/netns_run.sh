@@ -12,7 +12,8 @@
 # address) set, as chorusrun would, plus NETNS_HOST (the host index), NETNS_ADDR (that host's
 # address) and NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is); its output is prefixed "[host h rank r]". With
 # --check-transports every rank also logs its INIT lines, and the script checks that each pair
-# of ranks uses shm inside a host and sockets across hosts, exactly.
+# of ranks uses shm inside a host and the net transport across hosts, exactly, over the network
+# NETNS_WANT_NET names (default Socket; the plugin's name when CHORUS_NET_PLUGIN is set).
 set -uo pipefail
 
 check=0
@@ -95,15 +96,15 @@ if [ $check -eq 1 ]; then
   for r in $(seq 0 $((nranks - 1))); do
     for p in $(seq 0 $((nranks - 1))); do
       [ "$p" -eq "$r" ] && continue
-      want=socket
+      want=NET/${NETNS_WANT_NET:-Socket}
       [ "${hostOf[$p]}" = "${hostOf[$r]}" ] && want=shm
-      got=$(grep -o "peer rank $p ([^)]*) via [a-z]*" "$logdir/$r.err" | head -1 | awk '{print $NF}')
+      got=$(grep -o "peer rank $p ([^)]*) via [A-Za-z0-9/_-]*" "$logdir/$r.err" | head -1 | awk '{print $NF}')
       if [ "$got" != "$want" ]; then
         echo "rank $r reaches rank $p via '${got:-nothing logged}', expected $want" >&2
         status=1
       fi
     done
   done
-  [ $status -eq 0 ] && echo "transports as expected: shm inside each host, sockets across ($layout)"
+  [ $status -eq 0 ] && echo "transports as expected: shm inside each host, NET/${NETNS_WANT_NET:-Socket} across ($layout)"
 fi
 exit $status

@@ -6,6 +6,7 @@
 //   CHORUS_PLUGIN_V8        ncclNetPlugin_v8 only
 //   CHORUS_PLUGIN_BAD_INIT  ncclNetPlugin_v11 whose init fails
 //   CHORUS_PLUGIN_MISSING   ncclNetPlugin_v11 without isend
+//   CHORUS_PLUGIN_HANG      ncclNetPlugin_v11 whose connect never completes
 //   none of them            no network symbol at all
 // NCCL's interfaces are written from their documented layout (transports/net/nccl_net.h).
 #include <climits>
@@ -82,7 +83,13 @@ NcclResult listenV11(void* ctx, int dev, void* handle, void** listenComm) {
 }
 NcclResult connectV11(void* ctx, int dev, void* handle, void** sendComm, DeviceHandle** devComm) {
   if (devComm && *devComm) return chorusInvalidUsage;
+#ifdef CHORUS_PLUGIN_HANG
+  (void)ctx, (void)dev, (void)handle;
+  *sendComm = nullptr;  // "not yet", for ever
+  return chorusSuccess;
+#else
   return sock().connect(ctx, dev, handle, sendComm);
+#endif
 }
 NcclResult isendV11(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*, void** request) {
   return sock().isend(sendComm, data, size, tag, mhandle, request);
@@ -146,7 +153,8 @@ extern "C" {
 extern __attribute__((visibility("default"))) const chorusNet_v1_t chorusNetPlugin_v1 = chorus::socketNetwork();
 #endif
 
-#if defined(CHORUS_PLUGIN_V11) || defined(CHORUS_PLUGIN_BAD_INIT) || defined(CHORUS_PLUGIN_MISSING)
+#if defined(CHORUS_PLUGIN_V11) || defined(CHORUS_PLUGIN_BAD_INIT) || defined(CHORUS_PLUGIN_MISSING) || \
+    defined(CHORUS_PLUGIN_HANG)
 extern __attribute__((visibility("default"))) const Net_v11 ncclNetPlugin_v11 = {
     "ChorusSocketAsNccl",
     initV11,
@@ -202,7 +210,7 @@ extern __attribute__((visibility("default"))) const Net_v8 ncclNetPlugin_v8 = {
 #endif
 
 #if !defined(CHORUS_PLUGIN_V1) && !defined(CHORUS_PLUGIN_V11) && !defined(CHORUS_PLUGIN_V8) && \
-    !defined(CHORUS_PLUGIN_BAD_INIT) && !defined(CHORUS_PLUGIN_MISSING)
+    !defined(CHORUS_PLUGIN_BAD_INIT) && !defined(CHORUS_PLUGIN_MISSING) && !defined(CHORUS_PLUGIN_HANG)
 __attribute__((visibility("default"))) int chorusTestNotANetwork = 1;
 #endif
 

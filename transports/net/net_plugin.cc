@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 
 #include <climits>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "src/common/os.h"
 #include "transports/net/nccl_net.h"
 
 namespace chorus {
@@ -307,9 +309,9 @@ struct Adapter {
       std::lock_guard<std::mutex> g(initMu);
       initDone = false;
     }
-    table =
-        chorusNet_v1_t{net->name, init,    finalize, devices, getProperties, listen, connect,   accept,    regMr,
-                       nullptr,   deregMr, isend,    irecv,   iflush,        test,   closeSend, closeRecv, closeListen};
+    table = chorusNet_v1_t{net->name, init,      finalize,  devices,     getProperties, listen, connect,
+                           accept,    regMr,     nullptr,   deregMr,     isend,         irecv,  iflush,
+                           test,      closeSend, closeRecv, closeListen, nullptr};
     if (net->regMrDmaBuf) table.regMrDmaBuf = regMrDmaBuf;
     return &table;
   }
@@ -374,9 +376,85 @@ Result<const chorusNet_v1_t*> adaptNccl(void* sym, const std::string& path, cons
                       " can be used");
 }
 
+// The self-test: a connection of device 0 to itself, and one message over it, each step within
+// the deadline. Returns what went wrong, or an empty string.
+std::string selfTest(const chorusNet_v1_t& net, void* ctx, int64_t timeoutNs) {
+  const int64_t deadline = nowNs() + timeoutNs;
+  const std::string late = "did not complete within " + std::to_string(timeoutNs / 1000000) + " ms";
+  auto rcText = [](const char* call, chorusResult_t rc) {
+    return std::string(call) + " failed (" + chorusGetErrorString(rc) + ")";
+  };
+  char handle[CHORUS_NET_HANDLE_MAXSIZE] = {};
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* smr = nullptr;
+  void* rmr = nullptr;
+  std::string why;
+  char out[64];
+  char in[64] = {};
+  for (size_t i = 0; i < sizeof(out); ++i) out[i] = static_cast<char>(i * 7 + 1);
+  chorusResult_t rc = net.listen(ctx, 0, handle, &listen);
+  if (rc != chorusSuccess || !listen) {
+    why = rcText("listen", rc);
+  } else {
+    // Both ends in turn, as two ranks would, until both are made.
+    while (why.empty() && (!send || !recv)) {
+      if (!send && (rc = net.connect(ctx, 0, handle, &send)) != chorusSuccess) why = rcText("connect", rc);
+      if (why.empty() && !recv && (rc = net.accept(listen, &recv)) != chorusSuccess) why = rcText("accept", rc);
+      if (why.empty() && (!send || !recv) && nowNs() > deadline) {
+        why = std::string(!send ? "connect" : "accept") + " " + late;
+      }
+    }
+  }
+  if (why.empty() && (rc = net.regMr(send, out, sizeof(out), CHORUS_NET_PTR_HOST, &smr)) != chorusSuccess) {
+    smr = nullptr;
+    why = rcText("regMr", rc);
+  }
+  if (why.empty() && (rc = net.regMr(recv, in, sizeof(in), CHORUS_NET_PTR_HOST, &rmr)) != chorusSuccess) {
+    rmr = nullptr;
+    why = rcText("regMr", rc);
+  }
+  void* rreq = nullptr;
+  void* sreq = nullptr;
+  while (why.empty() && (!rreq || !sreq)) {
+    void* data = in;
+    size_t size = sizeof(in);
+    int tag = 7;
+    if (!rreq && (rc = net.irecv(recv, 1, &data, &size, &tag, &rmr, &rreq)) != chorusSuccess) why = rcText("irecv", rc);
+    if (why.empty() && !sreq && (rc = net.isend(send, out, sizeof(out), 7, smr, &sreq)) != chorusSuccess) {
+      why = rcText("isend", rc);
+    }
+    if (why.empty() && (!rreq || !sreq) && nowNs() > deadline) why = "posting a message " + late;
+  }
+  for (bool rdone = false, sdone = false; why.empty() && (!rdone || !sdone);) {
+    int done = 0;
+    size_t got = 0;
+    if (!sdone && (rc = net.test(sreq, &done, nullptr)) != chorusSuccess) why = rcText("test of a send", rc);
+    sdone = sdone || done;
+    done = 0;
+    if (why.empty() && !rdone && (rc = net.test(rreq, &done, &got)) != chorusSuccess) {
+      why = rcText("test of a receive", rc);
+    }
+    if (why.empty() && done && !rdone) {
+      rdone = true;
+      if (got != sizeof(out) || std::memcmp(in, out, sizeof(out)) != 0) {
+        why = "a 64-byte message arrived as " + std::to_string(got) + " bytes, or with other bytes";
+      }
+    }
+    if (why.empty() && (!rdone || !sdone) && nowNs() > deadline) why = "a 64-byte message " + late;
+  }
+  if (smr) (void)net.deregMr(send, smr);
+  if (rmr) (void)net.deregMr(recv, rmr);
+  if (send) (void)net.closeSend(send);
+  if (recv) (void)net.closeRecv(recv);
+  if (listen) (void)net.closeListen(listen);
+  return why;
+}
+
 }  // namespace
 
-Result<LoadedNetwork> loadNetPlugin(const std::string& path, chorusNetLogger_t logger) {
+Result<LoadedNetwork> loadNetPlugin(const std::string& path, chorusNetLogger_t logger, int64_t probeTimeoutNs) {
   static std::mutex mu;
   static std::map<std::string, LoadedNetwork> loaded;
   std::lock_guard<std::mutex> g(mu);
@@ -435,12 +513,17 @@ Result<LoadedNetwork> loadNetPlugin(const std::string& path, chorusNetLogger_t l
   }
   int ndev = 0;
   rc = n.net->devices(&ndev);
+  const std::string failed = rc == chorusSuccess && ndev >= 1 ? selfTest(*n.net, ctx, probeTimeoutNs) : "";
   (void)n.net->finalize(ctx);
   if (rc != chorusSuccess) {
     return Status(rc, "the net plugin " + path + " (\"" + std::string(n.net->name) + "\") could not count its devices");
   }
   if (ndev < 1)
     return invalidUsage("the net plugin " + path + " (\"" + std::string(n.net->name) + "\") has no devices");
+  if (!failed.empty()) {
+    return remoteError("the net plugin " + path + " (\"" + std::string(n.net->name) +
+                       "\") failed its self-test, a connection of device 0 to itself: " + failed);
+  }
   unload.keep = true;
   loaded[path] = n;
   return n;

@@ -29,6 +29,7 @@ namespace {
 constexpr uint64_t kHandleMagic = 0x31544e53524f4843ull;  // "CHORSNT1"
 constexpr uint64_t kHelloMagic = 0x6f6c6c65482d4e53ull;   // "SN-Hello"
 constexpr int kMaxRecvs = 8;
+constexpr int kSendBatch = 8;             // messages per sendmsg()
 constexpr unsigned long kNetFlag = 0x10;  // NCCL_NET, the subsystem bit of a network's log lines
 
 // A context: the logger and what the comms made under it report with.
@@ -109,6 +110,8 @@ struct Request {
   size_t got[kMaxRecvs] = {};
   bool filled[kMaxRecvs] = {};
   int filledCount = 0;
+  MsgHeader wire;    // send: the message's header
+  size_t moved = 0;  // send: bytes of header and body on their way
 };
 
 struct Memory {
@@ -124,12 +127,15 @@ struct Comm {
   bool failed = false;
   Request slots[CHORUS_NET_MAX_REQUESTS];
   std::deque<Request*> order;  // issued and not yet collected by test
-  // The message in progress: its header, and how far it has moved.
+  // Receive: the next message's header (read with the end of the message before it), and the
+  // message being filled: its request, part, size and how much of it is in.
   MsgHeader hdr;
   size_t hdrMoved = 0;
-  size_t bodyMoved = 0;
-  int part = -1;  // receive: the part of the front request the message fills
+  bool inBody = false;
   Request* active = nullptr;
+  int part = -1;
+  size_t bodySize = 0;
+  size_t bodyMoved = 0;
 
   Request* freeSlot() {
     for (Request& r : slots) {
@@ -137,8 +143,10 @@ struct Comm {
     }
     return nullptr;
   }
-  void fail(const std::string& why) {
-    if (!failed) NET_LOG(ctx, chorusNetLogWarn, "Socket network: %s", why.c_str());
+  // `level`: a peer that closed between messages (it finished, or died) is told at INFO; the
+  // caller that needed the comm makes the error of it.
+  void fail(const std::string& why, chorusNetLogLevel_t level = chorusNetLogWarn) {
+    if (!failed) NET_LOG(ctx, level, "Socket network: %s", why.c_str());
     failed = true;
   }
 };
@@ -171,7 +179,11 @@ ssize_t moveSome(Comm& c, void* p, size_t n, bool out, const char* what) {
         out ? ::send(c.fd.get(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(c.fd.get(), p, n, MSG_DONTWAIT);
     if (k > 0) return k;
     if (k == 0 && !out) {
-      c.fail(std::string("the peer closed the connection while this side was ") + what);
+      // Between messages (no byte of the next header yet) an end is a peer that closed, not a
+      // broken stream.
+      const bool between = c.hdrMoved == 0 && !c.inBody && std::strcmp(what, "receiving a message header") == 0;
+      c.fail(std::string("the peer closed the connection while this side was ") + what,
+             between ? chorusNetLogInfo : chorusNetLogWarn);
       return -1;
     }
     if (k < 0 && errno == EINTR) continue;
@@ -181,89 +193,112 @@ ssize_t moveSome(Comm& c, void* p, size_t n, bool out, const char* what) {
   }
 }
 
+// Sends what the undone requests have left, up to kSendBatch messages (each header and body) in
+// one sendmsg(): a stream of small messages costs one call per batch, not two per message.
 void progressSend(Comm& c) {
   while (!c.failed) {
-    if (!c.active) {
-      c.active = nextUndone(c);
-      if (!c.active) return;
-      c.hdr = MsgHeader{c.active->tag[0], 0, c.active->cap[0]};
-      c.hdrMoved = c.bodyMoved = 0;
+    iovec iov[2 * kSendBatch];
+    Request* batch[kSendBatch];
+    int niov = 0;
+    int nb = 0;
+    for (Request* r : c.order) {
+      if (r->done) continue;
+      if (nb == kSendBatch) break;
+      batch[nb++] = r;
+      size_t skip = r->moved;
+      if (skip < sizeof(MsgHeader)) {
+        iov[niov++] = {reinterpret_cast<char*>(&r->wire) + skip, sizeof(MsgHeader) - skip};
+        skip = 0;
+      } else {
+        skip -= sizeof(MsgHeader);
+      }
+      if (r->cap[0] > skip) iov[niov++] = {r->data[0] + skip, r->cap[0] - skip};
     }
-    Request& r = *c.active;
-    if (c.hdrMoved < sizeof(MsgHeader)) {
-      // The header and the start of the body in one call.
-      iovec iov[2] = {{reinterpret_cast<char*>(&c.hdr) + c.hdrMoved, sizeof(MsgHeader) - c.hdrMoved},
-                      {r.data[0], r.cap[0]}};
-      msghdr m{};
-      m.msg_iov = iov;
-      m.msg_iovlen = r.cap[0] ? 2 : 1;
-      ssize_t k;
-      do {
-        k = ::sendmsg(c.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-      } while (k < 0 && errno == EINTR);
-      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (k < 0) return c.fail(std::string("sending a message header: ") + std::strerror(errno));
-      const size_t h = std::min<size_t>(size_t(k), sizeof(MsgHeader) - c.hdrMoved);
-      c.hdrMoved += h;
-      c.bodyMoved += size_t(k) - h;
-    } else if (c.bodyMoved < r.cap[0]) {
-      const ssize_t k = moveSome(c, r.data[0] + c.bodyMoved, r.cap[0] - c.bodyMoved, true, "sending a message");
-      if (k <= 0) return;
-      c.bodyMoved += size_t(k);
-    }
-    if (c.hdrMoved == sizeof(MsgHeader) && c.bodyMoved == r.cap[0]) {
+    if (nb == 0) return;
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(niov);
+    ssize_t k;
+    do {
+      k = ::sendmsg(c.fd.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (k < 0 && errno == EINTR);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (k < 0) return c.fail(std::string("sending a message: ") + std::strerror(errno));
+    size_t left = static_cast<size_t>(k);
+    for (int i = 0; i < nb; ++i) {
+      Request& r = *batch[i];
+      const size_t total = sizeof(MsgHeader) + r.cap[0];
+      const size_t take = std::min(left, total - r.moved);
+      r.moved += take;
+      left -= take;
+      if (r.moved < total) return;  // the socket took no more: try again when it has room
       r.got[0] = r.cap[0];
       r.done = true;
-      c.active = nullptr;
     }
   }
 }
 
+// Fills the undone receives in order. Each recvmsg() reads the rest of a message's body and the
+// next message's header: one call per message while data flows.
 void progressRecv(Comm& c) {
   while (!c.failed) {
-    if (!c.active) {
-      c.active = nextUndone(c);
-      if (!c.active) return;
-      c.hdrMoved = c.bodyMoved = 0;
-      c.part = -1;
-    }
-    Request& r = *c.active;
-    if (c.hdrMoved < sizeof(MsgHeader)) {
-      const ssize_t k = moveSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrMoved, sizeof(MsgHeader) - c.hdrMoved, false,
-                                 "receiving a message header");
-      if (k <= 0) return;
-      c.hdrMoved += size_t(k);
-      if (c.hdrMoved < sizeof(MsgHeader)) continue;
-      // Which receive of the group takes it: the first unfilled one with its tag.
-      for (int i = 0; i < r.n && c.part < 0; ++i) {
-        if (!r.filled[i] && r.tag[i] == c.hdr.tag) c.part = i;
+    if (!c.inBody) {
+      Request* r = nextUndone(c);
+      if (!r) return;  // nothing posted: the bytes wait in the socket
+      if (c.hdrMoved < sizeof(MsgHeader)) {
+        const ssize_t k = moveSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrMoved, sizeof(MsgHeader) - c.hdrMoved,
+                                   false, "receiving a message header");
+        if (k <= 0) return;
+        c.hdrMoved += size_t(k);
+        continue;
       }
-      if (c.part < 0) {
+      // Which receive of the group takes it: the first unfilled one with its tag.
+      int part = -1;
+      for (int i = 0; i < r->n && part < 0; ++i) {
+        if (!r->filled[i] && r->tag[i] == c.hdr.tag) part = i;
+      }
+      if (part < 0) {
         return c.fail("a message tagged " + std::to_string(c.hdr.tag) + " arrived where none of the " +
-                      std::to_string(r.n - r.filledCount) +
+                      std::to_string(r->n - r->filledCount) +
                       " receives left in the group has that tag: sends and receives must be issued in the same order");
       }
-      if (c.hdr.size > r.cap[c.part]) {
+      if (c.hdr.size > r->cap[part]) {
         return c.fail("a message of " + std::to_string(c.hdr.size) + " bytes arrived for a receive of " +
-                      std::to_string(r.cap[c.part]) + " bytes (tag " + std::to_string(c.hdr.tag) + ")");
+                      std::to_string(r->cap[part]) + " bytes (tag " + std::to_string(c.hdr.tag) + ")");
       }
+      c.active = r;
+      c.part = part;
+      c.bodySize = c.hdr.size;
+      c.bodyMoved = 0;
+      c.hdrMoved = 0;
+      c.inBody = true;
     }
-    if (c.bodyMoved < c.hdr.size) {
-      const ssize_t k =
-          moveSome(c, r.data[c.part] + c.bodyMoved, c.hdr.size - c.bodyMoved, false, "receiving a message");
-      if (k <= 0) return;
-      c.bodyMoved += size_t(k);
-      if (c.bodyMoved < c.hdr.size) continue;
+    Request& r = *c.active;
+    if (c.bodyMoved < c.bodySize) {
+      iovec iov[2] = {{r.data[c.part] + c.bodyMoved, c.bodySize - c.bodyMoved},
+                      {reinterpret_cast<char*>(&c.hdr), sizeof(MsgHeader)}};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      ssize_t k;
+      do {
+        k = ::recvmsg(c.fd.get(), &m, MSG_DONTWAIT);
+      } while (k < 0 && errno == EINTR);
+      if (k == 0) return c.fail("the peer closed the connection while this side was receiving a message");
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (k < 0) return c.fail(std::string("receiving a message: ") + std::strerror(errno));
+      const size_t take = std::min(size_t(k), c.bodySize - c.bodyMoved);
+      c.bodyMoved += take;
+      c.hdrMoved = size_t(k) - take;
+      if (c.bodyMoved < c.bodySize) continue;
     }
-    r.got[c.part] = c.hdr.size;
+    r.got[c.part] = c.bodySize;
     r.filled[c.part] = true;
     ++r.filledCount;
-    c.hdrMoved = c.bodyMoved = 0;
+    c.inBody = false;
+    c.active = nullptr;
     c.part = -1;
-    if (r.filledCount == r.n) {
-      r.done = true;
-      c.active = nullptr;
-    }
+    if (r.filledCount == r.n) r.done = true;
   }
 }
 
@@ -539,6 +574,7 @@ chorusResult_t netIsend(void* sendComm, void* data, size_t size, int tag, void* 
   r->data[0] = static_cast<char*>(data);
   r->cap[0] = size;
   r->tag[0] = tag;
+  r->wire = MsgHeader{tag, 0, size};
   c->order.push_back(r);
   progress(*c);
   *request = r;
@@ -588,8 +624,9 @@ chorusResult_t netTest(void* request, int* done, size_t* sizes) {
   Comm& c = *r->comm;
   *done = 0;
   progress(c);
-  if (c.failed) return chorusRemoteError;
-  if (!r->done) return chorusSuccess;
+  // A request that completed before the comm failed (the peer sent its last message and closed)
+  // is reported done: only the requests the failure cut short fail.
+  if (!r->done) return c.failed ? chorusRemoteError : chorusSuccess;
   *done = 1;
   if (sizes) {
     for (int i = 0; i < r->n; ++i) sizes[i] = r->got[i];
@@ -601,6 +638,16 @@ chorusResult_t netTest(void* request, int* done, size_t* sizes) {
     }
   }
   r->inUse = false;
+  return chorusSuccess;
+}
+
+chorusResult_t netWaitFd(void* comm, int* fd, short* events) {
+  auto* c = static_cast<Comm*>(comm);
+  if (!c || !fd || !events) return chorusInvalidArgument;
+  *fd = c->fd.get();
+  *events = 0;
+  // Something to move when the socket has room (sends) or bytes (receives posted).
+  if (nextUndone(*c)) *events = c->send ? POLLOUT : POLLIN;
   return chorusSuccess;
 }
 
@@ -621,8 +668,9 @@ chorusResult_t netCloseListen(void* listenComm) {
 }
 
 const chorusNet_v1_t kSocketNet = {
-    "Socket", netInit,    netFinalize, netDevices, netGetProperties, netListen, netConnect, netAccept, netRegMr,
-    nullptr,  netDeregMr, netIsend,    netIrecv,   netIflush,        netTest,   closeComm,  closeComm, netCloseListen,
+    "Socket",  netInit,   netFinalize, netDevices,     netGetProperties, netListen, netConnect,
+    netAccept, netRegMr,  nullptr,     netDeregMr,     netIsend,         netIrecv,  netIflush,
+    netTest,   closeComm, closeComm,   netCloseListen, netWaitFd,
 };
 
 }  // namespace
