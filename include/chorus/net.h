@@ -20,6 +20,8 @@
  *     messages, each into the receive whose tag it carries.
  *   - A message may be shorter than its receive (test reports the size that arrived), never longer:
  *     a longer one is an error of both requests.
+ *   - Requests may progress only inside test (a send need not leave before it is tested): the caller
+ *     tests every request it has issued, sends included.
  *   - test is called until *done; a request is then gone. An error of a request is an error of its
  *     comm: every later call on it fails.
  *   - Buffers passed to isend and irecv lie inside memory registered on that comm (regMr) and stay

@@ -30,6 +30,11 @@ constexpr uint64_t kHandleMagic = 0x31544e53524f4843ull;  // "CHORSNT1"
 constexpr uint64_t kHelloMagic = 0x6f6c6c65482d4e53ull;   // "SN-Hello"
 constexpr int kMaxRecvs = 8;
 constexpr int kSendBatch = 8;             // messages per sendmsg()
+// A receive comm's read-ahead: small messages arrive many per recv() and are copied out of it; the
+// rest of a body of at least kDirectBytes is read straight into its receive (with what follows it
+// into the stage). Small, so that little of a large body is copied.
+constexpr size_t kStageBytes = 4096;
+constexpr size_t kDirectBytes = 2048;
 constexpr unsigned long kNetFlag = 0x10;  // NCCL_NET, the subsystem bit of a network's log lines
 
 // A context: the logger and what the comms made under it report with.
@@ -127,8 +132,12 @@ struct Comm {
   bool failed = false;
   Request slots[CHORUS_NET_MAX_REQUESTS];
   std::deque<Request*> order;  // issued and not yet collected by test
-  // Receive: the next message's header (read with the end of the message before it), and the
-  // message being filled: its request, part, size and how much of it is in.
+  // Receive: bytes read ahead of the message being filled (small messages: many per call, then
+  // copied out), the next message's header, and the message being filled: its request, part,
+  // size and how much of it is in.
+  std::vector<char> stage;
+  size_t stageBegin = 0;
+  size_t stageEnd = 0;
   MsgHeader hdr;
   size_t hdrMoved = 0;
   bool inBody = false;
@@ -170,27 +179,6 @@ Request* nextUndone(Comm& c) {
     if (!r->done) return r;
   }
   return nullptr;
-}
-
-// Moves bytes with one non-blocking call: > 0 moved, 0 would block, -1 failed (c failed).
-ssize_t moveSome(Comm& c, void* p, size_t n, bool out, const char* what) {
-  for (;;) {
-    const ssize_t k =
-        out ? ::send(c.fd.get(), p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(c.fd.get(), p, n, MSG_DONTWAIT);
-    if (k > 0) return k;
-    if (k == 0 && !out) {
-      // Between messages (no byte of the next header yet) an end is a peer that closed, not a
-      // broken stream.
-      const bool between = c.hdrMoved == 0 && !c.inBody && std::strcmp(what, "receiving a message header") == 0;
-      c.fail(std::string("the peer closed the connection while this side was ") + what,
-             between ? chorusNetLogInfo : chorusNetLogWarn);
-      return -1;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    c.fail(std::string(what) + ": " + std::strerror(errno));
-    return -1;
-  }
 }
 
 // Sends what the undone requests have left, up to kSendBatch messages (each header and body) in
@@ -238,18 +226,50 @@ void progressSend(Comm& c) {
   }
 }
 
-// Fills the undone receives in order. Each recvmsg() reads the rest of a message's body and the
-// next message's header: one call per message while data flows.
+// Reads what the socket has into the empty stage: true when bytes came; false when none did (the
+// socket is empty, or the comm failed).
+bool fillStage(Comm& c) {
+  for (;;) {
+    const ssize_t k = ::recv(c.fd.get(), c.stage.data(), c.stage.size(), MSG_DONTWAIT);
+    if (k > 0) {
+      c.stageBegin = 0;
+      c.stageEnd = size_t(k);
+      return true;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (k == 0) {
+      // Between messages (no byte of the next one yet) an end is a peer that closed, not a broken
+      // stream.
+      const bool between = !c.inBody && c.hdrMoved == 0;
+      c.fail(std::string("the peer closed the connection while this side was ") +
+                 (c.inBody ? "receiving a message" : "receiving a message header"),
+             between ? chorusNetLogInfo : chorusNetLogWarn);
+      return false;
+    }
+    c.fail(std::string("receiving: ") + std::strerror(errno));
+    return false;
+  }
+}
+
+// Fills the undone receives in order: from the stage, which one recv() refills with as much as the
+// socket has, or, for the rest of a large body, straight from the socket (what follows the body
+// lands in the stage in the same call).
 void progressRecv(Comm& c) {
   while (!c.failed) {
+    const size_t staged = c.stageEnd - c.stageBegin;
     if (!c.inBody) {
       Request* r = nextUndone(c);
-      if (!r) return;  // nothing posted: the bytes wait in the socket
+      if (!r) return;  // nothing posted: the bytes wait
       if (c.hdrMoved < sizeof(MsgHeader)) {
-        const ssize_t k = moveSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrMoved, sizeof(MsgHeader) - c.hdrMoved,
-                                   false, "receiving a message header");
-        if (k <= 0) return;
-        c.hdrMoved += size_t(k);
+        if (staged == 0) {
+          if (!fillStage(c)) return;
+          continue;
+        }
+        const size_t take = std::min(staged, sizeof(MsgHeader) - c.hdrMoved);
+        std::memcpy(reinterpret_cast<char*>(&c.hdr) + c.hdrMoved, c.stage.data() + c.stageBegin, take);
+        c.stageBegin += take;
+        c.hdrMoved += take;
         continue;
       }
       // Which receive of the group takes it: the first unfilled one with its tag.
@@ -272,11 +292,23 @@ void progressRecv(Comm& c) {
       c.bodyMoved = 0;
       c.hdrMoved = 0;
       c.inBody = true;
+      continue;
     }
     Request& r = *c.active;
-    if (c.bodyMoved < c.bodySize) {
-      iovec iov[2] = {{r.data[c.part] + c.bodyMoved, c.bodySize - c.bodyMoved},
-                      {reinterpret_cast<char*>(&c.hdr), sizeof(MsgHeader)}};
+    const size_t rest = c.bodySize - c.bodyMoved;
+    if (rest > 0) {
+      if (staged > 0) {
+        const size_t take = std::min(staged, rest);
+        std::memcpy(r.data[c.part] + c.bodyMoved, c.stage.data() + c.stageBegin, take);
+        c.stageBegin += take;
+        c.bodyMoved += take;
+        continue;
+      }
+      if (rest < kDirectBytes) {
+        if (!fillStage(c)) return;
+        continue;
+      }
+      iovec iov[2] = {{r.data[c.part] + c.bodyMoved, rest}, {c.stage.data(), c.stage.size()}};
       msghdr m{};
       m.msg_iov = iov;
       m.msg_iovlen = 2;
@@ -287,10 +319,11 @@ void progressRecv(Comm& c) {
       if (k == 0) return c.fail("the peer closed the connection while this side was receiving a message");
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (k < 0) return c.fail(std::string("receiving a message: ") + std::strerror(errno));
-      const size_t take = std::min(size_t(k), c.bodySize - c.bodyMoved);
+      const size_t take = std::min(size_t(k), rest);
       c.bodyMoved += take;
-      c.hdrMoved = size_t(k) - take;
-      if (c.bodyMoved < c.bodySize) continue;
+      c.stageBegin = 0;
+      c.stageEnd = size_t(k) - take;
+      continue;
     }
     r.got[c.part] = c.bodySize;
     r.filled[c.part] = true;
@@ -403,6 +436,7 @@ Comm* makeComm(Context* ctx, UniqueFd fd, bool send) {
   c->ctx = ctx;
   c->fd = std::move(fd);
   c->send = send;
+  if (!send) c->stage.resize(kStageBytes);
   for (Request& r : c->slots) r.comm = c;
   ++ctx->comms;
   return c;
@@ -576,7 +610,6 @@ chorusResult_t netIsend(void* sendComm, void* data, size_t size, int tag, void* 
   r->tag[0] = tag;
   r->wire = MsgHeader{tag, 0, size};
   c->order.push_back(r);
-  progress(*c);
   *request = r;
   return chorusSuccess;
 }
@@ -607,7 +640,6 @@ chorusResult_t netIrecv(void* recvComm, int n, void** data, size_t* sizes, int* 
     r->tag[i] = tags[i];
   }
   c->order.push_back(r);
-  progress(*c);
   *request = r;
   return chorusSuccess;
 }
