@@ -358,6 +358,7 @@ void NetProxy::loop() {
     }
     bool moved = false;
     bool polling = false;  // something will not wake poll(): a FIFO for kernels, a connect, a network without waitFd
+    bool kernels = false;  // a FIFO for kernels among them: spin longer before napping
     for (Entry& e : entries_) {
       if (e.closed || e.failed) continue;  // a comm the network failed stays, unused, until the proxy ends
       if (e.l.fifo.closed()) {
@@ -374,6 +375,7 @@ void NetProxy::loop() {
       if (!ready(e)) continue;
       moved = (e.l.isSend ? progressSend(e) : progressRecv(e)) || moved;
       polling = polling || e.l.polled || !net_->waitFd;
+      kernels = kernels || e.l.polled;
     }
     idlePasses_ = moved ? 0 : idlePasses_ + 1;
     if (moved) continue;
@@ -392,7 +394,11 @@ void NetProxy::loop() {
       }
     }
     if (polling) fds.resize(1);
-    ::poll(fds.data(), fds.size(), !polling ? 100 : idlePasses_ < kSpinPasses ? 0 : 1);
+    // Sleeping in poll() on every comm; else spinning, then naps of kNapNs (a network without
+    // waitFd tells nothing when a message arrives: the nap is the latency it may add).
+    const int spin = kernels ? kSpinPasses : kSpinPassesHost;
+    const timespec nap{0, !polling ? 100 * 1000000 : idlePasses_ < spin ? 0 : kNapNs};
+    ::ppoll(fds.data(), fds.size(), &nap, nullptr);
     if (fds[0].revents & POLLIN) {
       uint64_t v;
       while (::read(wake_.get(), &v, sizeof(v)) > 0) {

@@ -16,7 +16,8 @@
 // Sleeping: a FIFO's lane rings the proxy's eventfd on every post and free (ProxyLink::wakeFd);
 // the network's comms wake it through their waitFd (poll()). A FIFO for kernels rings nothing,
 // and a network without waitFd tells nothing: while it serves either, the proxy polls, backing off
-// to 1 ms sleeps after kSpinPasses passes in which nothing moved.
+// to 50 us naps after kSpinPasses passes in which nothing moved (kSpinPassesHost when no FIFO for
+// kernels is among them: the threads that run collectives need the cores more than the proxy).
 //
 // A comm whose connect has not completed yet is connected here, by calling connect again on each
 // pass until it completes or its deadline passes. A network error, or the peer's end, closes that
@@ -95,7 +96,9 @@ class NetProxy {
   };
 
   void loop();
-  static constexpr int kSpinPasses = 20000;
+  static constexpr int kSpinPasses = 20000;    // serving a FIFO for kernels
+  static constexpr int kSpinPassesHost = 200;  // host FIFOs only, over a network without waitFd
+  static constexpr long kNapNs = 50000;
 
   // Moves what can move without blocking; returns true if anything moved.
   bool connect(Entry& e);

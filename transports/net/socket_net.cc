@@ -29,7 +29,7 @@ namespace {
 constexpr uint64_t kHandleMagic = 0x31544e53524f4843ull;  // "CHORSNT1"
 constexpr uint64_t kHelloMagic = 0x6f6c6c65482d4e53ull;   // "SN-Hello"
 constexpr int kMaxRecvs = 8;
-constexpr int kSendBatch = 8;             // messages per sendmsg()
+constexpr int kSendBatch = 8;  // messages per sendmsg()
 // A receive comm's read-ahead: small messages arrive many per recv() and are copied out of it; the
 // rest of a body of at least kDirectBytes is read straight into its receive (with what follows it
 // into the stage). Small, so that little of a large body is copied.
