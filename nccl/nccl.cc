@@ -159,6 +159,7 @@ void mapEnvironment() {
       {"NCCL_DEBUG_FILE", "CHORUS_DEBUG_FILE"},
       {"NCCL_COMM_ID", "CHORUS_COMM_ID"},
       {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
+      {"NCCL_NET_PLUGIN", "CHORUS_NET_PLUGIN"},
   };
   for (const auto& m : kSame) {
     if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
@@ -348,7 +349,8 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   ignoredInt("trafficClass", out->trafficClass, "Chorus's sockets set no traffic class");
   if (out->netName != NCCL_CONFIG_UNDEF_PTR) {
     noteIgnored(std::string("ncclConfig_t.netName=") + out->netName,
-                "Chorus chooses its network by CHORUS_SOCKET_IFNAME (NCCL_SOCKET_IFNAME)");
+                "Chorus chooses its network by CHORUS_NET_PLUGIN (NCCL_NET_PLUGIN) and CHORUS_SOCKET_IFNAME "
+                "(NCCL_SOCKET_IFNAME)");
   }
   return ncclSuccess;
 }

@@ -559,3 +559,19 @@ TEST_CASE("a net transport sends host FIFO slots by reference and receives them 
   st.reset();
   rt.reset();
 }
+
+TEST_CASE("CHORUS_NET_PLUGIN is read as NCCL reads NCCL_NET_PLUGIN: a name finds libnccl-net-NAME.so",
+          "[.][net_plugin_name]") {
+  // Run by ctest with the test plugins' directory on LD_LIBRARY_PATH, where
+  // libnccl-net-chorustest.so is the v11 test plugin.
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  env.connectTimeoutNs = 2'000'000'000;
+  env.netPlugin = "chorustest";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
+  env.netPlugin = "libnccl-net-chorustest.so";  // the file's own name works too
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
+  env.netPlugin = "nosuchnetwork";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+}

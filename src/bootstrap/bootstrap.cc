@@ -833,4 +833,36 @@ Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
   }
 }
 
+Status Bootstrap::awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t) {
+  const int64_t start = nowNs();
+  const int64_t deadline = start + timeoutNs_;
+  int64_t nextWarn = start + warnNs_;
+  int64_t nextProbe = start + kProbeEveryNs;
+  int64_t napNs = 10000;
+  bool done = false;
+  const auto arrived = [&] { return done; };
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    lk.unlock();
+    Result<bool> r = ready();
+    lk.lock();
+    if (!r.isOk()) return r.status();
+    done = r.value();
+    if (done) return Status::ok();
+    if (abort_ && abort_->load(std::memory_order_acquire)) {
+      return Status(chorusRemoteError,
+                    std::string("waiting for ") + what + " from rank " + std::to_string(peer) + " was aborted");
+    }
+    if (!earlyNotice_.empty()) return remoteError(earlyNotice_);
+    if (nowNs() >= deadline) {
+      return Status(chorusSystemError, "Timed out waiting for rank " + std::to_string(peer) + " (" +
+                                           peers_[peer].toString() + ") to complete " + what);
+    }
+    noteSlowWait(start, &nextWarn, peer, what);
+    if (Status gone = probeWaitedPeer(lk, peer, what, &nextProbe, arrived); !gone.isOk()) return gone;
+    cv_.wait_for(lk, std::chrono::nanoseconds(napNs));
+    napNs = std::min<int64_t>(napNs * 2, 1000000);
+  }
+}
+
 }  // namespace chorus

@@ -178,6 +178,8 @@ class Bootstrap : public OutOfBand {
   // the peer's accept thread files the descriptor, and takeConnection returns it.
   Result<UniqueFd> openConnection(int peer, uint64_t tag) override;
   Result<UniqueFd> takeConnection(int peer, uint64_t tag) override;
+  // Bounded as takeConnection is: the timeout, an abort, a failure notice, the peer's liveness.
+  Status awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t timeoutNs) override;
   std::string peerAddress(int peer) const override { return peers_[peer].toString(); }
 
   // Descriptor passing for shared memory on one host: exportFd offers `fd` to `peer` under

@@ -2,8 +2,11 @@
 // more: the byte streams and descriptors a connection is built from. The Bootstrap implements it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "src/common/os.h"
 #include "src/common/status.h"
@@ -28,6 +31,24 @@ class OutOfBand {
   virtual void exportFd(int peer, uint64_t token, UniqueFd fd) = 0;
   virtual Result<UniqueFd> importFd(int peer, const std::string& serverName, uint64_t token) = 0;
   virtual Status awaitClaim(int peer, uint64_t token) = 0;
+
+  // Waits until ready() says true (or fails: its error), calling it every few milliseconds at
+  // most, for something `peer` must do (`what`: "a network connection", for messages). The
+  // Bootstrap bounds the wait as its own (the init timeout, an abort, a failure notice, a peer
+  // whose process is gone); this default, for tests' channels, only by `timeoutNs`.
+  virtual Status awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready,
+                           int64_t timeoutNs = int64_t(60) * 1000000000) {
+    const int64_t deadline = nowNs() + timeoutNs;
+    for (;;) {
+      Result<bool> r = ready();
+      if (!r.isOk()) return r.status();
+      if (r.value()) return Status::ok();
+      if (nowNs() > deadline) {
+        return remoteError("rank " + std::to_string(peer) + " did not complete " + what + " in time");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 };
 
 }  // namespace chorus

@@ -37,8 +37,9 @@
 namespace chorus {
 namespace {
 
-// The network a plugin path names, chosen once per process: the plugin's, or sockets when it
-// cannot be used (with one warning saying why).
+// The network CHORUS_NET_PLUGIN names, chosen once per process: the plugin's (the library as
+// named, else libnccl-net-<name>.so, as NCCL reads NCCL_NET_PLUGIN), or sockets when it cannot be
+// used (with one warning saying why).
 const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTimeoutNs, const Logger& log) {
   if (plugin.empty()) return &socketNetwork();
   static std::mutex mu;
@@ -46,6 +47,16 @@ const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTime
   std::lock_guard<std::mutex> g(mu);
   if (auto it = chosen.find(plugin); it != chosen.end()) return it->second;
   Result<LoadedNetwork> n = loadNetPlugin(plugin, netLogger, probeTimeoutNs);
+  // As NCCL reads NCCL_NET_PLUGIN: the name as given, else libnccl-net-<name>.so.
+  const bool notFound = !n.isOk() && n.status().message().find("cannot load the net plugin") != std::string::npos;
+  if (notFound && plugin.find('/') == std::string::npos) {
+    Result<LoadedNetwork> named = loadNetPlugin("libnccl-net-" + plugin + ".so", netLogger, probeTimeoutNs);
+    if (named.isOk() || named.status().message().find("cannot load the net plugin") == std::string::npos) {
+      n = std::move(named);
+    } else {
+      n = Status(n.status().code(), n.status().message() + "; nor libnccl-net-" + plugin + ".so");
+    }
+  }
   if (!n.isOk()) {
     log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the socket network instead", plugin, n.status().message());
     return chosen[plugin] = &socketNetwork();
@@ -173,22 +184,17 @@ class NetTransport : public Transport {
   Status finishRecv(ConnectContext& ctx, Connection& c, int peer, uint64_t) override {
     auto& conn = static_cast<NetConnection&>(c);
     NetProxy::Link l = link(conn, false, peer, ctx.oob->peerAddress(peer));
-    const int64_t deadline = nowNs() + timeoutNs_;
-    int64_t napNs = 10000;
+    // Waited for as the bootstrap waits for a peer: within the init timeout, ended by an abort, a
+    // failure notice, or the peer's process going.
     (void)takeNetMessage();
-    for (;;) {
-      const chorusResult_t rc = net_->accept(conn.listenComm, &l.comm);
-      if (rc != chorusSuccess) return Status(rc, failed("accept", rc, peer));
-      if (l.comm) break;
-      if (nowNs() > deadline) {
-        return remoteError("the " + name_ + " connection from rank " + std::to_string(peer) + " (" + l.peerName +
-                           ") was not made within the init timeout (CHORUS_INIT_TIMEOUT): that rank's connect never "
-                           "reached this rank's listener")
-            .about(peer);
-      }
-      std::this_thread::sleep_for(std::chrono::nanoseconds(napNs));
-      napNs = std::min<int64_t>(napNs * 2, 1000000);
-    }
+    CHORUS_TRY(ctx.oob->awaitPeer(
+        peer, "a network connection",
+        [&]() -> Result<bool> {
+          const chorusResult_t rc = net_->accept(conn.listenComm, &l.comm);
+          if (rc != chorusSuccess) return Status(rc, failed("accept", rc, peer));
+          return l.comm != nullptr;
+        },
+        timeoutNs_));
     {
       std::lock_guard<std::mutex> g(mu_);
       listens_.erase(conn.listenComm);
