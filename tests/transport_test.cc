@@ -409,6 +409,22 @@ TEST_CASE("a bootstrap wait on a rank that is gone ends within seconds, naming i
   const Status claim = zero->awaitClaim(1, 9);
   REQUIRE_FALSE(claim.isOk());
   endsNamingIt(claim, t);
+  // And a wait a transport runs through awaitPeer (the net transport's accept), which polls
+  // until then; a poll that fails or succeeds ends it at once.
+  t = std::chrono::steady_clock::now();
+  int polls = 0;
+  const Status accepted = zero->awaitPeer(
+      1, "a network connection", [&]() -> Result<bool> { return ++polls < 0; }, timeout);
+  REQUIRE_FALSE(accepted.isOk());
+  endsNamingIt(accepted, t);
+  CHECK(accepted.message().find("waited on for a network connection") != std::string::npos);
+  CHECK(polls > 10);
+  CHECK(zero->awaitPeer(
+                1, "x", []() -> Result<bool> { return true; }, timeout)
+            .isOk());
+  CHECK(zero->awaitPeer(
+                1, "x", []() -> Result<bool> { return invalidUsage("no"); }, timeout)
+            .message() == "no");
   // A live peer that is only slow is not taken for gone: its message, sent after a few probes,
   // arrives.
   std::vector<SockAddr> addrs2(2);

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
@@ -378,6 +379,7 @@ void NetProxy::loop() {
       kernels = kernels || e.l.polled;
     }
     idlePasses_ = moved ? 0 : idlePasses_ + 1;
+    if (moved) napNs_ = kNapNs;
     if (moved) continue;
     fds.clear();
     fds.push_back({wake_.get(), POLLIN, 0});
@@ -394,10 +396,15 @@ void NetProxy::loop() {
       }
     }
     if (polling) fds.resize(1);
-    // Sleeping in poll() on every comm; else spinning, then naps of kNapNs (a network without
-    // waitFd tells nothing when a message arrives: the nap is the latency it may add).
+    // Sleeping in poll() on every comm; else spinning, then naps from kNapNs doubling to
+    // kNapMaxNs while nothing moves (a network without waitFd tells nothing when a message
+    // arrives: the nap is the latency it may add).
     const int spin = kernels ? kSpinPasses : kSpinPassesHost;
-    const timespec nap{0, !polling ? 100 * 1000000 : idlePasses_ < spin ? 0 : kNapNs};
+    timespec nap{0, 100 * 1000000};
+    if (polling) {
+      nap.tv_nsec = idlePasses_ < spin ? 0 : napNs_;
+      if (idlePasses_ >= spin) napNs_ = std::min(napNs_ * 2, kNapMaxNs);
+    }
     ::ppoll(fds.data(), fds.size(), &nap, nullptr);
     if (fds[0].revents & POLLIN) {
       uint64_t v;

@@ -16,8 +16,9 @@
 // Sleeping: a FIFO's lane rings the proxy's eventfd on every post and free (ProxyLink::wakeFd);
 // the network's comms wake it through their waitFd (poll()). A FIFO for kernels rings nothing,
 // and a network without waitFd tells nothing: while it serves either, the proxy polls, backing off
-// to 50 us naps after kSpinPasses passes in which nothing moved (kSpinPassesHost when no FIFO for
-// kernels is among them: the threads that run collectives need the cores more than the proxy).
+// to naps after kSpinPasses passes in which nothing moved (kSpinPassesHost when no FIFO for kernels
+// is among them: the threads that run collectives need the cores more than the proxy), from 50 us
+// doubling to 1 ms while nothing moves.
 //
 // A comm whose connect has not completed yet is connected here, by calling connect again on each
 // pass until it completes or its deadline passes. A network error, or the peer's end, closes that
@@ -99,6 +100,7 @@ class NetProxy {
   static constexpr int kSpinPasses = 20000;    // serving a FIFO for kernels
   static constexpr int kSpinPassesHost = 200;  // host FIFOs only, over a network without waitFd
   static constexpr long kNapNs = 50000;
+  static constexpr long kNapMaxNs = 1000000;
 
   // Moves what can move without blocking; returns true if anything moved.
   bool connect(Entry& e);
@@ -120,6 +122,7 @@ class NetProxy {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> passes_{0};  // loop iterations begun
   int idlePasses_ = 0;               // passes since something last moved (the thread's own)
+  long napNs_ = kNapNs;              // the next nap while polling
   std::thread thread_;
   std::mutex mu_;
   std::vector<Link> incoming_;  // guarded by mu_
