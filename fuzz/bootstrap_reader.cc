@@ -42,9 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const BootstrapHeader& h = reader.header();
       require(h.magic == BootstrapHeader::kMagic && h.secret[0] == kSecret[0] && h.secret[1] == kSecret[1]);
       require(h.cliqueId == kClique && h.src >= 0 && h.src < kRanks);
-      require(h.kind >= BootstrapHeader::kMessage && h.kind <= BootstrapHeader::kNotice);
       require(reader.payload().size() == h.len && h.len <= BootstrapHeader::kMaxMessageBytes);
-      require(h.kind != BootstrapHeader::kConnection || h.len == 0);
+      require(h.kind == BootstrapHeader::kMessage || h.kind == BootstrapHeader::kNotice);
       require(h.kind != BootstrapHeader::kNotice || h.len <= BootstrapHeader::kMaxNoticeBytes);
       require(h.len == 0 || std::memcmp(reader.payload().data(), data + pos - h.len, h.len) == 0);
       reader = BootstrapReader(kSecret, kClique, kRanks);  // the next connection

@@ -1,13 +1,16 @@
-// Fuzzes the socket transport's receive side with a real proxy thread and a real socket: any
-// bytes a peer (or a stranger holding a data connection) can send. The proxy must publish exactly
-// the slots an independent parse of the stream finds (64-byte header, then `bytes` of payload),
-// never one whose header claims more than a slot holds, put each payload where the consumer
-// looks for it, and close the FIFO at the end of the stream or at the first bad header, within
-// a deadline. The first input byte picks the slot size, the slot count and whether the consumer
-// posts destinations ahead (as the ring's receives do).
+// Fuzzes the receive side of the net transport over the socket network, with a real proxy thread
+// and a real TCP connection: any bytes a peer (or a stranger that got past the hello) can send.
+// On the wire each message is a 16-byte header (int32 tag, 4 bytes reserved, uint64 size) and its
+// bytes; each slot is two messages, its 64-byte SlotHeader (tag 1) and its payload (tag 2), in
+// either order. The proxy must publish exactly the slots an independent parse of the stream finds,
+// never one whose payload is not the header's byte count or larger than a slot, put each payload
+// where the consumer looks for it, and close the FIFO at the end of the stream or at the first bad
+// message, within a deadline. The first input byte picks the slot size, the slot count and whether
+// the consumer posts destinations ahead (as the ring's receives do).
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +20,8 @@
 #include "src/algo/fifo.h"
 #include "src/bootstrap/socket.h"
 #include "src/common/os.h"
-#include "transports/socket/socket_proxy.h"
+#include "transports/net/net_proxy.h"
+#include "transports/net/socket_net.h"
 
 namespace {
 
@@ -26,23 +30,47 @@ void require(bool ok) {
 }
 
 struct Slot {
-  size_t offset;  // of the payload in the stream
+  size_t header;   // offset of the SlotHeader's bytes in the stream
+  size_t payload;  // and of the payload's
   uint32_t bytes;
 };
 
-// The slots a correct receiver publishes: whole header + payload pairs, up to the first header
-// that claims more than a slot.
+struct Wire {
+  int32_t tag;
+  uint32_t reserved;
+  uint64_t size;
+};
+static_assert(sizeof(Wire) == 16, "the socket network's message header");
+
+// The slots a correct receiver publishes: pairs of whole messages tagged 1 and 2 (either order),
+// the first 64 bytes, the second within a slot and as long as the first says, up to the first
+// message that breaks a rule or is cut off.
 std::vector<Slot> expectedSlots(const uint8_t* s, size_t n, uint32_t slotBytes) {
   std::vector<Slot> out;
   size_t pos = 0;
-  while (n - pos >= sizeof(chorus::SlotHeader)) {
+  for (;;) {
+    Slot slot{0, 0, 0};
+    bool have[3] = {false, false, false};
+    uint64_t sizes[3] = {0, 0, 0};
+    for (int k = 0; k < 2; ++k) {
+      if (n - pos < sizeof(Wire)) return out;
+      Wire w;
+      std::memcpy(&w, s + pos, sizeof(w));
+      if ((w.tag != 1 && w.tag != 2) || have[w.tag]) return out;
+      const uint64_t cap = w.tag == 1 ? sizeof(chorus::SlotHeader) : slotBytes;
+      if (w.size > cap || n - pos - sizeof(w) < w.size) return out;
+      have[w.tag] = true;
+      sizes[w.tag] = w.size;
+      (w.tag == 1 ? slot.header : slot.payload) = pos + sizeof(w);
+      pos += sizeof(w) + w.size;
+    }
+    if (sizes[1] != sizeof(chorus::SlotHeader)) return out;
     chorus::SlotHeader h;
-    std::memcpy(&h, s + pos, sizeof(h));
-    if (h.bytes > slotBytes || n - pos - sizeof(h) < h.bytes) break;
-    out.push_back({pos + sizeof(h), h.bytes});
-    pos += sizeof(h) + h.bytes;
+    std::memcpy(&h, s + slot.header, sizeof(h));
+    if (h.bytes != sizes[2]) return out;
+    slot.bytes = h.bytes;
+    out.push_back(slot);
   }
-  return out;
 }
 
 }  // namespace
@@ -64,25 +92,64 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FifoView fifo = FifoView::layout(mem.get(), nslots, slotBytes);
   std::vector<std::atomic<uintptr_t>> dests(nslots);
   std::vector<uint32_t> destBytes(nslots, 0);
-  std::vector<std::vector<char>> posted(nslots, std::vector<char>(slotBytes));
+  std::vector<std::vector<char>> posted(nslots, std::vector<char>(slotBytes + 1));
+  ProxyLink link;
   if (post) {
-    fifo.dests = dests.data();
-    fifo.destBytes = destBytes.data();
+    link.dests = dests.data();
+    link.destBytes = destBytes.data();
   }
 
-  int sv[2];
-  require(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-  UniqueFd writer(sv[1]);
+  // A receive comm of the socket network, and a plain TCP connection into it that says the hello
+  // (the listener's nonce from its handle) and then the stream.
+  const chorusNet_v1_t& net = socketNetwork();
+  void* ctx = nullptr;
+  require(net.init(&ctx, 1, nullptr, nullptr) == chorusSuccess);
+  char handle[CHORUS_NET_HANDLE_MAXSIZE] = {};
+  void* listen = nullptr;
+  require(net.listen(ctx, 0, handle, &listen) == chorusSuccess);
+  SockAddr addr;
+  std::memcpy(&addr, handle + 16, sizeof(addr));  // after the handle's magic and nonce
+  Result<UniqueFd> conn = connectTo(addr, nowNs() + 5ll * 1000000000, "the fuzzer's listener");
+  require(conn.isOk());
+  UniqueFd writer = conn.take();
+  uint64_t hello[2] = {0x6f6c6c65482d4e53ull, 0};
+  std::memcpy(&hello[1], handle + 8, sizeof(uint64_t));
+  require(::send(writer.get(), hello, sizeof(hello), MSG_NOSIGNAL) == ssize_t(sizeof(hello)));
+  void* recv = nullptr;
+  for (int64_t until = nowNs() + 5ll * 1000000000; !recv;) {
+    require(net.accept(listen, &recv) == chorusSuccess);
+    require(nowNs() < until);
+  }
+  require(net.closeListen(listen) == chorusSuccess);
   setNonBlocking(writer.get(), true);
   {
-    SocketProxy proxy{Logger(LogLevel::kWarn, 0, 0)};
+    NetProxy proxy{Logger(LogLevel::kNone, 0, 0), &net, ctx, nullptr};
     require(proxy.start().isOk());
-    fifo.notifyFd = proxy.notifyFd();
-    proxy.add(UniqueFd(sv[0]), fifo, false, 1, "the fuzzer");
-
-    size_t sent = 0;
+    link.wakeFd = proxy.notifyFd();
     size_t got = 0;  // slots consumed
     uint32_t head = 0;
+    // Offer, for each free slot whose payload the parse knows, a destination of exactly its size
+    // before the proxy may post that slot's receive (a lap ahead, as the lane does).
+    auto offer = [&](uint32_t slot) {
+      if (!post || slot >= want.size() || want[slot].bytes == 0) return;
+      const uint32_t idx = slot % nslots;
+      destBytes[idx] = want[slot].bytes;  // read by the proxy only after it sees the destination
+      uintptr_t zero = 0;
+      dests[idx].compare_exchange_strong(zero, reinterpret_cast<uintptr_t>(posted[idx].data()));
+    };
+    for (uint32_t k = 0; k < nslots; ++k) offer(k);
+    NetProxy::Link l;
+    l.isSend = false;
+    l.peer = 1;
+    l.peerName = "the fuzzer";
+    l.fifo = fifo;
+    l.lane = link;
+    l.mem = mem.get();
+    l.memBytes = memBytes;
+    l.comm = recv;
+    proxy.add(std::move(l));
+
+    size_t sent = 0;
     const int64_t deadline = nowNs() + 10ll * 1000000000;
     while (true) {
       require(nowNs() < deadline);  // the proxy must neither hang nor miss the end of the stream
@@ -91,32 +158,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (w > 0) sent += static_cast<size_t>(w);
       }
       if (writer.valid() && sent == n) writer.reset();  // end of stream
-      if (post) {
-        // Offer a destination for every free slot not yet taken, expecting the slot's bytes
-        // (the posted size is sometimes wrong on purpose: the proxy must then use the slot).
-        for (uint32_t k = 0; k < nslots; ++k) {
-          const uint32_t idx = (head + k) % nslots;
-          if (dests[idx].load() != 0) continue;  // posted already, or taken by the proxy
-          uint32_t bytes = slotBytes;
-          if (got + k < want.size()) bytes = want[got + k].bytes;
-          if ((head + k) % 3 == 2) bytes = bytes == 1 ? 2 : 1;
-          destBytes[idx] = bytes;  // read by the proxy only after it sees the destination
-          uintptr_t zero = 0;
-          dests[idx].compare_exchange_strong(zero, reinterpret_cast<uintptr_t>(posted[idx].data()));
-        }
-      }
       if (fifo.hasData(head)) {
         const SlotHeader* h = fifo.header(head);
         require(got < want.size());
+        require(std::memcmp(h, stream + want[got].header, sizeof(SlotHeader)) == 0);
         require(h->bytes == want[got].bytes && h->bytes <= slotBytes);
         const uint32_t idx = head % nslots;
         const char* payload = fifo.payload(head);
         if (post && dests[idx].load() == reinterpret_cast<uintptr_t>(posted[idx].data())) {
           payload = posted[idx].data();
+          require(posted[idx][h->bytes] == 0);  // nothing past what was posted
         }
-        require(h->bytes == 0 || std::memcmp(payload, stream + want[got].offset, h->bytes) == 0);
-        if (post) dests[idx].store(0);
+        require(h->bytes == 0 || std::memcmp(payload, stream + want[got].payload, h->bytes) == 0);
+        if (post) {
+          std::memset(posted[idx].data(), 0, posted[idx].size());
+          dests[idx].store(0);
+          offer(head + nslots);
+        }
         fifo.release(++head);
+        link.ring();
         ++got;
         continue;
       }
@@ -125,6 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     require(got == want.size());
     proxy.quiesce(1000000000);
-  }
+  }  // the proxy closes the comm
+  require(net.finalize(ctx) == chorusSuccess);
   return 0;
 }

@@ -84,27 +84,11 @@ class LoopbackOob {
  public:
   struct Shared {
     std::mutex mu;
-    std::map<std::tuple<int, int, uint64_t>, UniqueFd> streams;  // (from, to, tag): the receiver's end
-    std::map<uint64_t, UniqueFd> offered;                        // descriptors by token
+    std::map<uint64_t, UniqueFd> offered;  // descriptors by token
   };
   class End : public OutOfBand {
    public:
     End(Shared& s, int rank) : s_(s), rank_(rank) {}
-    Result<UniqueFd> openConnection(int peer, uint64_t tag) override {
-      int sv[2];
-      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return errnoStatus("socketpair", errno);
-      std::lock_guard<std::mutex> g(s_.mu);
-      s_.streams[{rank_, peer, tag}] = UniqueFd(sv[1]);
-      return UniqueFd(sv[0]);
-    }
-    Result<UniqueFd> takeConnection(int peer, uint64_t tag) override {
-      std::lock_guard<std::mutex> g(s_.mu);
-      auto it = s_.streams.find({peer, rank_, tag});
-      if (it == s_.streams.end()) return internalError("no connection from that peer");
-      UniqueFd fd = std::move(it->second);
-      s_.streams.erase(it);
-      return fd;
-    }
     std::string peerAddress(int peer) const override { return "thread:" + std::to_string(peer); }
     const std::string& fdServerName() const override { return server_; }
     void exportFd(int, uint64_t token, UniqueFd fd) override {

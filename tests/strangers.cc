@@ -1,6 +1,6 @@
-// Strangers on every TCP listener of a job: the bootstrap root, each rank's bootstrap listener
-// (which also takes the socket transport's data connections) while the communicator is being
-// built and while it runs collectives over sockets. A stranger thread finds this process's
+// Strangers on every TCP listener of a job: the bootstrap root, each rank's bootstrap listener and
+// the net transport's listeners (each open until its connection is accepted) while the
+// communicator is being built and while it runs collectives over sockets. A stranger thread finds this process's
 // listening sockets in /proc and keeps opening connections that send nothing, garbage, a header
 // with a wrong secret, half a header, a huge claimed length, or that connect and close at once.
 // The communicator must be unharmed: init, an all-reduce, a broadcast and an all-gather over

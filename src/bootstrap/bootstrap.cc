@@ -59,7 +59,7 @@ BootstrapReader::State BootstrapReader::advance(size_t n) {
   if (before < sizeof(header_)) {
     const BootstrapHeader& h = header_;
     if (h.magic != BootstrapHeader::kMagic || !constantTimeEqual(h.secret, secret_) ||
-        h.kind < BootstrapHeader::kMessage || h.kind > BootstrapHeader::kNotice) {
+        (h.kind != BootstrapHeader::kMessage && h.kind != BootstrapHeader::kNotice)) {
       why_ = "a connection without the clique's secret or with garbage";
       return State::kDrop;
     }
@@ -67,7 +67,7 @@ BootstrapReader::State BootstrapReader::advance(size_t n) {
       why_ = "a message for another clique or from an unknown rank " + std::to_string(h.src);
       return State::kDrop;
     }
-    if (h.len > BootstrapHeader::kMaxMessageBytes || (h.kind == BootstrapHeader::kConnection && h.len != 0) ||
+    if (h.len > BootstrapHeader::kMaxMessageBytes ||
         (h.kind == BootstrapHeader::kNotice && h.len > BootstrapHeader::kMaxNoticeBytes)) {
       why_ = "a message claiming " + std::to_string(h.len) + " bytes";
       return State::kDrop;
@@ -405,12 +405,7 @@ void Bootstrap::acceptLoop() {
       }
       if (done) {
         const BootstrapHeader h = p.reader.header();
-        if (h.kind == BootstrapHeader::kConnection) {
-          setNonBlocking(p.fd.get(), false);
-          deliver(h.cliqueId, h.src, h.tag, h.kind, {}, std::move(p.fd));
-        } else {
-          deliver(h.cliqueId, h.src, h.tag, h.kind, std::move(p.reader.payload()), UniqueFd());
-        }
+        deliver(h.cliqueId, h.src, h.tag, h.kind, std::move(p.reader.payload()));
       }
       if (drop || done) {
         pending.erase(pending.begin() + static_cast<long>(i));
@@ -547,7 +542,7 @@ Result<UniqueFd> Bootstrap::importFd(int peer, const std::string& serverName, ui
   return UniqueFd(raw);
 }
 
-void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd) {
+void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vector<char> payload) {
   if (kind == BootstrapHeader::kNotice) {
     std::string text(payload.begin(), payload.end());
     {
@@ -573,11 +568,7 @@ void Bootstrap::deliver(uint64_t, int src, uint64_t tag, uint32_t kind, std::vec
   }
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (kind == BootstrapHeader::kConnection) {
-      connections_[{src, tag}].push_back(std::move(fd));
-    } else {
-      messages_[{src, tag}].push_back(std::move(payload));
-    }
+    messages_[{src, tag}].push_back(std::move(payload));
   }
   cv_.notify_all();
 }
@@ -792,45 +783,6 @@ Status Bootstrap::allGather(void* all, size_t bytes) {
 Status Bootstrap::barrier() {
   std::vector<char> v(nranks());
   return allGather(v.data(), 1);
-}
-
-Result<UniqueFd> Bootstrap::openConnection(int peer, uint64_t tag) {
-  UniqueFd c;
-  CHORUS_TRY(writeMessage(peer, tag, BootstrapHeader::kConnection, nullptr, 0, &c));
-  return c;
-}
-
-Result<UniqueFd> Bootstrap::takeConnection(int peer, uint64_t tag) {
-  const int64_t start = nowNs();
-  const int64_t deadline = start + timeoutNs_;
-  int64_t nextWarn = start + warnNs_;
-  int64_t nextProbe = start + kProbeEveryNs;
-  std::unique_lock<std::mutex> lk(mu_);
-  const auto arrived = [&] {
-    auto c = connections_.find({peer, tag});
-    return c != connections_.end() && !c->second.empty();
-  };
-  while (true) {
-    auto it = connections_.find({peer, tag});
-    if (it != connections_.end() && !it->second.empty()) {
-      UniqueFd fd = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) connections_.erase(it);
-      return fd;
-    }
-    if (abort_ && abort_->load(std::memory_order_acquire)) {
-      return Status(chorusRemoteError, "waiting for a connection from rank " + std::to_string(peer) + " was aborted");
-    }
-    if (!earlyNotice_.empty()) return remoteError(earlyNotice_);
-    if (nowNs() >= deadline) {
-      return Status(chorusSystemError, "Timed out waiting for rank " + std::to_string(peer) + " (" +
-                                           peers_[peer].toString() + ") to open its data connection");
-    }
-    noteSlowWait(start, &nextWarn, peer, "a data connection");
-    if (Status gone = probeWaitedPeer(lk, peer, "a data connection", &nextProbe, arrived); !gone.isOk()) return gone;
-    if (arrived()) continue;
-    cv_.wait_for(lk, std::chrono::milliseconds(100));
-  }
 }
 
 Status Bootstrap::awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t) {

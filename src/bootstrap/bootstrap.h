@@ -72,7 +72,8 @@ void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, in
 // The header in front of every bootstrap message on the wire.
 struct BootstrapHeader {
   static constexpr uint32_t kMagic = 0x43484d53;  // "CHMS"
-  static constexpr uint32_t kMessage = 1, kConnection = 2, kNotice = 3;
+  // (2 was a data connection of the socket transport, which the net transport replaced: refused.)
+  static constexpr uint32_t kMessage = 1, kNotice = 3;
   static constexpr size_t kMaxMessageBytes = 256u << 20;
   static constexpr size_t kMaxNoticeBytes = 4096;
   uint32_t magic;
@@ -174,11 +175,7 @@ class Bootstrap : public OutOfBand {
   Status allGather(void* all, size_t bytes);
   Status barrier();
 
-  // Data connections for the socket transport: connect to `peer` and identify as (rank, tag);
-  // the peer's accept thread files the descriptor, and takeConnection returns it.
-  Result<UniqueFd> openConnection(int peer, uint64_t tag) override;
-  Result<UniqueFd> takeConnection(int peer, uint64_t tag) override;
-  // Bounded as takeConnection is: the timeout, an abort, a failure notice, the peer's liveness.
+  // Bounded as recv is: the timeout, an abort, a failure notice, the peer's liveness.
   Status awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t timeoutNs) override;
   std::string peerAddress(int peer) const override { return peers_[peer].toString(); }
 
@@ -215,7 +212,7 @@ class Bootstrap : public OutOfBand {
   Status start(UniqueFd listener);
   void acceptLoop();
   void serveFd(int client);
-  void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload, UniqueFd fd);
+  void deliver(uint64_t cliqueId, int src, uint64_t tag, uint32_t kind, std::vector<char> payload);
   // The header of a message from this rank.
   BootstrapHeader header(uint32_t kind, uint64_t tag, uint64_t len) const;
   Status writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep);
@@ -254,7 +251,6 @@ class Bootstrap : public OutOfBand {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::tuple<int, uint64_t>, std::deque<std::vector<char>>> messages_;
-  std::map<std::tuple<int, uint64_t>, std::deque<UniqueFd>> connections_;
   std::mutex noticeMu_;  // held while the handler runs
   std::function<void(int, const std::string&)> onNotice_;
   std::string earlyNotice_;  // guarded by mu_: the first notice that came before any handler

@@ -1,5 +1,6 @@
 // What a transport may ask of the bootstrap network while it connects two ranks, and nothing
-// more: the byte streams and descriptors a connection is built from. The Bootstrap implements it.
+// more: descriptors a connection is built from, and bounded waits for a peer. The Bootstrap
+// implements it.
 #pragma once
 
 #include <chrono>
@@ -17,10 +18,6 @@ class OutOfBand {
  public:
   virtual ~OutOfBand() = default;
 
-  // A data stream to `peer`, matched by `tag`: the sender opens it (through the peer's bootstrap
-  // listener) and the receiver takes the one the peer opened.
-  virtual Result<UniqueFd> openConnection(int peer, uint64_t tag) = 0;
-  virtual Result<UniqueFd> takeConnection(int peer, uint64_t tag) = 0;
   // Where `peer` is, for messages ("host:port").
   virtual std::string peerAddress(int peer) const = 0;
 

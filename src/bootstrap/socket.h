@@ -1,4 +1,4 @@
-// TCP helpers for the bootstrap and the socket transport: addresses, listening, connecting and
+// TCP helpers for the bootstrap and the socket network: addresses, listening, connecting and
 // whole-buffer transfers bounded by a deadline. These block (with a deadline); transports use
 // the non-blocking calls on the descriptors directly.
 #pragma once
