@@ -269,10 +269,9 @@ bool NetProxy::postRecvs(Entry& e, bool* moved) {
       uintptr_t d = e.l.lane.dests[idx].load(std::memory_order_acquire);
       if (d == 0) {
         if (e.posted - e.next >= kBlindDepth) break;  // the lane may still post where this one goes
-        if (!e.l.lane.dests[idx].compare_exchange_strong(d, ProxyLink::kDestInSlot, std::memory_order_acq_rel,
-                                                         std::memory_order_acquire)) {
-          // The lane posted in between: d is its destination now.
-        }
+        // Taken for the slot; or the lane posted in between, and d is its destination now.
+        (void)e.l.lane.dests[idx].compare_exchange_strong(d, ProxyLink::kDestInSlot, std::memory_order_acq_rel,
+                                                          std::memory_order_acquire);
       }
       if (d != 0 && d != ProxyLink::kDestInSlot && e.l.lane.destBytes[idx] > 0) {
         dst = reinterpret_cast<char*>(d);
