@@ -25,7 +25,7 @@ esac
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
           openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev
-          zlib1g-dev dataset-fashion-mnist python3-torch libtorch-dev pybind11-dev python3-dev libgloo-dev)
+          zlib1g-dev libfabric-dev dataset-fashion-mnist python3-torch libtorch-dev pybind11-dev python3-dev libgloo-dev)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
 [ "$mode" = bench ] && packages=(iperf3 libgloo-dev)
 missing=()

@@ -16,6 +16,9 @@
 // slots and the receiver's kernel polls them. Such FIFOs carry the Simple protocol only (the
 // tuner keeps LL off where a device connection crosses the network), and never by reference: the
 // slot is the staging buffer.
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -37,6 +40,19 @@
 namespace chorus {
 namespace {
 
+// libchorus-net-<name>.so in the folder libchorus was loaded from, when there is one and the name
+// is a bare word ("ofi"), else "".
+std::string ownPluginPath(const std::string& name) {
+  if (name.empty() || name.find_first_of("/.") != std::string::npos) return "";
+  Dl_info info{};
+  if (!::dladdr(reinterpret_cast<void*>(&ownPluginPath), &info) || !info.dli_fname) return "";
+  std::string dir = info.dli_fname;
+  const size_t slash = dir.rfind('/');
+  dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+  const std::string path = dir + "/libchorus-net-" + name + ".so";
+  return ::access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
 // The network CHORUS_NET_PLUGIN names, chosen once per process: the plugin's (the library as
 // named, else libnccl-net-<name>.so, as NCCL reads NCCL_NET_PLUGIN), or sockets when it cannot be
 // used (with one warning saying why).
@@ -46,8 +62,12 @@ const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTime
   static std::map<std::string, const chorusNet_v1_t*> chosen;
   std::lock_guard<std::mutex> g(mu);
   if (auto it = chosen.find(plugin); it != chosen.end()) return it->second;
-  Result<LoadedNetwork> n = loadNetPlugin(plugin, netLogger, probeTimeoutNs);
+  // Chorus's own plugins first: libchorus-net-<name>.so beside libchorus (CHORUS_NET_PLUGIN=ofi).
+  Result<LoadedNetwork> n = invalidUsage("cannot load the net plugin " + plugin);
+  const std::string own = ownPluginPath(plugin);
+  if (!own.empty()) n = loadNetPlugin(own, netLogger, probeTimeoutNs);
   // As NCCL reads NCCL_NET_PLUGIN: the name as given, else libnccl-net-<name>.so.
+  if (own.empty()) n = loadNetPlugin(plugin, netLogger, probeTimeoutNs);
   const bool notFound = !n.isOk() && n.status().message().find("cannot load the net plugin") != std::string::npos;
   if (notFound && plugin.find('/') == std::string::npos) {
     Result<LoadedNetwork> named = loadNetPlugin("libnccl-net-" + plugin + ".so", netLogger, probeTimeoutNs);
