@@ -586,10 +586,25 @@ BootstrapHeader Bootstrap::header(uint32_t kind, uint64_t tag, uint64_t len) con
   return h;
 }
 
+void Bootstrap::describePeers(std::vector<std::string> names) {
+  std::lock_guard<std::mutex> g(mu_);
+  peerNames_ = std::move(names);
+}
+
+std::string Bootstrap::label(int peer) {
+  const std::string name = size_t(peer) < peerNames_.size() ? peerNames_[size_t(peer)] : std::string();
+  return "rank " + std::to_string(peer) + " (" + (name.empty() ? "" : name + ", ") + "bootstrap " +
+         peers_[peer].toString() + ")";
+}
+
 Status Bootstrap::writeMessage(int peer, uint64_t tag, uint32_t kind, const void* data, size_t bytes, UniqueFd* keep) {
   if (peer < 0 || peer >= nranks()) return internalError("bootstrap send to rank out of range");
   const int64_t deadline = nowNs() + timeoutNs_;
-  const std::string what = "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + ")";
+  std::string what;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    what = label(peer);
+  }
   Result<UniqueFd> conn = connectTo(peers_[peer], deadline, what, abort_, /*refusedIsFinal=*/true);
   Status s = conn.status();
   if (s.isOk()) {
@@ -729,12 +744,18 @@ Result<std::vector<char>> Bootstrap::recv(int peer, uint64_t tag) {
   }
 }
 
+Status Bootstrap::probePeer(int peer, const char* what) {
+  std::unique_lock<std::mutex> lk(mu_);
+  int64_t next = 0;
+  return probeWaitedPeer(
+      lk, peer, what, &next, [] { return false; }, 200'000'000);
+}
+
 Status Bootstrap::probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
-                                  const std::function<bool()>& arrived) {
+                                  const std::function<bool()>& arrived, int64_t graceNs) {
   if (peer == rank_ || nowNs() < *nextProbeNs) return Status::ok();
+  const std::string who = label(peer) + ", waited on for " + what + ",";
   lk.unlock();
-  const std::string who =
-      "rank " + std::to_string(peer) + " (bootstrap " + peers_[peer].toString() + "), waited on for " + what + ",";
   Status alive = connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, who, abort_, /*refusedIsFinal=*/true).status();
   lk.lock();
   *nextProbeNs = nowNs() + kProbeEveryNs;
@@ -742,7 +763,7 @@ Status Bootstrap::probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, co
   // Gone. It may have gone because another rank failed first, whose notice (the cause) is on its
   // way: a moment for it, or for what the peer did before it went. (A notice a communicator's
   // handler took counts too: firstNotice_.)
-  const int64_t grace = nowNs() + 3 * kProbeEveryNs;
+  const int64_t grace = nowNs() + graceNs;
   while (nowNs() < grace && firstNotice_.empty() && !arrived()) cv_.wait_for(lk, std::chrono::milliseconds(20));
   if (arrived()) return Status::ok();
   return firstNotice_.empty() ? alive : remoteError(firstNotice_);

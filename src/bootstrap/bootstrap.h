@@ -175,6 +175,11 @@ class Bootstrap : public OutOfBand {
   Status allGather(void* all, size_t bytes);
   Status barrier();
 
+  // Whether `peer`'s process is still there (its listener takes a connection, closed at once): an
+  // error naming it when its listener refuses, or the first failure notice that arrives within
+  // 200 ms after that (the cause it may have gone for). For a wait (on `what`) that a transport
+  // cannot end itself.
+  Status probePeer(int peer, const char* what);
   // Bounded as recv is: the timeout, an abort, a failure notice, the peer's liveness.
   Status awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t timeoutNs) override;
   std::string peerAddress(int peer) const override { return peers_[peer].toString(); }
@@ -194,6 +199,8 @@ class Bootstrap : public OutOfBand {
   // wait on someone else than the failed one hear of it at once instead of at their timeout. The
   // handler runs on the accept thread; setting it to null waits for a call in progress.
   void setNoticeHandler(std::function<void(int src, const std::string& text)> handler);
+  // What messages call each rank besides its bootstrap address ("host h, pid p"), once known.
+  void describePeers(std::vector<std::string> names);
   // The first notice that came before any handler was set, "... (reported by rank R)", or empty.
   // Such a notice also ends every wait in recv() at once.
   std::string earlyNotice();
@@ -234,7 +241,7 @@ class Bootstrap : public OutOfBand {
   // peer ends the wait with the first failure notice that reaches this rank within 3 s (the
   // cause it may have gone for), else naming it, unless arrived() becomes true meanwhile.
   Status probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
-                         const std::function<bool()>& arrived);
+                         const std::function<bool()>& arrived, int64_t graceNs = 3 * kProbeEveryNs);
   static constexpr int64_t kProbeEveryNs = 1'000'000'000;
   Logger log_;
   const std::atomic<bool>* abort_ = nullptr;
@@ -253,7 +260,10 @@ class Bootstrap : public OutOfBand {
   std::map<std::tuple<int, uint64_t>, std::deque<std::vector<char>>> messages_;
   std::mutex noticeMu_;  // held while the handler runs
   std::function<void(int, const std::string&)> onNotice_;
-  std::string earlyNotice_;  // guarded by mu_: the first notice that came before any handler
+  std::string earlyNotice_;             // guarded by mu_: the first notice that came before any handler
+  std::vector<std::string> peerNames_;  // guarded by mu_ (describePeers)
+  // "rank R (host h, pid p, bootstrap a)", or without host and pid before describePeers.
+  std::string label(int peer);
   std::string firstNotice_;  // guarded by mu_: the first notice, handled or not (probeWaitedPeer)
 };
 

@@ -143,7 +143,7 @@ class Communicator : public TaskOwner {
   bool aborted() const override { return abort_.load(std::memory_order_acquire); }
   Status asyncError() const override;
   void setAsyncError(const Status& s) override { fail(s, true); }
-  Status checkPeers(int64_t now, bool force = false) override;
+  Status checkPeers(int64_t now, bool force = false, int waited = -1) override;
   int64_t timeoutNs() const override { return config_.timeoutNs; }
   std::string describePeer(int peer) const override;
   std::string describeChannels() const override;
@@ -434,6 +434,7 @@ class Communicator : public TaskOwner {
   void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set
   void stopFlight();             // the trace (CHORUS_FLIGHT_TRACE); leaves the signal dump
   std::atomic<int64_t> lastPeerCheckNs_{0};
+  std::atomic<int64_t> lastRemoteProbeNs_{0};
   // Marks the communicator failed (once; later errors are dropped), closes every connection so
   // peers on this host see it, stops socket traffic, and, when `tellPeers`, sends a failure
   // notice to every other rank (Bootstrap::noticeAll). A failure the program asked for

@@ -11,6 +11,8 @@ namespace {
 // How long the failure notices may take, and how often a stalled wait polls the peers' pidfds.
 constexpr int64_t kNoticeNs = int64_t(2) * 1000000000;
 constexpr int64_t kPeerCheckEveryNs = int64_t(50) * 1000000;
+// How often a stalled wait asks a peer of another host's bootstrap listener whether it is there.
+constexpr int64_t kRemoteProbeEveryNs = int64_t(1000) * 1000000;
 
 }  // namespace
 
@@ -100,6 +102,9 @@ void Communicator::watchPeers() {
     UniqueFd fd = openPidfd(p.pid);
     if (fd.valid() && processStartTicks(p.pid) == p.startTicks) peerPidfd_[r] = std::move(fd);
   }
+  std::vector<std::string> names;
+  for (const PeerInfo& p : peers_) names.push_back(std::string("host ") + p.host + ", pid " + std::to_string(p.pid));
+  bootstrap_->describePeers(std::move(names));
   bootstrap_->setNoticeHandler([this](int src, const std::string& text) {
     fail(remoteError(text + " (reported by rank " + std::to_string(src) + ")"), false);
   });
@@ -115,10 +120,23 @@ std::vector<int> Communicator::exitedPeers() const {
   return gone;
 }
 
-Status Communicator::checkPeers(int64_t now, bool force) {
+Status Communicator::checkPeers(int64_t now, bool force, int waited) {
   if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
   lastPeerCheckNs_.store(now, std::memory_order_relaxed);
   const std::vector<int> gone = exitedPeers();
+  if (gone.empty() && waited >= 0 && waited < nranks_ && waited != rank_ &&
+      !peerPidfd_[static_cast<size_t>(waited)].valid() &&
+      now - lastRemoteProbeNs_.load(std::memory_order_relaxed) >= kRemoteProbeEveryNs) {
+    // A peer this rank cannot watch: a killed process's listener refuses, and the network it
+    // was reached over (an RDMA fabric, a plugin) may never say so.
+    lastRemoteProbeNs_.store(now, std::memory_order_relaxed);
+    Status probed = bootstrap_->probePeer(waited, "data");
+    if (!probed.isOk()) {
+      Status told = asyncError();
+      if (!told.isOk()) return told;
+      return remoteError(describePeer(waited) + " is gone: " + probed.message()).about(waited);
+    }
+  }
   if (gone.empty()) return Status::ok();
   // A rank that failed on its own tells the others before its process ends, but the notice may
   // still sit unread on this rank's listener: give it a moment to say more than this.

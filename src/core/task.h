@@ -41,8 +41,10 @@ class TaskOwner {
   virtual bool tryAcquireExec() = 0;
   virtual void releaseExec() = 0;
   // An error if a peer this rank can watch (a process on this host) is gone; cheap, rate-limited.
-  // `force`: poll now, whenever the last poll was.
-  virtual Status checkPeers(int64_t now, bool force = false) = 0;
+  // `force`: poll now, whenever the last poll was. `waited`: the rank the stalled wait is for; when
+  // it is one this rank cannot watch (another host), its bootstrap listener is asked, at most once
+  // a second, whether its process is still there (a network need not say that a peer died).
+  virtual Status checkPeers(int64_t now, bool force = false, int waited = -1) = 0;
   // The flight recorder: entries [first, last] changed state.
   virtual void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) {}
   // A wait of `waitedNs` without progress: past the warning threshold, the owner logs what it

@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,10 +61,13 @@ constexpr size_t kKeepUnused = 64;
 constexpr size_t kMaxWrite = size_t(1) << 30;
 constexpr uint64_t kAccess = FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
 
+struct Comm;
 struct Context {
   uint64_t commId = 0;
   chorusNetLogger_t logger = nullptr;
   std::atomic<int> comms{0};
+  std::mutex mu;
+  std::set<Comm*> connecting;  // send comms whose connect has not returned them yet
 };
 
 #define OFI_LOG(logger, level, ...)                                         \
@@ -84,11 +88,11 @@ struct Device {
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
   std::unique_ptr<RegCache> cache;
-  std::string openError;
   bool virtAddr = true;
   bool provKey = false;
   std::atomic<uint64_t> nextKey{1};
   size_t maxMsg = 0;
+  int users = 0;  // endpoints open on the domain (guarded by mu): the last one closes it
 };
 
 struct Fabric {
@@ -168,7 +172,8 @@ Fabric& fabric() {
   return *f;
 }
 
-// Opens a device's fabric and domain once.
+// Opens a device's fabric and domain, or takes them as they are, for one more endpoint
+// (releaseDevice when it closes).
 Device* openDevice(int dev, std::string* why) {
   Fabric& fab = fabric();
   if (dev < 0 || size_t(dev) >= fab.devices.size()) {
@@ -177,18 +182,20 @@ Device* openDevice(int dev, std::string* why) {
   }
   Device& d = *fab.devices[size_t(dev)];
   std::lock_guard<std::mutex> g(d.mu);
-  if (d.domain) return &d;
-  if (!d.openError.empty()) {
-    *why = d.openError;
-    return nullptr;
+  if (d.domain) {
+    ++d.users;
+    return &d;
   }
   int rc = fi_fabric(d.info->fabric_attr, &d.fabric, nullptr);
   if (rc == 0) rc = fi_domain(d.fabric, d.info, &d.domain, nullptr);
   if (rc != 0) {
-    d.openError = fiError(d.fabric ? "fi_domain" : "fi_fabric", rc) + " on " + d.name;
-    *why = d.openError;
+    *why = fiError(d.fabric ? "fi_domain" : "fi_fabric", rc) + " on " + d.name;
+    if (d.fabric) (void)fi_close(&d.fabric->fid);
+    d.fabric = nullptr;
+    d.domain = nullptr;
     return nullptr;
   }
+  d.users = 1;
   const int mr = d.info->domain_attr->mr_mode;
   const bool pins = mr != FI_MR_UNSPEC && mr != FI_MR_BASIC && (mr & (FI_MR_LOCAL | FI_MR_ALLOCATED));
   Device* dp = &d;
@@ -204,6 +211,23 @@ Device* openDevice(int dev, std::string* why) {
   ops.dereg = [](void* handle) { (void)fi_close(&static_cast<fid_mr*>(handle)->fid); };
   d.cache = std::make_unique<RegCache>(std::move(ops), pins ? 0 : kKeepUnused);
   return &d;
+}
+
+void acquireDevice(Device* d) {
+  std::lock_guard<std::mutex> g(d->mu);
+  ++d->users;
+}
+
+// The last endpoint gone: the registrations, the domain and the fabric go too, so a process whose
+// communicators are gone holds nothing of libfabric's but the provider list.
+void releaseDevice(Device* d) {
+  std::lock_guard<std::mutex> g(d->mu);
+  if (--d->users > 0) return;
+  d->cache.reset();
+  (void)fi_close(&d->domain->fid);
+  (void)fi_close(&d->fabric->fid);
+  d->domain = nullptr;
+  d->fabric = nullptr;
 }
 
 // ---- endpoints ----
@@ -253,12 +277,15 @@ struct Endpoint {
   std::deque<Op> ops;
   std::vector<Op*> freeOps;
 
+  Device* held = nullptr;  // the device this endpoint keeps open
+
   ~Endpoint() {
     if (ep) (void)fi_close(&ep->fid);
     if (av) (void)fi_close(&av->fid);
     if (cq) (void)fi_close(&cq->fid);
     if (ctrlMr) (void)fi_close(&ctrlMr->fid);
     std::free(ctrl);
+    if (held) releaseDevice(held);
   }
   Op* op(OpKind kind, void* user, int index = 0) {
     Op* o;
@@ -277,7 +304,9 @@ struct Endpoint {
   void done(Op* o) { freeOps.push_back(o); }
   void* ctrlDesc() const { return ctrlMr ? fi_mr_desc(ctrlMr) : nullptr; }
 
+  // Takes over one use of `d` (openDevice or acquireDevice), released with the endpoint.
   bool open(Device& d, std::string* why) {
+    held = &d;
     fi_cq_attr cqa{};
     cqa.format = FI_CQ_FORMAT_DATA;
     cqa.size = 4096;
@@ -335,6 +364,13 @@ struct Endpoint {
     if (rc != 0) done(o);
     return rc;
   }
+  // The peer's address as the provider writes it ("fi_sockaddr_in://198.18.0.2:41000").
+  std::string addrText(const SetupMsg& m) const {
+    char buf[128] = {};
+    size_t len = sizeof buf;
+    const char* t = fi_av_straddr(av, m.name, buf, &len);
+    return t ? std::string(t) : std::string("?");
+  }
   std::string cqError() {
     fi_cq_err_entry err{};
     if (fi_cq_readerr(cq, &err, 0) < 0) return "a completion failed";
@@ -361,6 +397,7 @@ struct Comm final : rdma::Wire {
   bool setupSendPending = false;  // the setup message (msgs[1]) is still to be posted
   bool answered = false;          // a send comm: the receiver's answer is in
   bool setupSent = false;         // the setup message has left (its send completed)
+  std::string peerText;           // a receive comm: the sender's address, for logs
   std::string failure;
   struct Waiting {
     const void* buf;
@@ -516,6 +553,15 @@ chorusResult_t ofiInit(void** ctx, uint64_t commId, const chorusNetCommConfig_v1
 chorusResult_t ofiFinalize(void* ctx) {
   auto* c = static_cast<Context*>(ctx);
   if (!c) return chorusInvalidArgument;
+  {
+    // Connects the caller gave up on (their connection failed before the peer answered).
+    std::lock_guard<std::mutex> g(c->mu);
+    for (Comm* comm : c->connecting) {
+      --c->comms;
+      delete comm;
+    }
+    c->connecting.clear();
+  }
   if (c->comms.load() != 0) {
     OFI_LOG(c->logger, chorusNetLogWarn, "OFI network: finalize with %d comms still open; close them first",
             c->comms.load());
@@ -558,8 +604,8 @@ chorusResult_t ofiListen(void* ctx, int dev, void* handle, void** listenComm) {
   if (!c || !handle || !listenComm) return chorusInvalidArgument;
   *listenComm = nullptr;
   std::string why;
-  Device* d = openDevice(dev, &why);
   auto l = std::make_unique<ListenComm>();
+  Device* d = openDevice(dev, &why);
   if (!d || !l->ep.open(*d, &why)) {
     OFI_LOG(c->logger, chorusNetLogWarn, "OFI network: cannot listen: %s", why.c_str());
     return chorusSystemError;
@@ -616,18 +662,25 @@ chorusResult_t ofiConnect(void* ctx, int dev, void* handle, void** sendComm) {
     comm = made.release();
     ++c->comms;
     h->pending = comm;
+    std::lock_guard<std::mutex> g(c->mu);
+    c->connecting.insert(comm);
   }
+  const auto done = [&] {
+    h->pending = nullptr;
+    std::lock_guard<std::mutex> g(c->mu);
+    c->connecting.erase(comm);
+  };
   if (comm->proto->progress() != chorusSuccess) {
     OFI_LOG(c->logger, chorusNetLogWarn, "OFI network: connect: %s", comm->proto->failure().c_str());
-    h->pending = nullptr;
+    done();
     --c->comms;
     delete comm;
     return chorusRemoteError;
   }
   if (!comm->answered || comm->setupSendPending) return chorusSuccess;
-  h->pending = nullptr;
-  OFI_LOG(c->logger, chorusNetLogInfo, "OFI network: connected on %s through provider %s", comm->dev->name.c_str(),
-          fabric().provider.c_str());
+  done();
+  OFI_LOG(c->logger, chorusNetLogInfo, "OFI network: connected to %s on %s through provider %s",
+          comm->ep.addrText(comm->ep.ctrl->msgs[0]).c_str(), comm->dev->name.c_str(), fabric().provider.c_str());
   *sendComm = comm;
   return chorusSuccess;
 }
@@ -668,6 +721,7 @@ chorusResult_t ofiAccept(void* listenComm, void** recvComm) {
     const SetupMsg m = l->arrived.front();
     l->arrived.pop_front();
     std::string why;
+    acquireDevice(l->dev);
     std::unique_ptr<Comm> comm = makeComm(l->ctx, l->dev, false, m.nonce, &why);
     if (comm && !comm->ep.insert(m, &comm->peer, &why)) comm.reset();
     if (!comm) {
@@ -676,6 +730,7 @@ chorusResult_t ofiAccept(void* listenComm, void** recvComm) {
     }
     comm->proto->setPeer(m.memAddr, m.memKey);
     comm->setupSendPending = true;
+    comm->peerText = comm->ep.addrText(m);
     l->accepting = std::move(comm);
   }
   if (!l->accepting) return chorusSuccess;
@@ -686,8 +741,8 @@ chorusResult_t ofiAccept(void* listenComm, void** recvComm) {
   }
   if (!l->accepting->setupSent) return chorusSuccess;
   std::unique_ptr<Comm> comm = std::move(l->accepting);
-  OFI_LOG(l->ctx->logger, chorusNetLogInfo, "OFI network: accepted on %s through provider %s", l->dev->name.c_str(),
-          fabric().provider.c_str());
+  OFI_LOG(l->ctx->logger, chorusNetLogInfo, "OFI network: accepted %s on %s through provider %s",
+          comm->peerText.c_str(), l->dev->name.c_str(), fabric().provider.c_str());
   ++l->ctx->comms;
   *recvComm = comm.release();
   return chorusSuccess;

@@ -53,6 +53,7 @@ int64_t nowNs() {
 }  // namespace
 
 bool Proto::waiting() const {
+  if (starved_) return true;
   for (const Request& r : reqs_) {
     if (r.inUse) return true;
   }
@@ -106,7 +107,10 @@ chorusResult_t Proto::isend(void* data, size_t size, int tag, const MemRef* mr, 
   if (!send_) return chorusInternalError;
   if (progress() != chorusSuccess || !peerKnown_) return failed_ ? chorusRemoteError : chorusSuccess;
   const uint32_t slot = sendSeq_ % kSlots;
-  if (!ctsIn_[slot]) return chorusSuccess;  // the receive is not posted yet
+  if (!ctsIn_[slot]) {
+    starved_ = true;  // the receive is not posted yet: a send waits (and probes a peer that is gone)
+    return chorusSuccess;
+  }
   const CtsEntry& e = mem_->cts[slot];
   if (e.seq != sendSeq_ || e.n < 1 || e.n > uint32_t(kMaxRecvs)) {
     return fail("clear-to-send entry " + std::to_string(sendSeq_) + " arrived as entry " + std::to_string(e.seq) +
@@ -223,6 +227,7 @@ void Proto::remoteWrite(uint32_t word) {
       return;
     }
     ctsIn_[imm.slot] = true;
+    starved_ = false;
     return;
   }
   Request* r = slotOwner_[imm.slot];

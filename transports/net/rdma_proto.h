@@ -18,7 +18,7 @@
 // size record: both requests fail.
 //
 // A peer that dies says nothing, and an RDMA fabric tells only the writes that fail: while a comm
-// waits (a send for its entry, a receive for its data) and nothing arrives for kProbeNs, it writes
+// waits (an isend for its entry, a request for its completion) and nothing arrives for kProbeNs, it writes
 // a probe to the peer, so that a peer gone shows as a failed write. Closing a comm writes a
 // goodbye, so the peer fails at once instead of at its next probe.
 //
@@ -190,6 +190,7 @@ class Proto : private Wire::Sink {
   Request reqs_[kSlots];
   // Send: CTS entries whose write completed here, the entry being matched and its matched messages.
   bool ctsIn_[kSlots] = {};
+  bool starved_ = false;  // an isend found no entry since the last one arrived
   uint32_t sendSeq_ = 0;
   uint32_t matched_ = 0;
   // Receive: the next receive's number and the receive that owns each slot.
