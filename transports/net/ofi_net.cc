@@ -21,12 +21,15 @@
 // FI_MR_ALLOCATED in its mr_mode, as libfabric's tcp provider): there a registration stays right
 // after the memory is freed. Host memory only (ptrSupport CHORUS_NET_PTR_HOST). Progress is the
 // caller's: every call drains the comm's completion queue (libfabric's manual progress).
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -278,11 +281,14 @@ struct Endpoint {
   std::vector<Op*> freeOps;
 
   Device* held = nullptr;  // the device this endpoint keeps open
+  int waitFd = -1;         // the CQ's wait descriptor (FI_WAIT_FD), or -1
+  int readyFd = -1;        // an eventfd always readable: what waitFd gives when the CQ needs a read first
 
   ~Endpoint() {
     if (ep) (void)fi_close(&ep->fid);
     if (av) (void)fi_close(&av->fid);
     if (cq) (void)fi_close(&cq->fid);
+    if (readyFd >= 0) ::close(readyFd);
     if (ctrlMr) (void)fi_close(&ctrlMr->fid);
     std::free(ctrl);
     if (held) releaseDevice(held);
@@ -310,11 +316,21 @@ struct Endpoint {
     fi_cq_attr cqa{};
     cqa.format = FI_CQ_FORMAT_DATA;
     cqa.size = 4096;
-    cqa.wait_obj = FI_WAIT_NONE;
+    // A descriptor to sleep on where the provider has one (libfabric's tcp and rxm do).
+    cqa.wait_obj = FI_WAIT_FD;
     fi_av_attr ava{};
     ava.type = FI_AV_TABLE;
     ava.count = 4;
     int rc = fi_cq_open(d.domain, &cqa, &cq, nullptr);
+    if (rc == 0 && fi_control(&cq->fid, FI_GETWAIT, &waitFd) != 0) waitFd = -1;
+    if (rc != 0) {
+      cqa.wait_obj = FI_WAIT_NONE;
+      rc = fi_cq_open(d.domain, &cqa, &cq, nullptr);
+    }
+    if (rc == 0 && waitFd >= 0) {
+      readyFd = ::eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (readyFd < 0) waitFd = -1;
+    }
     if (rc == 0) rc = fi_av_open(d.domain, &ava, &av, nullptr);
     if (rc == 0) rc = fi_endpoint(d.domain, d.info, &ep, nullptr);
     if (rc == 0) rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
@@ -777,7 +793,10 @@ chorusResult_t ofiDeregMr(void*, void* mhandle) {
 }
 
 chorusResult_t reported(rdma::Proto* p, Context* ctx, chorusResult_t rc) {
-  if (p->firstReport()) OFI_LOG(ctx->logger, chorusNetLogWarn, "OFI network: %s", p->failure().c_str());
+  if (p->firstReport()) {
+    OFI_LOG(ctx->logger, p->closedByPeer() ? chorusNetLogInfo : chorusNetLogWarn, "OFI network: %s",
+            p->failure().c_str());
+  }
   return rc;
 }
 
@@ -820,6 +839,20 @@ chorusResult_t ofiCloseComm(void* comm) {
   return chorusSuccess;
 }
 
+// Where the proxy may sleep: the CQ's descriptor when libfabric says nothing needs reading first
+// (fi_trywait), else a descriptor that is always ready (the caller tests at once).
+chorusResult_t ofiWaitFd(void* comm, int* fd, short* events) {
+  auto* c = static_cast<Comm*>(comm);
+  if (!c || !fd || !events) return chorusInvalidArgument;
+  Endpoint& e = c->ep;
+  if (e.waitFd < 0) return chorusInvalidUsage;
+  *events = POLLIN;
+  fid* f = &e.cq->fid;
+  *fd = !c->waiting.empty() || c->setupSendPending || fi_trywait(c->dev->fabric, &f, 1) != FI_SUCCESS ? e.readyFd
+                                                                                                      : e.waitFd;
+  return chorusSuccess;
+}
+
 chorusResult_t ofiCloseListen(void* listenComm) {
   auto* l = static_cast<ListenComm*>(listenComm);
   if (!l) return chorusInvalidArgument;
@@ -833,4 +866,4 @@ chorusResult_t ofiCloseListen(void* listenComm) {
 extern "C" __attribute__((visibility("default"))) const chorusNet_v1_t chorusNetPlugin_v1 = {
     "OFI",     ofiInit,      ofiFinalize,  ofiDevices,     ofiGetProperties, ofiListen, ofiConnect,
     ofiAccept, ofiRegMr,     nullptr,      ofiDeregMr,     ofiIsend,         ofiIrecv,  ofiIflush,
-    ofiTest,   ofiCloseComm, ofiCloseComm, ofiCloseListen, nullptr};
+    ofiTest,   ofiCloseComm, ofiCloseComm, ofiCloseListen, ofiWaitFd};

@@ -218,7 +218,10 @@ void Proto::remoteWrite(uint32_t word) {
   const Imm imm = unpackImm(word);
   lastNewsNs_ = 0;
   if (imm.kind == ImmKind::kCts && (imm.msg == kCtlProbe || imm.msg == kCtlBye)) {
-    if (imm.msg == kCtlBye) (void)fail("the peer closed the connection");
+    if (imm.msg == kCtlBye && !failed_) {
+      byePeer_ = true;
+      (void)fail("the peer closed the connection");
+    }
     return;
   }
   if (send_) {

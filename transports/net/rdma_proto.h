@@ -146,6 +146,8 @@ class Proto : private Wire::Sink {
   // The network's own pointer for this comm (its comm object).
   void* user = nullptr;
   // True once, after the comm failed: the caller says why in its log.
+  // The failure is the peer's goodbye (a close, not an error: said at INFO).
+  bool closedByPeer() const { return byePeer_; }
   bool firstReport() {
     if (!failed_ || reported_) return false;
     reported_ = true;
@@ -186,7 +188,8 @@ class Proto : private Wire::Sink {
   std::string failure_;
   int64_t lastNewsNs_ = 0;  // the last completion of either kind, or the last probe
   bool byeLeft_ = false;
-  int byeCtx_ = 0;  // the goodbye's ctx
+  bool byePeer_ = false;  // the failure is the peer's goodbye
+  int byeCtx_ = 0;        // the goodbye's ctx
   Request reqs_[kSlots];
   // Send: CTS entries whose write completed here, the entry being matched and its matched messages.
   bool ctsIn_[kSlots] = {};
