@@ -470,7 +470,8 @@ struct Comm final : rdma::Wire {
         return chorusRemoteError;
       }
       for (ssize_t i = 0; i < n; ++i) {
-        if (ent[i].flags & FI_REMOTE_WRITE) {
+        // A write of the peer's (this network posts no sends with remote CQ data).
+        if (ent[i].flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) {
           sink.remoteWrite(uint32_t(ent[i].data));
           continue;
         }
@@ -770,8 +771,10 @@ chorusResult_t ofiRegMr(void* comm, void* data, size_t size, int type, void** mh
   if (type != CHORUS_NET_PTR_HOST) return chorusInvalidUsage;
   auto mh = std::make_unique<MrHandle>();
   mh->dev = c->dev;
+  acquireDevice(c->dev);  // a registration keeps the domain and its cache, even past its comm
   const chorusResult_t rc = c->dev->cache->acquire(data, size, &mh->entry);
   if (rc != chorusSuccess) {
+    releaseDevice(c->dev);
     OFI_LOG(c->ctx->logger, chorusNetLogWarn, "OFI network: registering %zu bytes at %p failed", size, data);
     return rc;
   }
@@ -788,6 +791,7 @@ chorusResult_t ofiDeregMr(void*, void* mhandle) {
   auto* mh = static_cast<MrHandle*>(mhandle);
   if (!mh) return chorusInvalidArgument;
   mh->dev->cache->release(mh->entry);
+  releaseDevice(mh->dev);
   delete mh;
   return chorusSuccess;
 }
