@@ -8,6 +8,9 @@
 //   fault_kill TRANSPORT NRANKS [SEED]    TRANSPORT: shm | socket
 //   fault_kill netns LAYOUT [SEED]        ranks on namespace hosts (CHORUS_NET_PLUGIN reaches them)
 //
+// FAULT_KILL_FDS=1 (FAULT_KILL_MAPS=1) lists a rank's descriptors (mappings) before and after when
+// they differ.
+//
 // This program forks the ranks itself (a launcher would take the job down with the first death)
 // and is none of them. Each rank writes one line to a shared pipe; this program checks them and
 // prints, per collective, what every rank saw and how long it took (docs/RELIABILITY.md).
@@ -124,6 +127,26 @@ Holdings holdings() {
   return h;
 }
 
+// What each descriptor is ("3 socket:[1234]"), and the list at the last settled() count
+// (FAULT_KILL_FDS only).
+std::vector<std::string> fdList() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char link[128] = {0};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      if (readlink(path.c_str(), link, sizeof(link) - 1) > 0) out.push_back(std::string(e->d_name) + " " + link);
+    }
+    closedir(d);
+  }
+  return out;
+}
+std::vector<std::string>& fdsBefore() {
+  static std::vector<std::string> f;
+  return f;
+}
+
 // /proc/self/maps as it was at the last settled() count (FAULT_KILL_MAPS only).
 std::string& mapsBefore() {
   static std::string m;
@@ -149,6 +172,7 @@ Holdings settled(int threadsLeft = 1) {
 // The count before the fault (and, with FAULT_KILL_MAPS, the mappings then).
 Holdings countBefore(int threadsLeft) {
   const Holdings h = settled(threadsLeft);
+  if (std::getenv("FAULT_KILL_FDS")) fdsBefore() = fdList();
   if (std::getenv("FAULT_KILL_MAPS")) {
     std::ifstream f("/proc/self/maps");
     std::stringstream ss;
@@ -248,6 +272,10 @@ std::string carryOn(chorusComm_t parent, int rank, int n, int victim) {
   const chorusResult_t ar = chorusCommAbort(comm);
   const double abortS = now() - a0;
   const Holdings after = settled(threadsLeft);
+  if (std::getenv("FAULT_KILL_FDS") && !after.heldAsBefore(before)) {
+    for (const std::string& f : fdsBefore()) std::fprintf(stderr, "rank %d fd before %s\n", rank, f.c_str());
+    for (const std::string& f : fdList()) std::fprintf(stderr, "rank %d fd after %s\n", rank, f.c_str());
+  }
   if (std::getenv("FAULT_KILL_MAPS") && !after.heldAsBefore(before)) {
     std::ifstream f("/proc/self/maps");
     std::string l;

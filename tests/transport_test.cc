@@ -459,6 +459,10 @@ TEST_CASE("CHORUS_NET_PLUGIN picks the network and one that cannot be used leave
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
   env.netPlugin = testPlugin("v1");
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");  // Chorus's own interface, the socket network
+#ifdef CHORUS_OFI_PLUGIN
+  env.netPlugin = CHORUS_OFI_PLUGIN;
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/OFI");
+#endif
   // Missing symbols, a failing init, a connect that never completes, no library: sockets, no crash.
   for (const char* broken : {"missing", "bad_init", "hang", "none", "no_such_plugin"}) {
     env.netPlugin = testPlugin(broken);
@@ -583,5 +587,10 @@ TEST_CASE("CHORUS_NET_PLUGIN is read as NCCL reads NCCL_NET_PLUGIN: a name finds
   env.netPlugin = "libnccl-net-chorustest.so";  // the file's own name works too
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
   env.netPlugin = "nosuchnetwork";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+  // A list is tried in order; "none" (any case) is no plugin.
+  env.netPlugin = "nosuchnetwork,chorustest";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/ChorusSocketAsNccl");
+  env.netPlugin = "None";
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
 }

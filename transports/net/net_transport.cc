@@ -17,6 +17,7 @@
 // tuner keeps LL off where a device connection crosses the network), and never by reference: the
 // slot is the staging buffer.
 #include <dlfcn.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,37 +54,51 @@ std::string ownPluginPath(const std::string& name) {
   return ::access(path.c_str(), R_OK) == 0 ? path : "";
 }
 
-// The network CHORUS_NET_PLUGIN names, chosen once per process: the plugin's (the library as
-// named, else libnccl-net-<name>.so, as NCCL reads NCCL_NET_PLUGIN), or sockets when it cannot be
-// used (with one warning saying why).
+// One name of CHORUS_NET_PLUGIN loaded: Chorus's own plugin of that name first
+// (libchorus-net-<name>.so beside libchorus: CHORUS_NET_PLUGIN=ofi), else the library as named,
+// else libnccl-net-<name>.so, as NCCL reads NCCL_NET_PLUGIN.
+Result<LoadedNetwork> loadNamed(const std::string& plugin, int64_t probeTimeoutNs) {
+  const std::string own = ownPluginPath(plugin);
+  Result<LoadedNetwork> n = loadNetPlugin(own.empty() ? plugin : own, netLogger, probeTimeoutNs);
+  const bool notFound = !n.isOk() && n.status().message().find("cannot load the net plugin") != std::string::npos;
+  if (!own.empty() || !notFound || plugin.find('/') != std::string::npos) return n;
+  Result<LoadedNetwork> named = loadNetPlugin("libnccl-net-" + plugin + ".so", netLogger, probeTimeoutNs);
+  if (named.isOk() || named.status().message().find("cannot load the net plugin") == std::string::npos) return named;
+  return Status(n.status().code(), n.status().message() + "; nor libnccl-net-" + plugin + ".so");
+}
+
+// The network CHORUS_NET_PLUGIN names, chosen once per process: as NCCL reads NCCL_NET_PLUGIN, a
+// comma-separated list tried in order (the first that loads and passes its self-test), "none"
+// for none; sockets when none can be used (with one warning saying why each could not).
 const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTimeoutNs, const Logger& log) {
   if (plugin.empty()) return &socketNetwork();
   static std::mutex mu;
   static std::map<std::string, const chorusNet_v1_t*> chosen;
   std::lock_guard<std::mutex> g(mu);
   if (auto it = chosen.find(plugin); it != chosen.end()) return it->second;
-  // Chorus's own plugins first: libchorus-net-<name>.so beside libchorus (CHORUS_NET_PLUGIN=ofi).
-  Result<LoadedNetwork> n = invalidUsage("cannot load the net plugin " + plugin);
-  const std::string own = ownPluginPath(plugin);
-  if (!own.empty()) n = loadNetPlugin(own, netLogger, probeTimeoutNs);
-  // As NCCL reads NCCL_NET_PLUGIN: the name as given, else libnccl-net-<name>.so.
-  if (own.empty()) n = loadNetPlugin(plugin, netLogger, probeTimeoutNs);
-  const bool notFound = !n.isOk() && n.status().message().find("cannot load the net plugin") != std::string::npos;
-  if (notFound && plugin.find('/') == std::string::npos) {
-    Result<LoadedNetwork> named = loadNetPlugin("libnccl-net-" + plugin + ".so", netLogger, probeTimeoutNs);
-    if (named.isOk() || named.status().message().find("cannot load the net plugin") == std::string::npos) {
-      n = std::move(named);
-    } else {
-      n = Status(n.status().code(), n.status().message() + "; nor libnccl-net-" + plugin + ".so");
-    }
-  }
-  if (!n.isOk()) {
-    log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the socket network instead", plugin, n.status().message());
+  if (::strcasecmp(plugin.c_str(), "none") == 0) {
+    log.info(kSubsysNet | kSubsysInit, "NET/Plugin: CHORUS_NET_PLUGIN=none, using the socket network");
     return chosen[plugin] = &socketNetwork();
   }
-  log.info(kSubsysNet | kSubsysInit, "NET/Plugin: using {} ({}{}), network \"{}\"", n.value().path, n.value().symbol,
-           n.value().adapted ? ", NCCL's interface through the adapter" : "", n.value().net->name);
-  return chosen[plugin] = n.value().net;
+  std::string why;
+  size_t at = 0;
+  while (at <= plugin.size()) {
+    const size_t comma = std::min(plugin.find(',', at), plugin.size());
+    const std::string name = plugin.substr(at, comma - at);
+    at = comma + 1;
+    if (name.empty()) continue;
+    Result<LoadedNetwork> n = loadNamed(name, probeTimeoutNs);
+    if (!n.isOk()) {
+      why += (why.empty() ? "" : "; ") + n.status().message();
+      continue;
+    }
+    log.info(kSubsysNet | kSubsysInit, "NET/Plugin: using {} ({}{}), network \"{}\"", n.value().path, n.value().symbol,
+             n.value().adapted ? ", NCCL's interface through the adapter" : "", n.value().net->name);
+    return chosen[plugin] = n.value().net;
+  }
+  log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the socket network instead", plugin,
+           why.empty() ? std::string("no plugin named") : why);
+  return chosen[plugin] = &socketNetwork();
 }
 
 class NetConnection : public Connection {

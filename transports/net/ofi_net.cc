@@ -21,15 +21,12 @@
 // FI_MR_ALLOCATED in its mr_mode, as libfabric's tcp provider): there a registration stays right
 // after the memory is freed. Host memory only (ptrSupport CHORUS_NET_PTR_HOST). Progress is the
 // caller's: every call drains the comm's completion queue (libfabric's manual progress).
-#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -281,14 +278,11 @@ struct Endpoint {
   std::vector<Op*> freeOps;
 
   Device* held = nullptr;  // the device this endpoint keeps open
-  int waitFd = -1;         // the CQ's wait descriptor (FI_WAIT_FD), or -1
-  int readyFd = -1;        // an eventfd always readable: what waitFd gives when the CQ needs a read first
 
   ~Endpoint() {
     if (ep) (void)fi_close(&ep->fid);
     if (av) (void)fi_close(&av->fid);
     if (cq) (void)fi_close(&cq->fid);
-    if (readyFd >= 0) ::close(readyFd);
     if (ctrlMr) (void)fi_close(&ctrlMr->fid);
     std::free(ctrl);
     if (held) releaseDevice(held);
@@ -316,21 +310,13 @@ struct Endpoint {
     fi_cq_attr cqa{};
     cqa.format = FI_CQ_FORMAT_DATA;
     cqa.size = 4096;
-    // A descriptor to sleep on where the provider has one (libfabric's tcp and rxm do).
-    cqa.wait_obj = FI_WAIT_FD;
+    // No wait object: the CQ's descriptor would not cover all that needs reading (rxm makes its
+    // connections inside fi_cq_read, with events of its own), so the caller polls (waitFd NULL).
+    cqa.wait_obj = FI_WAIT_NONE;
     fi_av_attr ava{};
     ava.type = FI_AV_TABLE;
     ava.count = 4;
     int rc = fi_cq_open(d.domain, &cqa, &cq, nullptr);
-    if (rc == 0 && fi_control(&cq->fid, FI_GETWAIT, &waitFd) != 0) waitFd = -1;
-    if (rc != 0) {
-      cqa.wait_obj = FI_WAIT_NONE;
-      rc = fi_cq_open(d.domain, &cqa, &cq, nullptr);
-    }
-    if (rc == 0 && waitFd >= 0) {
-      readyFd = ::eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);
-      if (readyFd < 0) waitFd = -1;
-    }
     if (rc == 0) rc = fi_av_open(d.domain, &ava, &av, nullptr);
     if (rc == 0) rc = fi_endpoint(d.domain, d.info, &ep, nullptr);
     if (rc == 0) rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
@@ -470,8 +456,9 @@ struct Comm final : rdma::Wire {
         return chorusRemoteError;
       }
       for (ssize_t i = 0; i < n; ++i) {
-        // A write of the peer's (this network posts no sends with remote CQ data).
-        if (ent[i].flags & (FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA)) {
+        // A write of the peer's (FI_REMOTE_CQ_DATA alone does not say so: some providers set it on the
+        // writer's own completion of fi_writedata).
+        if (ent[i].flags & FI_REMOTE_WRITE) {
           sink.remoteWrite(uint32_t(ent[i].data));
           continue;
         }
@@ -556,13 +543,11 @@ chorusResult_t ofiInit(void** ctx, uint64_t commId, const chorusNetCommConfig_v1
   auto* c = new Context();
   c->commId = commId;
   c->logger = logger;
-  static std::once_flag said;
-  std::call_once(said, [&] {
-    std::string devs;
-    for (const auto& d : fab.devices) devs += (devs.empty() ? "" : ", ") + d->name;
-    OFI_LOG(logger, chorusNetLogInfo, "OFI network: provider %s (libfabric %u.%u), devices %s", fab.provider.c_str(),
-            FI_MAJOR(fi_version()), FI_MINOR(fi_version()), devs.c_str());
-  });
+  // Said for every context (each communicator's), as each one's log should say it.
+  std::string devs;
+  for (const auto& d : fab.devices) devs += (devs.empty() ? "" : ", ") + d->name;
+  OFI_LOG(logger, chorusNetLogInfo, "OFI network: provider %s (libfabric %u.%u), devices %s", fab.provider.c_str(),
+          FI_MAJOR(fi_version()), FI_MINOR(fi_version()), devs.c_str());
   *ctx = c;
   return chorusSuccess;
 }
@@ -843,20 +828,6 @@ chorusResult_t ofiCloseComm(void* comm) {
   return chorusSuccess;
 }
 
-// Where the proxy may sleep: the CQ's descriptor when libfabric says nothing needs reading first
-// (fi_trywait), else a descriptor that is always ready (the caller tests at once).
-chorusResult_t ofiWaitFd(void* comm, int* fd, short* events) {
-  auto* c = static_cast<Comm*>(comm);
-  if (!c || !fd || !events) return chorusInvalidArgument;
-  Endpoint& e = c->ep;
-  if (e.waitFd < 0) return chorusInvalidUsage;
-  *events = POLLIN;
-  fid* f = &e.cq->fid;
-  *fd = !c->waiting.empty() || c->setupSendPending || fi_trywait(c->dev->fabric, &f, 1) != FI_SUCCESS ? e.readyFd
-                                                                                                      : e.waitFd;
-  return chorusSuccess;
-}
-
 chorusResult_t ofiCloseListen(void* listenComm) {
   auto* l = static_cast<ListenComm*>(listenComm);
   if (!l) return chorusInvalidArgument;
@@ -870,4 +841,4 @@ chorusResult_t ofiCloseListen(void* listenComm) {
 extern "C" __attribute__((visibility("default"))) const chorusNet_v1_t chorusNetPlugin_v1 = {
     "OFI",     ofiInit,      ofiFinalize,  ofiDevices,     ofiGetProperties, ofiListen, ofiConnect,
     ofiAccept, ofiRegMr,     nullptr,      ofiDeregMr,     ofiIsend,         ofiIrecv,  ofiIflush,
-    ofiTest,   ofiCloseComm, ofiCloseComm, ofiCloseListen, ofiWaitFd};
+    ofiTest,   ofiCloseComm, ofiCloseComm, ofiCloseListen, nullptr};
