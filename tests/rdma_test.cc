@@ -231,7 +231,7 @@ TEST_CASE("grouped receives get every byte by tag when writes land and complete 
         const size_t idx = size_t(tag % 100);
         const std::vector<char>& dst = in[inAt + idx];
         REQUIRE(msgs[m].second <= dst.size());
-        CHECK(std::memcmp(dst.data(), msgs[m].first, msgs[m].second) == 0);
+        if (msgs[m].second) CHECK(std::memcmp(dst.data(), msgs[m].first, msgs[m].second) == 0);
       }
       inAt += expect[g].size();
     }
