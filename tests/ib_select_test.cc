@@ -3,11 +3,14 @@
 #include <arpa/inet.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "transports/net/ib_select.h"
+#include "transports/net/ib_verbs.h"
 
 using namespace chorus::ib;
 
@@ -147,4 +150,37 @@ TEST_CASE("wrong GID settings are errors that say what to write", "[ib_select]")
   CHECK(range.status().message() ==
         "the address range '10.1.0.0/40' is not address/bits in AF_INET (10.1.0.0/16) with bits from 0 to 32");
   CHECK_FALSE(parseGidRule("", "AF_INET6", "10.1.0.0/16", "").isOk());  // an IPv4 range for AF_INET6
+}
+
+TEST_CASE("RoCE versions are read from a sysfs tree and a machine without a NIC offers no port", "[ib_select]") {
+  char tmpl[] = "/tmp/chorus_ibsysfs_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string root = tmpl;
+  const std::string types = root + "/mlx5_0/ports/1/gid_attrs/types";
+  REQUIRE(std::system(("mkdir -p " + types).c_str()) == 0);
+  const auto put = [&](int index, const char* text) {
+    FILE* f = std::fopen((types + "/" + std::to_string(index)).c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  put(0, "IB/RoCE v1\n");
+  put(1, "RoCE v2\n");
+  put(2, "\n");  // a container's unmapped index reads empty
+  CHECK(roceVersion(root, "mlx5_0", 1, 0) == 1);
+  CHECK(roceVersion(root, "mlx5_0", 1, 1) == 2);
+  CHECK(roceVersion(root, "mlx5_0", 1, 2) == 0);
+  CHECK(roceVersion(root, "mlx5_0", 1, 3) == 0);  // no such file
+  CHECK(std::system(("rm -rf " + root).c_str()) == 0);
+
+  // This machine has no RDMA device (docs/network.md): nothing is offered, and why is said.
+  std::string why;
+  auto hcas = parseHcaList("");
+  REQUIRE(hcas.isOk());
+  const std::vector<PortInfo> ports = discoverPorts(hcas.value(), rule(), &why);
+  if (ports.empty()) {
+    CHECK_FALSE(why.empty());
+  } else {
+    WARN("this machine has an active RDMA port: " << ports[0].device << ":" << ports[0].port);
+  }
 }

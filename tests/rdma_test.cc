@@ -561,7 +561,7 @@ TEST_CASE("OFI: grouped tagged messages of every size arrive whole by tag", "[of
   CHECK(pr.net.deregMr(pr.recv, rmr) == chorusSuccess);
 }
 
-TEST_CASE("OFI: 200 messages pass through one comm in order with at most 32 requests open", "[ofi]") {
+TEST_CASE("OFI: 200 messages pass through one comm in order with at most 32 receives open", "[ofi]") {
   OfiPair pr;
   std::vector<uint32_t> src(200), dst(200 * 2, 0);
   for (uint32_t i = 0; i < 200; ++i) src[i] = 0x5000 + i;
@@ -581,8 +581,11 @@ TEST_CASE("OFI: 200 messages pass through one comm in order with at most 32 requ
         open.push_back({r, true});
         ++posted;
         ++recvsOpen;
+        CHECK(recvsOpen <= size_t(CHORUS_NET_MAX_REQUESTS));
       } else {
-        CHECK(recvsOpen == size_t(CHORUS_NET_MAX_REQUESTS));  // refused only when full
+        // Refused only while the slot it needs is taken: receives use their slots in order, and
+        // some providers complete them out of order, so fewer than 32 may be open then.
+        CHECK(recvsOpen > 0);
       }
     }
     if (sent < posted) {
