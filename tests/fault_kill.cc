@@ -75,22 +75,21 @@ struct Holdings {
   }
 };
 
-int countSockets() {
-  int n = 0;
+// What each descriptor is ("3 socket:[1234]"), and the list at the last settled() count
+// (FAULT_KILL_FDS only).
+std::vector<std::string> fdList() {
+  std::vector<std::string> out;
   if (DIR* d = opendir("/proc/self/fd")) {
     while (dirent* e = readdir(d)) {
-      char link[64] = {0};
+      if (e->d_name[0] == '.') continue;
+      char link[128] = {0};
       const std::string path = std::string("/proc/self/fd/") + e->d_name;
-      if (e->d_name[0] != '.' && readlink(path.c_str(), link, sizeof(link) - 1) > 0 &&
-          std::strncmp(link, "socket:", 7) == 0) {
-        ++n;
-      }
+      if (readlink(path.c_str(), link, sizeof(link) - 1) > 0) out.push_back(std::string(e->d_name) + " " + link);
     }
     closedir(d);
   }
-  return n;
+  return out;
 }
-
 // glibc's thread arenas: each heap is a 64 MiB reservation aligned to its size, which grows in place
 // by making pages of it writable, and so splits into more lines of /proc/self/maps. A heap that
 // grew holds no more than before in the sense counted here (memory, not mappings, is what a busy
@@ -100,7 +99,7 @@ constexpr uintptr_t kArenaHeapBytes = uintptr_t(64) << 20;
 Holdings holdings() {
   Holdings h;
   h.fds = countDir("/proc/self/fd");
-  h.sockets = countSockets();
+  for (const std::string& f : fdList()) h.sockets += f.find(" socket:") != std::string::npos ? 1 : 0;
   h.threads = countDir("/proc/self/task");
   std::ifstream maps("/proc/self/maps");
   std::string line;
@@ -127,21 +126,6 @@ Holdings holdings() {
   return h;
 }
 
-// What each descriptor is ("3 socket:[1234]"), and the list at the last settled() count
-// (FAULT_KILL_FDS only).
-std::vector<std::string> fdList() {
-  std::vector<std::string> out;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      char link[128] = {0};
-      const std::string path = std::string("/proc/self/fd/") + e->d_name;
-      if (readlink(path.c_str(), link, sizeof(link) - 1) > 0) out.push_back(std::string(e->d_name) + " " + link);
-    }
-    closedir(d);
-  }
-  return out;
-}
 std::vector<std::string>& fdsBefore() {
   static std::vector<std::string> f;
   return f;

@@ -121,9 +121,8 @@ Fabric& fabric() {
                  ": no libfabric provider offers reliable datagram endpoints with RDMA writes and remote CQ data";
       return fab;
     }
-    // The first provider offered (or the one named), one device per domain: IPv4 addresses first,
-    // loopback last.
-    // CHORUS_OFI_PROVIDER names a provider exactly ("tcp;ofi_rxm") or one layer of it ("tcp").
+    // The first provider offered, or the one CHORUS_OFI_PROVIDER names exactly ("tcp;ofi_rxm") or by
+    // one layer of it ("tcp"); one device per domain: IPv4 addresses first, loopback last.
     fab->provider = fab->all->fabric_attr->prov_name;
     if (prov && *prov) {
       const std::string want = prov;

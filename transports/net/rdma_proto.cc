@@ -33,8 +33,6 @@ void Proto::setPeer(uint64_t peerMemAddr, uint64_t peerKey) {
   peerKnown_ = true;
 }
 
-int Proto::parts(const void* request) { return static_cast<const Request*>(request)->n; }
-
 Proto* Proto::owner(void* request) { return static_cast<Request*>(request)->proto; }
 
 chorusResult_t Proto::fail(const std::string& why) {

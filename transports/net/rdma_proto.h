@@ -140,8 +140,7 @@ class Proto : private Wire::Sink {
   bool sayGoodbye();
   bool failed() const { return failed_; }
   const std::string& failure() const { return failure_; }
-  // How many messages a request has (for adapters whose test needs it), and its comm's Proto.
-  static int parts(const void* request);
+  // The Proto of a request's comm.
   static Proto* owner(void* request);
   // The network's own pointer for this comm (its comm object).
   void* user = nullptr;
