@@ -1,4 +1,4 @@
-// The ibverbs network's choices made without a NIC (transports/net/ib_select.h): HCA lists in
+// The ibverbs network's choices made without a NIC (transports/ib/ib_select.h): HCA lists in
 // NCCL_IB_HCA's syntax, and the GID of a port from injected GID tables. "[ib_select]".
 #include <arpa/inet.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "transports/net/ib_select.h"
-#include "transports/net/ib_verbs.h"
+#include "transports/ib/ib_select.h"
+#include "transports/ib/verbs.h"
 
 using namespace chorus::ib;
 
@@ -177,7 +177,7 @@ TEST_CASE("RoCE versions are read from a sysfs tree and a machine without a NIC 
   std::string why;
   auto hcas = parseHcaList("");
   REQUIRE(hcas.isOk());
-  const std::vector<PortInfo> ports = discoverPorts(hcas.value(), rule(), &why);
+  const std::vector<PortInfo> ports = discoverPorts(systemVerbs(), hcas.value(), rule(), &why);
   if (ports.empty()) {
     CHECK_FALSE(why.empty());
   } else {

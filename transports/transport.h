@@ -126,7 +126,8 @@ struct ConnectContext {
 struct TransportEnv {
   const Logger* log = nullptr;
   int socketThreads = 1;  // CHORUS_SOCKET_NTHREADS: the net transport's proxy threads
-  std::string netPlugin;  // CHORUS_NET_PLUGIN: a network library to use instead of sockets
+  std::string netPlugin;  // CHORUS_NET_PLUGIN: a network library to use instead of the built-in ones
+  std::string netName;    // CHORUS_NET: the built-in network ("IB", "Socket"); empty: IB where offered
   int64_t connectTimeoutNs = int64_t(10) * 1000000000;  // how long a network connection may take
 };
 

@@ -1,5 +1,6 @@
 #include "src/common/config.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +74,23 @@ constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
                                       "CHORUS_SLOT_BYTES",
                                       "CHORUS_SOCKET_IFNAME",
                                       "CHORUS_SOCKET_NTHREADS",
+                                      "CHORUS_NET",
                                       "CHORUS_NET_PLUGIN",
+                                      "CHORUS_IB_ADAPTIVE_ROUTING",
+                                      "CHORUS_IB_ADDR_FAMILY",
+                                      "CHORUS_IB_ADDR_RANGE",
+                                      "CHORUS_IB_AR_THRESHOLD",
+                                      "CHORUS_IB_DISABLE",
+                                      "CHORUS_IB_GID_INDEX",
+                                      "CHORUS_IB_HCA",
+                                      "CHORUS_IB_PKEY",
+                                      "CHORUS_IB_QPS_PER_CONNECTION",
+                                      "CHORUS_IB_RETRY_CNT",
+                                      "CHORUS_IB_ROCE_VERSION_NUM",
+                                      "CHORUS_IB_SL",
+                                      "CHORUS_IB_SPLIT_DATA_ON_QPS",
+                                      "CHORUS_IB_TC",
+                                      "CHORUS_IB_TIMEOUT",
                                       "CHORUS_OFI_PROVIDER",
                                       "CHORUS_SPIN_NS",
                                       "CHORUS_TIMEOUT",
@@ -248,6 +265,14 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readBool("CHORUS_CUMEM_ENABLE", &cumem));
   if (const char* v = envValue("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
   if (const char* v = envValue("CHORUS_NET_PLUGIN")) c.netPlugin = v;
+  if (const char* v = envValue("CHORUS_NET")) {
+    if (::strcasecmp(v, "ib") != 0 && ::strcasecmp(v, "socket") != 0) {
+      return Status(chorusInvalidArgument, std::string("CHORUS_NET=") + v +
+                                               " names no built-in network: set IB or Socket (a network library "
+                                               "goes in CHORUS_NET_PLUGIN)");
+    }
+    c.netName = v;
+  }
   if (const char* v = envValue("CHORUS_TOPO_FILE")) c.topoFile = v;
   if (const char* v = envValue("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
   if (const char* v = envValue("CHORUS_FLIGHT_DUMP")) c.flightDump = v;

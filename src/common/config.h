@@ -53,6 +53,7 @@ struct Config {
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
   int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: net proxy threads
   std::string netPlugin;                           // CHORUS_NET_PLUGIN: a network library (docs/network.md)
+  std::string netName;                             // CHORUS_NET: IB or Socket; empty: IB where offered
   int64_t spinNs = -1;   // CHORUS_SPIN_NS: busy-poll stage before yielding; -1: by the host (IdlePolicy::hostSpinNs)
   int yieldIters = 200;  // CHORUS_YIELD_ITERS: sched_yield stage
   int64_t sleepMaxNs = 2000000;         // CHORUS_SLEEP_MAX_US: futex stage's longest nap

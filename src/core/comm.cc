@@ -279,6 +279,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   env.log = &log_;
   env.socketThreads = config_.socketThreads;
   env.netPlugin = config_.netPlugin;
+  env.netName = config_.netName;
   env.connectTimeoutNs = config_.initTimeout();
   transports_ = makeTransports(env);
   peerTransport_.assign(nranks_, nullptr);

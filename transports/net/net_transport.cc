@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "src/common/os.h"
+#include "transports/ib/ib_net.h"
 #include "transports/net/net_plugin.h"
 #include "transports/net/net_proxy.h"
 #include "transports/net/socket_net.h"
@@ -67,18 +68,35 @@ Result<LoadedNetwork> loadNamed(const std::string& plugin, int64_t probeTimeoutN
   return Status(n.status().code(), n.status().message() + "; nor libnccl-net-" + plugin + ".so");
 }
 
+// The built-in network: the one CHORUS_NET names ("IB", "Socket"; any case), else the ibverbs
+// network where it offers a port, else sockets (as NCCL chooses among its own). A wrong CHORUS_NET or
+// CHORUS_IB_* setting is an error that names it.
+Result<const chorusNet_v1_t*> builtinNetwork(const std::string& netName, const Logger& log) {
+  if (::strcasecmp(netName.c_str(), "socket") == 0) return &socketNetwork();
+  std::string why;
+  CHORUS_ASSIGN_OR_RETURN(const bool offered, ib::ibOffered(&why));
+  if (offered) return &ib::ibNetwork();
+  if (::strcasecmp(netName.c_str(), "ib") == 0) {
+    return Status(chorusSystemError, "CHORUS_NET=" + netName + " asks for the IB network, which is not offered here: " +
+                                         why + ". Unset CHORUS_NET (or set it to Socket) to use sockets");
+  }
+  log.info(kSubsysNet | kSubsysInit, "NET/IB: not offered ({}); using the socket network", why);
+  return &socketNetwork();
+}
+
 // The network CHORUS_NET_PLUGIN names, chosen once per process: as NCCL reads NCCL_NET_PLUGIN, a
 // comma-separated list tried in order (the first that loads and passes its self-test), "none"
-// for none; sockets when none can be used (with one warning saying why each could not).
-const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTimeoutNs, const Logger& log) {
-  if (plugin.empty()) return &socketNetwork();
+// for none; the built-in network when none can be used (with one warning saying why each could not).
+Result<const chorusNet_v1_t*> chooseNetwork(const std::string& plugin, const std::string& netName,
+                                            int64_t probeTimeoutNs, const Logger& log) {
+  if (plugin.empty()) return builtinNetwork(netName, log);
   static std::mutex mu;
   static std::map<std::string, const chorusNet_v1_t*> chosen;
   std::lock_guard<std::mutex> g(mu);
   if (auto it = chosen.find(plugin); it != chosen.end()) return it->second;
   if (::strcasecmp(plugin.c_str(), "none") == 0) {
-    log.info(kSubsysNet | kSubsysInit, "NET/Plugin: CHORUS_NET_PLUGIN=none, using the socket network");
-    return chosen[plugin] = &socketNetwork();
+    log.info(kSubsysNet | kSubsysInit, "NET/Plugin: CHORUS_NET_PLUGIN=none, using the built-in network");
+    return builtinNetwork(netName, log);
   }
   std::string why;
   size_t at = 0;
@@ -96,9 +114,9 @@ const chorusNet_v1_t* chooseNetwork(const std::string& plugin, int64_t probeTime
              n.value().adapted ? ", NCCL's interface through the adapter" : "", n.value().net->name);
     return chosen[plugin] = n.value().net;
   }
-  log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the socket network instead", plugin,
+  log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the built-in network instead", plugin,
            why.empty() ? std::string("no plugin named") : why);
-  return chosen[plugin] = &socketNetwork();
+  return builtinNetwork(netName, log);
 }
 
 class NetConnection : public Connection {
@@ -169,8 +187,16 @@ class NetTransport : public Transport {
       : log_(env.log),
         nthreads_(std::max(1, env.socketThreads)),
         timeoutNs_(env.connectTimeoutNs),
-        net_(chooseNetwork(env.netPlugin, std::min<int64_t>(env.connectTimeoutNs, int64_t(10) * 1000000000), *env.log)),
-        name_(std::string("NET/") + net_->name) {}
+        net_(&socketNetwork()) {
+    Result<const chorusNet_v1_t*> net = chooseNetwork(
+        env.netPlugin, env.netName, std::min<int64_t>(env.connectTimeoutNs, int64_t(10) * 1000000000), *env.log);
+    if (net.isOk()) {
+      net_ = net.value();
+    } else {
+      netStatus_ = net.status();  // said by the first connection that needs the network
+    }
+    name_ = std::string("NET/") + net_->name;
+  }
   // The proxies first (their threads report into this transport until they end, and they close
   // the comms they serve), then listeners no one accepted on, then the context.
   ~NetTransport() override {
@@ -265,6 +291,7 @@ class NetTransport : public Transport {
   // by peer, direction and family/channel (the tag), so the two directions of a pair and the
   // channels to one peer land on different threads where there are enough.
   Result<std::unique_ptr<NetConnection>> makeLocalFifo(ConnectContext& ctx, int peer, bool isSend, uint64_t tag) {
+    CHORUS_TRY(netStatus_);
     std::lock_guard<std::mutex> g(mu_);
     if (!ctx_) {
       (void)takeNetMessage();
@@ -339,6 +366,7 @@ class NetTransport : public Transport {
   int nthreads_;
   int64_t timeoutNs_;
   const chorusNet_v1_t* net_;
+  Status netStatus_;  // the network could not be chosen: why
   std::string name_;
   void* ctx_ = nullptr;  // the network's context, made with the first connection
   std::mutex mu_;        // ctx_, proxies_, served_ and listens_, against stopTraffic from a failing thread

@@ -139,20 +139,20 @@ chorusResult_t Proto::isend(void* data, size_t size, int tag, const MemRef* mr, 
   }
   r->n = 1;
   r->size[0] = size;
-  const size_t maxWrite = wire_->maxWrite();
+  const size_t seg = wire_->segmentBytes(size);
   chorusResult_t rc;
-  if (size <= kInlineMaxBytes && size <= maxWrite) {
+  if (size <= kInlineMaxBytes && size <= seg) {
     r->pending = 1;
     rc = wire_->write(data, size, mr ? mr->desc : nullptr, e.addr[msg], e.key[msg],
                       packImm({ImmKind::kInline, slot, uint32_t(msg), uint32_t(size)}), r);
   } else {
-    const uint64_t writes = (size + maxWrite - 1) / maxWrite;
+    const uint64_t writes = (size + seg - 1) / seg;
     rec = SizeRecord{size, writes};
     r->pending = uint32_t(1 + writes);
     rc = wire_->write(&rec, sizeof rec, memRef_.desc, peerMem_ + recOff, peerKey_, packImm(base), r);
     for (uint64_t w = 0; w < writes && rc == chorusSuccess; ++w) {
-      const size_t off = size_t(w) * maxWrite;
-      const size_t len = size - off < maxWrite ? size - off : maxWrite;
+      const size_t off = size_t(w) * seg;
+      const size_t len = size - off < seg ? size - off : seg;
       rc = wire_->write(static_cast<char*>(data) + off, len, mr ? mr->desc : nullptr, e.addr[msg] + off, e.key[msg],
                         packImm({ImmKind::kSegment, slot, uint32_t(msg), 0}), r);
     }

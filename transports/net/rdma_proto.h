@@ -116,6 +116,12 @@ class Wire {
   virtual chorusResult_t poll(Sink& sink) = 0;
   // The largest single write.
   virtual size_t maxWrite() const = 0;
+  // The bytes of each write of a message of `size` bytes (at most maxWrite()): a fabric with
+  // several queue pairs per connection may split a message into one write per queue pair.
+  virtual size_t segmentBytes(size_t size) const {
+    (void)size;
+    return maxWrite();
+  }
   virtual std::string why() const = 0;
 };
 

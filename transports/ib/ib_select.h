@@ -1,4 +1,4 @@
-// What the ibverbs network (not built yet: docs/network.md) will decide before it opens anything,
+// What the ibverbs network (transports/ib/ib_net.h) decides before it opens anything,
 // as pure functions so that they are tested without a NIC: which HCAs and ports to use
 // (NCCL_IB_HCA's syntax) and which GID of a port to use (NCCL's rules for RoCE and InfiniBand).
 //

@@ -1,7 +1,8 @@
-#include "transports/net/ib_verbs.h"
+#include "transports/ib/verbs.h"
 
 #include <dlfcn.h>
-#include <infiniband/verbs.h>
+#include <limits.h>
+#include <stdlib.h>
 
 #include <cstring>
 #include <fstream>
@@ -10,26 +11,21 @@ namespace chorus {
 namespace ib {
 namespace {
 
-// The functions used, by their IBVERBS_1.1 versions.
-struct Verbs {
-  ibv_device** (*getDeviceList)(int*) = nullptr;
-  void (*freeDeviceList)(ibv_device**) = nullptr;
-  const char* (*getDeviceName)(ibv_device*) = nullptr;
-  ibv_context* (*openDevice)(ibv_device*) = nullptr;
-  int (*closeDevice)(ibv_context*) = nullptr;
-  int (*queryDevice)(ibv_context*, ibv_device_attr*) = nullptr;
-  int (*queryPort)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
-  int (*queryGid)(ibv_context*, uint8_t, int, ibv_gid*) = nullptr;
-  std::string why;  // not loaded: why
-};
-
 template <typename F>
-bool bind(void* lib, const char* name, F* f) {
-  *f = reinterpret_cast<F>(::dlvsym(lib, name, "IBVERBS_1.1"));
+bool bind(void* lib, const char* name, const char* version, F* f) {
+  *f = reinterpret_cast<F>(::dlvsym(lib, name, version));
   return *f != nullptr;
 }
 
-const Verbs& verbs() {
+int firstBitSet(int val, int max) {
+  int i = 0;
+  while (i < max && (val & (1 << i)) == 0) ++i;
+  return i;
+}
+
+}  // namespace
+
+const Verbs& systemVerbs() {
   static const Verbs v = [] {
     Verbs x;
     void* lib = ::dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -38,21 +34,28 @@ const Verbs& verbs() {
       x.why = std::string("libibverbs.so.1 cannot be loaded (") + (e ? e : "dlopen failed") + ")";
       return x;
     }
-    const bool ok = bind(lib, "ibv_get_device_list", &x.getDeviceList) &&
-                    bind(lib, "ibv_free_device_list", &x.freeDeviceList) &&
-                    bind(lib, "ibv_get_device_name", &x.getDeviceName) && bind(lib, "ibv_open_device", &x.openDevice) &&
-                    bind(lib, "ibv_close_device", &x.closeDevice) && bind(lib, "ibv_query_device", &x.queryDevice) &&
-                    bind(lib, "ibv_query_port", &x.queryPort) && bind(lib, "ibv_query_gid", &x.queryGid);
+    const char* v11 = "IBVERBS_1.1";
+    const bool ok =
+        bind(lib, "ibv_get_device_list", v11, &x.getDeviceList) &&
+        bind(lib, "ibv_free_device_list", v11, &x.freeDeviceList) &&
+        bind(lib, "ibv_get_device_name", v11, &x.getDeviceName) && bind(lib, "ibv_open_device", v11, &x.openDevice) &&
+        bind(lib, "ibv_close_device", v11, &x.closeDevice) && bind(lib, "ibv_query_device", v11, &x.queryDevice) &&
+        bind(lib, "ibv_query_port", v11, &x.queryPort) && bind(lib, "ibv_query_gid", v11, &x.queryGid) &&
+        bind(lib, "ibv_alloc_pd", v11, &x.allocPd) && bind(lib, "ibv_dealloc_pd", v11, &x.deallocPd) &&
+        bind(lib, "ibv_reg_mr", v11, &x.regMr) && bind(lib, "ibv_dereg_mr", v11, &x.deregMr) &&
+        bind(lib, "ibv_create_cq", v11, &x.createCq) && bind(lib, "ibv_destroy_cq", v11, &x.destroyCq) &&
+        bind(lib, "ibv_create_qp", v11, &x.createQp) && bind(lib, "ibv_modify_qp", v11, &x.modifyQp) &&
+        bind(lib, "ibv_destroy_qp", v11, &x.destroyQp) && bind(lib, "ibv_wc_status_str", v11, &x.wcStatusStr);
     if (!ok) {
       x.getDeviceList = nullptr;
       x.why = "libibverbs.so.1 lacks a function of IBVERBS_1.1 that Chorus calls";
+      return x;
     }
+    (void)bind(lib, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", &x.regDmabufMr);  // optional: rdma-core 34 and later
     return x;
   }();
   return v;
 }
-
-}  // namespace
 
 int roceVersion(const std::string& root, const std::string& device, int port, int index) {
   std::ifstream f(root + "/" + device + "/ports/" + std::to_string(port) + "/gid_attrs/types/" + std::to_string(index));
@@ -63,10 +66,17 @@ int roceVersion(const std::string& root, const std::string& device, int port, in
   return 0;
 }
 
-std::vector<PortInfo> discoverPorts(const HcaList& hcas, const GidRule& rule, std::string* why) {
+int portSpeedMbps(uint8_t activeSpeed, uint8_t activeWidth) {
+  static const int speeds[] = {2500, 5000, 10000, 10000, 14000, 25000, 50000, 100000, 200000};
+  static const int widths[] = {1, 4, 8, 12, 2};
+  if (activeSpeed == 0 || activeWidth == 0) return 0;
+  return speeds[firstBitSet(activeSpeed, int(sizeof speeds / sizeof speeds[0]) - 1)] *
+         widths[firstBitSet(activeWidth, int(sizeof widths / sizeof widths[0]) - 1)];
+}
+
+std::vector<PortInfo> discoverPorts(const Verbs& v, const HcaList& hcas, const GidRule& rule, std::string* why) {
   std::vector<PortInfo> ports;
-  const Verbs& v = verbs();
-  if (!v.getDeviceList) {
+  if (!v.loaded()) {
     *why = v.why;
     return ports;
   }
@@ -85,6 +95,9 @@ std::vector<PortInfo> discoverPorts(const HcaList& hcas, const GidRule& rule, st
     if (!ctx) continue;
     ibv_device_attr dattr{};
     if (v.queryDevice(ctx, &dattr) == 0) {
+      char real[PATH_MAX];
+      const std::string devPath = v.sysfsRoot + "/" + name + "/device";
+      const std::string pci = ::realpath(devPath.c_str(), real) ? std::string(real) : std::string();
       for (int p = 1; p <= dattr.phys_port_cnt; ++p) {
         ibv_port_attr pattr{};
         if (!hcaSelected(hcas, name, p) || v.queryPort(ctx, uint8_t(p), &pattr) != 0) continue;
@@ -95,11 +108,18 @@ std::vector<PortInfo> discoverPorts(const HcaList& hcas, const GidRule& rule, st
         info.infiniband = pattr.link_layer == IBV_LINK_LAYER_INFINIBAND;
         info.lid = pattr.lid;
         info.activeMtu = pattr.active_mtu;
+        info.maxMsg = pattr.max_msg_sz;
+        info.speedMbps = portSpeedMbps(pattr.active_speed, pattr.active_width);
+        info.guid = dattr.node_guid;
+        info.grhRequired = (pattr.flags & IBV_QPF_GRH_REQUIRED) != 0;
+        info.maxQpWr = dattr.max_qp_wr;
+        info.maxCqe = dattr.max_cqe;
+        info.pciPath = pci;
         std::vector<Gid> table(size_t(pattr.gid_tbl_len > 0 ? pattr.gid_tbl_len : 0));
         for (int i = 0; i < pattr.gid_tbl_len; ++i) {
           ibv_gid g{};
           if (v.queryGid(ctx, uint8_t(p), i, &g) == 0) std::memcpy(table[size_t(i)].raw.data(), g.raw, 16);
-          if (!info.infiniband) table[size_t(i)].roceVersion = roceVersion("/sys/class/infiniband", name, p, i);
+          if (!info.infiniband) table[size_t(i)].roceVersion = roceVersion(v.sysfsRoot, name, p, i);
         }
         info.gidIndex = chooseGidIndex(table, info.infiniband, rule);
         if (info.gidIndex < static_cast<int>(table.size())) info.gid = table[size_t(info.gidIndex)];

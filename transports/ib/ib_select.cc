@@ -1,4 +1,4 @@
-#include "transports/net/ib_select.h"
+#include "transports/ib/ib_select.h"
 
 #include <arpa/inet.h>
 
