@@ -253,3 +253,16 @@ TEST_CASE("a thread stops spinning after its spins keep running out and tries ag
     CHECK_FALSE(h.allowed());
   }).join();
 }
+
+TEST_CASE("CHORUS_NET names a built-in network, IB or Socket, in any case", "[config]") {
+  for (const char* v : {"IB", "ib", "Socket", "SOCKET"}) {
+    ScopedEnv e("CHORUS_NET", v);
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().netName == v);
+  }
+  ScopedEnv e("CHORUS_NET", "ofi");
+  auto c = Config::fromEnv();
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.status().message().find("CHORUS_NET=ofi names no built-in network: set IB or Socket") != std::string::npos);
+}

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 #include <mutex>
 #include <random>
 #include <set>
+
+#include "transports/ib/ib_net.h"
 
 namespace chorus {
 namespace fakeib {
@@ -512,6 +515,62 @@ ib::Gid ibGid(uint64_t subnetPrefix, uint64_t guid) {
     g.raw[size_t(8 + i)] = uint8_t(guid >> (56 - 8 * i));
   }
   return g;
+}
+
+DeviceSpec roceDevice(const std::string& name, const char* ipv4, uint64_t guid) {
+  DeviceSpec d;
+  d.name = name;
+  d.guid = guid;
+  PortSpec p;
+  ib::Gid linkLocal;
+  linkLocal.raw[0] = 0xfe;
+  linkLocal.raw[1] = 0x80;
+  linkLocal.raw[15] = 1;
+  linkLocal.roceVersion = 1;
+  p.gids = {linkLocal, roceGid(ipv4, 1), roceGid(ipv4, 2)};
+  d.ports.push_back(p);
+  PortSpec down = p;
+  down.active = false;
+  d.ports.push_back(down);
+  return d;
+}
+
+DeviceSpec ibDevice(const std::string& name, uint16_t lid, uint64_t guid) {
+  DeviceSpec d;
+  d.name = name;
+  d.guid = guid;
+  PortSpec p;
+  p.infiniband = true;
+  p.lid = lid;
+  p.gids = {ibGid(0xfe80000000000000ull, guid)};
+  d.ports.push_back(p);
+  return d;
+}
+
+Installed::Installed(std::vector<DeviceSpec> devices, bool dmabuf) {
+  char tmpl[] = "/tmp/chorus_fakeib_XXXXXX";
+  if (!::mkdtemp(tmpl)) std::abort();
+  root_ = tmpl;
+  fab_ = std::make_unique<Fabric>(std::move(devices), root_);
+  fab_->setDmabuf(dmabuf);
+  reinstall();
+}
+
+Installed::~Installed() {
+  (void)uninstall();
+  fab_.reset();
+  (void)std::system(("rm -rf " + root_).c_str());
+}
+
+void Installed::reinstall() {
+  ib::useVerbs(&fab_->verbs());
+  installed_ = true;
+}
+
+int Installed::uninstall() {
+  if (installed_) ib::useVerbs(nullptr);
+  installed_ = false;
+  return fab_->openObjects();
 }
 
 Fabric::Fabric(std::vector<DeviceSpec> devices, const std::string& sysfsRoot) {

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,32 @@ class Fabric {
 
 ib::Gid roceGid(const char* ipv4, int version);       // an IPv4-mapped GID with its RoCE version
 ib::Gid ibGid(uint64_t subnetPrefix, uint64_t guid);  // an InfiniBand GID
+
+// A RoCE device `name` with port 1 active (GIDs: link-local v1, `ipv4` v1, `ipv4` v2) and port 2 down.
+DeviceSpec roceDevice(const std::string& name, const char* ipv4, uint64_t guid);
+// An InfiniBand device `name` with port 1 active at `lid`.
+DeviceSpec ibDevice(const std::string& name, uint16_t lid, uint64_t guid);
+
+// A fabric installed under the ibverbs network (ib::useVerbs) for a scope, its sysfs tree in a
+// temporary folder.
+class Installed {
+ public:
+  explicit Installed(std::vector<DeviceSpec> devices, bool dmabuf = false);
+  ~Installed();
+  Installed(const Installed&) = delete;
+  Installed& operator=(const Installed&) = delete;
+  Fabric& fab() { return *fab_; }
+  // Builds the network anew on the fabric (after settings change).
+  void reinstall();
+  // Puts back the system's libibverbs (the network closes what it kept open) and says how many
+  // objects of the fabric are still open: 0 unless something leaked.
+  int uninstall();
+
+ private:
+  std::string root_;
+  std::unique_ptr<Fabric> fab_;
+  bool installed_ = false;
+};
 
 }  // namespace fakeib
 }  // namespace chorus

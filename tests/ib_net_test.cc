@@ -78,60 +78,26 @@ class Env {
   std::map<std::string, std::pair<std::string, bool>> saved_;
 };
 
-fakeib::DeviceSpec roceDevice() {
-  fakeib::DeviceSpec d;
-  d.name = "mlx5_0";
-  d.guid = 0x1111;
-  fakeib::PortSpec p;
-  ib::Gid linkLocal;
-  linkLocal.raw[0] = 0xfe;
-  linkLocal.raw[1] = 0x80;
-  linkLocal.raw[15] = 1;
-  linkLocal.roceVersion = 1;
-  p.gids = {linkLocal, fakeib::roceGid("10.0.0.1", 1), fakeib::roceGid("10.0.0.1", 2)};
-  d.ports.push_back(p);
-  fakeib::PortSpec down = p;
-  down.active = false;
-  d.ports.push_back(down);
-  return d;
-}
-
-fakeib::DeviceSpec ibDevice() {
-  fakeib::DeviceSpec d;
-  d.name = "mlx5_1";
-  d.guid = 0x2222;
-  fakeib::PortSpec p;
-  p.infiniband = true;
-  p.lid = 7;
-  p.gids = {fakeib::ibGid(0xfe80000000000000ull, 0x2222)};
-  d.ports.push_back(p);
-  return d;
-}
+fakeib::DeviceSpec roceDevice() { return fakeib::roceDevice("mlx5_0", "10.0.0.1", 0x1111); }
+fakeib::DeviceSpec ibDevice() { return fakeib::ibDevice("mlx5_1", 7, 0x2222); }
 
 // A fake fabric the network runs on for one test; closing everything leaves nothing open.
 class Fixture {
  public:
-  explicit Fixture(std::vector<fakeib::DeviceSpec> devices, bool dmabuf = false) {
-    char tmpl[] = "/tmp/chorus_fakeib_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    root_ = tmpl;
-    fab = std::make_unique<fakeib::Fabric>(std::move(devices), root_);
-    fab->setDmabuf(dmabuf);
-    ib::useVerbs(&fab->verbs());
+  explicit Fixture(std::vector<fakeib::DeviceSpec> devices, bool dmabuf = false)
+      : installed_(std::move(devices), dmabuf), fab(&installed_.fab()) {
     std::lock_guard<std::mutex> g(gLogMu);
     gLog.clear();
   }
-  ~Fixture() {
-    ib::useVerbs(nullptr);
-    CHECK(fab->openObjects() == 0);
-    fab.reset();
-    (void)std::system(("rm -rf " + root_).c_str());
-  }
-  std::unique_ptr<fakeib::Fabric> fab;
-  const chorusNet_v1_t& net = ib::ibNetwork();
+  ~Fixture() { CHECK(installed_.uninstall() == 0); }
+  void reinstall() { installed_.reinstall(); }
 
  private:
-  std::string root_;
+  fakeib::Installed installed_;
+
+ public:
+  fakeib::Fabric* fab;
+  const chorusNet_v1_t& net = ib::ibNetwork();
 };
 
 using Clock = std::chrono::steady_clock;
@@ -262,20 +228,20 @@ TEST_CASE("the IB network offers the active ports its HCA list selects with thei
   CHECK(f.net.finalize(ctx) == chorusSuccess);
 
   env.set("CHORUS_IB_HCA", "=mlx5_1");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   REQUIRE(f.net.devices(&ndev) == chorusSuccess);
   CHECK(ndev == 1);
   REQUIRE(f.net.getProperties(0, &props) == chorusSuccess);
   CHECK(std::string(props.name) == "mlx5_1");
 
   env.set("CHORUS_IB_HCA", "^mlx5_1");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   REQUIRE(f.net.getProperties(0, &props) == chorusSuccess);
   CHECK(std::string(props.name) == "mlx5_0");
   CHECK(f.net.getProperties(1, &props) == chorusInvalidArgument);
 
   env.set("CHORUS_IB_HCA", "mlx5_0:2");  // the port that is down
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   offered = ib::ibOffered(&why);
   REQUIRE(offered.isOk());
   CHECK_FALSE(offered.value());
@@ -283,7 +249,7 @@ TEST_CASE("the IB network offers the active ports its HCA list selects with thei
 
   env.set("CHORUS_IB_HCA", "");
   env.set("CHORUS_IB_DISABLE", "1");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   offered = ib::ibOffered(&why);
   REQUIRE(offered.isOk());
   CHECK_FALSE(offered.value());
@@ -291,19 +257,19 @@ TEST_CASE("the IB network offers the active ports its HCA list selects with thei
 
   env.set("CHORUS_IB_DISABLE", "0");
   env.set("CHORUS_IB_QPS_PER_CONNECTION", "17");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   offered = ib::ibOffered(&why);
   REQUIRE_FALSE(offered.isOk());
   CHECK(offered.status().message().find("CHORUS_IB_QPS_PER_CONNECTION") != std::string::npos);
   CHECK(f.net.init(&ctx, 1, nullptr, logger) == chorusInvalidArgument);
   env.set("CHORUS_IB_QPS_PER_CONNECTION", "1");
   env.set("CHORUS_IB_HCA", "mlx5_0:x");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
   offered = ib::ibOffered(&why);
   REQUIRE_FALSE(offered.isOk());
   CHECK(offered.status().message().find("CHORUS_IB_HCA") != std::string::npos);
   env.set("CHORUS_IB_HCA", "");
-  ib::useVerbs(&f.fab->verbs());
+  f.reinstall();
 }
 
 TEST_CASE("messages of every size cross a RoCE and an InfiniBand port intact", "[ib_net]") {
@@ -383,7 +349,7 @@ TEST_CASE("adaptive routing sends a large write as a plain write and an empty on
     p.close();
     env.set("CHORUS_IB_ADAPTIVE_ROUTING", "1");
     env.set("CHORUS_IB_AR_THRESHOLD", "100000");
-    ib::useVerbs(&f.fab->verbs());
+    f.reinstall();
     p = connectPair(f.net, 0);
     exchangeOne(p, 1 << 16, 2);
     CHECK(f.fab->stats().plainWrites == 0);

@@ -16,6 +16,8 @@
 #include "src/common/log.h"
 #include "src/core/clique.h"
 #include "src/core/device_comm.h"
+#include "tests/fake_verbs.h"
+#include "transports/ib/ib_net.h"
 #include "transports/transport.h"
 
 using namespace chorus;
@@ -476,14 +478,20 @@ TEST_CASE("a net transport sends host FIFO slots by reference and receives them 
   // The lane's side of ProxyLink, played by hand: the producer publishes some slots by reference
   // (the payload stays in its buffer), the consumer posts where some payloads go before the proxy
   // may post their slot's receive (a lap ahead, as Lane::postAhead does).
-  const bool viaPlugin = GENERATE(false, true);
-  CAPTURE(viaPlugin);
+  // 0: the socket network; 1: the v11 test plugin; 2: the ibverbs network on the fake libibverbs.
+  const int via = GENERATE(0, 1, 2);
+  CAPTURE(via);
   Logger log(LogLevel::kNone, kSubsysAll, 0);
   TransportEnv env;
   env.log = &log;
-  if (viaPlugin) env.netPlugin = testPlugin("v11");
+  if (via == 1) env.netPlugin = testPlugin("v11");
+  std::unique_ptr<fakeib::Installed> ib;
+  if (via == 2)
+    ib = std::make_unique<fakeib::Installed>(
+        std::vector<fakeib::DeviceSpec>{fakeib::roceDevice("mlx5_0", "10.0.0.1", 1)});
   auto rt = makeNetTransport(env);
   auto st = makeNetTransport(env);
+  CHECK(std::string(rt->name()) == (via == 0 ? "NET/Socket" : via == 1 ? "NET/ChorusSocketAsNccl" : "NET/IB"));
   GonePeer oob;
   ConnectContext ctx;
   ctx.oob = &oob;
@@ -572,6 +580,47 @@ TEST_CASE("a net transport sends host FIFO slots by reference and receives them 
   for (uint32_t i = 0; i < tx.nslots; ++i) CHECK(txl.refs[i] == nullptr);
   st.reset();
   rt.reset();
+  if (ib) CHECK(ib->uninstall() == 0);  // every queue pair, registration and context closed
+}
+
+TEST_CASE("CHORUS_NET chooses the built-in network: IB where a port is offered, else sockets", "[transport]") {
+  Logger log(LogLevel::kNone, kSubsysAll, 0);
+  TransportEnv env;
+  env.log = &log;
+  GonePeer oob;
+  ConnectContext ctx;
+  ctx.oob = &oob;
+  ctx.nslots = 4;
+  ctx.slotBytes = 8192;
+  std::vector<char> handle;
+  {
+    // No RDMA device here: sockets, unless IB is asked for by name, which fails the first
+    // connection with a sentence that says what to do.
+    CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+    env.netName = "IB";
+    auto t = makeNetTransport(env);
+    auto recv = t->setupRecv(ctx, 1, 9, &handle);
+    REQUIRE_FALSE(recv.isOk());
+    CHECK(recv.status().message().find("CHORUS_NET=IB asks for the IB network, which is not offered here") !=
+          std::string::npos);
+    CHECK(recv.status().message().find("Unset CHORUS_NET (or set it to Socket)") != std::string::npos);
+  }
+  fakeib::Installed ib({fakeib::ibDevice("mlx5_1", 3, 2)});
+  env.netName = "";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/IB");
+  env.netName = "socket";
+  CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");
+  env.netName = "";
+  ::setenv("CHORUS_IB_TIMEOUT", "40", 1);
+  ib.reinstall();
+  {
+    auto t = makeNetTransport(env);
+    auto recv = t->setupRecv(ctx, 1, 9, &handle);
+    REQUIRE_FALSE(recv.isOk());
+    CHECK(recv.status().message().find("CHORUS_IB_TIMEOUT") != std::string::npos);
+  }
+  ::unsetenv("CHORUS_IB_TIMEOUT");
+  CHECK(ib.uninstall() == 0);
 }
 
 TEST_CASE("CHORUS_NET_PLUGIN is read as NCCL reads NCCL_NET_PLUGIN: a name finds libnccl-net-NAME.so",
