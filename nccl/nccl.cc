@@ -183,6 +183,47 @@ void mapEnvironment() {
   const std::string never = "1073741824";  // 2^30 s, Chorus's longest: no deadline (Config::kNoDeadlineSeconds)
   setIfUnset("CHORUS_TIMEOUT", never);
   setIfUnset("CHORUS_INIT_TIMEOUT", never);
+  // NCCL_NET names one of NCCL's own networks or a plugin's: Chorus's built-in ones by the same
+  // names; a plugin's network is chosen by NCCL_NET_PLUGIN instead.
+  if (const char* v = std::getenv("NCCL_NET")) {
+    const std::string n = lower(v);
+    if (n == "ib" || n == "socket") {
+      setIfUnset("CHORUS_NET", v);
+    } else {
+      noteIgnored(std::string("NCCL_NET=") + v,
+                  "Chorus's built-in networks are IB and Socket; a plugin's network is the one NCCL_NET_PLUGIN loads");
+    }
+  }
+  // NCCL's IB settings: the text ones as they are; the integers as NCCL reads them (strtol), its
+  // "choose for me" values (-1, -2) leaving Chorus's default, NCCL_IB_DISABLE on at any non-zero.
+  static const char* const kIbText[][2] = {
+      {"NCCL_IB_HCA", "CHORUS_IB_HCA"},
+      {"NCCL_IB_ADDR_FAMILY", "CHORUS_IB_ADDR_FAMILY"},
+      {"NCCL_IB_ADDR_RANGE", "CHORUS_IB_ADDR_RANGE"},
+  };
+  for (const auto& m : kIbText) {
+    if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
+  }
+  static const char* const kIbInt[][2] = {
+      {"NCCL_IB_GID_INDEX", "CHORUS_IB_GID_INDEX"},
+      {"NCCL_IB_ROCE_VERSION_NUM", "CHORUS_IB_ROCE_VERSION_NUM"},
+      {"NCCL_IB_QPS_PER_CONNECTION", "CHORUS_IB_QPS_PER_CONNECTION"},
+      {"NCCL_IB_SPLIT_DATA_ON_QPS", "CHORUS_IB_SPLIT_DATA_ON_QPS"},
+      {"NCCL_IB_TIMEOUT", "CHORUS_IB_TIMEOUT"},
+      {"NCCL_IB_RETRY_CNT", "CHORUS_IB_RETRY_CNT"},
+      {"NCCL_IB_AR_THRESHOLD", "CHORUS_IB_AR_THRESHOLD"},
+      {"NCCL_IB_ADAPTIVE_ROUTING", "CHORUS_IB_ADAPTIVE_ROUTING"},
+      {"NCCL_IB_SL", "CHORUS_IB_SL"},
+      {"NCCL_IB_TC", "CHORUS_IB_TC"},
+      {"NCCL_IB_PKEY", "CHORUS_IB_PKEY"},
+  };
+  for (const auto& m : kIbInt) {
+    if (const char* v = std::getenv(m[0])) {
+      const long long x = ncclInteger(v);
+      if (x >= 0) setIfUnset(m[1], std::to_string(x));
+    }
+  }
+  if (const char* v = std::getenv("NCCL_IB_DISABLE")) setIfUnset("CHORUS_IB_DISABLE", ncclInteger(v) != 0 ? "1" : "0");
   // Settings of NCCL's kernels that Chorus's have no counterpart for.
   if (const char* v = std::getenv("NCCL_NTHREADS")) {
     noteIgnored(std::string("NCCL_NTHREADS=") + v, "Chorus's kernels run 512 threads per block (docs/GPU.md)");
@@ -349,8 +390,8 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   ignoredInt("trafficClass", out->trafficClass, "Chorus's sockets set no traffic class");
   if (out->netName != NCCL_CONFIG_UNDEF_PTR) {
     noteIgnored(std::string("ncclConfig_t.netName=") + out->netName,
-                "Chorus chooses its network by CHORUS_NET_PLUGIN (NCCL_NET_PLUGIN) and CHORUS_SOCKET_IFNAME "
-                "(NCCL_SOCKET_IFNAME)");
+                "Chorus chooses its network by CHORUS_NET (NCCL_NET), CHORUS_NET_PLUGIN (NCCL_NET_PLUGIN) and "
+                "CHORUS_SOCKET_IFNAME (NCCL_SOCKET_IFNAME)");
   }
   return ncclSuccess;
 }

@@ -35,7 +35,8 @@ int main(void) {
   static const char* const kNames[] = {
       "DEBUG", "DEBUG_SUBSYS", "DEBUG_FILE",   "COMM_ID",       "SOCKET_IFNAME", "P2P_DISABLE", "SHM_DISABLE",
       "ALGO",  "PROTO",        "NCHANNELS",    "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",    "SLOT_BYTES",
-      "SLOTS", "TIMEOUT",      "INIT_TIMEOUT", "CUMEM_ENABLE",  "NTHREADS",      "LAUNCH_MODE", "DEVICE_NCHANNELS"};
+      "SLOTS", "TIMEOUT",      "INIT_TIMEOUT", "CUMEM_ENABLE",  "NTHREADS",      "LAUNCH_MODE", "DEVICE_NCHANNELS",
+      "NET",   "IB_HCA",       "IB_GID_INDEX", "IB_TIMEOUT",    "IB_DISABLE"};
   char name[64];
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
     snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
@@ -55,6 +56,11 @@ int main(void) {
   setenv("NCCL_CUMEM_ENABLE", "true", 1); /* NCCL reads "true" as 0 (strtol): off */
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("CHORUS_P2P_DISABLE", "0", 1); /* the user's CHORUS_* twin wins */
+  setenv("NCCL_NET", "Socket", 1);
+  setenv("NCCL_IB_HCA", "=mlx5_0:1", 1);
+  setenv("NCCL_IB_GID_INDEX", "-1", 1); /* NCCL's "choose": Chorus's default */
+  setenv("NCCL_IB_TIMEOUT", "0x16", 1); /* strtol: 22 */
+  setenv("NCCL_IB_DISABLE", "2", 1);    /* NCCL disables at any non-zero */
   expect("CHORUS_ALGO", NULL, "before the first init");
   expect("CHORUS_DEBUG", NULL, "before the first init");
 
@@ -71,6 +77,11 @@ int main(void) {
   expect("CHORUS_SHM_DISABLE", "1", when);
   expect("CHORUS_P2P_DISABLE", "0", when);
   expect("CHORUS_CUMEM_ENABLE", "0", when);
+  expect("CHORUS_NET", "Socket", when);
+  expect("CHORUS_IB_HCA", "=mlx5_0:1", when);
+  expect("CHORUS_IB_GID_INDEX", NULL, when);
+  expect("CHORUS_IB_TIMEOUT", "22", when);
+  expect("CHORUS_IB_DISABLE", "1", when);
   /* No deadline of Chorus's own: NCCL waits until the program aborts. */
   expect("CHORUS_TIMEOUT", "1073741824", when);
   expect("CHORUS_INIT_TIMEOUT", "1073741824", when);

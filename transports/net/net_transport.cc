@@ -1,7 +1,8 @@
 // The net transport: FIFOs between ranks on different hosts (or wherever shm is disabled), moved by
 // proxy threads over a network (include/chorus/net.h), as NCCL's net transport sits over ncclNet:
-// Chorus's socket network, or the one a plugin library provides (CHORUS_NET_PLUGIN; one that
-// cannot be loaded or fails its self-test leaves a warning and sockets in its place).
+// the one a plugin library provides (CHORUS_NET_PLUGIN; one that cannot be loaded or fails its
+// self-test leaves a warning), else a built-in one: the ibverbs network where it offers a port,
+// else sockets (CHORUS_NET forces either).
 //
 // Both sides keep their FIFO in local memory, registered on the connection's comm; the
 // transport's proxy threads (transports/net/net_proxy.h) move its slots. Setting up a direction:
