@@ -20,6 +20,7 @@
 
 #include "src/bootstrap/socket.h"
 #include "src/common/config.h"
+#include "transports/net/rdma_calls.h"
 #include "transports/net/rdma_proto.h"
 #include "transports/net/reg_cache.h"
 
@@ -251,14 +252,7 @@ std::string describeHca(const Hca& h) {
 // ---- comms ----
 
 struct Comm;
-struct Context {
-  uint64_t commId = 0;
-  chorusNetLogger_t logger = nullptr;
-  const Verbs* verbs = nullptr;
-  std::atomic<int> comms{0};
-  std::mutex mu;
-  std::set<Comm*> connecting;  // send comms whose connect has not returned them yet
-};
+using Context = rdma::Context<Comm>;
 
 struct Handle {
   uint64_t magic = 0;
@@ -753,7 +747,7 @@ std::unique_ptr<Comm> newComm(Context* c, Hca* h, bool isSend, uint64_t nonce) {
   auto comm = std::make_unique<Comm>();
   comm->ctx = c;
   comm->hca = h;
-  comm->v = c->verbs;
+  comm->v = net().verbs;
   comm->settings = &net().settings;
   comm->isSend = isSend;
   comm->nonce = nonce;
@@ -781,7 +775,6 @@ chorusResult_t ibInit(void** ctx, uint64_t commId, const chorusNetCommConfig_v1_
   auto* c = new Context();
   c->commId = commId;
   c->logger = logger;
-  c->verbs = n.verbs;
   std::string devs;
   for (const auto& h : n.hcas) devs += (devs.empty() ? "" : ", ") + describeHca(*h);
   IB_LOG(logger, chorusNetLogInfo, "IB network: devices %s; %d queue pair(s) per connection%s", devs.c_str(),
@@ -790,25 +783,7 @@ chorusResult_t ibInit(void** ctx, uint64_t commId, const chorusNetCommConfig_v1_
   return chorusSuccess;
 }
 
-chorusResult_t ibFinalize(void* ctx) {
-  auto* c = static_cast<Context*>(ctx);
-  if (!c) return chorusInvalidArgument;
-  {
-    std::lock_guard<std::mutex> g(c->mu);
-    for (Comm* comm : c->connecting) {
-      --c->comms;
-      delete comm;
-    }
-    c->connecting.clear();
-  }
-  if (c->comms.load() != 0) {
-    IB_LOG(c->logger, chorusNetLogWarn, "IB network: finalize with %d comms still open; close them first",
-           c->comms.load());
-    return chorusInvalidUsage;
-  }
-  delete c;
-  return chorusSuccess;
-}
+chorusResult_t ibFinalize(void* ctx) { return rdma::finalizeContext<Comm>(ctx, "IB network"); }
 
 chorusResult_t ibDevices(int* ndev) {
   if (!ndev) return chorusInvalidArgument;
@@ -1023,27 +998,12 @@ chorusResult_t ibDeregMr(void*, void* mhandle) {
   return chorusSuccess;
 }
 
-chorusResult_t reported(rdma::Proto* p, Context* ctx, chorusResult_t rc) {
-  if (p->firstReport()) {
-    IB_LOG(ctx->logger, p->closedByPeer() ? chorusNetLogInfo : chorusNetLogWarn, "IB network: %s",
-           p->failure().c_str());
-  }
-  return rc;
-}
-
 chorusResult_t ibIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
-  auto* c = static_cast<Comm*>(sendComm);
-  if (!c || !request || !c->isSend) return chorusInvalidArgument;
-  const rdma::MemRef* ref = mhandle ? &static_cast<MrHandle*>(mhandle)->ref : nullptr;
-  return reported(c->proto.get(), c->ctx, c->proto->isend(data, size, tag, ref, request));
+  return rdma::isend<Comm, MrHandle>(sendComm, data, size, tag, mhandle, request, "IB network");
 }
 
 chorusResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
-  auto* c = static_cast<Comm*>(recvComm);
-  if (!c || !request || c->isSend || n < 1 || n > rdma::kMaxRecvs) return chorusInvalidArgument;
-  rdma::MemRef* refs[rdma::kMaxRecvs];
-  for (int i = 0; i < n; ++i) refs[i] = mhandles && mhandles[i] ? &static_cast<MrHandle*>(mhandles[i])->ref : nullptr;
-  return reported(c->proto.get(), c->ctx, c->proto->irecv(n, data, sizes, tags, refs, request));
+  return rdma::irecv<Comm, MrHandle>(recvComm, n, data, sizes, tags, mhandles, request, "IB network");
 }
 
 // As NCCL's: one RDMA read of a byte of the last non-empty receive, whose completion means the
@@ -1091,30 +1051,19 @@ chorusResult_t ibIflush(void* recvComm, int n, void** data, size_t* sizes, void*
 
 chorusResult_t ibTest(void* request, int* done, size_t* sizes) {
   if (!request || !done) return chorusInvalidArgument;
-  if (*static_cast<const uint64_t*>(request) == kFlushMagic) {
-    auto* f = static_cast<FlushReq*>(request);
-    const chorusResult_t rc = reported(f->comm->proto.get(), f->comm->ctx, f->comm->proto->progress());
-    *done = f->done ? 1 : 0;
-    if (f->done) f->inUse = false;
-    if (f->done && sizes) sizes[0] = 0;
-    return f->done ? chorusSuccess : rc;
-  }
-  rdma::Proto* p = rdma::Proto::owner(request);
-  const chorusResult_t rc = rdma::Proto::testRequest(request, done, sizes);
-  return reported(p, static_cast<Comm*>(p->user)->ctx, rc);
-}
-
-chorusResult_t ibCloseComm(void* comm) {
-  auto* c = static_cast<Comm*>(comm);
-  if (!c) return chorusInvalidArgument;
-  // The peer learns of the close from a goodbye (for at most 50 ms of trying).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (!c->proto->sayGoodbye() && std::chrono::steady_clock::now() < until) {
-  }
-  --c->ctx->comms;
-  delete c;
+  if (*static_cast<const uint64_t*>(request) != kFlushMagic)
+    return rdma::test<Comm>(request, done, sizes, "IB network");
+  auto* f = static_cast<FlushReq*>(request);
+  Comm* c = f->comm;
+  const chorusResult_t rc = rdma::reported(c->proto.get(), c->ctx->logger, "IB network", c->proto->progress());
+  *done = f->done ? 1 : 0;
+  if (!f->done) return rc;
+  f->inUse = false;
+  if (sizes) sizes[0] = 0;
   return chorusSuccess;
 }
+
+chorusResult_t ibCloseComm(void* comm) { return rdma::closeComm<Comm>(comm); }
 
 chorusResult_t ibCloseListen(void* listenComm) {
   auto* l = static_cast<ListenComm*>(listenComm);

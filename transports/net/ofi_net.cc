@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "include/chorus/net.h"
+#include "transports/net/rdma_calls.h"
 #include "transports/net/rdma_proto.h"
 #include "transports/net/reg_cache.h"
 
@@ -62,13 +63,7 @@ constexpr size_t kMaxWrite = size_t(1) << 30;
 constexpr uint64_t kAccess = FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ;
 
 struct Comm;
-struct Context {
-  uint64_t commId = 0;
-  chorusNetLogger_t logger = nullptr;
-  std::atomic<int> comms{0};
-  std::mutex mu;
-  std::set<Comm*> connecting;  // send comms whose connect has not returned them yet
-};
+using Context = rdma::Context<Comm>;
 
 #define OFI_LOG(logger, level, ...)                                         \
   do {                                                                      \
@@ -551,26 +546,7 @@ chorusResult_t ofiInit(void** ctx, uint64_t commId, const chorusNetCommConfig_v1
   return chorusSuccess;
 }
 
-chorusResult_t ofiFinalize(void* ctx) {
-  auto* c = static_cast<Context*>(ctx);
-  if (!c) return chorusInvalidArgument;
-  {
-    // Connects the caller gave up on (their connection failed before the peer answered).
-    std::lock_guard<std::mutex> g(c->mu);
-    for (Comm* comm : c->connecting) {
-      --c->comms;
-      delete comm;
-    }
-    c->connecting.clear();
-  }
-  if (c->comms.load() != 0) {
-    OFI_LOG(c->logger, chorusNetLogWarn, "OFI network: finalize with %d comms still open; close them first",
-            c->comms.load());
-    return chorusInvalidUsage;
-  }
-  delete c;
-  return chorusSuccess;
-}
+chorusResult_t ofiFinalize(void* ctx) { return rdma::finalizeContext<Comm>(ctx, "OFI network"); }
 
 chorusResult_t ofiDevices(int* ndev) {
   if (!ndev) return chorusInvalidArgument;
@@ -780,27 +756,12 @@ chorusResult_t ofiDeregMr(void*, void* mhandle) {
   return chorusSuccess;
 }
 
-chorusResult_t reported(rdma::Proto* p, Context* ctx, chorusResult_t rc) {
-  if (p->firstReport()) {
-    OFI_LOG(ctx->logger, p->closedByPeer() ? chorusNetLogInfo : chorusNetLogWarn, "OFI network: %s",
-            p->failure().c_str());
-  }
-  return rc;
-}
-
 chorusResult_t ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
-  auto* c = static_cast<Comm*>(sendComm);
-  if (!c || !request || !c->isSend) return chorusInvalidArgument;
-  const rdma::MemRef* ref = mhandle ? &static_cast<MrHandle*>(mhandle)->ref : nullptr;
-  return reported(c->proto.get(), c->ctx, c->proto->isend(data, size, tag, ref, request));
+  return rdma::isend<Comm, MrHandle>(sendComm, data, size, tag, mhandle, request, "OFI network");
 }
 
 chorusResult_t ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
-  auto* c = static_cast<Comm*>(recvComm);
-  if (!c || !request || c->isSend || n < 1 || n > rdma::kMaxRecvs) return chorusInvalidArgument;
-  rdma::MemRef* refs[rdma::kMaxRecvs];
-  for (int i = 0; i < n; ++i) refs[i] = mhandles && mhandles[i] ? &static_cast<MrHandle*>(mhandles[i])->ref : nullptr;
-  return reported(c->proto.get(), c->ctx, c->proto->irecv(n, data, sizes, tags, refs, request));
+  return rdma::irecv<Comm, MrHandle>(recvComm, n, data, sizes, tags, mhandles, request, "OFI network");
 }
 
 chorusResult_t ofiIflush(void*, int, void**, size_t*, void**, void** request) {
@@ -809,23 +770,10 @@ chorusResult_t ofiIflush(void*, int, void**, size_t*, void**, void** request) {
 }
 
 chorusResult_t ofiTest(void* request, int* done, size_t* sizes) {
-  if (!request || !done) return chorusInvalidArgument;
-  rdma::Proto* p = rdma::Proto::owner(request);
-  const chorusResult_t rc = rdma::Proto::testRequest(request, done, sizes);
-  return reported(p, static_cast<Comm*>(p->user)->ctx, rc);
+  return rdma::test<Comm>(request, done, sizes, "OFI network");
 }
 
-chorusResult_t ofiCloseComm(void* comm) {
-  auto* c = static_cast<Comm*>(comm);
-  if (!c) return chorusInvalidArgument;
-  // The peer learns of the close from a goodbye (for at most 50 ms of trying).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (!c->proto->sayGoodbye() && std::chrono::steady_clock::now() < until) {
-  }
-  --c->ctx->comms;
-  delete c;
-  return chorusSuccess;
-}
+chorusResult_t ofiCloseComm(void* comm) { return rdma::closeComm<Comm>(comm); }
 
 chorusResult_t ofiCloseListen(void* listenComm) {
   auto* l = static_cast<ListenComm*>(listenComm);
