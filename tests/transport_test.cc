@@ -96,6 +96,7 @@ TEST_CASE("a network connection whose setup failed is not touched when traffic s
     REQUIRE_FALSE(sent.isOk());
     CHECK(sent.status().message().find("NET/Socket: connect for the connection with rank 1 failed") !=
           std::string::npos);
+    CHECK(sent.status().message().find("set CHORUS_NET or CHORUS_NET_PLUGIN alike on every host") != std::string::npos);
   }
   // A handle of the wrong size is refused before anything is made.
   auto sent = t->connectSend(ctx, 1, 50, {});

@@ -101,4 +101,4 @@ in_tree "${build}-asan" env LD_PRELOAD="$(ls /usr/lib/*/libpciaccess.so.0 | head
 
 sanitized "${build}-tsan" thread OFF unit_test api_test ddp_test grid_test
 in_tree "${build}-tsan" env TSAN_OPTIONS=halt_on_error=1 ctest -j 2 --output-on-failure \
-  -R "^(device_lane|api_test:.*|ddp_test|$threads)\$"
+  -R "^(device_lane|net_threads|api_test:.*|ddp_test|$threads)\$"

@@ -238,6 +238,12 @@ class NetTransport : public Transport {
     // The first try here; the proxy goes on with one that needs more.
     (void)takeNetMessage();
     const chorusResult_t rc = net_->connect(ctx_, 0, l.handle.data(), &l.comm);
+    if (rc == chorusInvalidArgument) {
+      // The handle is not this network's: most often the peer's host chose another one.
+      return Status(rc, failed("connect", rc, peer) +
+                            "; the peer may use another network (each host takes IB where it has an RDMA port, else "
+                            "sockets): set CHORUS_NET or CHORUS_NET_PLUGIN alike on every host");
+    }
     if (rc != chorusSuccess) return Status(rc, failed("connect", rc, peer));
     serve(*conn, std::move(l));
     return std::unique_ptr<Connection>(std::move(conn));
