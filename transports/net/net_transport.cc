@@ -92,11 +92,15 @@ Result<const chorusNet_v1_t*> chooseNetwork(const std::string& plugin, const std
                                             int64_t probeTimeoutNs, const Logger& log) {
   if (plugin.empty()) return builtinNetwork(netName, log);
   static std::mutex mu;
-  static std::map<std::string, const chorusNet_v1_t*> chosen;
+  static std::map<std::string, const chorusNet_v1_t*> chosen;  // null: no plugin, the built-in network
   std::lock_guard<std::mutex> g(mu);
-  if (auto it = chosen.find(plugin); it != chosen.end()) return it->second;
+  if (auto it = chosen.find(plugin); it != chosen.end()) {
+    if (it->second) return it->second;
+    return builtinNetwork(netName, log);
+  }
   if (::strcasecmp(plugin.c_str(), "none") == 0) {
     log.info(kSubsysNet | kSubsysInit, "NET/Plugin: CHORUS_NET_PLUGIN=none, using the built-in network");
+    chosen[plugin] = nullptr;
     return builtinNetwork(netName, log);
   }
   std::string why;
@@ -117,6 +121,7 @@ Result<const chorusNet_v1_t*> chooseNetwork(const std::string& plugin, const std
   }
   log.warn(kSubsysNet, "CHORUS_NET_PLUGIN={}: {}; using the built-in network instead", plugin,
            why.empty() ? std::string("no plugin named") : why);
+  chosen[plugin] = nullptr;  // tried once per process
   return builtinNetwork(netName, log);
 }
 
