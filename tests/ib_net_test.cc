@@ -4,6 +4,7 @@
 // ports, queue pairs shared and split, adaptive routing, a full send queue, iflush, and failures.
 // Nothing here touches a NIC: docs/network.md says what that leaves unverified. "[ib_net]".
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "src/bootstrap/socket.h"
 #include "tests/fake_verbs.h"
 #include "transports/ib/ib_net.h"
 
@@ -531,7 +533,7 @@ TEST_CASE("IB failures: too long a message, a silent peer, a dead queue pair, st
     CHECK(f.net.deregMr(p.recv, rmr) == chorusSuccess);
     p.close();
   }
-  SECTION("a connection with another listener's nonce is dropped and the right one accepted") {
+  SECTION("a silent stranger and one with another listener's nonce do not keep the peer out") {
     void* ctx = nullptr;
     REQUIRE(f.net.init(&ctx, 1, nullptr, logger) == chorusSuccess);
     char handle[CHORUS_NET_HANDLE_MAXSIZE] = {};
@@ -540,6 +542,14 @@ TEST_CASE("IB failures: too long a message, a silent peer, a dead queue pair, st
     REQUIRE(f.net.listen(ctx, 0, handle, &listen) == chorusSuccess);
     std::memcpy(stranger, handle, sizeof handle);
     stranger[8] ^= 1;  // the nonce follows the 8-byte magic
+    // And one that connects and says nothing, open all along (the listener's address follows the
+    // nonce): the listener must not wait on it.
+    SockAddr listener;
+    std::memcpy(static_cast<void*>(&listener), handle + 16, sizeof listener);
+    REQUIRE(listener.valid());
+    const int silent = ::socket(listener.storage.ss_family, SOCK_STREAM, 0);
+    REQUIRE(silent >= 0);
+    REQUIRE(::connect(silent, reinterpret_cast<const sockaddr*>(&listener.storage), listener.len) == 0);
     void *bad = nullptr, *send = nullptr, *recv = nullptr;
     chorusResult_t badRc = chorusSuccess;
     const auto until = Clock::now() + std::chrono::seconds(20);
@@ -564,6 +574,7 @@ TEST_CASE("IB failures: too long a message, a silent peer, a dead queue pair, st
     p.recv = recv;
     exchangeOne(p, 3000, 1);
     p.close();
+    ::close(silent);
   }
   SECTION("a listener that is gone and a handle of another network are refused") {
     void* ctx = nullptr;

@@ -44,6 +44,7 @@ constexpr size_t kSplitAlign = 128;  // NCCL's IB_WRITE_CHUNK_ALIGNMENT
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 constexpr int64_t kEofGraceNs = 100 * 1000 * 1000;
 constexpr uint32_t kLivenessEvery = 256;  // polls between looks at the setup connection
+constexpr size_t kMaxAccepting = 64;      // connections a listener sets up at once
 
 #define IB_LOG(logger, level, ...)                                          \
   do {                                                                      \
@@ -300,6 +301,7 @@ struct Comm final : rdma::Wire {
   size_t moved = 0;  // bytes of the setup message in flight
   ConnInfo local;
   ConnInfo remote;
+  bool identified = false;  // the peer's information carried this connection's nonce
   uint64_t ready = 0;
   std::string peerText;
 
@@ -566,6 +568,7 @@ struct Comm final : rdma::Wire {
           r = move(false, &remote, sizeof remote);
           if (r != 1) break;
           if (!infoValid()) return -1;
+          identified = true;
           if (!isSend && !makeResources(int(remote.nqps))) return -1;
           if (!connectQps()) return -1;
           stage = isSend ? Stage::kSendReady : Stage::kSendInfo;
@@ -727,7 +730,7 @@ struct ListenComm {
   Hca* hca = nullptr;
   UniqueFd fd;
   uint64_t nonce = 0;
-  std::unique_ptr<Comm> accepting;
+  std::vector<std::unique_ptr<Comm>> accepting;  // connections being set up, oldest first
 };
 
 struct MrHandle {
@@ -900,38 +903,58 @@ chorusResult_t ibAccept(void* listenComm, void** recvComm) {
   auto* l = static_cast<ListenComm*>(listenComm);
   if (!l || !recvComm) return chorusInvalidArgument;
   *recvComm = nullptr;
-  if (!l->accepting) {
+  // Every connection waiting in the kernel is taken, so a stranger that connects and says nothing
+  // does not keep the peer's connection waiting behind it; past kMaxAccepting the oldest one that has
+  // not said who it is goes.
+  for (;;) {
     sockaddr_storage from{};
     socklen_t len = sizeof from;
     const int fd = ::accept4(l->fd.get(), reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return chorusSuccess;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
       IB_LOG(l->ctx->logger, chorusNetLogWarn, "IB network: accept: %s", std::strerror(errno));
       return chorusSystemError;
     }
-    l->accepting = newComm(l->ctx, l->hca, false, l->nonce);
-    l->accepting->sock.reset(fd);
-    l->accepting->stage = Stage::kRecvInfo;
+    std::unique_ptr<Comm> comm = newComm(l->ctx, l->hca, false, l->nonce);
+    comm->sock.reset(fd);
+    comm->stage = Stage::kRecvInfo;
     SockAddr peer;
     std::memcpy(&peer.storage, &from, std::min<size_t>(len, sizeof peer.storage));
     peer.len = len;
-    l->accepting->peerText = peer.toString();
+    comm->peerText = peer.toString();
+    if (l->accepting.size() >= kMaxAccepting) {
+      for (auto it = l->accepting.begin(); it != l->accepting.end(); ++it) {
+        if (!(*it)->identified) {
+          IB_LOG(l->ctx->logger, chorusNetLogInfo, "IB network: accept: dropped %s, which said nothing",
+                 (*it)->peerText.c_str());
+          l->accepting.erase(it);
+          break;
+        }
+      }
+    }
+    l->accepting.push_back(std::move(comm));
   }
-  Comm* comm = l->accepting.get();
-  const bool known = comm->qps.size() > 0;  // its sender's information has arrived
-  const int r = comm->advance();
-  if (r == 0) return chorusSuccess;
-  if (r < 0) {
-    // A connection that never said who it is (not a sender of this listener) is dropped quietly.
-    IB_LOG(l->ctx->logger, known ? chorusNetLogWarn : chorusNetLogInfo, "IB network: accept: %s%s",
-           comm->failure.c_str(), known ? "" : "; dropped it");
-    l->accepting.reset();
-    return known ? chorusRemoteError : chorusSuccess;
+  for (auto it = l->accepting.begin(); it != l->accepting.end(); ++it) {
+    Comm* comm = it->get();
+    const int r = comm->advance();
+    if (r == 0) continue;
+    if (r < 0) {
+      // A connection that never said who it is (not a sender of this listener) is dropped quietly;
+      // one of this listener's sender that fails is the connection's failure.
+      const bool identified = comm->identified;
+      IB_LOG(l->ctx->logger, identified ? chorusNetLogWarn : chorusNetLogInfo, "IB network: accept: %s%s",
+             comm->failure.c_str(), identified ? "" : "; dropped it");
+      l->accepting.erase(it);
+      if (identified) return chorusRemoteError;
+      return chorusSuccess;  // the others go on at the next call
+    }
+    IB_LOG(l->ctx->logger, chorusNetLogInfo, "IB network: accepted %s through %s, %zu queue pair(s)",
+           comm->name().c_str(), comm->hca->name.c_str(), comm->qps.size());
+    ++l->ctx->comms;
+    *recvComm = it->release();
+    l->accepting.erase(it);
+    return chorusSuccess;
   }
-  IB_LOG(l->ctx->logger, chorusNetLogInfo, "IB network: accepted %s through %s, %zu queue pair(s)",
-         comm->name().c_str(), comm->hca->name.c_str(), comm->qps.size());
-  ++l->ctx->comms;
-  *recvComm = l->accepting.release();
   return chorusSuccess;
 }
 
