@@ -196,7 +196,7 @@ void WorkChorus::complete(std::exception_ptr error) {
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : ProcessGroup(rank, size), store_(store) {
+    : ChorusTorchBase(rank, size), store_(store) {
   // Rank 0 makes the unique id (its bootstrap root listens on a port of its own, not on the
   // store's) and publishes it; the store's get waits for it.
   const std::string key = "chorus_torch/unique_id";
@@ -226,6 +226,15 @@ ProcessGroupChorus::~ProcessGroupChorus() {
   if (comm_) (void)chorusCommDestroy(comm_);
 }
 
+#ifdef CHORUS_TORCH_2
+void ProcessGroupChorus::shutdown() {
+  std::optional<pybind11::gil_scoped_release> release;
+  if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
+  // A failed operation already failed its Work; here only the waiting matters.
+  if (stream_) (void)chorusStreamSynchronize(stream_);
+}
+#endif
+
 chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective) {
   const bool isBool = t.scalar_type() == at::kBool;
   switch (op.op_) {
@@ -245,8 +254,15 @@ chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tens
       auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(s, "chorus: ReduceOp.PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
       // The factor in the tensor's own type, read by Chorus at creation.
-      at::Tensor factor = s->tensor_factors.empty() ? at::scalar_tensor(s->double_factor, t.options())
-                                                    : s->tensor_factors[0].to(at::kCPU).to(t.scalar_type()).reshape({});
+#ifdef CHORUS_TORCH_2
+      const bool hasTensor = s->tensor_factor.defined();
+      const at::Tensor given = hasTensor ? s->tensor_factor : at::Tensor();
+#else
+      const bool hasTensor = !s->tensor_factors.empty();
+      const at::Tensor given = hasTensor ? s->tensor_factors[0] : at::Tensor();
+#endif
+      at::Tensor factor = hasTensor ? given.to(at::kCPU).to(t.scalar_type()).reshape({})
+                                    : at::scalar_tensor(s->double_factor, t.options());
       chorusRedOp_t custom;
       check(chorusRedOpCreatePreMulSum(&custom, factor.data_ptr(), dataType(t, collective), chorusScalarHostImmediate,
                                        comm_),
@@ -667,7 +683,7 @@ void ProcessGroupChorus::startCoalescing() {
   coalescing_ = true;
 }
 
-void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+void ProcessGroupChorus::finishCoalescing(const c10::intrusive_ptr<WorkChorus>& whole) {
   std::vector<void*> held;
   chorusResult_t rc;
   std::string why;
@@ -676,6 +692,7 @@ void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work
     TORCH_CHECK(coalescing_, "chorus: endCoalescing without startCoalescing");
     coalescing_ = false;
     held.swap(coalesced_);
+    if (whole) held.push_back(new Completion{whole, nullptr, comm_, chorusNumOps, "coalesced"});
     // The group's operations go on the stream as one; the Works complete after them.
     rc = chorusGroupEnd();
     if (rc != chorusSuccess) why = lastError();
@@ -689,6 +706,19 @@ void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work
   }
   TORCH_CHECK(rc == chorusSuccess, "chorus: the coalesced operations failed: ", why);
 }
+
+#ifdef CHORUS_TORCH_2
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::endCoalescing() {
+  auto whole = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::COALESCED, "coalesced", std::vector<at::Tensor>{},
+                                               std::vector<at::Tensor>{});
+  finishCoalescing(whole);
+  return whole;
+}
+#else
+void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+  finishCoalescing(c10::intrusive_ptr<WorkChorus>());
+}
+#endif
 
 }  // namespace chorus_torch
 
@@ -731,7 +761,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "Chorus as a torch.distributed backend";
   py::module::import("torch.distributed");
   using PG = chorus_torch::ProcessGroupChorus;
-  py::class_<PG, c10d::ProcessGroup, NoGilPtr<PG>>(m, "ProcessGroupChorus")
+  py::class_<PG, chorus_torch::ChorusTorchBase, NoGilPtr<PG>>(m, "ProcessGroupChorus")
       .def(py::init(
                [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
                  return NoGilPtr<PG>(c10::make_intrusive<PG>(store, rank, size, timeout));

@@ -1,4 +1,6 @@
-// A torch.distributed backend on the Chorus C API: c10d::ProcessGroup for PyTorch 1.13.
+// A torch.distributed backend on the Chorus C API: a c10d::Backend for PyTorch 2.x (registered with
+// torch.distributed.Backend.register_backend), a c10d::ProcessGroup for PyTorch 1.13; one source,
+// the differences between the two behind CHORUS_TORCH_2.
 //
 // One communicator and one Chorus host stream per process group. Every operation is enqueued on
 // the stream and returns at once; a host function queued after it finishes the Work (copying
@@ -8,8 +10,14 @@
 // happened.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define CHORUS_TORCH_2 1
+#endif
 
 #include <chrono>
 #include <functional>
@@ -40,7 +48,13 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-class ProcessGroupChorus : public c10d::ProcessGroup {
+#ifdef CHORUS_TORCH_2
+using ChorusTorchBase = c10d::Backend;
+#else
+using ChorusTorchBase = c10d::ProcessGroup;
+#endif
+
+class ProcessGroupChorus : public ChorusTorchBase {
  public:
   // Collective over the group: rank 0 makes the unique id and publishes it in the store.
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -92,9 +106,20 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   // torch's _coalescing_manager (batch_isend_irecv): the operations between these two calls
-  // form one Chorus group, launched at endCoalescing; their Works complete after it.
+  // form one Chorus group, launched at endCoalescing; their Works complete after it (2.x: and the
+  // Work endCoalescing returns, which torch waits on for the whole group).
   void startCoalescing() override;
+#ifdef CHORUS_TORCH_2
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#else
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
+#endif
+
+#ifdef CHORUS_TORCH_2
+  // destroy_process_group: what is queued runs to its end first, so that no completion frees
+  // tensors (which takes the GIL) after the interpreter has begun to exit.
+  void shutdown() override;
+#endif
 
   chorusComm_t comm() const { return comm_; }
 
@@ -113,8 +138,10 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   chorusComm_t comm_ = nullptr;
   chorusStream_t stream_ = nullptr;
   std::mutex launchMu_;
-  bool coalescing_ = false;         // guarded by launchMu_
-  std::vector<void*> coalesced_;    // guarded by launchMu_: completions held until the group ends
+  bool coalescing_ = false;       // guarded by launchMu_
+  std::vector<void*> coalesced_;  // guarded by launchMu_: completions held until the group ends
+  // Launches the coalesced group and queues the held completions, then `whole`'s (may be null).
+  void finishCoalescing(const c10::intrusive_ptr<WorkChorus>& whole);
   uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (the store keys' sequence)
 };
 
