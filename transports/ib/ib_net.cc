@@ -8,18 +8,17 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "src/bootstrap/socket.h"
 #include "src/common/config.h"
+#include "src/common/os.h"
 #include "transports/net/rdma_calls.h"
 #include "transports/net/rdma_proto.h"
 #include "transports/net/reg_cache.h"
@@ -51,11 +50,6 @@ constexpr size_t kMaxAccepting = 64;      // connections a listener sets up at o
     if (logger) (logger)(level, kNetFlag, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // ---- settings ----
 
 struct Settings {
@@ -78,6 +72,14 @@ std::string envText(const char* name) {
   return v ? v : "";
 }
 
+// An integer setting in [lo, hi] into *out; unset leaves *out as it is.
+Status readInt(const char* name, int64_t lo, int64_t hi, int* out) {
+  int64_t v = *out;
+  CHORUS_TRY(readEnvInt(name, lo, hi, &v));
+  *out = int(v);
+  return Status::ok();
+}
+
 Status readSettings(Settings* s) {
   Result<HcaList> hcas = parseHcaList(envText("CHORUS_IB_HCA"));
   if (!hcas.isOk()) return Status(chorusInvalidArgument, "CHORUS_IB_HCA: " + hcas.status().message());
@@ -86,34 +88,20 @@ Status readSettings(Settings* s) {
                                      envText("CHORUS_IB_ADDR_RANGE"), envText("CHORUS_IB_ROCE_VERSION_NUM"));
   if (!gid.isOk()) return gid.status();
   s->gid = gid.take();
-  int64_t v = 0;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_DISABLE", 0, 1, &v));
-  s->disabled = v == 1;
-  v = s->qps;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_QPS_PER_CONNECTION", 1, kMaxQps, &v));
-  s->qps = int(v);
-  v = 0;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_SPLIT_DATA_ON_QPS", 0, 1, &v));
-  s->split = v == 1;
-  v = s->timeout;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_TIMEOUT", 1, 31, &v));
-  s->timeout = int(v);
-  v = s->retry;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_RETRY_CNT", 0, 7, &v));
-  s->retry = int(v);
-  v = s->ar;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_ADAPTIVE_ROUTING", 0, 1, &v));
-  s->ar = int(v);
+  int disabled = 0;
+  int split = 0;
+  CHORUS_TRY(readInt("CHORUS_IB_DISABLE", 0, 1, &disabled));
+  CHORUS_TRY(readInt("CHORUS_IB_QPS_PER_CONNECTION", 1, kMaxQps, &s->qps));
+  CHORUS_TRY(readInt("CHORUS_IB_SPLIT_DATA_ON_QPS", 0, 1, &split));
+  CHORUS_TRY(readInt("CHORUS_IB_TIMEOUT", 1, 31, &s->timeout));
+  CHORUS_TRY(readInt("CHORUS_IB_RETRY_CNT", 0, 7, &s->retry));
+  CHORUS_TRY(readInt("CHORUS_IB_ADAPTIVE_ROUTING", 0, 1, &s->ar));
   CHORUS_TRY(readEnvInt("CHORUS_IB_AR_THRESHOLD", 0, int64_t(1) << 40, &s->arThreshold));
-  v = s->sl;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_SL", 0, 15, &v));
-  s->sl = int(v);
-  v = s->tc;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_TC", 0, 255, &v));
-  s->tc = int(v);
-  v = s->pkey;
-  CHORUS_TRY(readEnvInt("CHORUS_IB_PKEY", 0, 65535, &v));
-  s->pkey = int(v);
+  CHORUS_TRY(readInt("CHORUS_IB_SL", 0, 15, &s->sl));
+  CHORUS_TRY(readInt("CHORUS_IB_TC", 0, 255, &s->tc));
+  CHORUS_TRY(readInt("CHORUS_IB_PKEY", 0, 65535, &s->pkey));
+  s->disabled = disabled == 1;
+  s->split = split == 1;
   return Status::ok();
 }
 
@@ -741,11 +729,6 @@ struct MrHandle {
   rdma::MemRef ref;
 };
 
-uint64_t randomNonce() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd();
-}
-
 std::unique_ptr<Comm> newComm(Context* c, Hca* h, bool isSend, uint64_t nonce) {
   auto comm = std::make_unique<Comm>();
   comm->ctx = c;
@@ -833,7 +816,7 @@ chorusResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
   l->hca = h;
   l->fd = fd.take();
   setNonBlocking(l->fd.get(), true);
-  l->nonce = randomNonce();
+  l->nonce = randomU64();
   auto* hd = static_cast<Handle*>(handle);
   *hd = Handle{};
   hd->magic = kHandleMagic;
