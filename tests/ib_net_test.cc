@@ -22,39 +22,17 @@
 
 #include "src/bootstrap/socket.h"
 #include "tests/fake_verbs.h"
+#include "tests/net_log.h"
 #include "transports/ib/ib_net.h"
 
 using namespace chorus;
 
 namespace {
 
-std::mutex gLogMu;
-std::vector<std::string> gLog;
-
-void logger(chorusNetLogLevel_t level, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(gLogMu);
-  gLog.push_back(std::string(level == chorusNetLogWarn ? "WARN " : "INFO ") + buf);
-}
-
-bool logged(const std::string& part) {
-  std::lock_guard<std::mutex> g(gLogMu);
-  for (const std::string& l : gLog) {
-    if (l.find(part) != std::string::npos) return true;
-  }
-  return false;
-}
-
-std::string logText() {
-  std::lock_guard<std::mutex> g(gLogMu);
-  std::string all;
-  for (const std::string& l : gLog) all += l + "\n";
-  return all;
-}
+struct IbLogTag {};
+using Log = testing::NetLog<IbLogTag>;
+const auto logger = &Log::log;
+bool logged(const std::string& part) { return Log::has(part); }
 
 // Environment variables set for one test and put back after it.
 class Env {
@@ -88,8 +66,7 @@ class Fixture {
  public:
   explicit Fixture(std::vector<fakeib::DeviceSpec> devices, bool dmabuf = false)
       : installed_(std::move(devices), dmabuf), fab(&installed_.fab()) {
-    std::lock_guard<std::mutex> g(gLogMu);
-    gLog.clear();
+    Log::clear();
   }
   ~Fixture() { CHECK(installed_.uninstall() == 0); }
   void reinstall() { installed_.reinstall(); }
@@ -593,5 +570,5 @@ TEST_CASE("IB failures: too long a message, a silent peer, a dead queue pair, st
     CHECK(f.net.connect(ctx, 0, other, &send) == chorusInvalidArgument);
     CHECK(f.net.finalize(ctx) == chorusSuccess);
   }
-  INFO(logText());
+  INFO(Log::text());
 }

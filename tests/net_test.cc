@@ -19,29 +19,16 @@
 #include <vector>
 
 #include "src/bootstrap/socket.h"
+#include "tests/net_log.h"
 #include "transports/net/net_plugin.h"
 #include "transports/net/socket_net.h"
 
 namespace {
 
-std::mutex logMu;
-std::vector<std::string> logLines;
-
-void logger(chorusNetLogLevel_t level, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(logMu);
-  logLines.push_back(std::to_string(int(level)) + " " + buf);
-}
-
-bool logged(const std::string& part) {
-  std::lock_guard<std::mutex> g(logMu);
-  return std::any_of(logLines.begin(), logLines.end(),
-                     [&](const std::string& l) { return l.find(part) != std::string::npos; });
-}
+struct SocketLogTag {};
+using Log = chorus::testing::NetLog<SocketLogTag>;
+const auto logger = &Log::log;
+bool logged(const std::string& part) { return Log::has(part); }
 
 const chorusNet_v1_t* current = nullptr;
 const chorusNet_v1_t& net() { return current ? *current : chorus::socketNetwork(); }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/net_log.h"
 #include "transports/net/net_plugin.h"
 #include "transports/net/rdma_proto.h"
 #include "transports/net/reg_cache.h"
@@ -413,22 +414,10 @@ TEST_CASE("invalidating freed memory drops unused registrations at once and used
 
 #ifdef CHORUS_OFI_PLUGIN
 namespace {
-std::mutex ofiLogMu;
-std::vector<std::string> ofiLog;
-void ofiLogger(chorusNetLogLevel_t, unsigned long, const char*, int, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> g(ofiLogMu);
-  ofiLog.push_back(buf);
-}
-bool ofiLogged(const std::string& part) {
-  std::lock_guard<std::mutex> g(ofiLogMu);
-  return std::any_of(ofiLog.begin(), ofiLog.end(),
-                     [&](const std::string& l) { return l.find(part) != std::string::npos; });
-}
+struct OfiLogTag {};
+using OfiLog = testing::NetLog<OfiLogTag>;
+const auto ofiLogger = &OfiLog::log;
+bool ofiLogged(const std::string& part) { return OfiLog::has(part); }
 
 const chorusNet_v1_t* ofi() {
   static const chorusNet_v1_t* n = [] {

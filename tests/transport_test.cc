@@ -34,6 +34,16 @@ struct GonePeer : OutOfBand {
   Status awaitClaim(int, uint64_t) override { return systemError("peer gone"); }
 };
 
+// What a transport's connection calls are given: FIFOs of `nslots` slots of `slotBytes` bytes.
+ConnectContext fifoContext(OutOfBand* oob, uint32_t nslots, uint32_t slotBytes, bool forKernels = false) {
+  ConnectContext ctx;
+  ctx.oob = oob;
+  ctx.nslots = nslots;
+  ctx.slotBytes = slotBytes;
+  ctx.forKernels = forKernels;
+  return ctx;
+}
+
 PeerInfo peer(uint64_t host, uint64_t process, int pid, uint32_t flags = 0) {
   PeerInfo p;
   p.hostHash = host;
@@ -86,10 +96,7 @@ TEST_CASE("a network connection whose setup failed is not touched when traffic s
   env.log = &log;
   auto t = makeNetTransport(env);
   GonePeer oob;
-  ConnectContext ctx;
-  ctx.oob = &oob;
-  ctx.nslots = 4;
-  ctx.slotBytes = 1 << 20;
+  ConnectContext ctx = fifoContext(&oob, 4, 1 << 20);
   for (int i = 0; i < 4; ++i) {
     // A handle no listener wrote: the socket network's connect refuses it.
     auto sent = t->connectSend(ctx, 1, 42 + i, std::vector<char>(CHORUS_NET_HANDLE_MAXSIZE, 0));
@@ -205,11 +212,7 @@ TEST_CASE("a FIFO for kernels over the network: the proxies poll it, and its bro
   auto rt = makeNetTransport(env);
   auto st = makeNetTransport(env);
   GonePeer oob;  // the network makes its own connections: only the peer's name is asked for
-  ConnectContext ctx;
-  ctx.oob = &oob;
-  ctx.nslots = 2;
-  ctx.slotBytes = 4096;
-  ctx.forKernels = true;
+  ConnectContext ctx = fifoContext(&oob, 2, 4096, true);
   std::vector<char> handle;
   auto recv = rt->setupRecv(ctx, 1, 5, &handle);
   REQUIRE(recv.isOk());
@@ -277,11 +280,7 @@ TEST_CASE("a net transport keeps the first failure of its FIFOs for kernels per 
     int from;
     uint64_t tag;
   } links[] = {{1, 5}, {1, 6}, {2, 7}};
-  ConnectContext ctx;
-  ctx.oob = &oob;
-  ctx.nslots = 2;
-  ctx.slotBytes = 4096;
-  ctx.forKernels = true;
+  ConnectContext ctx = fifoContext(&oob, 2, 4096, true);
   std::vector<std::unique_ptr<Connection>> recvs;
   std::vector<std::unique_ptr<Connection>> sends[3];
   for (const auto& l : links) {
@@ -494,10 +493,7 @@ TEST_CASE("a net transport sends host FIFO slots by reference and receives them 
   auto st = makeNetTransport(env);
   CHECK(std::string(rt->name()) == (via == 0 ? "NET/Socket" : via == 1 ? "NET/ChorusSocketAsNccl" : "NET/IB"));
   GonePeer oob;
-  ConnectContext ctx;
-  ctx.oob = &oob;
-  ctx.nslots = 4;
-  ctx.slotBytes = 8192;
+  ConnectContext ctx = fifoContext(&oob, 4, 8192);
   std::vector<char> handle;
   auto recv = rt->setupRecv(ctx, 1, 9, &handle);
   REQUIRE(recv.isOk());
@@ -589,10 +585,7 @@ TEST_CASE("CHORUS_NET chooses the built-in network: IB where a port is offered, 
   TransportEnv env;
   env.log = &log;
   GonePeer oob;
-  ConnectContext ctx;
-  ctx.oob = &oob;
-  ctx.nslots = 4;
-  ctx.slotBytes = 8192;
+  ConnectContext ctx = fifoContext(&oob, 4, 8192);
   std::vector<char> handle;
   {
     // No RDMA device here: sockets, unless IB is asked for by name, which fails the first
