@@ -462,8 +462,12 @@ TEST_CASE("CHORUS_NET_PLUGIN picks the network and one that cannot be used leave
   env.netPlugin = testPlugin("v1");
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/Socket");  // Chorus's own interface, the socket network
 #ifdef CHORUS_OFI_PLUGIN
+  // libfabric's tcp provider sets its self-test connection up through rxm, which on a loaded
+  // machine can take longer than the 300 ms the broken plugins below get: the default 10 s here.
+  env.connectTimeoutNs = 10'000'000'000;
   env.netPlugin = CHORUS_OFI_PLUGIN;
   CHECK(std::string(makeNetTransport(env)->name()) == "NET/OFI");
+  env.connectTimeoutNs = 300'000'000;
 #endif
   // Missing symbols, a failing init, a connect that never completes, no library: sockets, no crash.
   for (const char* broken : {"missing", "bad_init", "hang", "none", "no_such_plugin"}) {
