@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the commands the docs show, as written: every fenced shell block in README.md and docs/*.md
 # that follows a line "<!-- doc-test -->" (or "<!-- doc-test timeout=S -->", default 300 s) runs
-# with bash -e from a directory of links to the source tree's entries (so what a block writes at
-# its top level stays out of the tree) whose build/ is the build under test, so paths like
-# build/perf/all_reduce_perf work unchanged. A block that fails is reported with its file and line.
+# with bash -e from a directory of links to the source tree's entries and its .torch-venv (so what
+# a block writes at its top level stays out of the tree) whose build/ is the build under test, so
+# paths like build/perf/all_reduce_perf work unchanged. A block that fails is reported with its file and line.
 # The blocks run in the environment a reader has: Open MPI's variables that allow root and more
 # ranks than cores are removed, so a documented mpirun command passes only when it says on its
 # line what it needs (--allow-run-as-root, --oversubscribe).
@@ -13,7 +13,8 @@ src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for entry in "$src"/*; do
+for entry in "$src"/* "$src"/.torch-venv; do
+  [ -e "$entry" ] || continue
   [ "$(basename "$entry")" = build ] || ln -s "$entry" "$work/$(basename "$entry")"
 done
 ln -s "$build" "$work/build"

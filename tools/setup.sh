@@ -10,7 +10,9 @@
 #   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
 #   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh and tools/compare_peers.py
 #
-# Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc).
+# Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc), CHORUS_TORCH_VENV
+# (where build and test put PyTorch 2.11 from PyPI for the backend, default .torch-venv; an empty
+# value skips PyTorch and the backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -25,7 +27,7 @@ esac
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
           openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev
-          zlib1g-dev libfabric-dev dataset-fashion-mnist python3-torch libtorch-dev pybind11-dev python3-dev libgloo-dev)
+          zlib1g-dev libfabric-dev dataset-fashion-mnist python3-dev python3-venv libgloo-dev)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
 [ "$mode" = bench ] && packages=(iperf3 libgloo-dev)
 missing=()
@@ -41,10 +43,28 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ "$mode" = deps ] || [ "$mode" = plots ] || [ "$mode" = bench ] && exit 0
 
+# PyTorch for the backend (python/chorus_torch) and its tests: the version pinned here, from PyPI, in
+# a virtual environment of its own (the CUDA build, 2.6 GB of wheels; it runs on CPU tensors here).
+# Kept between runs; made again when it does not hold that version.
+torch_version=2.11.0
+torch_venv=${CHORUS_TORCH_VENV-$PWD/.torch-venv}
+torch_args=()
+if [ "$mode" != run ] && [ -n "$torch_venv" ]; then
+  if ! "$torch_venv/bin/python" -c "import sys, torch, numpy; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+    echo "== installing PyTorch $torch_version and numpy from PyPI into $torch_venv"
+    rm -rf "$torch_venv"
+    start=$(date +%s)
+    python3 -m venv "$torch_venv"
+    "$torch_venv/bin/pip" install -q "torch==$torch_version" numpy
+    echo "   ($(($(date +%s) - start)) s, $(du -sh "$torch_venv" | cut -f1))"
+  fi
+  torch_args=(-DCHORUS_TORCH_PYTHON="$torch_venv/bin/python")
+fi
+
 build=${BUILD_DIR:-build}
 jobs=${CHORUS_JOBS:-$(nproc)}
 echo "== configuring and building in $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" > "$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 rm -f "$build.configure.log"
 cmake --build "$build" -j "$jobs"

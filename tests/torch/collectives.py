@@ -1,7 +1,7 @@
 """Every collective of the chorus backend, for every dtype and op, checked on 3 ranks (mp.spawn).
 
 Each rank's inputs are generated from its rank, so every rank can compute every expected result
-with torch's own ops on the inputs of all ranks. Where torch 1.13's Gloo supports the same call,
+with torch's own ops on the inputs of all ranks. Where PyTorch's Gloo supports the same call,
 the gloo backend's result (a second process group over the same store) must also match chorus's.
 Values are small integers (and 1, 2, 1/2, -1 for products), so sums and products are exact in
 every type and results compare exactly; AVG, whose 1/n rounds, within the type's rounding.
@@ -216,6 +216,15 @@ class Checker:
                 dist._all_gather_base(flat, ins[self.rank])
                 same(flat, torch.cat(ins), dtype, "SUM", f"_all_gather_base {dtype} n={n}")
                 self.count += 1
+            # all_gather_into_tensor in a coalescing manager: allgather_into_tensor_coalesced.
+            ins = [self.all_inputs(n, dtype, salt=4) for n in SIZES]
+            flats = [torch.zeros(self.world * n, dtype=dtype) for n in SIZES]
+            with dist._coalescing_manager():
+                for flat, i in zip(flats, ins):
+                    dist.all_gather_into_tensor(flat, i[self.rank])
+            for flat, i, n in zip(flats, ins, SIZES):
+                same(flat, torch.cat(i), dtype, "SUM", f"allgather_into_tensor_coalesced {dtype} n={n}")
+            self.count += 1
 
     def reduce_scatters(self):
         for dtype in DTYPES:
@@ -232,6 +241,17 @@ class Checker:
                 flat_out = torch.zeros(n, dtype=dtype)
                 dist._reduce_scatter_base(flat_out, torch.cat(lists[self.rank]), op=reduce_op(op))
                 same(flat_out, want, dtype, op, f"_reduce_scatter_base {op} {dtype}")
+                self.count += 1
+                # reduce_scatter_tensor in a coalescing manager: reduce_scatter_tensor_coalesced.
+                outs = [torch.zeros(m, dtype=dtype) for m in SIZES]
+                chunks = {m: [[make(r, m, dtype, op, salt=60 + c) for c in range(self.world)]
+                              for r in range(self.world)] for m in SIZES}
+                with dist._coalescing_manager():
+                    for o, m in zip(outs, SIZES):
+                        dist.reduce_scatter_tensor(o, torch.cat(chunks[m][self.rank]), op=reduce_op(op))
+                for o, m in zip(outs, SIZES):
+                    want = reference([chunks[m][r][self.rank] for r in range(self.world)], op, dtype, self.world)
+                    same(o, want, dtype, op, f"reduce_scatter_tensor_coalesced {op} {dtype} n={m}")
                 self.count += 1
 
     def alltoalls(self):
@@ -316,7 +336,8 @@ class Checker:
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
             (lambda: dist.all_reduce(torch.ones(4, 4).t()), "contiguous"),
             (lambda: dist.all_reduce(torch.ones(4).to_sparse()), "dense"),
-            (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "world size"),
+            (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
+            (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),
         ]
         for fn, words in cases:
             try:

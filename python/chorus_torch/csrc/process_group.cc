@@ -72,6 +72,19 @@ void checkRank(int64_t rank, int size, const char* what) {
   TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, " ", rank, " is out of range [0, ", size, ")");
 }
 
+// All-gather: the output holds world size x the input's elements (reduce-scatter: the input holds
+// world size x the output's).
+void checkGatherPair(const at::Tensor& output, const at::Tensor& input, int size, bool gather, const char* where) {
+  checkTensor(input, where);
+  checkTensor(output, where);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", where, ": output and input types differ");
+  const at::Tensor& whole = gather ? output : input;
+  const at::Tensor& part = gather ? input : output;
+  TORCH_CHECK(whole.numel() == size * part.numel(), "chorus: ", where, ": the ", gather ? "output" : "input", " has ",
+              whole.numel(), " elements, not world size x ", gather ? "input" : "output", " (", size * part.numel(),
+              ")");
+}
+
 void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* where) {
   TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
               " tensors (one per rank), got ", list.size());
@@ -196,7 +209,7 @@ void WorkChorus::complete(std::exception_ptr error) {
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : ChorusTorchBase(rank, size), store_(store) {
+    : c10d::Backend(rank, size), store_(store) {
   // Rank 0 makes the unique id (its bootstrap root listens on a port of its own, not on the
   // store's) and publishes it; the store's get waits for it.
   const std::string key = "chorus_torch/unique_id";
@@ -226,14 +239,12 @@ ProcessGroupChorus::~ProcessGroupChorus() {
   if (comm_) (void)chorusCommDestroy(comm_);
 }
 
-#ifdef CHORUS_TORCH_2
 void ProcessGroupChorus::shutdown() {
   std::optional<pybind11::gil_scoped_release> release;
   if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
   // A failed operation already failed its Work; here only the waiting matters.
   if (stream_) (void)chorusStreamSynchronize(stream_);
 }
-#endif
 
 chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective) {
   const bool isBool = t.scalar_type() == at::kBool;
@@ -254,15 +265,8 @@ chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tens
       auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(s, "chorus: ReduceOp.PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
       // The factor in the tensor's own type, read by Chorus at creation.
-#ifdef CHORUS_TORCH_2
-      const bool hasTensor = s->tensor_factor.defined();
-      const at::Tensor given = hasTensor ? s->tensor_factor : at::Tensor();
-#else
-      const bool hasTensor = !s->tensor_factors.empty();
-      const at::Tensor given = hasTensor ? s->tensor_factors[0] : at::Tensor();
-#endif
-      at::Tensor factor = hasTensor ? given.to(at::kCPU).to(t.scalar_type()).reshape({})
-                                    : at::scalar_tensor(s->double_factor, t.options());
+      at::Tensor factor = s->tensor_factor.defined() ? s->tensor_factor.to(at::kCPU).to(t.scalar_type()).reshape({})
+                                                     : at::scalar_tensor(s->double_factor, t.options());
       chorusRedOp_t custom;
       check(chorusRedOpCreatePreMulSum(&custom, factor.data_ptr(), dataType(t, collective), chorusScalarHostImmediate,
                                        comm_),
@@ -377,14 +381,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions&) {
-  checkTensor(input, "_allgather_base");
-  checkTensor(output, "_allgather_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: _allgather_base: output and input types differ");
-  TORCH_CHECK(output.numel() == size_ * input.numel(), "chorus: _allgather_base: the output has ", output.numel(),
-              " elements, not world size x input (", size_ * input.numel(), ")");
+  checkGatherPair(output, input, size_, true, "_allgather_base");
   return launch(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, {input, output}, [&] {
     return chorusAllGather(input.data_ptr(), output.data_ptr(), input.numel(), dataType(input, "_allgather_base"),
                            comm_, stream_);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                   std::vector<at::Tensor>& inputs,
+                                                                                   const c10d::AllgatherOptions&) {
+  const char* name = "allgather_into_tensor_coalesced";
+  TORCH_CHECK(outputs.size() == inputs.size(), "chorus: ", name, ": ", outputs.size(), " outputs for ", inputs.size(),
+              " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) checkGatherPair(outputs[i], inputs[i], size_, true, name);
+  std::vector<at::Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  return launch(c10d::OpType::COALESCED, name, outputs, keep, [&] {
+    chorusResult_t rc = chorusGroupStart();
+    for (size_t i = 0; i < inputs.size() && rc == chorusSuccess; ++i) {
+      rc = chorusAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), inputs[i].numel(), dataType(inputs[i], name),
+                           comm_, stream_);
+    }
+    const chorusResult_t end = chorusGroupEnd();
+    return rc != chorusSuccess ? rc : end;
   });
 }
 
@@ -446,18 +466,41 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
-  checkTensor(input, "_reduce_scatter_base");
-  checkTensor(output, "_reduce_scatter_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
-              "chorus: _reduce_scatter_base: output and input types differ");
-  TORCH_CHECK(input.numel() == size_ * output.numel(), "chorus: _reduce_scatter_base: the input has ", input.numel(),
-              " elements, not world size x output (", size_ * output.numel(), ")");
+  checkGatherPair(output, input, size_, false, "_reduce_scatter_base");
   const chorusRedOp_t op = redOp(opts.reduceOp, output, "_reduce_scatter_base");
   return launch(
       c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output}, {input, output},
       [&] {
         return chorusReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
                                    dataType(output, "_reduce_scatter_base"), op, comm_, stream_);
+      },
+      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK(!outputs.empty(), "chorus: ", name, " needs at least one tensor");
+  TORCH_CHECK(outputs.size() == inputs.size(), "chorus: ", name, ": ", outputs.size(), " outputs for ", inputs.size(),
+              " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkGatherPair(outputs[i], inputs[i], size_, false, name);
+    // One operator serves the group, so one type (PREMUL_SUM's factor is made in it).
+    TORCH_CHECK(outputs[i].scalar_type() == outputs[0].scalar_type(), "chorus: ", name, " takes tensors of one type");
+  }
+  const chorusRedOp_t op = redOp(opts.reduceOp, outputs[0], name);
+  std::vector<at::Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  return launch(
+      c10d::OpType::COALESCED, name, outputs, keep,
+      [&] {
+        chorusResult_t rc = chorusGroupStart();
+        for (size_t i = 0; i < inputs.size() && rc == chorusSuccess; ++i) {
+          rc = chorusReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                   dataType(outputs[i], name), op, comm_, stream_);
+        }
+        const chorusResult_t end = chorusGroupEnd();
+        return rc != chorusSuccess ? rc : end;
       },
       nullptr, op >= chorusNumOps ? op : chorusNumOps);
 }
@@ -707,18 +750,12 @@ void ProcessGroupChorus::finishCoalescing(const c10::intrusive_ptr<WorkChorus>& 
   TORCH_CHECK(rc == chorusSuccess, "chorus: the coalesced operations failed: ", why);
 }
 
-#ifdef CHORUS_TORCH_2
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::endCoalescing() {
   auto whole = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::COALESCED, "coalesced", std::vector<at::Tensor>{},
                                                std::vector<at::Tensor>{});
   finishCoalescing(whole);
   return whole;
 }
-#else
-void ProcessGroupChorus::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
-  finishCoalescing(c10::intrusive_ptr<WorkChorus>());
-}
-#endif
 
 }  // namespace chorus_torch
 
@@ -761,7 +798,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "Chorus as a torch.distributed backend";
   py::module::import("torch.distributed");
   using PG = chorus_torch::ProcessGroupChorus;
-  py::class_<PG, chorus_torch::ChorusTorchBase, NoGilPtr<PG>>(m, "ProcessGroupChorus")
+  py::class_<PG, c10d::Backend, NoGilPtr<PG>>(m, "ProcessGroupChorus")
       .def(py::init(
                [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
                  return NoGilPtr<PG>(c10::make_intrusive<PG>(store, rank, size, timeout));

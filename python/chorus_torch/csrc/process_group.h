@@ -1,6 +1,5 @@
-// A torch.distributed backend on the Chorus C API: a c10d::Backend for PyTorch 2.x (registered with
-// torch.distributed.Backend.register_backend), a c10d::ProcessGroup for PyTorch 1.13; one source,
-// the differences between the two behind CHORUS_TORCH_2.
+// A torch.distributed backend on the Chorus C API: a c10d::Backend for PyTorch 2.x, registered with
+// torch.distributed.Backend.register_backend (python/chorus_torch/__init__.py).
 //
 // One communicator and one Chorus host stream per process group. Every operation is enqueued on
 // the stream and returns at once; a host function queued after it finishes the Work (copying
@@ -11,13 +10,10 @@
 #pragma once
 
 #include <torch/version.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#define CHORUS_TORCH_2 1
-#endif
+static_assert(TORCH_VERSION_MAJOR >= 2, "chorus_torch needs PyTorch 2.x (c10d::Backend)");
 
 #include <chrono>
 #include <functional>
@@ -48,13 +44,7 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-#ifdef CHORUS_TORCH_2
-using ChorusTorchBase = c10d::Backend;
-#else
-using ChorusTorchBase = c10d::ProcessGroup;
-#endif
-
-class ProcessGroupChorus : public ChorusTorchBase {
+class ProcessGroupChorus : public c10d::Backend {
  public:
   // Collective over the group: rank 0 makes the unique id and publishes it in the store.
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -77,6 +67,10 @@ class ProcessGroupChorus : public ChorusTorchBase {
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // outputs[i] = every rank's inputs[i], one after another: one Chorus group of all-gathers.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -86,6 +80,10 @@ class ProcessGroupChorus : public ChorusTorchBase {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  // outputs[i] = this rank's share of inputs[i] reduced: one Chorus group of reduce-scatters.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplitSizes,
@@ -106,20 +104,15 @@ class ProcessGroupChorus : public ChorusTorchBase {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   // torch's _coalescing_manager (batch_isend_irecv): the operations between these two calls
-  // form one Chorus group, launched at endCoalescing; their Works complete after it (2.x: and the
-  // Work endCoalescing returns, which torch waits on for the whole group).
+  // form one Chorus group, launched at endCoalescing; their Works complete after it, and so does
+  // the Work endCoalescing returns, which torch waits on for the whole group.
   void startCoalescing() override;
-#ifdef CHORUS_TORCH_2
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
-#else
-  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
-#endif
+  bool supportsCoalescing() const override { return true; }
 
-#ifdef CHORUS_TORCH_2
   // destroy_process_group: what is queued runs to its end first, so that no completion frees
   // tensors (which takes the GIL) after the interpreter has begun to exit.
   void shutdown() override;
-#endif
 
   chorusComm_t comm() const { return comm_; }
 
