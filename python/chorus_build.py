@@ -1,0 +1,160 @@
+"""The PEP 517 build backend of `pip install .`: a wheel of chorus_torch made by Chorus's own build.
+
+    .torch-venv/bin/pip install --no-build-isolation .        # into the Python that has torch
+
+The wheel is built for the Python that runs pip and the PyTorch 2.x installed in it: CMake
+configures Chorus with CHORUS_TORCH_PYTHON set to that Python, builds the extension (and
+libchorus with it), and `cmake --install --component chorus_torch` lays out the package:
+chorus_torch/__init__.py, the extension, and libchorus.so.N beside it (the extension's RPATH is
+$ORIGIN). The wheel requires the exact torch it was built against: a C++ extension is bound to
+that version's ABI.
+
+config_settings (pip's --config-settings KEY=VALUE):
+    build-dir   an existing build tree to build and package from instead of <source>/build-wheel
+                (it must have been configured for the same Python; nothing is reconfigured)
+    jobs        build jobs (default: every core)
+"""
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import zipfile
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAME = "chorus_torch"
+
+
+def _version():
+    with open(os.path.join(SOURCE, "CMakeLists.txt")) as f:
+        for line in f:
+            if line.startswith("project(Chorus VERSION "):
+                return line.split()[2]
+    raise RuntimeError("chorus_build: no project version in CMakeLists.txt")
+
+
+def _clean_env():
+    """The environment of pip's caller: build isolation puts its own site on PYTHONPATH, which hides
+    the torch this wheel is built against from the Python that CMake runs."""
+    env = dict(os.environ)
+    for key in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME"):
+        env.pop(key, None)
+    return env
+
+
+def _torch_version(env):
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], env=env,
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RuntimeError(
+            f"chorus_build: {sys.executable} cannot import torch, and chorus_torch is built against the PyTorch "
+            f"installed where it goes: install torch 2.x into this Python first (pip install torch==2.11.0), "
+            f"then run pip install --no-build-isolation . ({probe.stderr.strip().splitlines()[-1:]})")
+    return probe.stdout.strip()
+
+
+def _run(cmd, env):
+    print("chorus_build: " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)
+
+
+def _cache_value(build, key):
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return line.split("=", 1)[1].strip()
+    return ""
+
+
+def _build(config, env):
+    build = config.get("build-dir") or os.path.join(SOURCE, "build-wheel")
+    build = os.path.abspath(build)
+    jobs = str(config.get("jobs") or os.cpu_count() or 1)
+    if os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        python = _cache_value(build, "CHORUS_TORCH_PYTHON")
+        if not python or os.path.realpath(python) != os.path.realpath(sys.executable):
+            raise RuntimeError(f"chorus_build: {build} was configured for the Python {python or '(none)'}, "
+                               f"not {sys.executable}: name another build-dir or reconfigure it with "
+                               f"-DCHORUS_TORCH_PYTHON={sys.executable}")
+    else:
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", SOURCE, "-B", build, *generator, "-DCMAKE_BUILD_TYPE=Release",
+              f"-DCHORUS_TORCH_PYTHON={sys.executable}", "-DCHORUS_BUILD_TESTS=OFF", "-DCHORUS_BUILD_PERF=OFF"], env)
+    _run(["cmake", "--build", build, "-j", jobs, "--target", "chorus_torch_ext"], env)
+    if not os.path.isdir(os.path.join(build, "python", NAME)):
+        raise RuntimeError(f"chorus_build: {build} has no python/{NAME}: CMake did not build the backend "
+                           f"(its configure log says why)")
+    return build
+
+
+def _tag():
+    impl = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return f"{impl}-{impl}-{platform}"
+
+
+def _record_line(path, data):
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+def _metadata(version, torch_version):
+    return (f"Metadata-Version: 2.1\nName: chorus-torch\nVersion: {version}\n"
+            f"Summary: Chorus collective communication as a torch.distributed backend (\"chorus\")\n"
+            f"Requires-Python: =={sys.version_info.major}.{sys.version_info.minor}.*\n"
+            f"Requires-Dist: torch=={torch_version.split('+')[0]}\n")
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    config = config_settings or {}
+    env = _clean_env()
+    torch_version = _torch_version(env)
+    version = _version()
+    build = _build(config, env)
+    tag = _tag()
+    dist_info = f"{NAME}-{version}.dist-info"
+    wheel_name = f"{NAME}-{version}-{tag}.whl"
+    with tempfile.TemporaryDirectory() as stage:
+        _run(["cmake", "--install", build, "--component", NAME, "--prefix", stage], env)
+        # libchorus.so.N (the name the extension needs) is a link to libchorus.so.N.M.P: the wheel
+        # holds the library once, under the link's name.
+        files, linked = [], set()
+        for root, _, names in os.walk(os.path.join(stage, NAME)):
+            for n in sorted(names):
+                full = os.path.join(root, n)
+                if os.path.islink(full):
+                    linked.add(os.path.realpath(full))
+                files.append((os.path.relpath(full, stage), full))
+        files = [(rel, full) for rel, full in files if os.path.islink(full) or os.path.realpath(full) not in linked]
+        if not any(os.path.basename(p).startswith("_C") for p, _ in files):
+            raise RuntimeError(f"chorus_build: the install of {build} holds no extension: {[p for p, _ in files]}")
+        os.makedirs(wheel_directory, exist_ok=True)
+        record = []
+        with zipfile.ZipFile(os.path.join(wheel_directory, wheel_name), "w", zipfile.ZIP_DEFLATED) as whl:
+            for rel, full in files:
+                with open(full, "rb") as f:
+                    data = f.read()
+                info = zipfile.ZipInfo(rel)
+                info.external_attr = (os.stat(full).st_mode & 0o777) << 16
+                whl.writestr(info, data, zipfile.ZIP_DEFLATED)
+                record.append(_record_line(rel, data))
+            meta = {
+                "METADATA": _metadata(version, torch_version),
+                "WHEEL": f"Wheel-Version: 1.0\nGenerator: chorus_build\nRoot-Is-Purelib: false\nTag: {tag}\n",
+                "top_level.txt": f"{NAME}\n",
+            }
+            for n, text in meta.items():
+                rel = f"{dist_info}/{n}"
+                whl.writestr(rel, text)
+                record.append(_record_line(rel, text.encode()))
+            record.append(f"{dist_info}/RECORD,,")
+            whl.writestr(f"{dist_info}/RECORD", "\n".join(record) + "\n")
+    print(f"chorus_build: {wheel_name} (torch {torch_version}, from {build})", flush=True)
+    return wheel_name
