@@ -1,7 +1,7 @@
 """The chorus PyTorch backend against gloo, in one run on the same ranks (mp.spawn).
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench_torch.py ddp 2 [BATCH]
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench_torch.py allreduce 4
+    PYTHONPATH=build/python .torch-venv/bin/python tools/bench_torch.py ddp 2 [BATCH]
+    PYTHONPATH=build/python .torch-venv/bin/python tools/bench_torch.py allreduce 4
 
 ddp:       time per DDP training step of an MLP of 25.2M parameters (1024-4096-4096-1024, fp32,
            BATCH per rank, default 16, SGD), one DDP model per backend from the same weights; rounds

@@ -43,6 +43,7 @@ checks=(
   "cuda_flight|30|default|thread|cuda_flight_test"
   "torch_colls|60|default|proc|@python3 tools/torch_coll_check.py DIR/nccl/libnccl.so.2 --world 2"
   "nccl_torch|150|default|proc|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
+  "nccl_torch_mixed|200|default|proc|@bash tools/torch_mixed_check.sh DIR"
   "nccl_tests_2|60|default|proc|@bash tools/nccl_tests_check.sh DIR 2"
   "cuda_proc_2|60|default|proc|cuda_proc_test grid 2 --quick"
   "cuda_proc_staged|60|default|proc|cuda_proc_test grid 2 --staged --quick"

@@ -1,6 +1,6 @@
 """PyTorch's own ProcessGroupNCCL through Chorus's libnccl.so.2 (docs/nccl.md), on one GPU.
 
-    python3 tools/nccl_torch_check.py DROPIN [--world 2] [--steps 20] [--fsdp-steps 5] [--timeout 120]
+    python3 tools/nccl_torch_check.py DROPIN [--world 2] [--steps 20] [--fsdp-steps 5] [--timeout 120] [--mixed]
 
 DROPIN is the drop-in library (build/nccl/libnccl.so.2). Each rank is a new Python process started
 with LD_PRELOAD=DROPIN and NCCL_DEBUG=VERSION, bound to cuda:0 (every rank on the one GPU, which NCCL
@@ -34,6 +34,12 @@ the check proves which one serves the calls, not which is mapped.
    all-reduces each bucket with PREMUL_SUM by 1/world held in a tensor on the GPU (ncclScalarDevice,
    which the kernel reads when it runs), and FSDP2 with a gradient divide factor of 2 x world,
    which it applies as PREMUL_SUM by 1/(2 x world), against one-process training dividing alike.
+
+5. With --mixed, the group is "cpu:chorus,cuda:nccl" (chorus_torch must be importable): all of the
+   above on CUDA tensors, and on CPU tensors of the same group an all-reduce (whose backend must be
+   chorus_torch's ProcessGroupChorus) and the DDP training of 2. on the CPU: one process group whose
+   two halves both run on Chorus. tools/torch_mixed_check.sh builds chorus_torch for the GPU
+   machine's Python and runs this.
 
 Tolerance for both: 1e-5, absolute, on parameters of size below 1. Each rank's forward and backward
 are the same kernels on the same data as the one-process reference; only the averaging of the
@@ -496,8 +502,10 @@ def rank_main(args):
         else:
             device = torch.device("cuda:0")
             torch.cuda.set_device(device)
-            dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device,
-                                    timeout=timedelta(seconds=args.timeout))
+            if args.mixed:
+                import chorus_torch  # noqa: F401  registers "chorus"
+            dist.init_process_group("cpu:chorus,cuda:nccl" if args.mixed else "nccl", rank=rank, world_size=world,
+                                    device_id=device, timeout=timedelta(seconds=args.timeout))
         t = torch.full((1,), float(rank + 1), device=device)
         dist.all_reduce(t)
         if device.type == "cuda":
@@ -512,6 +520,18 @@ def rank_main(args):
                 traceback.print_exc()
                 print(f"{tag}: FAIL the binding check raised", flush=True)
                 results["binding"] = False
+        if args.mixed:
+            # The same group's CPU half: chorus_torch's backend, on Chorus's host path.
+            import chorus_torch
+            cpu = torch.device("cpu")
+            backend = dist.group.WORLD._get_backend(cpu)
+            c = torch.full((3,), float(rank + 1))
+            dist.all_reduce(c)
+            ok = isinstance(backend, chorus_torch.ProcessGroupChorus) and bool((c == want).all())
+            results["CPU all-reduce on chorus"] = ok
+            print(f"{tag}: CPU tensors go to {type(backend).__name__}; all_reduce gives {c.tolist()} "
+                  f"(want {want:g}): {'ok' if ok else 'FAIL'}", flush=True)
+            results["DDP CPU (chorus)"] = run_ddp(tag, rank, world, cpu, args.steps)
         results["DDP"] = run_ddp(tag, rank, world, device, args.steps)
         if not args.cpu_selftest:
             results["DDP PREMUL_SUM"] = run_ddp(tag, rank, world, device, args.steps, premul=True)
@@ -595,6 +615,8 @@ def run_ranks(args, extra_env):
         if args.cpu_selftest:
             cmd.append("--cpu-selftest")
         else:
+            if args.mixed:
+                cmd.append("--mixed")
             cmd.append(args.dropin)
         pr = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace")
@@ -688,6 +710,9 @@ def main():
     p.add_argument("--fsdp-steps", type=int, default=5, help="FSDP2 steps (default 5)")
     p.add_argument("--timeout", type=float, default=120,
                    help="seconds for the whole run; then every rank is killed (default 120)")
+    p.add_argument("--mixed", action="store_true",
+                   help='one "cpu:chorus,cuda:nccl" group (chorus_torch on PYTHONPATH): CUDA tensors through '
+                        'ProcessGroupNCCL and the drop-in, CPU tensors through chorus_torch, both on Chorus')
     p.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cpu-selftest", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -696,8 +721,13 @@ def main():
     sys.stdout.reconfigure(line_buffering=True)  # our lines and the ranks' in the order they happen
     if not args.cpu_selftest and not args.dropin:
         p.error("the drop-in's path is required")
+    if args.mixed and args.cpu_selftest:
+        p.error("--mixed needs a GPU (ProcessGroupNCCL); the CPU self-test runs gloo")
     what = (f"ProcessGroupNCCL through the drop-in, {args.world} ranks on cuda:0: "
             f"DDP {args.steps} steps, FSDP2 {args.fsdp_steps} steps")
+    if args.mixed:
+        what = ('one "cpu:chorus,cuda:nccl" group: CPU tensors through chorus_torch (all-reduce, DDP) and '
+                + what)
     try:
         import torch
     except ImportError:

@@ -44,18 +44,18 @@ fi
 [ "$mode" = deps ] || [ "$mode" = plots ] || [ "$mode" = bench ] && exit 0
 
 # PyTorch for the backend (python/chorus_torch) and its tests: the version pinned here, from PyPI, in
-# a virtual environment of its own (the CUDA build, 2.6 GB of wheels; it runs on CPU tensors here).
-# Kept between runs; made again when it does not hold that version.
+# a virtual environment of its own (the CUDA build, 2.6 GB of wheels; it runs on CPU tensors here),
+# with numpy (the examples) and expecttest (torch's own test base, tools/torch_dist_suite.py).
+# Kept between runs; pip brings an existing environment to that version when it holds another.
 torch_version=2.11.0
 torch_venv=${CHORUS_TORCH_VENV-$PWD/.torch-venv}
 torch_args=()
 if [ "$mode" != run ] && [ -n "$torch_venv" ]; then
-  if ! "$torch_venv/bin/python" -c "import sys, torch, numpy; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
-    echo "== installing PyTorch $torch_version and numpy from PyPI into $torch_venv"
-    rm -rf "$torch_venv"
+  if ! "$torch_venv/bin/python" -c "import sys, torch, numpy, expecttest; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+    echo "== installing PyTorch $torch_version, numpy and expecttest from PyPI into $torch_venv"
     start=$(date +%s)
-    python3 -m venv "$torch_venv"
-    "$torch_venv/bin/pip" install -q "torch==$torch_version" numpy
+    [ -x "$torch_venv/bin/python" ] || python3 -m venv "$torch_venv"
+    "$torch_venv/bin/pip" install -q "torch==$torch_version" numpy expecttest
     echo "   ($(($(date +%s) - start)) s, $(du -sh "$torch_venv" | cut -f1))"
   fi
   torch_args=(-DCHORUS_TORCH_PYTHON="$torch_venv/bin/python")
