@@ -726,7 +726,9 @@ void ProcessGroupChorus::startCoalescing() {
   coalescing_ = true;
 }
 
-void ProcessGroupChorus::finishCoalescing(const c10::intrusive_ptr<WorkChorus>& whole) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::endCoalescing() {
+  auto whole = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::COALESCED, "coalesced", std::vector<at::Tensor>{},
+                                               std::vector<at::Tensor>{});
   std::vector<void*> held;
   chorusResult_t rc;
   std::string why;
@@ -735,7 +737,7 @@ void ProcessGroupChorus::finishCoalescing(const c10::intrusive_ptr<WorkChorus>& 
     TORCH_CHECK(coalescing_, "chorus: endCoalescing without startCoalescing");
     coalescing_ = false;
     held.swap(coalesced_);
-    if (whole) held.push_back(new Completion{whole, nullptr, comm_, chorusNumOps, "coalesced"});
+    held.push_back(new Completion{whole, nullptr, comm_, chorusNumOps, "coalesced"});
     // The group's operations go on the stream as one; the Works complete after them.
     rc = chorusGroupEnd();
     if (rc != chorusSuccess) why = lastError();
@@ -748,12 +750,6 @@ void ProcessGroupChorus::finishCoalescing(const c10::intrusive_ptr<WorkChorus>& 
     }
   }
   TORCH_CHECK(rc == chorusSuccess, "chorus: the coalesced operations failed: ", why);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::endCoalescing() {
-  auto whole = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::COALESCED, "coalesced", std::vector<at::Tensor>{},
-                                               std::vector<at::Tensor>{});
-  finishCoalescing(whole);
   return whole;
 }
 

@@ -131,10 +131,8 @@ class ProcessGroupChorus : public c10d::Backend {
   chorusComm_t comm_ = nullptr;
   chorusStream_t stream_ = nullptr;
   std::mutex launchMu_;
-  bool coalescing_ = false;       // guarded by launchMu_
-  std::vector<void*> coalesced_;  // guarded by launchMu_: completions held until the group ends
-  // Launches the coalesced group and queues the held completions, then `whole`'s (may be null).
-  void finishCoalescing(const c10::intrusive_ptr<WorkChorus>& whole);
+  bool coalescing_ = false;         // guarded by launchMu_
+  std::vector<void*> coalesced_;    // guarded by launchMu_: completions held until the group ends
   uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (the store keys' sequence)
 };
 
