@@ -12,10 +12,13 @@ spawned rank (spawn re-imports this module), runs the tests and writes each test
     .torch-venv/bin/python tools/torch_dist_suite.py compare gloo-2.json chorus-2.json
 
 `run` options: -k SUBSTRING (only tests whose name holds it, repeatable), --timeout S (per test,
-default 120; PyTorch's default is 300), --features F,G (the test base's DistTestCases.backend_feature
-sets to add the backend's name to before its decorators run; chorus: ddp, subgroup and plugin, what
-it has on CPU tensors, not gpu or cuda). `compare` prints the counts of both and every test the
-first passed and the second did not, with the second's reason.
+default 120; PyTorch's default is 300), --features F,G (the test base's
+DistTestCases.backend_feature sets to add the backend's name to before its decorators run; chorus:
+ddp, subgroup and plugin, what it has on CPU tensors, not gpu or cuda), --gates-of NAME (the test
+base skips many tests for any backend not named gloo or nccl: with --gates-of gloo its decorators
+decide which tests run as they would for gloo, and the tests then run on BACKEND, whose name the
+test bodies see). `compare` prints the counts of both and every test the first passed and the
+second did not, with the second's reason.
 """
 import argparse
 import json
@@ -26,8 +29,9 @@ import time
 import unittest
 
 
-def _environment(backend, world, timeout, features):
+def _environment(backend, world, timeout, features, gates):
     os.environ["BACKEND"] = backend
+    os.environ["TORCH_DIST_SUITE_GATES"] = gates or ""
     os.environ["TORCH_DIST_SUITE_FEATURES"] = features
     os.environ["WORLD_SIZE"] = str(world)
     os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="torch_dist_suite_"))
@@ -51,7 +55,16 @@ def _define_test_class():
     # import: a backend outside PyTorch adds its name to the features it has.
     for feature in filter(None, os.environ.get("TORCH_DIST_SUITE_FEATURES", "").split(",")):
         DistTestCases.backend_feature.setdefault(feature, set()).add(backend)
-    from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+    # --gates-of: the decorators read another backend's name (BACKEND as they run at import), the
+    # tests then run on this one (the module's BACKEND, which _run and the test bodies read).
+    gates = os.environ.get("TORCH_DIST_SUITE_GATES") or backend
+    os.environ["BACKEND"] = gates
+    try:
+        from torch.testing._internal.distributed import distributed_test
+    finally:
+        os.environ["BACKEND"] = backend
+    distributed_test.BACKEND = backend
+    DistributedTest, TestDistBackend = distributed_test.DistributedTest, distributed_test.TestDistBackend
 
     class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         def setUp(self):
@@ -125,7 +138,7 @@ def run(args):
     features = args.features
     if features is None:
         features = CHORUS_FEATURES if args.backend == "chorus" else ""
-    _environment(args.backend, args.world, args.timeout, features)
+    _environment(args.backend, args.world, args.timeout, features, args.gates_of)
     import torch
 
     TestDistBackendWithSpawn = _define_test_class()
@@ -138,11 +151,12 @@ def run(args):
     runner = unittest.TextTestRunner(verbosity=2, resultclass=_Outcomes, stream=sys.stderr)
     result = runner.run(suite)
     counts = _counts(result.outcomes)
-    record = {"backend": args.backend, "world_size": args.world, "torch": torch.__version__,
+    record = {"backend": args.backend, "gates_of": args.gates_of, "world_size": args.world, "torch": torch.__version__,
               "seconds": round(time.monotonic() - start, 1), "counts": counts, "tests": result.outcomes}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
-    print(f"{args.backend} world {args.world} torch {torch.__version__}: {counts['passed']} passed, "
+    gates = f" (gates of {args.gates_of})" if args.gates_of else ""
+    print(f"{args.backend}{gates} world {args.world} torch {torch.__version__}: {counts['passed']} passed, "
           f"{counts['failed']} failed, {counts['error']} errors, {counts['skipped']} skipped "
           f"in {record['seconds']} s -> {args.out}")
 
@@ -154,7 +168,8 @@ def compare(args):
         second = json.load(f)
     for r in (first, second):
         c = r["counts"]
-        print(f"{r['backend']} world {r['world_size']}: {c['passed']} passed, {c['failed']} failed, "
+        gates = f" (gates of {r['gates_of']})" if r.get("gates_of") else ""
+        print(f"{r['backend']}{gates} world {r['world_size']}: {c['passed']} passed, {c['failed']} failed, "
               f"{c['error']} errors, {c['skipped']} skipped")
     missing = sorted(n for n, o in first["tests"].items()
                      if o["outcome"] == "passed" and second["tests"].get(n, {}).get("outcome") != "passed")
@@ -175,6 +190,7 @@ def main():
     r.add_argument("-k", action="append")
     r.add_argument("--timeout", type=int, default=120)
     r.add_argument("--features", help=f"feature sets to add the backend to (chorus: {CHORUS_FEATURES})")
+    r.add_argument("--gates-of", help="decide which tests run as for this backend's name (e.g. gloo), run them on BACKEND")
     c = sub.add_parser("compare")
     c.add_argument("first")
     c.add_argument("second")
