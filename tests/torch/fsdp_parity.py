@@ -26,7 +26,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -36,6 +35,7 @@ import chorus_torch  # noqa: F401
 import harness
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "examples"))
+import ddp_tutorial  # noqa: E402
 import mnist_cnn  # noqa: E402
 
 WORLD = 2
@@ -63,17 +63,8 @@ for _name in GATHERS + ("reduce_scatter_tensor",):
     counting(_name)
 
 
-class ToyModel(nn.Module):
+class ToyModel(ddp_tutorial.ToyModel):
     """The model of PyTorch's DDP tutorial."""
-
-    def __init__(self):
-        super().__init__()
-        self.net1 = nn.Linear(10, 10)
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5)
-
-    def forward(self, x):
-        return self.net2(self.relu(self.net1(x)))
 
     def units(self):
         return [self.net1, self.net2]
