@@ -147,6 +147,30 @@ class Checker:
                 same(t, reference(i, "SUM", dtype, self.world), dtype, "SUM", f"all_reduce_coalesced {dtype} n={n}")
             self.count += 1
 
+    def sparse(self):
+        # Sparse COO all-reduce (SUM), as gloo's: rank r holds entries at indices that overlap other
+        # ranks' (uncoalesced: some repeat), with a dense dimension of 3; then once more with rank 1
+        # holding no entry at all. The result, in place and still sparse, must equal the dense sum
+        # of every rank's tensor, and gloo's.
+        def mine(r, dtype, empty):
+            g = torch.Generator().manual_seed(500 + r)
+            nnz = 0 if r == empty else 4 + 3 * r
+            idx = torch.stack([torch.randint(0, 6, (nnz,), generator=g), torch.randint(0, 5, (nnz,), generator=g)])
+            val = torch.randint(-20, 21, (nnz, 3), generator=g).to(dtype)
+            return torch.sparse_coo_tensor(idx, val, (6, 5, 3))
+
+        for empty in (None, 1):
+            for dtype in (torch.float32, torch.float64, torch.int64):
+                t = mine(self.rank, dtype, empty)
+                dist.all_reduce(t)
+                want = sum(mine(r, dtype, empty).to_dense() for r in range(self.world))
+                assert t.is_sparse, "sparse all_reduce left a dense tensor"
+                same(t.to_dense(), want, dtype, "SUM", f"sparse all_reduce {dtype} (rank {empty} empty)")
+                g = mine(self.rank, dtype, empty)
+                dist.all_reduce(g, group=self.gloo)
+                same(t.to_dense(), g.to_dense(), dtype, "SUM", f"sparse all_reduce {dtype} against gloo")
+                self.count += 1
+
     def rooted(self):
         for dtype in DTYPES:
             for root in range(self.world):
@@ -335,7 +359,7 @@ class Checker:
         cases = [
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
             (lambda: dist.all_reduce(torch.ones(4, 4).t()), "contiguous"),
-            (lambda: dist.all_reduce(torch.ones(4).to_sparse()), "dense"),
+            (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX), "SUM only"),
             (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
             (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),
         ]
@@ -355,7 +379,7 @@ def run(rank, world, port):
     dist.init_process_group("chorus", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     c = Checker(rank, world, gloo)
-    for part in ("allreduce", "coalesced", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
+    for part in ("allreduce", "coalesced", "sparse", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
                  "any_source", "misuse"):
         getattr(c, part)()
         if rank == 0:

@@ -5,7 +5,8 @@ one wrapped in DDP over the chorus process group, one over a gloo group, and aft
 their parameters must agree to fp32 rounding (fp16 compression: to fp16 rounding of the
 gradients). Variants: default, gradient_as_bucket_view, find_unused_parameters (a branch some
 ranks skip some steps, and a layer no rank uses), no_sync (two accumulated micro-batches per
-step), the fp16 compression hook, and Join with uneven inputs (rank r has 4 + r batches).
+step), the fp16 compression hook, Join with uneven inputs (rank r has 4 + r batches), and sparse
+gradients (an EmbeddingBag with sparse=True: DDP all-reduces its gradient as a sparse tensor).
 
 Usage: python3 ddp_parity.py [WORLD_SIZE]
 """
@@ -53,6 +54,20 @@ class Branchy(nn.Module):
         return self.net2(h)
 
 
+class SparseEmbedding(nn.Module):
+    """An embedding with sparse gradients (DDP all-reduces them as sparse tensors) before a dense
+    layer; inputs are token ids drawn from the batch's features."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.EmbeddingBag(40, 10, mode="sum", sparse=True)
+        self.net2 = nn.Linear(10, 5)
+
+    def forward(self, x, branch=True):
+        ids = (x.abs() * 7).long().clamp(max=39)
+        return self.net2(self.embed(ids))
+
+
 def batch(rank, step, micro=0):
     g = torch.Generator().manual_seed(10000 * rank + 100 * step + micro)
     return torch.randn(8, 10, generator=g), torch.randn(8, 5, generator=g)
@@ -74,7 +89,7 @@ def compare(models, what, rtol, atol):
 
 
 def train(rank, groups, variant, steps=6):
-    model_cls = Branchy if variant == "find_unused_parameters" else ToyModel
+    model_cls = {"find_unused_parameters": Branchy, "sparse_gradients": SparseEmbedding}.get(variant, ToyModel)
     args = {}
     if variant == "gradient_as_bucket_view":
         args["gradient_as_bucket_view"] = True
@@ -124,7 +139,8 @@ class _Null:
         return False
 
 
-VARIANTS = ["default", "gradient_as_bucket_view", "find_unused_parameters", "no_sync", "fp16_compress_hook", "join"]
+VARIANTS = ["default", "gradient_as_bucket_view", "find_unused_parameters", "no_sync", "fp16_compress_hook", "join",
+            "sparse_gradients"]
 
 
 def run(rank, world, port):

@@ -316,6 +316,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) return allreduceSparse(tensors[0], opts);
   const at::Tensor& t = single(tensors, "allreduce");
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "allreduce");
   return launch(
@@ -324,6 +325,94 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Ten
         return chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce"), op, comm_, stream_);
       },
       nullptr, op >= chorusNumOps ? op : chorusNumOps);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                                    const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "chorus: allreduce_sparse takes one tensor per rank, got ", tensors.size());
+  return allreduceSparse(tensors[0], opts);
+}
+
+void ProcessGroupChorus::runNow(const char* name, const std::function<chorusResult_t()>& issue) {
+  {
+    std::lock_guard<std::mutex> g(launchMu_);
+    TORCH_CHECK(!coalescing_, "chorus: ", name, " cannot be part of a coalesced group");
+    TORCH_CHECK(issue() == chorusSuccess, "chorus: ", name, " failed: ", lastError());
+  }
+  TORCH_CHECK(chorusStreamSynchronize(stream_) == chorusSuccess, "chorus: ", name, " failed: ", lastError());
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
+  const char* name = "allreduce (sparse)";
+  TORCH_CHECK(t.device().is_cpu(), "chorus: ", name, " takes CPU tensors; this one is on ", t.device());
+  TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "chorus: ", name, " supports ReduceOp.SUM only (as gloo's), not ",
+              opName(opts.reduceOp.op_));
+  constexpr int64_t kMaxDims = 8;
+  TORCH_CHECK(t.dim() <= kMaxDims, "chorus: ", name, " takes tensors of up to ", kMaxDims, " dimensions");
+  const at::Tensor in = t.coalesce();
+  const at::Tensor indices = in.indices().contiguous();  // [sparse dims, nnz], int64
+  const at::Tensor values = in.values().contiguous();    // [nnz, dense sizes...]
+  const chorusDataType_t type = dataType(values, name);
+  const int64_t nnz = in._nnz();
+  const int64_t sparseDims = in.sparse_dim();
+  int64_t rowElems = 1;  // elements of one value: the product of the dense sizes
+  for (int64_t d = sparseDims; d < t.dim(); ++d) rowElems *= t.size(d);
+
+  // First every rank's count and shape (nnz, sparse dims, dims, sizes, -1 after them), all-gathered:
+  // the shapes must agree, and the largest count sizes the second gather.
+  constexpr int64_t kMeta = 3 + kMaxDims;
+  at::Tensor meta = at::full({kMeta}, -1, at::kLong);
+  auto m = meta.accessor<int64_t, 1>();
+  m[0] = nnz;
+  m[1] = sparseDims;
+  m[2] = t.dim();
+  for (int64_t d = 0; d < t.dim(); ++d) m[3 + d] = t.size(d);
+  at::Tensor metas = at::empty({size_, kMeta}, at::kLong);
+  runNow(name, [&] { return chorusAllGather(meta.data_ptr(), metas.data_ptr(), kMeta, chorusInt64, comm_, stream_); });
+  int64_t most = 0;
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(metas[r].narrow(0, 1, kMeta - 1).equal(meta.narrow(0, 1, kMeta - 1)), "chorus: ", name, ": rank ", r,
+                "'s sparse tensor has another shape or number of sparse dimensions than rank ", rank_, "'s ",
+                t.sizes());
+    most = std::max(most, metas[r][0].item<int64_t>());
+  }
+
+  // Then the indices and values, each rank's padded to the largest count, in one group.
+  at::Tensor myIndices = at::zeros({sparseDims, most}, at::kLong);
+  at::Tensor myValues = at::zeros({most * rowElems}, values.options());
+  myIndices.narrow(1, 0, nnz).copy_(indices);
+  myValues.narrow(0, 0, nnz * rowElems).copy_(values.view({-1}));
+  at::Tensor allIndices = at::empty({size_, sparseDims, most}, at::kLong);
+  at::Tensor allValues = at::empty({size_ * most * rowElems}, values.options());
+  runNow(name, [&] {
+    chorusResult_t rc = chorusGroupStart();
+    if (rc == chorusSuccess) {
+      rc = chorusAllGather(myIndices.data_ptr(), allIndices.data_ptr(), sparseDims * most, chorusInt64, comm_, stream_);
+    }
+    if (rc == chorusSuccess) {
+      rc = chorusAllGather(myValues.data_ptr(), allValues.data_ptr(), most * rowElems, type, comm_, stream_);
+    }
+    const chorusResult_t end = chorusGroupEnd();
+    return rc != chorusSuccess ? rc : end;
+  });
+
+  // Every rank's entries side by side, summed where they meet by coalescing.
+  std::vector<at::Tensor> gatheredIndices, gatheredValues;
+  std::vector<int64_t> valueShape(values.sizes().begin(), values.sizes().end());
+  for (int r = 0; r < size_; ++r) {
+    const int64_t count = metas[r][0].item<int64_t>();
+    gatheredIndices.push_back(allIndices[r].narrow(1, 0, count));
+    valueShape[0] = count;
+    gatheredValues.push_back(allValues.narrow(0, r * most * rowElems, count * rowElems).view(valueShape));
+  }
+  at::Tensor sum = at::sparse_coo_tensor(at::cat(gatheredIndices, 1), at::cat(gatheredValues, 0), t.sizes(),
+                                         values.options().layout(at::kSparse))
+                       .coalesce();
+  t.copy_(sum);
+  auto work = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::ALLREDUCE, name, std::vector<at::Tensor>{t},
+                                              std::vector<at::Tensor>{});
+  work->complete(nullptr);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,

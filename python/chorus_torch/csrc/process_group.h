@@ -57,6 +57,11 @@ class ProcessGroupChorus : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  // Sparse COO tensors (allreduce takes them too), as gloo's: SUM only; every rank's indices and
+  // values all-gathered, padded to the largest count, and summed by coalescing into the input.
+  // Synchronous (the counts size the second gather): the Work returned is complete.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
@@ -123,6 +128,10 @@ class ProcessGroupChorus : public c10d::Backend {
                                         std::vector<at::Tensor> keepAlive, const std::function<chorusResult_t()>& issue,
                                         std::function<void()> after = nullptr, chorusRedOp_t customOp = chorusNumOps,
                                         int** source = nullptr);
+
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // Enqueues `issue` in the launch order and waits for the stream: for what needs a result at once.
+  void runNow(const char* name, const std::function<chorusResult_t()>& issue);
 
   // A Chorus operator for a torch one on tensors of this type; PREMUL_SUM makes a custom one.
   chorusRedOp_t redOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* collective);
