@@ -6,7 +6,8 @@
   ranks, each element checked;
 - all_gather_coalesced with inputs of different shapes, against each rank's inputs;
 - the process group's monitored_barrier: passes when every rank comes; with one rank absent,
-  rank 0 raises naming it ("Rank 1 failed to pass monitoredBarrier") within the timeout;
+  rank 0 raises naming it ("Rank 1 failed to pass monitoredBarrier") within the timeout, and
+  with no time at all says that it timed out itself ("Rank 0 timed out in monitoredBarrier");
 - a barrier whose peer never comes fails with a message that PyTorch's tests match with
   " (Timed out|closed|timeout) ".
 
@@ -89,6 +90,11 @@ def absent_rank(rank, world, port):
     # The 2 s timeout, not rank 1's exit at 12 s, ends it (a loaded machine adds seconds).
     if "Rank 1 failed to pass monitoredBarrier" not in msg or not 1.5 <= took <= 10:
         raise AssertionError(f"monitored_barrier: {msg} after {took:.1f} s")
+    # No time at all: rank 0 itself timed out before any rank's turn (gloo's text, which PyTorch's
+    # test_monitored_barrier_gloo_rank_0_timeout matches).
+    _, msg = harness.expect_failure(lambda: pg.monitored_barrier(timedelta(seconds=0)), "monitored_barrier in 0 s")
+    if "Rank 0 timed out in monitoredBarrier" not in msg or "No ranks successfully processed" not in msg:
+        raise AssertionError(f"monitored_barrier in 0 s: {msg}")
     took, msg = harness.expect_failure(dist.barrier, "barrier without rank 1")
     if not re.search(" (Timed out|closed|timeout) ", msg):
         raise AssertionError(f"the barrier's timeout does not read as one to PyTorch's tests: {msg}")

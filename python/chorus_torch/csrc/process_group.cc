@@ -285,6 +285,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
   auto work = c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive));
   if (source) *source = work->sourceSlot();
   std::lock_guard<std::mutex> g(launchMu_);
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++seq_;
   const chorusResult_t rc = issue();
   if (rc != chorusSuccess) {
     const std::string why = lastError();
@@ -409,6 +410,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t
                                          values.options().layout(at::kSparse))
                        .coalesce();
   t.copy_(sum);
+  ++seq_;
   auto work = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::ALLREDUCE, name, std::vector<at::Tensor>{t},
                                               std::vector<at::Tensor>{});
   work->complete(nullptr);
@@ -782,15 +784,33 @@ void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool
                 "chorus: monitoredBarrier failed at rank 0: ", std::string(word.begin(), word.end()));
     return;
   }
-  // Rank 0: every other rank within the timeout, then the word.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<int> missing;
+  // Rank 0: every other rank within the timeout, then the word. As gloo's: one deadline for all,
+  // and when it has passed before a rank's turn, rank 0 itself timed out; with waitAllRanks each
+  // rank gets the whole timeout, so that one absent rank does not hide the next.
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> missing, processed;
+  auto join = [](const std::vector<int>& ranks) {
+    std::string text;
+    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+    return text;
+  };
+  auto fail = [&](const std::string& why) {
+    store_->set(base + "done", std::vector<uint8_t>(why.begin(), why.end()));
+    TORCH_CHECK(false, "chorus: ", why);
+  };
   for (int r = 1; r < size_; ++r) {
     const auto left =
-        std::max(std::chrono::milliseconds(1),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+        waitAllRanks
+            ? timeout
+            : timeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (left.count() <= 0) {
+      fail("Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) + " ms.\n" +
+           (processed.empty() ? std::string("No ranks successfully processed in monitoredBarrier.")
+                              : "Successfully processed ranks: " + join(processed)));
+    }
     try {
       store_->wait({base + std::to_string(r)}, left);
+      processed.push_back(r);
     } catch (const std::exception&) {
       missing.push_back(r);
       if (!waitAllRanks) break;
@@ -800,12 +820,8 @@ void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool
     store_->set(base + "done", std::vector<uint8_t>{1});
     return;
   }
-  std::string ranks;
-  for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  const std::string why = (missing.size() == 1 ? "Rank " : "Ranks ") + ranks + " failed to pass monitoredBarrier in " +
-                          std::to_string(timeout.count()) + " ms (Timed out waiting for them)";
-  store_->set(base + "done", std::vector<uint8_t>(why.begin(), why.end()));
-  TORCH_CHECK(false, "chorus: ", why);
+  fail((missing.size() == 1 ? "Rank " : "Ranks ") + join(missing) + " failed to pass monitoredBarrier in " +
+       std::to_string(timeout.count()) + " ms (Timed out waiting for them)");
 }
 
 void ProcessGroupChorus::startCoalescing() {

@@ -15,6 +15,7 @@
 
 static_assert(TORCH_VERSION_MAJOR >= 2, "chorus_torch needs PyTorch 2.x (c10d::Backend)");
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -119,6 +120,11 @@ class ProcessGroupChorus : public c10d::Backend {
   // tensors (which takes the GIL) after the interpreter has begun to exit.
   void shutdown() override;
 
+  // As gloo's and NCCL's: every rank starts at 0 and counts its collectives (not sends and
+  // receives); PyTorch's debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) compares them across ranks.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
   chorusComm_t comm() const { return comm_; }
 
  private:
@@ -142,6 +148,7 @@ class ProcessGroupChorus : public c10d::Backend {
   std::mutex launchMu_;
   bool coalescing_ = false;         // guarded by launchMu_
   std::vector<void*> coalesced_;    // guarded by launchMu_: completions held until the group ends
+  std::atomic<uint64_t> seq_{0};    // collectives launched so far
   uint64_t monitoredBarriers_ = 0;  // monitoredBarrier calls so far (the store keys' sequence)
 };
 
