@@ -182,6 +182,15 @@ std::vector<at::Tensor> keepAll(std::vector<at::Tensor> keep, const at::Tensor& 
   return keep;
 }
 
+// Issues op(0) .. op(n - 1) as one Chorus group, stopping at the first failure; the group is
+// closed either way and its first error returned.
+chorusResult_t inGroup(size_t n, const std::function<chorusResult_t(size_t)>& op) {
+  chorusResult_t rc = chorusGroupStart();
+  for (size_t i = 0; i < n && rc == chorusSuccess; ++i) rc = op(i);
+  const chorusResult_t end = chorusGroupEnd();
+  return rc != chorusSuccess ? rc : end;
+}
+
 }  // namespace
 
 WorkChorus::WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
@@ -386,15 +395,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t
   at::Tensor allIndices = at::empty({size_, sparseDims, most}, at::kLong);
   at::Tensor allValues = at::empty({size_ * most * rowElems}, values.options());
   runNow(name, [&] {
-    chorusResult_t rc = chorusGroupStart();
-    if (rc == chorusSuccess) {
-      rc = chorusAllGather(myIndices.data_ptr(), allIndices.data_ptr(), sparseDims * most, chorusInt64, comm_, stream_);
-    }
-    if (rc == chorusSuccess) {
-      rc = chorusAllGather(myValues.data_ptr(), allValues.data_ptr(), most * rowElems, type, comm_, stream_);
-    }
-    const chorusResult_t end = chorusGroupEnd();
-    return rc != chorusSuccess ? rc : end;
+    return inGroup(2, [&](size_t i) {
+      return i == 0 ? chorusAllGather(myIndices.data_ptr(), allIndices.data_ptr(), sparseDims * most, chorusInt64,
+                                      comm_, stream_)
+                    : chorusAllGather(myValues.data_ptr(), allValues.data_ptr(), most * rowElems, type, comm_, stream_);
+    });
   });
 
   // Every rank's entries side by side, summed where they meet by coalescing.
@@ -428,15 +433,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
   return launch(
       c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, tensors,
       [&] {
-        chorusResult_t rc = chorusGroupStart();
-        for (const at::Tensor& t : tensors) {
-          if (rc == chorusSuccess) {
-            rc = chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce_coalesced"), op, comm_,
+        return inGroup(tensors.size(), [&](size_t i) {
+          const at::Tensor& t = tensors[i];
+          return chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce_coalesced"), op, comm_,
                                  stream_);
-          }
-        }
-        const chorusResult_t end = chorusGroupEnd();
-        return rc != chorusSuccess ? rc : end;
+        });
       },
       nullptr, op >= chorusNumOps ? op : chorusNumOps);
 }
@@ -489,13 +490,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
   std::vector<at::Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   return launch(c10d::OpType::COALESCED, name, outputs, keep, [&] {
-    chorusResult_t rc = chorusGroupStart();
-    for (size_t i = 0; i < inputs.size() && rc == chorusSuccess; ++i) {
-      rc = chorusAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), inputs[i].numel(), dataType(inputs[i], name),
-                           comm_, stream_);
-    }
-    const chorusResult_t end = chorusGroupEnd();
-    return rc != chorusSuccess ? rc : end;
+    return inGroup(inputs.size(), [&](size_t i) {
+      return chorusAllGather(inputs[i].data_ptr(), outputs[i].data_ptr(), inputs[i].numel(), dataType(inputs[i], name),
+                             comm_, stream_);
+    });
   });
 }
 
@@ -585,13 +583,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesc
   return launch(
       c10d::OpType::COALESCED, name, outputs, keep,
       [&] {
-        chorusResult_t rc = chorusGroupStart();
-        for (size_t i = 0; i < inputs.size() && rc == chorusSuccess; ++i) {
-          rc = chorusReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
-                                   dataType(outputs[i], name), op, comm_, stream_);
-        }
-        const chorusResult_t end = chorusGroupEnd();
-        return rc != chorusSuccess ? rc : end;
+        return inGroup(inputs.size(), [&](size_t i) {
+          return chorusReduceScatter(inputs[i].data_ptr(), outputs[i].data_ptr(), outputs[i].numel(),
+                                     dataType(outputs[i], name), op, comm_, stream_);
+        });
       },
       nullptr, op >= chorusNumOps ? op : chorusNumOps);
 }
@@ -634,17 +629,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
   const auto [recvCount, recvOff] = counts(output, outputSplitSizes, "output");
   const size_t es = input.element_size();
   return launch(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, {input, output}, [&] {
-    chorusResult_t rc = chorusGroupStart();
-    for (int r = 0; r < size_ && rc == chorusSuccess; ++r) {
+    return inGroup(size_, [&](size_t r) {
+      chorusResult_t rc = chorusSuccess;
       if (sendCount[r] > 0) {
-        rc = chorusSend(static_cast<char*>(input.data_ptr()) + sendOff[r] * es, sendCount[r], type, r, comm_, stream_);
+        rc = chorusSend(static_cast<char*>(input.data_ptr()) + sendOff[r] * es, sendCount[r], type, int(r), comm_,
+                        stream_);
       }
       if (rc == chorusSuccess && recvCount[r] > 0) {
-        rc = chorusRecv(static_cast<char*>(output.data_ptr()) + recvOff[r] * es, recvCount[r], type, r, comm_, stream_);
+        rc = chorusRecv(static_cast<char*>(output.data_ptr()) + recvOff[r] * es, recvCount[r], type, int(r), comm_,
+                        stream_);
       }
-    }
-    const chorusResult_t end = chorusGroupEnd();
-    return rc != chorusSuccess ? rc : end;
+      return rc;
+    });
   });
 }
 
@@ -664,17 +660,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
   std::vector<at::Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   return launch(c10d::OpType::ALLTOALL, "alltoall", outputs, keep, [&] {
-    chorusResult_t rc = chorusGroupStart();
-    for (int r = 0; r < size_ && rc == chorusSuccess; ++r) {
+    return inGroup(size_, [&](size_t r) {
       const at::Tensor& in = inputs[r];
       const at::Tensor& out = outputs[r];
-      if (in.numel() > 0) rc = chorusSend(in.data_ptr(), in.numel(), dataType(in, "alltoall"), r, comm_, stream_);
+      chorusResult_t rc = chorusSuccess;
+      if (in.numel() > 0) rc = chorusSend(in.data_ptr(), in.numel(), dataType(in, "alltoall"), int(r), comm_, stream_);
       if (rc == chorusSuccess && out.numel() > 0) {
-        rc = chorusRecv(out.data_ptr(), out.numel(), dataType(out, "alltoall"), r, comm_, stream_);
+        rc = chorusRecv(out.data_ptr(), out.numel(), dataType(out, "alltoall"), int(r), comm_, stream_);
       }
-    }
-    const chorusResult_t end = chorusGroupEnd();
-    return rc != chorusSuccess ? rc : end;
+      return rc;
+    });
   });
 }
 
