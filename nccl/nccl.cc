@@ -245,12 +245,10 @@ void mapEnvironment() {
   }
   if (const char* v = std::getenv("NCCL_PROTO")) {
     const std::string p = lower(v);
-    if (p == "simple" || p == "ll") {
+    if (p == "simple" || p == "ll" || p == "ll128") {
       setIfUnset("CHORUS_PROTO", p);
-    } else if (p == "ll128") {
-      setIfUnset("CHORUS_PROTO", "ll");  // Chorus's LL is the nearest
     } else {
-      cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 (as LL) have Chorus counterparts (CHORUS_PROTO)");
+      cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 have Chorus counterparts (CHORUS_PROTO)");
     }
   }
   // Channels of the host path: a fixed number (1 unless set, 32 at most); NCCL_MIN_NCHANNELS raises

@@ -134,6 +134,24 @@ TEST_CASE("CHORUS_ONECOPY: unset, 0 or 1", "[config]") {
   CHECK_FALSE(Config::fromEnv().isOk());
 }
 
+TEST_CASE("CHORUS_LL128: off unless set to a true value; anything else is an error naming it", "[config]") {
+  {
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK_FALSE(c.value().ll128);
+  }
+  for (const char* v : {"1", "0"}) {
+    ScopedEnv e("CHORUS_LL128", v);
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().ll128 == (v[0] == '1'));
+  }
+  ScopedEnv e("CHORUS_LL128", "maybe");
+  auto c = Config::fromEnv();
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.status().message().find("CHORUS_LL128") != std::string::npos);
+}
+
 TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {
   // A slot is its 32-bit FIFO position modulo the count: any other count breaks the turn of the
   // slots when positions wrap.

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -127,6 +128,9 @@ struct P2pOptions {
   // Each lane's protocol from its own size, as the communicator picks it (Tuner::p2pProto);
   // otherwise setProto's for every lane.
   bool protoBySize = false;
+  // Else, where set: every send lane's protocol and every receive lane's (ends that disagree).
+  std::optional<ProtoKind> sendProto;
+  std::optional<ProtoKind> recvProto;
   uint64_t timeoutNs = 20'000'000'000ull;
   // Each rank has an abort word, and a rank whose kernel fails has the others' set, as its host
   // does when it fails the communicator (Communicator::fail: the failure notice, then each
@@ -298,8 +302,9 @@ class Clique {
           l.type = chorusUint8;
           l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
           l.seqIndex = peer;
-          l.proto = o.protoBySize ? Tuner().p2pProto(bytes) : proto_;
-          l.slotBytes = l.proto == ProtoKind::kLL ? lineSlotDataBytes(slotBytes_) : slotBytes_;
+          const std::optional<ProtoKind>& end = send ? o.sendProto : o.recvProto;
+          l.proto = o.protoBySize ? Tuner().p2pProto(bytes) : end ? *end : proto_;
+          l.slotBytes = protoSlotDataBytes(l.proto, slotBytes_);
           if (send) {
             l.input = src[r][peer] + at;
             l.send[0] = k.index.at({ConnFamily::kP2p, peer, true});
@@ -452,8 +457,6 @@ T valueOf(int r, size_t i) {
   return T(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13) % 23) - 11);
 }
 
-const char* protoName(ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; }
-
 // Two launches in a row on the same FIFOs, the first with protocol `first`, the second `second`.
 template <typename T>
 void checkAllReduce(Algo algo, int n, int nch, unsigned threads, size_t count, bool inPlace,
@@ -525,6 +528,28 @@ TEST_CASE("device lanes on host threads: all-reduce with the LL protocol, and af
   checkAllReduce<int8_t>(Algo::kTree, 4, 2, 3, 333, false, ll, ll);
 }
 
+// LL128: a 256-byte slot has two 128-byte lines, the header and one of data (120 bytes a piece);
+// at 1024 bytes, 7 lines of data (840 bytes a piece). Every element size, pieces that end inside a
+// line and inside a word, and a launch of LL128 after one of another protocol on the same FIFOs,
+// and before one, so positions, flags and the line areas carry over between them.
+TEST_CASE("device lanes on host threads: all-reduce with the LL128 protocol, beside Simple and LL", "[device_lane]") {
+  const ProtoKind ll128 = ProtoKind::kLL128;
+  const ProtoKind ll = ProtoKind::kLL;
+  const ProtoKind simple = ProtoKind::kSimple;
+  for (int n : {2, 3, 4}) {
+    for (unsigned threads : {1u, 3u, 4u}) {
+      for (size_t count : {size_t(1), size_t(7), size_t(31), size_t(1000)}) {
+        checkAllReduce<float>(Algo::kRing, n, 2, threads, count, false, ll128, ll128);
+        checkAllReduce<int32_t>(Algo::kTree, n, 1, threads, count, count == 7, ll128, simple);
+        checkAllReduce<double>(Algo::kDirect, n, 1, threads, count, count == 1000, ll, ll128);
+      }
+    }
+  }
+  checkAllReduce<int8_t>(Algo::kRing, 3, 3, 4, 5001, true, ll128, ll128);
+  checkAllReduce<int8_t>(Algo::kTree, 4, 2, 3, 333, false, simple, ll128);
+  checkAllReduce<int8_t>(Algo::kRing, 2, 1, 2, 121, false, ll128, ll);
+}
+
 // FIFO positions are 32-bit and wrap: pieces across the wrap, in both protocols, from positions
 // just before it (the LL flag of the position before the wrap, never written lines' 0, included).
 TEST_CASE("device lanes on host threads: FIFO positions that wrap past 2^32", "[device_lane]") {
@@ -535,19 +560,22 @@ TEST_CASE("device lanes on host threads: FIFO positions that wrap past 2^32", "[
     checkAllReduce<int32_t>(Algo::kRing, 3, 1, 2, 1000, false, ll, ll, Wiring::kMemory, start);
     checkAllReduce<int32_t>(Algo::kTree, 4, 1, 3, 1000, false, ll, simple, Wiring::kMemory, start);
     checkAllReduce<float>(Algo::kDirect, 2, 1, 1, 300, true, simple, ll, Wiring::kMemory, start);
+    checkAllReduce<int32_t>(Algo::kRing, 3, 1, 2, 1000, false, ProtoKind::kLL128, ProtoKind::kLL128, Wiring::kMemory,
+                            start);
+    checkAllReduce<float>(Algo::kTree, 4, 1, 3, 700, false, ll, ProtoKind::kLL128, Wiring::kMemory, start);
   }
 }
 
-TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce, Simple and LL",
+TEST_CASE("device lanes on host threads: all-gather, reduce-scatter, broadcast and reduce, Simple, LL and LL128",
           "[device_lane]") {
   for (int n : {2, 3, 4}) {
     for (unsigned threads : {1u, 4u}) {
       const size_t count = 301;
       INFO("ranks " << n << " threads " << threads);
       Clique clique(n, 2, 128, 2);
-      // Simple, then LL, on the same FIFOs.
-      for (int launchNo = 0; launchNo < 2; ++launchNo) {
-        clique.setProto(launchNo == 0 ? ProtoKind::kSimple : ProtoKind::kLL);
+      // Simple, then LL, then LL128, on the same FIFOs.
+      for (int launchNo = 0; launchNo < 3; ++launchNo) {
+        clique.setProto(launchNo == 0 ? ProtoKind::kSimple : launchNo == 1 ? ProtoKind::kLL : ProtoKind::kLL128);
         // Each collective its own launch (one buffer pair each), two launches per collective.
         for (CollType coll :
              {CollType::kAllGather, CollType::kReduceScatter, CollType::kBroadcast, CollType::kReduce}) {
@@ -635,7 +663,7 @@ TEST_CASE("device lanes on host threads: calls of different channel counts in a 
   std::vector<const char*> ip(n);
   std::vector<char*> op(n);
   int round = 0;
-  for (ProtoKind proto : {ProtoKind::kSimple, ProtoKind::kLL}) {
+  for (ProtoKind proto : {ProtoKind::kSimple, ProtoKind::kLL, ProtoKind::kLL128}) {
     clique.setProto(proto);
     for (int nch : {1, 4, 2, 3, 1}) {
       INFO("channels " << nch << " protocol " << protoName(proto));
@@ -711,9 +739,9 @@ TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline
           "[device_lane]") {
   const int n = 3;
   const size_t count = 4096;
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     const bool byAbort = variant % 2 == 1;
-    const ProtoKind proto = variant < 2 ? ProtoKind::kSimple : ProtoKind::kLL;
+    const ProtoKind proto = variant < 2 ? ProtoKind::kSimple : variant < 4 ? ProtoKind::kLL : ProtoKind::kLL128;
     INFO(protoName(proto));
     Clique clique(n, 1, 256, 2);
     clique.setProto(proto);
@@ -922,6 +950,52 @@ TEST_CASE("device lanes on host threads: a send and a receive of different sizes
       // The sender ended too: done (its pieces fit the FIFO) or stopped by the failure notice.
       const DeviceError& tx = errors[0];
       CHECK((tx.status == 0 || tx.status == static_cast<uint32_t>(DeviceFault::kAborted)));
+    }
+  }
+}
+
+// A collective whose ranks passed different counts (the program's error) may have the tuner pick
+// different protocols on each end of a FIFO; with LL128 on either end, the receiver fails at the
+// piece's header as with one protocol, without waiting for its deadline: an LL128 receiver finds
+// a Simple piece's ready word or LL's header lines at its position, an LL receiver LL128's header
+// line, a Simple receiver an old slot header.
+TEST_CASE("device lanes on host threads: LL128 at one end and another protocol at the other fail as a mismatch",
+          "[device_lane]") {
+  const ProtoKind ll128 = ProtoKind::kLL128;
+  const std::pair<ProtoKind, ProtoKind> ends[] = {
+      {ll128, ProtoKind::kSimple},
+      {ProtoKind::kSimple, ll128},
+      {ll128, ProtoKind::kLL},
+      {ProtoKind::kLL, ll128},
+      {ll128, ll128},  // one protocol: sizes 100 and 200 differ
+  };
+  for (const auto& [sendProto, recvProto] : ends) {
+    for (unsigned threads : {1u, 3u}) {
+      INFO("sent " << protoName(sendProto) << ", received " << protoName(recvProto) << ", threads " << threads);
+      Clique clique(2, 1, 4096, 2);
+      std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));
+      std::vector<std::vector<std::vector<size_t>>> recvs = sends;
+      sends[0][1] = {100};
+      recvs[1][0] = {200};
+      std::vector<char> in(100, 'x');
+      std::vector<char> out(200, 0);
+      std::vector<std::vector<const char*>> src(2, std::vector<const char*>(2));
+      std::vector<std::vector<char*>> dst(2, std::vector<char*>(2));
+      src[0][1] = in.data();
+      dst[1][0] = out.data();
+      P2pOptions o;
+      o.recvs = &recvs;
+      o.sendProto = sendProto;
+      o.recvProto = recvProto;
+      o.timeoutNs = 30'000'000'000ull;
+      o.noticeFailures = true;
+      const auto start = std::chrono::steady_clock::now();
+      const auto errors = clique.exchange(sends, src, dst, threads, o);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+      CHECK(errors[1].status == static_cast<uint32_t>(DeviceFault::kMismatch));
+      CHECK(errors[1].peer == 0);
+      CHECK(errors[1].seq == 1u);
+      CHECK((errors[0].status == 0 || errors[0].status == static_cast<uint32_t>(DeviceFault::kAborted)));
     }
   }
 }

@@ -1,8 +1,11 @@
 // The device reductions against the host's scalar path, bit for bit, for every type and op (inputs
 // random bits with special values among them: subnormals, signed zeros, infinities, NaN payloads), and
 // a two-rank ring all-reduce run by the launch kernel (src/device/prims_device.cuh): two channels
-// per rank, one thread block each, three launches in a row (Simple, LL, Simple on the same FIFOs),
-// and a wait that ends at its deadline.
+// per rank, one thread block each, four launches in a row (Simple, LL, LL128, Simple on the same
+// FIFOs), and a wait that ends at its deadline; and the torn-line probe LL128 rests on: one block
+// rewrites 128-byte lines with LL128's warp-wide stores while others read them with its warp-wide
+// loads, and no read may find a line whose flag word and data words are of different writes (in
+// GPU memory; the same in mapped host memory is printed, not judged: LL128 never runs there).
 // Needs a CUDA device: without one it says so and exits with 77, which ctest reports as skipped.
 #include <cuda_runtime.h>
 
@@ -18,6 +21,7 @@
 #include "kernels/reduce_host.h"
 #include "src/algo/fifo.h"
 #include "src/algo/schedule.h"
+#include "src/device/line128.cuh"
 #include "src/device/prims_device.h"
 #include "tests/grid/cuda_ranks.h"
 #include "tests/special_floats.h"
@@ -35,6 +39,73 @@ std::string hex(const unsigned char* p, size_t bytes) {
     s += d;
   }
   return s;
+}
+
+// The torn-line probe. Block 0 writes generation g = 1, 2, ... rounds into every one of `nlines`
+// lines, each line by one group of eight threads in one warp-wide store: word w of line j is
+// stamp(g, j, w), word 15 (the flag) g. Blocks 1.. read every line the same way until block 0 is
+// done; a read whose flag is g but whose data words are not all stamp(g, j, w) is torn. reads and
+// torn count lines read with a flag, and torn ones.
+__device__ uint64_t stamp(uint64_t g, uint32_t line, unsigned w) { return g << 24 | uint64_t(line) << 4 | w; }
+
+__global__ void tornLineProbe(FifoLine128* lines, uint32_t nlines, uint32_t rounds, unsigned* done,
+                              unsigned long long* reads, unsigned long long* torn) {
+  const unsigned part = threadIdx.x % 8;
+  const unsigned group = threadIdx.x / 8;
+  const unsigned groups = blockDim.x / 8;
+  if (blockIdx.x == 0) {
+    for (uint64_t g = 1; g <= rounds; ++g) {
+      for (uint32_t j = group; j < nlines; j += groups) {
+        device::storeLinePart(lines + j, part, stamp(g, j, 2 * part), part == 7 ? g : stamp(g, j, 2 * part + 1));
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) atomicExch(done, 1u);
+    return;
+  }
+  unsigned long long myReads = 0;
+  unsigned long long myTorn = 0;
+  for (unsigned pass = 0;; ++pass) {
+    const bool last = atomicAdd(done, 0u) != 0;  // one more pass after the writer is done
+    for (uint32_t j = group; j < nlines; j += groups) {
+      const FifoLine x = device::loadLinePart(lines + j, part);
+      const uint64_t g = __shfl_sync(0xffffffffu, x.word[1], (threadIdx.x % 32) / 8 * 8 + 7);
+      if (g == 0) continue;
+      bool bad = x.word[0] != stamp(g, j, 2 * part) || (part != 7 && x.word[1] != stamp(g, j, 2 * part + 1));
+      bad = __any_sync(0xffu << ((threadIdx.x % 32) / 8 * 8), bad);
+      if (part == 0) {
+        ++myReads;
+        myTorn += bad ? 1 : 0;
+      }
+    }
+    if (last) break;
+  }
+  atomicAdd(reads, myReads);
+  atomicAdd(torn, myTorn);
+}
+
+// One probe over `lines` (device memory, or mapped host memory when `host`; zeroed here) with 256
+// threads a block (32 groups: nlines a multiple of 32, so every warp's groups read alike):
+// {reads, torn}.
+std::pair<unsigned long long, unsigned long long> probeLines(FifoLine128* lines, bool host, uint32_t nlines,
+                                                             uint32_t rounds, int readers) {
+  if (host) {
+    std::memset(static_cast<void*>(lines), 0, nlines * sizeof(FifoLine128));
+  } else {
+    cudaMemset(lines, 0, nlines * sizeof(FifoLine128));
+  }
+  unsigned* done = nullptr;
+  unsigned long long* counts = nullptr;
+  cudaMallocManaged(&done, sizeof(unsigned));
+  cudaMallocManaged(&counts, 2 * sizeof(unsigned long long));
+  *done = 0;
+  counts[0] = counts[1] = 0;
+  tornLineProbe<<<1 + readers, 256>>>(lines, nlines, rounds, done, counts, counts + 1);
+  cudaDeviceSynchronize();
+  const std::pair<unsigned long long, unsigned long long> r{counts[0], counts[1]};
+  cudaFree(done);
+  cudaFree(counts);
+  return r;
 }
 
 }  // namespace
@@ -128,8 +199,9 @@ int main() {
     cudaHostAlloc(reinterpret_cast<void**>(&abortWord), sizeof(uint32_t), cudaHostAllocMapped);
     *abortWord = 0;
     std::vector<device::LaunchParams> params(2);
-    Step* laneSteps[2][kChannels][2] = {};  // rank, channel, Simple / LL
-    uint32_t laneNsteps[2][kChannels][2] = {};
+    Step* laneSteps[2][kChannels][3] = {};  // rank, channel, Simple / LL / LL128
+    uint32_t laneNsteps[2][kChannels][3] = {};
+    const ProtoKind kProtos[3] = {ProtoKind::kSimple, ProtoKind::kLL, ProtoKind::kLL128};
     cudaStream_t streams[2];
     for (int r = 0; r < 2; ++r) {
       cudaMallocManaged(&in[r], count * sizeof(float));
@@ -154,10 +226,10 @@ int main() {
         conns[r][2 * c] = device::deviceConnector(fifo[c][r], 1 - r);
         conns[r][2 * c + 1] = device::deviceConnector(fifo[c][1 - r], 1 - r);
         const Block part = partition(count, kChannels, c);
-        // A ring step's chunk fits the FIFO (ringLoopChunk), and an LL slot holds less than a
-        // Simple one: each protocol has its own schedule.
-        for (int proto = 0; proto < 2; ++proto) {
-          const uint32_t pieceBytes = proto ? device::lineSlotDataBytes(slotBytes) : slotBytes;
+        // A ring step's chunk fits the FIFO (ringLoopChunk), and an LL or LL128 slot holds less
+        // than a Simple one: each protocol has its own schedule.
+        for (int proto = 0; proto < 3; ++proto) {
+          const uint32_t pieceBytes = device::protoSlotDataBytes(kProtos[proto], slotBytes);
           std::vector<Step> steps = ringAllReduce(2, r, part.count, ringLoopChunk(pieceBytes, nslots, sizeof(float)));
           cudaMalloc(&laneSteps[r][c][proto], steps.size() * sizeof(Step));
           cudaMemcpy(laneSteps[r][c][proto], steps.data(), steps.size() * sizeof(Step), cudaMemcpyHostToDevice);
@@ -177,8 +249,8 @@ int main() {
       p.laneBegin[kChannels] = kChannels;
       cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking);
     }
-    // Simple, then LL, then Simple again on the same FIFOs: positions carry over between protocols.
-    for (int round = 0; round < 3; ++round) {
+    // Simple, LL, LL128, then Simple again on the same FIFOs: positions carry over between protocols.
+    for (int round = 0; round < 4; ++round) {
       std::memset(errors, 0, 2 * sizeof(device::DeviceError));
       for (int r = 0; r < 2; ++r) {
         // New inputs and a NaN-filled output each round: a round that writes nothing, or leaves a
@@ -189,9 +261,9 @@ int main() {
         }
         for (int c = 0; c < kChannels; ++c) {
           device::DeviceLane& lane = params[r].lanes[c];
-          const int proto = round == 1 ? 1 : 0;
-          lane.proto = proto ? ProtoKind::kLL : ProtoKind::kSimple;
-          lane.slotBytes = proto ? device::lineSlotDataBytes(slotBytes) : slotBytes;
+          const int proto = round == 1 || round == 2 ? round : 0;
+          lane.proto = kProtos[proto];
+          lane.slotBytes = device::protoSlotDataBytes(kProtos[proto], slotBytes);
           lane.steps = laneSteps[r][c][proto];
           lane.nsteps = laneNsteps[r][c][proto];
         }
@@ -219,7 +291,8 @@ int main() {
         for (size_t i = 0; i < count; ++i) {
           if (out[r][i] != in[0][i] + in[1][i]) {
             std::printf("FAIL: device ring all-reduce (%s), round %d rank %d element %zu: %g, not %g\n",
-                        round == 1 ? "LL" : "Simple", round, r, i, double(out[r][i]), double(in[0][i] + in[1][i]));
+                        protoName(params[r].lanes[0].proto), round, r, i, double(out[r][i]),
+                        double(in[0][i] + in[1][i]));
             ++failures;
             break;
           }
@@ -236,6 +309,28 @@ int main() {
                   errors[0].status, errors[0].peer, static_cast<uint32_t>(device::DeviceFault::kTimeout));
       ++failures;
     }
+  }
+  // The torn-line probe: 64 lines (8 KiB) rewritten 200000 times under 7 reading blocks, in GPU
+  // memory (judged) and in mapped host memory (printed).
+  {
+    const uint32_t nlines = 64;
+    const uint32_t rounds = 200000;
+    FifoLine128* lines = nullptr;
+    cudaMalloc(&lines, nlines * sizeof(FifoLine128));
+    const auto [reads, torn] = probeLines(lines, false, nlines, rounds, 7);
+    cudaFree(lines);
+    std::printf("LL128 torn-line probe, GPU memory: %llu lines read with a flag, %llu torn\n", reads, torn);
+    if (torn != 0 || reads == 0) {
+      std::printf("FAIL: LL128's warp-wide 128-byte lines %s in GPU memory\n",
+                  reads ? "arrived torn" : "were never read with a flag");
+      ++failures;
+    }
+    FifoLine128* mapped = nullptr;
+    cudaHostAlloc(reinterpret_cast<void**>(&mapped), nlines * sizeof(FifoLine128), cudaHostAllocMapped);
+    const auto [hreads, htorn] = probeLines(mapped, true, nlines, rounds / 10, 7);
+    cudaFreeHost(mapped);
+    std::printf("LL128 torn-line probe, mapped host memory (not judged): %llu lines read with a flag, %llu torn\n",
+                hreads, htorn);
   }
   std::printf("%d failed\n", failures);
   return failures ? 1 : 0;

@@ -64,6 +64,32 @@ class HostBlock {
     std::atomic_ref<uint64_t>(l->word[0]).store(w0, std::memory_order_relaxed);
     std::atomic_ref<uint64_t>(l->word[1]).store(w1, std::memory_order_relaxed);
   }
+  // LL128 (lane_exec.h): one thread moves a whole line, the flag word last with release order
+  // and first with acquire order, so a reader that finds it current has the line.
+  static constexpr unsigned kLineGroup = 1;
+  static constexpr unsigned kWarp = 1;
+  FifoLine loadPart(const FifoLine128* l, unsigned v) {
+    auto word = [&](int i, std::memory_order o) {
+      return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(l->word[i])).load(o);
+    };
+    FifoLine x;
+    x.word[1] = word(2 * v + 1, v == 7 ? std::memory_order_acquire : std::memory_order_relaxed);
+    x.word[0] = word(2 * v, std::memory_order_relaxed);
+    return x;
+  }
+  void storePart(FifoLine128* l, unsigned v, uint64_t w0, uint64_t w1) {
+    std::atomic_ref<uint64_t>(l->word[2 * v]).store(w0, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(l->word[2 * v + 1])
+        .store(w1, v == 7 ? std::memory_order_release : std::memory_order_relaxed);
+  }
+  bool lineAny(bool v) { return v; }
+  uint64_t shareFrom(unsigned from, uint64_t v) {
+    if (tid_ == from) s_.slot = v;
+    sync();
+    v = s_.slot;
+    sync();
+    return v;
+  }
   uint64_t share(uint64_t v) {
     if (tid_ == 0) s_.slot = v;
     sync();

@@ -209,12 +209,12 @@ TEST_CASE("the tuning table has a row for every algorithm on every memory it run
     if (a.runsOn(MemKind::kDevice)) {
       CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kSimple) != nullptr);
       CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kLL) != nullptr);
+      CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kLL128) != nullptr);
     }
   }
 }
 
-TEST_CASE("device protocols: CHORUS_PROTO forces either; Simple where LL cannot run; point-to-point by size",
-          "[tuner]") {
+TEST_CASE("device protocols: CHORUS_PROTO forces any; Simple where LL cannot run; point-to-point by size", "[tuner]") {
   ScopedTuningTable table(&kRows);
   TunerFacts f = oneHost(2);
   f.deviceChannels = 16;
@@ -223,14 +223,17 @@ TEST_CASE("device protocols: CHORUS_PROTO forces either; Simple where LL cannot 
   CHECK(t.choose(CollType::kAllReduce, size_t(1) << 28, MemKind::kDevice).proto == ProtoKind::kSimple);
   CHECK(t.p2pProto(Tuner::kP2pLLMaxBytes) == ProtoKind::kLL);
   CHECK(t.p2pProto(Tuner::kP2pLLMaxBytes + 1) == ProtoKind::kSimple);
-  for (const char* name : {"simple", "ll"}) {
+  for (const char* name : {"simple", "ll", "ll128"}) {
     auto parsed = parseProtoSetting(name);
     REQUIRE(parsed.isOk());
     REQUIRE(parsed.value().has_value());
     TunerFacts g = f;
     g.forcedProto = parsed.value();
+    g.deviceLL128Safe = true;
     const Tuner forced(g);
-    const ProtoKind want = std::string(name) == "ll" ? ProtoKind::kLL : ProtoKind::kSimple;
+    const ProtoKind want = std::string(name) == "ll"      ? ProtoKind::kLL
+                           : std::string(name) == "ll128" ? ProtoKind::kLL128
+                                                          : ProtoKind::kSimple;
     for (size_t bytes : {size_t(8), size_t(1) << 26}) {
       CHECK(forced.choose(CollType::kAllReduce, bytes, MemKind::kDevice).proto == want);
       CHECK(forced.choose(CollType::kBroadcast, bytes, MemKind::kDevice).proto == want);
@@ -243,9 +246,69 @@ TEST_CASE("device protocols: CHORUS_PROTO forces either; Simple where LL cannot 
   const Tuner staged(noLL);
   CHECK(staged.choose(CollType::kAllReduce, 8, MemKind::kDevice).proto == ProtoKind::kSimple);
   CHECK(staged.p2pProto(8) == ProtoKind::kSimple);
-  auto bad = parseProtoSetting("ll128");
+  noLL.forcedProto = ProtoKind::kLL128;
+  CHECK(Tuner(noLL).choose(CollType::kAllReduce, 1 << 20, MemKind::kDevice).proto == ProtoKind::kSimple);
+  // Forced where it is not safe (FIFOs not all in one GPU's memory): LL, the nearest.
+  TunerFacts unsafe = f;
+  unsafe.forcedProto = ProtoKind::kLL128;
+  const Tuner nearest(unsafe);
+  CHECK(nearest.choose(CollType::kAllReduce, 1 << 20, MemKind::kDevice).proto == ProtoKind::kLL);
+  CHECK(nearest.p2pProto(8) == ProtoKind::kLL);
+  auto bad = parseProtoSetting("ll256");
   REQUIRE_FALSE(bad.isOk());
-  CHECK(bad.status().message().find("CHORUS_PROTO=ll128") != std::string::npos);
+  CHECK(bad.status().message().find("CHORUS_PROTO=ll256") != std::string::npos);
+  CHECK(bad.status().message().find("ll128") != std::string::npos);
+}
+
+// LL128 is chosen only where CHORUS_LL128 allows it (TunerFacts::deviceLL128), and then by the
+// least estimate over all three protocols: with the table's rows below, LL for the smallest,
+// LL128 between, Simple for the largest, and never on host memory.
+TEST_CASE("device protocols: LL128 only where allowed, then where its row gives the least estimate", "[tuner]") {
+  std::vector<TuningRow> rows = kRows;
+  rows.push_back({MemKind::kDevice, "ring", ProtoKind::kLL128, 6.0, 1.0, 36.0, 0});
+  rows.push_back({MemKind::kDevice, "tree", ProtoKind::kLL128, 6.0, 1.0, 28.0, 0});
+  rows.push_back({MemKind::kDevice, "direct", ProtoKind::kLL128, 6.0, 1.0, 36.0, 0});
+  ScopedTuningTable table(&rows);
+  TunerFacts f = oneHost(4);
+  f.deviceChannels = 16;
+  f.deviceLL128Safe = true;
+  const Tuner off(f);
+  f.deviceLL128 = true;
+  const Tuner on(f);
+  bool sawLL128 = false;
+  for (size_t bytes = 8; bytes <= (size_t(1) << 30); bytes *= 2) {
+    INFO("bytes " << bytes);
+    CHECK(off.choose(CollType::kAllReduce, bytes, MemKind::kDevice).proto != ProtoKind::kLL128);
+    CHECK(on.choose(CollType::kAllReduce, bytes, MemKind::kHost).proto == ProtoKind::kSimple);
+    // The choice is the least estimate over every algorithm and all three protocols.
+    double least = kNever;
+    for (int i = 0; i < algorithmCount(); ++i) {
+      const Algorithm& a = algorithm(static_cast<Algo>(i));
+      if (static_cast<Algo>(i) == Algo::kOneCopy || !a.runsOn(MemKind::kDevice) || f.nranks > a.maxRanks()) continue;
+      for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL, ProtoKind::kLL128}) {
+        const TuningRow* row = tuningRow(MemKind::kDevice, a.name(), p, f.nranks);
+        if (!row) continue;
+        CostQuery q;
+        q.coll = CollType::kAllReduce;
+        q.bytes = static_cast<double>(bytes);
+        q.nranks = f.nranks;
+        q.mem = MemKind::kDevice;
+        q.proto = p;
+        q.singleHost = true;
+        q.directMaxBytes = f.directMaxBytesSetting / (f.nranks - 1);
+        q.model = f.model;
+        q.row = *row;
+        q.channels = on.deviceChannels(bytes, p);
+        least = std::min(least, a.estimateUs(q));
+      }
+    }
+    CHECK(on.estimateUs(CollType::kAllReduce, bytes, MemKind::kDevice) == Approx(least));
+    sawLL128 = sawLL128 || on.choose(CollType::kAllReduce, bytes, MemKind::kDevice).proto == ProtoKind::kLL128;
+  }
+  CHECK(sawLL128);
+  CHECK(on.choose(CollType::kAllReduce, 8, MemKind::kDevice).proto == ProtoKind::kLL);
+  CHECK(on.choose(CollType::kAllReduce, size_t(1) << 30, MemKind::kDevice).proto == ProtoKind::kSimple);
+  CHECK(on.deviceChannels(Tuner::kLL128ChannelBytes * 3, ProtoKind::kLL128) == 3);
 }
 
 TEST_CASE("the slice all-reduce: threads of one process take it, processes only where registered, hosts never",

@@ -65,9 +65,27 @@ constexpr uint32_t fifoSlotLines(uint32_t slotBytes) {
 inline size_t fifoLineAreaOffset(uint32_t nslots, size_t slotBytes) {
   return (fifoBytes(nslots, slotBytes) + alignof(FifoLine) - 1) / alignof(FifoLine) * alignof(FifoLine);
 }
-// fifoBytes and the line area.
+// The 128-byte line area (the LL128 protocol, src/device/lane_exec.h), after the line area:
+// fifoSlotLines128(slotBytes) lines of 128 bytes per slot, each 15 words of data and a flag word,
+// written by one warp-wide store (eight threads 16 bytes each) and read by one warp-wide load: a
+// reader that finds the flag current has the line's data. A line starts at a multiple of 128
+// bytes from the FIFO's start.
+struct alignas(16) FifoLine128 {
+  uint64_t word[16];  // word[15]: the flag
+};
+constexpr uint32_t kMaxSlotLines128 = 1024;
+constexpr uint32_t fifoSlotLines128(uint32_t slotBytes) {
+  const uint32_t lines = slotBytes / sizeof(FifoLine128);
+  return lines < 2 ? 2 : lines > kMaxSlotLines128 ? kMaxSlotLines128 : lines;
+}
+inline size_t fifoLine128AreaOffset(uint32_t nslots, size_t slotBytes) {
+  const size_t end = fifoLineAreaOffset(nslots, slotBytes) +
+                     size_t(nslots) * fifoSlotLines(static_cast<uint32_t>(slotBytes)) * sizeof(FifoLine);
+  return (end + sizeof(FifoLine128) - 1) / sizeof(FifoLine128) * sizeof(FifoLine128);
+}
+// fifoBytes and both line areas.
 inline size_t deviceFifoBytes(uint32_t nslots, uint32_t slotBytes) {
-  return fifoLineAreaOffset(nslots, slotBytes) + size_t(nslots) * fifoSlotLines(slotBytes) * sizeof(FifoLine);
+  return fifoLine128AreaOffset(nslots, slotBytes) + size_t(nslots) * fifoSlotLines128(slotBytes) * sizeof(FifoLine128);
 }
 
 // What a connector needs to use a FIFO; trivially copyable, like a device handle.
@@ -110,6 +128,9 @@ struct FifoView {
   // The line area of a FIFO laid out in deviceFifoBytes (ctrl is where the layout starts).
   FifoLine* lines() const {
     return reinterpret_cast<FifoLine*>(reinterpret_cast<char*>(ctrl) + fifoLineAreaOffset(nslots, slotBytes));
+  }
+  FifoLine128* lines128() const {
+    return reinterpret_cast<FifoLine128*>(reinterpret_cast<char*>(ctrl) + fifoLine128AreaOffset(nslots, slotBytes));
   }
 };
 

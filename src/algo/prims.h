@@ -24,7 +24,9 @@
 //     protocol of the direct all-reduce.
 //   - ProtoLL (the device executor's only): the executor lays the header and the piece out as
 //     lines of data words and flag words (FifoLine) in the FIFO's line area, and the consumer
-//     polls the lines themselves instead of the tail counter: NCCL's LL protocol.
+//     polls the lines themselves instead of the tail counter: NCCL's LL protocol. LL128 (also
+//     ProtoLL to the primitives) does the same with 128-byte lines of 120 data bytes and a flag
+//     word in the FIFO's second line area (FifoLine128): NCCL's LL128.
 //
 // Exec provides, called by every thread of the group in the same order:
 //   void select(int sendTo, int recvFrom);          the connectors of the next step (Step::sendTo, recvFrom)
@@ -69,13 +71,21 @@ struct SlotTag {
   uint64_t seq = 0;
 };
 
-// Which protocol a lane runs (LaneArgs, LanePlan, DeviceLane). kLL is the device executor's
-// alone (src/device/lane_exec.h): it lays pieces out as lines of data and flags, under the
+// Which protocol a lane runs (LaneArgs, LanePlan, DeviceLane). kLL and kLL128 are the device
+// executor's alone (src/device/lane_exec.h): they lay pieces out as lines of data and flags (16
+// bytes a line with a flag per 8-byte word; 128 bytes a line with one flag word), under the
 // ProtoSimple header checks.
-enum class ProtoKind : uint8_t { kSimple, kFlag, kLL };
+enum class ProtoKind : uint8_t { kSimple, kFlag, kLL, kLL128 };
+// As logs and the flight recorder name it (kFlag is Simple's).
+constexpr const char* protoName(ProtoKind p) {
+  return p == ProtoKind::kLL ? "LL" : p == ProtoKind::kLL128 ? "LL128" : "Simple";
+}
 
 struct ProtoSimple {
   static constexpr bool kFlag = false;
+  // Every thread stamps its own copy of the sent header (the executor's, not the slot's), where
+  // more than the leader writes it out (LL128's header line).
+  static constexpr bool kStampEveryThread = false;
   CHORUS_HD static bool inlined(uint32_t) { return false; }
   CHORUS_HD static void stamp(SlotHeader* h, const SlotTag& t, uint32_t step, uint32_t bytes) {
     h->commId = t.commId;
@@ -89,8 +99,10 @@ struct ProtoSimple {
   }
 };
 
-// The header checks of ProtoSimple; the executor moves the lines (LaneExec<Block, T, true>).
-struct ProtoLL : ProtoSimple {};
+// The header checks of ProtoSimple; the executor moves the lines (LaneExec<Block, T, kLL or kLL128>).
+struct ProtoLL : ProtoSimple {
+  static constexpr bool kStampEveryThread = true;
+};
 
 struct ProtoFlag : ProtoSimple {
   static constexpr bool kFlag = true;
@@ -258,7 +270,9 @@ class Primitives {
           return PrimStop{PrimStatus::kNeedData, bytes};
         }
         if (tx) {
-          if (ex_.leader()) Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
+          if (Proto::kStampEveryThread || ex_.leader()) {
+            Proto::stamp(ex_.sendHeader(), tag_, static_cast<uint32_t>(at->step), bytes);
+          }
           ex_.publish(Proto::kFlag);
         }
         if (rxSlot) ex_.release();

@@ -21,9 +21,9 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   }
   for (MemKind mem : {MemKind::kHost, MemKind::kDevice}) {
     for (int a = 0; a < nalgos_; ++a) {
-      for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL}) {
+      for (ProtoKind p : {ProtoKind::kSimple, ProtoKind::kLL, ProtoKind::kLL128}) {
         const TuningRow* row = tuningRow(mem, algos_[a]->name(), p, f_.nranks);
-        if (row) rows_[static_cast<int>(mem)][a][p == ProtoKind::kLL] = *row;
+        if (row) rows_[static_cast<int>(mem)][a][protoSlot(p)] = *row;
       }
     }
   }
@@ -113,7 +113,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     if (forcing && a != *f_.forced) continue;
     for (int pi = 0; pi < protos.n; ++pi) {
       const ProtoKind p = protos.p[pi];
-      const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][p == ProtoKind::kLL];
+      const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][protoSlot(p)];
       if (!row && !forcing) continue;  // not measured: taken only where forced
       q.proto = p;
       q.row = row ? *row : TuningRow{};
@@ -135,10 +135,12 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
       bestUs = t;
     }
   }
-  if (!found) {  // nothing measured runs it: the ring, which runs every collective on channels
-    q.proto = ProtoKind::kSimple;
+  if (!found) {  // nothing measured runs it: the ring, which runs every collective on channels,
+    // with the protocol CHORUS_PROTO forces (where it may run), else Simple
+    q.proto = protos.n == 1 ? protos.p[0] : ProtoKind::kSimple;
     q.row = TuningRow{};
     best = Choice();
+    best.proto = q.proto;
     bestUs = ringCostUs(q);
   }
   if (best.algo == Algo::kSlice && !f_.oneProcess && !forcing && foundOther) {
@@ -176,9 +178,15 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
 }
 
 Tuner::Protos Tuner::protosOn(MemKind mem) const {
-  if (mem == MemKind::kHost || !f_.deviceLL) return Protos{{ProtoKind::kSimple, ProtoKind::kSimple}, 1};
-  if (f_.forcedProto) return Protos{{*f_.forcedProto, *f_.forcedProto}, 1};
-  return Protos{{ProtoKind::kSimple, ProtoKind::kLL}, 2};
+  const ProtoKind simple = ProtoKind::kSimple;
+  if (mem == MemKind::kHost || !f_.deviceLL) return Protos{{simple, simple, simple}, 1};
+  if (f_.forcedProto) return Protos{{forcedDeviceProto(), simple, simple}, 1};
+  if (f_.deviceLL128) return Protos{{simple, ProtoKind::kLL, ProtoKind::kLL128}, 3};
+  return Protos{{simple, ProtoKind::kLL, simple}, 2};
+}
+
+ProtoKind Tuner::forcedDeviceProto() const {
+  return *f_.forcedProto == ProtoKind::kLL128 && !f_.deviceLL128Safe ? ProtoKind::kLL : *f_.forcedProto;
 }
 
 size_t Tuner::lastBytesOf(Algo a) const {
@@ -218,12 +226,14 @@ bool Tuner::mayOfferOneCopy() const {
 
 ProtoKind Tuner::p2pProto(size_t bytes) const {
   if (!f_.deviceLL) return ProtoKind::kSimple;
-  if (f_.forcedProto) return *f_.forcedProto;
+  if (f_.forcedProto) return forcedDeviceProto();
   return bytes <= kP2pLLMaxBytes ? ProtoKind::kLL : ProtoKind::kSimple;
 }
 
 int Tuner::deviceChannels(size_t bytes, ProtoKind proto) const {
-  const size_t per = proto == ProtoKind::kLL ? kLLChannelBytes : kSimpleChannelBytes;
+  const size_t per = proto == ProtoKind::kLL      ? kLLChannelBytes
+                     : proto == ProtoKind::kLL128 ? kLL128ChannelBytes
+                                                  : kSimpleChannelBytes;
   const size_t wanted = std::max<size_t>(1, bytes / per);
   return static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(std::max(1, f_.deviceChannels))));
 }
@@ -247,8 +257,9 @@ Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value) {
   if (value.empty()) return std::optional<ProtoKind>();
   if (value == "simple") return std::optional<ProtoKind>(ProtoKind::kSimple);
   if (value == "ll") return std::optional<ProtoKind>(ProtoKind::kLL);
+  if (value == "ll128") return std::optional<ProtoKind>(ProtoKind::kLL128);
   return invalidArgument("CHORUS_PROTO=" + value +
-                         " is not a protocol this build has (simple, ll); unset it to let Chorus choose");
+                         " is not a protocol this build has (simple, ll, ll128); unset it to let Chorus choose");
 }
 
 }  // namespace chorus

@@ -35,6 +35,11 @@ struct TunerFacts {
   // LL may run on device lanes: no device connection goes through a socket proxy, which moves
   // whole slots behind the tail and never lines.
   bool deviceLL = true;
+  // LL128 is safe on device lanes (every FIFO in the memory of the one GPU every rank runs on),
+  // and may be chosen there by estimate (CHORUS_LL128 too). CHORUS_PROTO=ll128 forces it where it
+  // is safe; elsewhere LL runs instead.
+  bool deviceLL128Safe = false;
+  bool deviceLL128 = false;
   // The most channels a device collective runs (deviceChannelLimit): every rank has the same.
   int deviceChannels = 1;
   OneCopyMode oneCopy = OneCopyMode::kByTable;
@@ -60,7 +65,7 @@ constexpr int kMaxDeviceChannels = 32;  // device::DeviceCommState::kMaxChannels
 constexpr int kNetDeviceChannels = 4;
 int deviceChannelLimit(int setting, const std::vector<GpuSeat>& seats, bool singleHost);
 
-// CHORUS_PROTO's value (lower case): none, "simple" or "ll".
+// CHORUS_PROTO's value (lower case): none, "simple", "ll" or "ll128".
 Result<std::optional<ProtoKind>> parseProtoSetting(const std::string& value);
 
 class Tuner {
@@ -113,10 +118,12 @@ class Tuner {
   // The channels a device collective of `bytes` (one rank's message) runs, from 1 up to
   // TunerFacts::deviceChannels: a channel is one block, and a block takes at least a whole pass
   // of its threads (kLaunchThreads, each moving kMoveUnroll 16-byte vectors under Simple, one
-  // 8-byte word under LL), as NCCL cuts its channels for small messages. Ranks agree: the bytes
-  // are the same on every rank for every collective.
+  // 8-byte word under LL, and under LL128 16 bytes of a 128-byte line, 15 KiB of data a pass),
+  // as NCCL cuts its channels for small messages. Ranks agree: the bytes are the same on every
+  // rank for every collective.
   static constexpr size_t kSimpleChannelBytes = 32 * 1024;
   static constexpr size_t kLLChannelBytes = 4 * 1024;
+  static constexpr size_t kLL128ChannelBytes = 16 * 1024;
   int deviceChannels(size_t bytes, ProtoKind proto) const;
   int deviceChannelMax() const { return f_.deviceChannels; }
   // Whether any device all-reduce may be offered the one-copy algorithm (the setting, one host,
@@ -145,10 +152,12 @@ class Tuner {
 
   // The protocols `mem` allows this communicator, in the order tried.
   struct Protos {
-    ProtoKind p[2];
+    ProtoKind p[3];
     int n = 0;
   };
   Protos protosOn(MemKind mem) const;
+  // CHORUS_PROTO's protocol where LL may run: LL in place of LL128 where that is not safe.
+  ProtoKind forcedDeviceProto() const;
 
   TunerFacts f_;
   size_t directCap_ = 0;                 // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
@@ -160,8 +169,10 @@ class Tuner {
   const Algorithm* algos_[kAlgoSlots] = {};
   int nalgos_ = 0;
   // Each algorithm's table row for this rank count, looked up once (no row: not set), by memory
-  // kind, algorithm and protocol (Simple, LL): calls read them without searching the table.
-  std::optional<TuningRow> rows_[2][kAlgoSlots][2];
+  // kind, algorithm and protocol (Simple, LL, LL128: protoSlot): calls read them without
+  // searching the table.
+  std::optional<TuningRow> rows_[2][kAlgoSlots][3];
+  static int protoSlot(ProtoKind p) { return p == ProtoKind::kLL ? 1 : p == ProtoKind::kLL128 ? 2 : 0; }
 };
 
 }  // namespace chorus

@@ -41,6 +41,12 @@ const std::vector<TuningRow>& tuningTable() {
       {MemKind::kDevice, "tree", ProtoKind::kSimple, 8.4, 4.0, 35.6, 0},
       {MemKind::kDevice, "direct", ProtoKind::kLL, 6.6, 0.6, 20.0, 141.0},
       {MemKind::kDevice, "direct", ProtoKind::kSimple, 8.4, 3.4, 40.0, 0},
+      // LL128 (taken only with CHORUS_LL128=1): NCCL 2.28's ring and tree LL128 latencies on
+      // NVLink and its per-channel LL128 ceiling for Hopper (perChMaxRingLL128Bws 36.7 GB/s; the
+      // tree's 7/9 of it on one node).
+      {MemKind::kDevice, "ring", ProtoKind::kLL128, 14.0, 1.9, 36.7, 0},
+      {MemKind::kDevice, "tree", ProtoKind::kLL128, 14.0, 1.25, 28.5, 0},
+      {MemKind::kDevice, "direct", ProtoKind::kLL128, 14.0, 1.9, 36.7, 0},
   };
   return rows;
 }

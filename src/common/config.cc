@@ -58,6 +58,7 @@ constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
                                       "CHORUS_FLIGHT_TRACE",
                                       "CHORUS_HOSTID",
                                       "CHORUS_INIT_TIMEOUT",
+                                      "CHORUS_LL128",
                                       "CHORUS_LOCAL_RANK",
                                       "CHORUS_LOCAL_SIZE",
                                       "CHORUS_NCHANNELS",
@@ -254,6 +255,7 @@ Result<Config> Config::fromEnv() {
   }
   CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
   CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
+  CHORUS_TRY(readBool("CHORUS_LL128", &c.ll128));
   {
     int64_t oneCopy = c.oneCopy;
     CHORUS_TRY(readEnvInt("CHORUS_ONECOPY", 0, 1, &oneCopy));

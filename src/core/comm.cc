@@ -73,6 +73,7 @@ struct InitRecord {
   uint64_t deviceSlotBytes = 0;
   uint32_t check = 0;
   uint32_t oneCopy = 0;
+  uint32_t ll128 = 0;
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
 };
 
@@ -218,6 +219,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.peerSlotBytes = config_.peerSlotBytes;
   me.check = config_.check ? 1 : 0;
   me.oneCopy = static_cast<uint32_t>(config_.oneCopy + 1);  // 0: unset
+  me.ll128 = config_.ll128 ? 1 : 0;
   std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
@@ -266,6 +268,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       auto said = [](uint32_t v) { return v == 0 ? std::string("unset") : std::to_string(v - 1); };
       return differ("CHORUS_ONECOPY", said(a.oneCopy), said(b.oneCopy));
     }
+    if (a.ll128 != b.ll128) return differ("CHORUS_LL128", std::to_string(a.ll128), std::to_string(b.ll128));
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
@@ -314,6 +317,10 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       std::memcpy(seats[r].uuid, all[r].gpuUuid, sizeof(seats[r].uuid));
     }
     deviceChannels_ = deviceChannelLimit(config_.deviceChannels, seats, singleHost_);
+    oneGpu_ = true;
+    for (const GpuSeat& s : seats) {
+      oneGpu_ = oneGpu_ && s.sms > 0 && s.uuid[0] == seats[0].uuid[0] && s.uuid[1] == seats[0].uuid[1];
+    }
   }
   std::vector<topo::TopoRecord> topoRecords(nranks_);
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;

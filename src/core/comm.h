@@ -383,6 +383,7 @@ class Communicator : public TaskOwner {
   const char* inlineLabel_ = "";
   bool singleHost_ = false;  // every rank on this rank's host
   int deviceChannels_ = 1;   // the most channels a device collective runs (deviceChannelLimit)
+  bool oneGpu_ = false;      // every rank's kernels run on one GPU (the same UUID)
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;

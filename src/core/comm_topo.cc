@@ -112,6 +112,14 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   // rank disabled shared memory; every rank knows both alike.
   facts.deviceLL = singleHost_;
   for (const PeerInfo& p : peers_) facts.deviceLL = facts.deviceLL && !(p.flags & PeerInfo::kShmDisabled);
+  // LL128 needs FIFOs in GPU memory written and read by that GPU's own SMs: every rank on one GPU,
+  // with its device connections in process (inproc) or through CUDA IPC, never a host-staged
+  // FIFO (a 128-byte store over PCIe may arrive in parts). Between GPUs it waits for a GPU
+  // session to check NVLink (docs/GPU.md).
+  bool staged = false;
+  for (const PeerInfo& p : peers_) staged = staged || (p.flags & PeerInfo::kP2pDisabled);
+  facts.deviceLL128Safe = facts.deviceLL && oneGpu_ && !staged;
+  facts.deviceLL128 = facts.deviceLL128Safe && config_.ll128;
   facts.deviceChannels = deviceChannels_;
   facts.oneCopy = config_.oneCopy < 0    ? OneCopyMode::kByTable
                   : config_.oneCopy == 0 ? OneCopyMode::kNever

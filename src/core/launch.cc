@@ -589,7 +589,6 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
   std::atomic<uint64_t>& collSeq = device ? seq_.deviceColl : seq_.coll;
   std::vector<uint64_t>& sendSeq = device ? seq_.deviceP2pSend : seq_.p2pSend;
   std::vector<uint64_t>& recvSeq = device ? seq_.deviceP2pRecv : seq_.p2pRecv;
-  auto protoLabel = [](ProtoKind p) { return p == ProtoKind::kLL ? "LL" : "Simple"; };
   std::vector<P2pPart> selfSends;
   std::vector<P2pPart> selfRecvs;
   std::vector<P2pPart> parts;
@@ -615,7 +614,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
           // alike; a receive of another size may choose the other protocol, and still fails the
           // header check (src/device/lane_exec.h).
           t.proto = tuner_.p2pProto(p.bytes);
-          const char* l = protoLabel(t.proto);
+          const char* l = protoName(t.proto);
           po.proto = !*po.proto || std::strcmp(po.proto, l) == 0 ? l : "Simple and LL";
         }
         po.transfers.push_back(t);
@@ -636,7 +635,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
       po.label = algoName(po.algo);
       if (!agreed) {  // one-copy's blocks have no protocol
         po.lanesProto = choice.proto;
-        po.proto = protoLabel(choice.proto);
+        po.proto = protoName(choice.proto);
       }
       algorithm(po.algo).plan(deviceContext(op, choice.proto), call, &po.lanes);
     } else {
@@ -805,7 +804,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
     l.seqIndex = p.peer;
     l.proto = proto;
-    l.slotBytes = proto == ProtoKind::kLL ? device::lineSlotDataBytes(peerSlotBytes) : peerSlotBytes;
+    l.slotBytes = device::protoSlotDataBytes(proto, peerSlotBytes);
     l.input = p.src;
     l.output = p.dst;
     return l;

@@ -19,6 +19,18 @@
 //   bool any(bool v);                        a barrier; true if any thread's v was
 //   FifoLine loadLine(const FifoLine* l);    a line's two words, each read in one load (LL)
 //   void storeLine(FifoLine* l, uint64_t w0, uint64_t w1);   and written in one store
+//   static constexpr unsigned kLineGroup;    threads that read or write a 128-byte line together
+//                                            (LL128): 8 in a CUDA block, each 16 bytes of it
+//   static constexpr unsigned kWarp;         threads that run in lockstep (32; host threads: 1)
+//   FifoLine loadPart(const FifoLine128* l, unsigned v);   16-byte part v of a line (LL128)
+//   void storePart(FifoLine128* l, unsigned v, uint64_t w0, uint64_t w1);
+//                                            part 7's second word is the line's flag: a thread
+//                                            that moves several parts of a line loads part 7
+//                                            first and stores it last (host threads: acquire and
+//                                            release on the flag)
+//   bool lineAny(bool v);                    true if v for any thread of this thread's warp,
+//                                            called by the whole warp
+//   uint64_t shareFrom(unsigned t, uint64_t v);   thread t's v, for every thread
 //
 // Per piece, as on the host: the leader (thread 0) waits for the receive slot's data and the
 // send slot's room, reading the counters with acquire loads; every few thousand polls it checks
@@ -39,6 +51,16 @@
 // later Simple piece on the same FIFO finds the positions where they are. A flag is current for
 // one position only: lines left by an earlier lap, or by a piece that never finished, are never
 // taken for new data.
+//
+// LaneExec<Block, T, ProtoKind::kLL128> runs NCCL's LL128 the same way with 128-byte lines
+// (FifoLine128, the FIFO's second line area): 120 bytes of data and a flag word a line, a line
+// stored by the eight threads of a group in one warp-wide instruction and loaded the same way, a
+// warp re-reading until every line it took carries the current flag (lineAny). It rests on a
+// hardware property the memory model does not state: a warp's 128-byte store reaches a reader's
+// 128-byte load whole. NCCL relies on it on the GPUs and links it enables LL128 for; the tuner
+// takes LL128 only where CHORUS_LL128 says so (docs/GPU.md), and host threads, which store a line
+// part by part, publish it by the flag word's release store instead. The header is the slot's
+// first line (commId, seq, step and bytes in its first three words).
 //
 // The two ends of a FIFO choose their protocol each from its own byte count, so a send and a
 // receive of different sizes (the program's error) may run LL at one end and Simple at the other.
@@ -112,8 +134,14 @@ CHORUS_HD uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) 
   return now - *since > p.timeoutNs ? static_cast<uint32_t>(DeviceFault::kTimeout) : 0;
 }
 
-template <class Block, typename T, bool kLL = false>
+template <class Block, typename T, ProtoKind kProto = ProtoKind::kSimple>
 class LaneExec {
+  static constexpr bool kLL = kProto == ProtoKind::kLL;
+  static constexpr bool kLL128 = kProto == ProtoKind::kLL128;
+  // LL128: the parts of a line each thread of a group moves.
+  static constexpr unsigned kParts = 8 / Block::kLineGroup;
+  static_assert(8 % Block::kLineGroup == 0 && Block::kWarp % Block::kLineGroup == 0);
+
  public:
   CHORUS_HD LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane)
       : b_(blk), p_(p), lane_(lane), spec_(lane.spec) {
@@ -136,7 +164,9 @@ class LaneExec {
   CHORUS_HD bool waitData(bool) {
     uint32_t ok = 1;
     const DeviceConnector& c = recvConn();
-    if constexpr (kLL) {
+    if constexpr (kLL128) {
+      return waitHeader128(c);
+    } else if constexpr (kLL) {
       const FifoLine* h = slotLines(c, recvPos_[curRecv_]);
       const uint32_t flag = lineFlag(recvPos_[curRecv_]);
       uint64_t w[kLineHeaderLines] = {};
@@ -149,7 +179,7 @@ class LaneExec {
               }
               return true;
             },
-            [&] { return simpleAt(c, recvPos_[curRecv_]); });
+            [&] { return simpleAt(c, recvPos_[curRecv_]) || line128At(c, recvPos_[curRecv_]); });
       }
       if (b_.share(ok) == 0) return false;
       rxHdr_.commId = b_.share(w[0]);
@@ -174,11 +204,16 @@ class LaneExec {
     return b_.share(ok) != 0;
   }
   CHORUS_HD const SlotHeader* recvHeader() const {
-    if constexpr (kLL) return &rxHdr_;
+    if constexpr (kLL || kLL128) return &rxHdr_;
     return header(recvConn(), recvPos_[curRecv_]);
   }
   CHORUS_HD const char* recvPayload(char*) {
-    if constexpr (kLL) {
+    if constexpr (kLL128) {
+      const FifoLine128* data = slotLines128(recvConn(), recvPos_[curRecv_]) + 1;
+      const int i = rx128_[0].at ? 1 : 0;
+      rx128_[i] = {data, lineFlag(recvPos_[curRecv_])};
+      return reinterpret_cast<const char*>(data);
+    } else if constexpr (kLL) {
       // The piece's lines, and the flag they must carry (a pair's two slots are both in use).
       const FifoLine* data = slotLines(recvConn(), recvPos_[curRecv_]) + kLineHeaderLines;
       const int i = rxLines_[0].at ? 1 : 0;
@@ -188,11 +223,14 @@ class LaneExec {
     return reinterpret_cast<const char*>(header(recvConn(), recvPos_[curRecv_]) + 1);
   }
   CHORUS_HD SlotHeader* sendHeader() {
-    if constexpr (kLL) return &txHdr_;
+    if constexpr (kLL || kLL128) return &txHdr_;
     return header(sendConn(), sendPos_[curSend_]);
   }
   CHORUS_HD char* sendPayload(Prim, const char*, const char*) {
-    if constexpr (kLL) {
+    if constexpr (kLL128) {
+      tx128_ = slotLines128(sendConn(), sendPos_[curSend_]) + 1;
+      return reinterpret_cast<char*>(tx128_);
+    } else if constexpr (kLL) {
       txLines_ = slotLines(sendConn(), sendPos_[curSend_]) + kLineHeaderLines;
       return reinterpret_cast<char*>(txLines_);
     }
@@ -200,6 +238,7 @@ class LaneExec {
   }
 
   CHORUS_HD bool move(const PieceMove& m, size_t n) {
+    if constexpr (kLL128) return moveLines128(m, n);
     if constexpr (kLL) return moveLines(m, n);
     moveSlots(m, n);
     return true;
@@ -207,6 +246,23 @@ class LaneExec {
   CHORUS_HD bool leader() const { return b_.tid() == 0; }
   CHORUS_HD void publish(bool) {
     const uint32_t pos = ++sendPos_[curSend_];
+    if constexpr (kLL128) {
+      // The header line, written by the first group as one line (every thread stamped txHdr_),
+      // after the piece's lines (move ended with a barrier), though LL128 needs no order between
+      // them; the tail as for LL.
+      if (b_.tid() < Block::kLineGroup) {
+        const uint64_t w[3] = {txHdr_.commId, txHdr_.seq, txHdr_.step | uint64_t(txHdr_.bytes) << 32};
+        FifoLine128* h = slotLines128(sendConn(), pos - 1);
+        for (unsigned q = 0; q < kParts; ++q) {
+          const unsigned v = b_.tid() + q * Block::kLineGroup;
+          const uint64_t w0 = 2 * v < 3 ? w[2 * v] : 0;
+          const uint64_t w1 = v == 7 ? uint64_t(lineFlag(pos - 1)) : 2 * v + 1 < 3 ? w[2 * v + 1] : 0;
+          b_.storePart(h, v, w0, w1);
+        }
+      }
+      if (leader()) b_.store(sendConn().tail, pos);
+      return;
+    }
     if (!leader()) return;
     if constexpr (kLL) {
       // The header's lines, flagged with the new tail: the piece's lines are already out (move
@@ -232,6 +288,8 @@ class LaneExec {
   CHORUS_HD void moved() {
     rxLines_[0] = rxLines_[1] = {};
     txLines_ = nullptr;
+    rx128_[0] = rx128_[1] = {};
+    tx128_ = nullptr;
   }
   // Device buffers travel as bytes: a peer reading this GPU's memory in place needs CUDA IPC
   // handles, which device lanes do not exchange. An offer from a peer is refused.
@@ -342,8 +400,182 @@ class LaneExec {
     }
     // Every thread's lines are in (or one gave up) before the header goes or the slot is freed.
     if (!b_.any(failed)) return true;
-    // The wait that gave up ended on the abort word, another block's failure or the deadline;
-    // the leader, which may not be the thread that gave up, looks at the first two itself.
+    noteLineFault();
+    return false;
+  }
+  struct LineRef {
+    const FifoLine* at = nullptr;  // null: not a received slot's lines
+    uint32_t flag = 0;
+  };
+
+  // LL128: line j of the piece is bytes [120j, 120j + 120), word w of it bytes [120j + 8w, +8);
+  // groups of kLineGroup threads take lines j = g, g + groups, ..., thread k of a group parts k,
+  // k + kLineGroup, ... of each. Every thread runs the same number of rounds (a round's lines past
+  // the piece are idle), so the warp-wide votes meet. An operand that is a received slot's lines
+  // is read when every line of the warp's round carries the flag; the sent slot's lines are
+  // written whole with the new flag; memory operands word by word.
+  struct Line128Ref {
+    const FifoLine128* at = nullptr;  // null: not a received slot's lines
+    uint32_t flag = 0;
+  };
+  CHORUS_HD Line128Ref lines128Of(const char* p) const {
+    for (const Line128Ref& r : rx128_) {
+      if (r.at && p == reinterpret_cast<const char*>(r.at)) return r;
+    }
+    return Line128Ref{};
+  }
+  CHORUS_HD bool moveLines128(const PieceMove& m, size_t n) {
+    constexpr unsigned G = Block::kLineGroup;
+    const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
+    ReduceSpec spec = spec_;
+    if (m.noPre) spec.hasPre = false;
+    const size_t bytes = n * sizeof(T);
+    const size_t nlines = (bytes + kLine128DataBytes - 1) / kLine128DataBytes;
+    const Line128Ref la = lines128Of(m.a);
+    const Line128Ref lb = lines128Of(m.b);
+    FifoLine128* const dstLines = toDst && m.dst == reinterpret_cast<char*>(tx128_) ? tx128_ : nullptr;
+    FifoLine128* const dst2Lines = m.dst2 && m.dst2 == reinterpret_cast<char*>(tx128_) ? tx128_ : nullptr;
+    const uint64_t txFlag = lineFlag(sendPos_[curSend_]);
+    const size_t groups = b_.nthreads() / G;
+    const size_t g = b_.tid() / G;
+    const unsigned k = b_.tid() % G;
+    const size_t rounds = (nlines + groups - 1) / groups;
+    bool failed = false;
+    uint64_t since = 0;
+    for (size_t round = 0; round < rounds; ++round) {
+      const size_t j = round * groups + g;
+      const bool active = g < groups && j < nlines;
+      uint64_t wa[2 * kParts] = {};
+      uint64_t wb[2 * kParts] = {};
+      if (!loadLine128(m.a, la, j, active, bytes, wa, &since) ||
+          (m.b && !loadLine128(m.b, lb, j, active, bytes, wb, &since))) {
+        failed = true;
+        break;
+      }
+      if (!active) continue;
+      uint64_t wr[2 * kParts] = {};
+      for (unsigned q = 0; q < kParts; ++q) {
+        const unsigned v = k + q * G;
+        for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
+          const size_t len = word128Len(bytes, j, 2 * v + h);
+          for (size_t e = 0; e < len / sizeof(T); ++e) {
+            storeElem<T>(&wr[2 * q + h], e,
+                         one(m, spec, loadElem<T>(&wa[2 * q + h], e), loadElem<T>(&wb[2 * q + h], e)));
+          }
+        }
+      }
+      if (toDst) storeLine128(m.dst, dstLines, j, bytes, wr, txFlag);
+      if (m.dst2) storeLine128(m.dst2, dst2Lines, j, bytes, wr, txFlag);
+    }
+    // Every thread's lines are in (or one gave up) before the header goes or the slot is freed.
+    if (!b_.any(failed)) return true;
+    noteLineFault();
+    return false;
+  }
+  // Bytes of word w (0..14) of line j of a piece of `bytes`: 8, fewer at the end, 0 past it.
+  CHORUS_HD static size_t word128Len(size_t bytes, size_t j, unsigned w) {
+    const size_t off = j * kLine128DataBytes + size_t(w) * 8;
+    return off >= bytes ? 0 : bytes - off < 8 ? bytes - off : 8;
+  }
+  // This thread's words of line j of operand p (a received slot's lines when l.at, else memory):
+  // w[2q + h] is word h of part k + q * kLineGroup. false: a wait gave up (the abort word,
+  // another block's failure, the deadline), for the whole warp alike.
+  CHORUS_HD bool loadLine128(const char* p, const Line128Ref& l, size_t j, bool active, size_t bytes, uint64_t* w,
+                             uint64_t* since) {
+    constexpr unsigned G = Block::kLineGroup;
+    const unsigned k = b_.tid() % G;
+    if (!l.at) {
+      for (unsigned q = 0; active && q < kParts; ++q) {
+        const unsigned v = k + q * G;
+        for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
+          const size_t len = word128Len(bytes, j, 2 * v + h);
+          if (len) loadWord(p, LineRef{}, j * 15 + 2 * v + h, len, &w[2 * q + h], since);
+        }
+      }
+      return true;
+    }
+    return pollLine128(l.at + (active ? j : 0), l.flag, active, w, since);
+  }
+  // The parts of `line` this thread holds, read into w again until every active thread of the
+  // warp found its line's flag current.
+  CHORUS_HD bool pollLine128(const FifoLine128* line, uint32_t flag, bool active, uint64_t* w, uint64_t* since) {
+    constexpr unsigned G = Block::kLineGroup;
+    const unsigned k = b_.tid() % G;
+    for (uint32_t polls = 1;; ++polls) {
+      bool stale = false;
+      for (unsigned q = kParts; active && q-- > 0;) {  // part 7 (the flag) first
+        const unsigned v = k + q * G;
+        const FifoLine x = b_.loadPart(line, v);
+        w[2 * q] = x.word[0];
+        w[2 * q + 1] = x.word[1];
+        if (v == 7) stale = x.word[1] != flag;
+      }
+      if (!b_.lineAny(stale)) return true;
+      b_.relax();
+      if (polls % kPollsPerCheck == 0 && b_.lineAny(stopReason(since) != 0)) return false;
+    }
+  }
+  // This thread's words of line j to p: the sent slot's lines (`lines`), whole and flagged, or
+  // memory, word by word.
+  CHORUS_HD void storeLine128(char* p, FifoLine128* lines, size_t j, size_t bytes, const uint64_t* w, uint64_t flag) {
+    constexpr unsigned G = Block::kLineGroup;
+    const unsigned k = b_.tid() % G;
+    for (unsigned q = 0; q < kParts; ++q) {
+      const unsigned v = k + q * G;
+      if (lines) {
+        b_.storePart(lines + j, v, w[2 * q], v == 7 ? flag : w[2 * q + 1]);
+        continue;
+      }
+      for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
+        const size_t len = word128Len(bytes, j, 2 * v + h);
+        if (len) putWord(p, false, j * 15 + 2 * v + h, len, w[2 * q + h], 0);
+      }
+    }
+  }
+  // LL128's waitData: the leader polls the header line's flag part; then the first warp reads the
+  // line as a line (its first group holds it) and the block learns its three words.
+  CHORUS_HD bool waitHeader128(const DeviceConnector& c) {
+    const uint32_t pos = recvPos_[curRecv_];
+    const FifoLine128* h = slotLines128(c, pos);
+    const uint32_t flag = lineFlag(pos);
+    uint32_t ok = 1;
+    if (leader()) {
+      ok = spin(
+          1, c.peer, [&] { return b_.loadPart(h, 7).word[1] == flag; },
+          [&] { return simpleAt(c, pos) || lineAt(c, pos); });
+    }
+    if (b_.share(ok) == 0) return false;
+    uint64_t w[2 * kParts] = {};
+    uint64_t since = 0;
+    if (b_.tid() < Block::kWarp && !pollLine128(h, flag, b_.tid() < Block::kLineGroup, w, &since)) ok = 0;
+    if (b_.share(ok) == 0) {
+      noteLineFault();
+      return false;
+    }
+    // Words 0 and 1 are part 0's (thread 0's); word 2 is part 1's first, held by thread
+    // 1 % kLineGroup at index 2 * (1 / kLineGroup).
+    rxHdr_.commId = b_.shareFrom(0, w[0]);
+    rxHdr_.seq = b_.shareFrom(0, w[1]);
+    const uint64_t stepBytes = b_.shareFrom(1 % Block::kLineGroup, w[2 * (1 / Block::kLineGroup)]);
+    rxHdr_.step = static_cast<uint32_t>(stepBytes);
+    rxHdr_.bytes = static_cast<uint32_t>(stepBytes >> 32);
+    return true;
+  }
+  // Whether the piece at `pos` of c's FIFO came as LL (its header lines carry that position's
+  // flags) or as LL128 (its header line's flag does): the other end chose the other protocol.
+  CHORUS_HD bool lineAt(const DeviceConnector& c, uint32_t pos) {
+    uint64_t w;
+    for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
+      if (!lineData(b_.loadLine(slotLines(c, pos) + i), lineFlag(pos), &w)) return false;
+    }
+    return true;
+  }
+  CHORUS_HD bool line128At(const DeviceConnector& c, uint32_t pos) {
+    return b_.loadPart(slotLines128(c, pos), 7).word[1] == lineFlag(pos);
+  }
+  // After a line wait gave up: why. The leader, which may not be the thread that gave up, looks
+  // at the abort word and the error record itself; otherwise it was the deadline.
+  CHORUS_HD void noteLineFault() {
     fault = static_cast<uint32_t>(DeviceFault::kTimeout);
     if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) {
       fault = static_cast<uint32_t>(DeviceFault::kAborted);
@@ -352,12 +584,7 @@ class LaneExec {
     }
     faultPeer = recvConn().peer;
     faultWaiting = 1;
-    return false;
   }
-  struct LineRef {
-    const FifoLine* at = nullptr;  // null: not a received slot's lines
-    uint32_t flag = 0;
-  };
   CHORUS_HD LineRef linesOf(const char* p) const {
     for (const LineRef& r : rxLines_) {
       if (r.at && p == reinterpret_cast<const char*>(r.at)) return r;
@@ -401,6 +628,9 @@ class LaneExec {
   }
   CHORUS_HD static FifoLine* slotLines(const DeviceConnector& c, uint32_t pos) {
     return c.lines + size_t(pos % c.nslots) * c.slotLines;
+  }
+  CHORUS_HD static FifoLine128* slotLines128(const DeviceConnector& c, uint32_t pos) {
+    return c.lines128 + size_t(pos % c.nslots) * c.slotLines128;
   }
   CHORUS_HD const DeviceConnector& sendConn() const { return p_.connectors[lane_.send[curSend_]]; }
   CHORUS_HD const DeviceConnector& recvConn() const { return p_.connectors[lane_.recv[curRecv_]]; }
@@ -469,6 +699,9 @@ class LaneExec {
   SlotHeader txHdr_ = {};
   LineRef rxLines_[2] = {};
   FifoLine* txLines_ = nullptr;
+  // LL128: the same for its lines.
+  Line128Ref rx128_[2] = {};
+  FifoLine128* tx128_ = nullptr;
 };
 
 // Runs lane `li` of `p` with the block's threads. Returns false when it failed (the launch's
@@ -500,16 +733,16 @@ CHORUS_HD void recordFault(Block& b, const LaunchParams& p, uint32_t li, DeviceF
   b.release(&e->status, static_cast<uint32_t>(why));
 }
 
-template <class Block, typename T, bool kLL>
+template <class Block, typename T, ProtoKind kProto>
 CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   const DeviceLane& lane = p.lanes[li];
   uint64_t* seqWord = laneSeqWord(p, lane);
   // Only this block advances this counter in this launch; the leader reads it and every thread
   // learns it (the last launch's store is ordered before this one by the stream).
   const uint64_t seq = b.share(b.tid() == 0 ? *seqWord + 1 : 0);
-  LaneExec<Block, T, kLL> ex(b, p, lane);
+  LaneExec<Block, T, kProto> ex(b, p, lane);
   const size_t slotElems = lane.slotBytes >= sizeof(T) ? lane.slotBytes / sizeof(T) : 1;
-  Primitives<LaneExec<Block, T, kLL>, std::conditional_t<kLL, ProtoLL, ProtoSimple>> prims(
+  Primitives<LaneExec<Block, T, kProto>, std::conditional_t<kProto == ProtoKind::kSimple, ProtoSimple, ProtoLL>> prims(
       ex, SlotTag{p.commId, seq}, sizeof(T), slotElems, lane.input, lane.output, lane.scratch);
   PrimCursor at;
   const Step* steps = lane.steps ? lane.steps : &lane.step;
@@ -652,8 +885,14 @@ class OneCopy {
 template <class Block, typename T>
 CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
   if (p.lanes[li].oneCopy) return OneCopy<Block, T>(b, p, li).run();
-  return p.lanes[li].proto == ProtoKind::kLL ? runLaneAs<Block, T, true>(b, p, li)
-                                             : runLaneAs<Block, T, false>(b, p, li);
+  switch (p.lanes[li].proto) {
+    case ProtoKind::kLL:
+      return runLaneAs<Block, T, ProtoKind::kLL>(b, p, li);
+    case ProtoKind::kLL128:
+      return runLaneAs<Block, T, ProtoKind::kLL128>(b, p, li);
+    default:
+      return runLaneAs<Block, T, ProtoKind::kSimple>(b, p, li);
+  }
 }
 
 // The lane's element type, from its chorusDataType_t.

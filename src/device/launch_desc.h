@@ -40,11 +40,14 @@ struct DeviceConnector {
   char* slots = nullptr;
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
-  int32_t peer = -1;          // for error records
-  uint32_t slotLines = 0;     // lines per slot of the line area (LL)
-  FifoLine* lines = nullptr;  // the line area: slot i's lines at i * slotLines
+  int32_t peer = -1;                // for error records
+  uint32_t slotLines = 0;           // lines per slot of the line area (LL)
+  FifoLine* lines = nullptr;        // the line area: slot i's lines at i * slotLines
+  FifoLine128* lines128 = nullptr;  // the 128-byte line area (LL128): slot i's at i * slotLines128
+  uint32_t slotLines128 = 0;
+  uint32_t pad = 0;
 };
-static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 48);
+static_assert(std::is_trivially_copyable_v<DeviceConnector> && sizeof(DeviceConnector) == 64);
 
 // The kernel's end of a FIFO laid out in deviceFifoBytes (FifoView::layout, and the line area
 // after it), to or from `peer`. FifoControl's atomics have the layout of plain 32-bit words.
@@ -56,13 +59,27 @@ inline DeviceConnector deviceConnector(const FifoView& f, int peer) {
                          f.slotBytes,
                          peer,
                          fifoSlotLines(f.slotBytes),
-                         f.lines()};
+                         f.lines(),
+                         f.lines128(),
+                         fifoSlotLines128(f.slotBytes)};
 }
 
 // The LL protocol's slot (src/device/lane_exec.h): kLineHeaderLines lines of header (commId, seq,
 // then step and bytes), then the piece, 8 bytes a line.
 constexpr uint32_t kLineHeaderLines = 3;
 inline uint32_t lineSlotDataBytes(uint32_t slotBytes) { return (fifoSlotLines(slotBytes) - kLineHeaderLines) * 8; }
+// The LL128 protocol's slot: one line of header (commId, seq, then step and bytes, in its first
+// three words), then the piece, 120 bytes a line (word 15 of every line is its flag).
+constexpr uint32_t kLine128DataBytes = 120;
+inline uint32_t line128SlotDataBytes(uint32_t slotBytes) {
+  return (fifoSlotLines128(slotBytes) - 1) * kLine128DataBytes;
+}
+// What one piece of protocol `proto` holds at most in slots of `slotBytes`.
+inline uint32_t protoSlotDataBytes(ProtoKind proto, uint32_t slotBytes) {
+  return proto == ProtoKind::kLL      ? lineSlotDataBytes(slotBytes)
+         : proto == ProtoKind::kLL128 ? line128SlotDataBytes(slotBytes)
+                                      : slotBytes;
+}
 
 // The communicator's device-resident counters (device memory), advanced by the kernels.
 struct DeviceCommState {
@@ -134,10 +151,10 @@ struct DeviceLane {
   uint32_t nsteps = 0;
   uint8_t type = 0;  // chorusDataType_t
   SeqKind seqKind = SeqKind::kColl;
-  ProtoKind proto = ProtoKind::kSimple;  // kLL: pieces as lines; otherwise the slots (kFlag as kSimple)
+  ProtoKind proto = ProtoKind::kSimple;  // kLL, kLL128: pieces as lines; otherwise the slots (kFlag as kSimple)
   uint8_t pad = 0;
   int32_t seqIndex = 0;    // channel (kColl) or peer
-  uint32_t slotBytes = 0;  // what one piece holds at most (LL: lineSlotDataBytes of the slots')
+  uint32_t slotBytes = 0;  // what one piece holds at most (protoSlotDataBytes of the slots')
   const char* input = nullptr;
   char* output = nullptr;
   char* scratch = nullptr;  // one slot of device memory, for schedules that stash a piece

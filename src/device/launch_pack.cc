@@ -9,10 +9,8 @@ namespace chorus::device {
 AlgoContext laneContext(const AlgoContext& base, int nChannels, ProtoKind proto) {
   AlgoContext ctx = base;
   ctx.nChannels = nChannels;
-  if (proto == ProtoKind::kLL) {
-    ctx.slotBytes = lineSlotDataBytes(static_cast<uint32_t>(base.slotBytes));
-    ctx.peerSlotBytes = lineSlotDataBytes(static_cast<uint32_t>(base.peerSlotBytes));
-  }
+  ctx.slotBytes = protoSlotDataBytes(proto, static_cast<uint32_t>(base.slotBytes));
+  ctx.peerSlotBytes = protoSlotDataBytes(proto, static_cast<uint32_t>(base.peerSlotBytes));
   return ctx;
 }
 

@@ -7,6 +7,7 @@
 #include <cuda/atomic>
 
 #include "src/device/lane_exec.h"
+#include "src/device/line128.cuh"
 #include "src/device/prims_device.h"
 
 namespace chorus::device {
@@ -55,18 +56,29 @@ class CudaBlock {
   __device__ void storeLine(FifoLine* l, uint64_t w0, uint64_t w1) {
     asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(l), "l"(w0), "l"(w1) : "memory");
   }
-  // Thread 0's value for every thread; the second barrier keeps the next share from overwriting it early.
-  __device__ uint64_t share(uint64_t v) {
-    if (threadIdx.x == 0) *shared_ = v;
+  // LL128: the eight threads of a group move a 128-byte line in one warp-wide access
+  // (src/device/line128.cuh).
+  static constexpr unsigned kLineGroup = 8;
+  static constexpr unsigned kWarp = 32;
+  __device__ FifoLine loadPart(const FifoLine128* l, unsigned v) { return loadLinePart(l, v); }
+  __device__ void storePart(FifoLine128* l, unsigned v, uint64_t w0, uint64_t w1) { storeLinePart(l, v, w0, w1); }
+  __device__ bool lineAny(bool v) { return __any_sync(0xffffffffu, v) != 0; }
+  // Thread `from`'s value for every thread; the second barrier keeps the next share from
+  // overwriting it early.
+  __device__ uint64_t shareFrom(unsigned from, uint64_t v) {
+    if (threadIdx.x == from) *shared_ = v;
     __syncthreads();
     v = *shared_;
     __syncthreads();
     return v;
   }
+  __device__ uint64_t share(uint64_t v) { return shareFrom(0, v); }
 
  private:
   uint64_t* shared_;
 };
+
+static_assert(kLaunchThreads % CudaBlock::kWarp == 0, "LL128's votes take whole warps");
 
 // __grid_constant__: the lanes are read in place from the parameter space, never copied.
 __global__ void __launch_bounds__(kLaunchThreads) launchKernel(const __grid_constant__ LaunchParams p) {

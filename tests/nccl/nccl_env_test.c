@@ -69,7 +69,7 @@ int main(void) {
   const char* when = "after ncclGetUniqueId";
   expect("CHORUS_DEBUG", "WARN", when);
   expect("CHORUS_ALGO", "ring", when);
-  expect("CHORUS_PROTO", "ll", when);
+  expect("CHORUS_PROTO", "ll128", when);
   expect("CHORUS_NCHANNELS", "2", when);
   expect("CHORUS_DEVICE_NCHANNELS", "2", when); /* NCCL_MAX_NCHANNELS caps the device path too */
   expect("CHORUS_SLOT_BYTES", "524288", when);  /* 4 MiB over the default 8 slots */
@@ -86,7 +86,7 @@ int main(void) {
   expect("CHORUS_TIMEOUT", "1073741824", when);
   expect("CHORUS_INIT_TIMEOUT", "1073741824", when);
 
-  /* The mapped settings run: an all-reduce on one rank (ring, LL, 2 channels, 512 KiB slots). */
+  /* The mapped settings run: an all-reduce on one rank (ring, LL128, 2 channels, 512 KiB slots). */
   ncclComm_t comm;
   check(ncclCommInitRank(&comm, 1, id, 0), "ncclCommInitRank");
   enum { kCount = 100000 };
