@@ -11,11 +11,11 @@
 //               libnccl.so.2, against NCCL's out-of-place call on the same buffers and stream;
 //   2, 4 ranks  the same collectives with ranks as threads on this GPU, out of place, with the
 //               tuner's choices (algorithm, protocol, blocks: what the flight recorder says ran)
-//               and with Simple and LL forced; time and busbw as nccl-tests report them, and the
+//               and with Simple, LL and LL128 forced; time and busbw as nccl-tests report them, and the
 //               limit: busbw at memcpy's traffic rate B over the least traffic the collective
 //               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2);
 //   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct,
-//               one-copy) and protocol forced: what tools/tuning_fit.py device fits the tuning
+//               one-copy) and protocol (Simple, LL, LL128) forced: what tools/tuning_fit.py device fits the tuning
 //               table's rows to;
 //   slot size   the ring all-reduce under Simple, 2 ranks, 1 MiB up, with device ring slots of
 //               128 KiB to 2 MiB (CHORUS_DEVICE_SLOT_BYTES): what its default is set from.
@@ -340,7 +340,7 @@ std::vector<size_t> tableSizes() {
   return s;
 }
 
-// Forced LL is measured up to this size: past it LL only shows that it loses.
+// Forced LL and LL128 are measured up to this size: past it they only show that they lose.
 constexpr size_t kForcedLLMaxBytes = size_t(64) << 20;
 
 struct Budget {
@@ -458,17 +458,17 @@ void oneRankTable(Budget& budget) {
 }
 
 // n ranks as threads on the GPU: every collective at every size with the tuner's choices, then
-// with Simple and with LL forced (communicators of their own: CHORUS_PROTO is read at init), out
+// with Simple, LL and LL128 forced (communicators of their own: CHORUS_PROTO is read at init), out
 // of place; busbw as nccl-tests computes it beside its limit.
 void ranksTable(int n, double copyRate, Budget& budget) {
   std::printf(
       "\n== %d ranks on one GPU, every collective, float sum, out of place: time (us) and busbw (GB/s); "
       "limit = busbw at memcpy's rate (%.0f GB/s) over the least traffic the collective needs\n",
       n, copyRate);
-  std::printf("%-15s %12s %-26s %10s %9s %10s %9s %10s %9s %9s %8s\n", "collective", "size (B)", "tuner's choice",
-              "time", "busbw", "simple", "busbw", "ll", "busbw", "limit", "best %");
+  std::printf("%-15s %12s %-26s %10s %9s %10s %9s %10s %9s %10s %9s %9s %8s\n", "collective", "size (B)",
+              "tuner's choice", "time", "busbw", "simple", "busbw", "ll", "busbw", "ll128", "busbw", "limit", "best %");
   std::vector<std::unique_ptr<Ranks>> modes;
-  for (const char* proto : {"", "simple", "ll"}) {
+  for (const char* proto : {"", "simple", "ll", "ll128"}) {
     if (*proto) setenv("CHORUS_PROTO", proto, 1);
     modes.push_back(std::make_unique<Ranks>(n));
     unsetenv("CHORUS_PROTO");
@@ -481,23 +481,25 @@ void ranksTable(int n, double copyRate, Budget& budget) {
     for (size_t size : tableSizes()) {
       if (budget.spent()) break;
       if (size < sizeof(float) * n) continue;  // a share of at least one element
-      double t[3] = {0, 0, 0};
+      double t[4] = {0, 0, 0, 0};
       std::string choice;
-      for (int m = 0; m < 3; ++m) {
-        if (m == 2 && size > kForcedLLMaxBytes) continue;
+      for (int m = 0; m < 4; ++m) {
+        if (m >= 2 && size > kForcedLLMaxBytes) continue;
         Ranks& k = *modes[m];
         t[m] = timeCalls(k, [&] { k.run(c, size, send, recv); });
         if (m == 0) choice = k.lastChoice();
       }
       auto bus = [&](double secs) { return secs > 0 ? size / secs / 1e9 * busFactor(c, n) : 0.0; };
       const double limit = busFactor(c, n) * copyRate / trafficFactor(c, n);
-      const double best = std::max({bus(t[0]), bus(t[1]), bus(t[2])});
+      const double best = std::max({bus(t[0]), bus(t[1]), bus(t[2]), bus(t[3])});
       std::printf("%-15s %12zu %-26s %10.2f %9.2f %10.2f %9.2f", collName(c), size, choice.c_str(), t[0] * 1e6,
                   bus(t[0]), t[1] * 1e6, bus(t[1]));
-      if (t[2] > 0) {
-        std::printf(" %10.2f %9.2f", t[2] * 1e6, bus(t[2]));
-      } else {
-        std::printf(" %10s %9s", "-", "-");
+      for (int m = 2; m < 4; ++m) {
+        if (t[m] > 0) {
+          std::printf(" %10.2f %9.2f", t[m] * 1e6, bus(t[m]));
+        } else {
+          std::printf(" %10s %9s", "-", "-");
+        }
       }
       std::printf(" %9.1f %7.0f%%\n", limit, 100.0 * best / limit);
     }
@@ -506,15 +508,16 @@ void ranksTable(int n, double copyRate, Budget& budget) {
 
 // The all-reduce with each algorithm and protocol forced (CHORUS_ALGO, CHORUS_PROTO; communicators
 // of their own), out of place: the times tools/tuning_fit.py device fits the tuning table's device
-// rows to, in one run. Forced LL and direct stop at kForcedLLMaxBytes. The one-copy all-reduce
+// rows to, in one run. Forced LL, LL128 and direct stop at kForcedLLMaxBytes. The one-copy all-reduce
 // has no protocol of its own: one column (its lanes are the same under either).
 void algoTable(int n, Budget& budget) {
   struct Column {
     const char* algo;
     const char* proto;
   };
-  static const Column kColumns[] = {{"ring", "simple"},   {"ring", "ll"},   {"tree", "simple"},    {"tree", "ll"},
-                                    {"direct", "simple"}, {"direct", "ll"}, {"one-copy", "simple"}};
+  static const Column kColumns[] = {
+      {"ring", "simple"}, {"ring", "ll"},       {"ring", "ll128"}, {"tree", "simple"},  {"tree", "ll"},
+      {"tree", "ll128"},  {"direct", "simple"}, {"direct", "ll"},  {"direct", "ll128"}, {"one-copy", "simple"}};
   std::printf(
       "\n== all-reduce by algorithm, %d ranks on one GPU, out of place: us per call (tools/tuning_fit.py device)\n", n);
   std::printf("%12s", "size (B)");
@@ -536,7 +539,7 @@ void algoTable(int n, Budget& budget) {
     if (budget.spent()) break;
     std::printf("%12zu", size);
     for (size_t i = 0; i < comms.size(); ++i) {
-      const bool ll = std::strcmp(kColumns[i].proto, "ll") == 0;
+      const bool ll = std::strncmp(kColumns[i].proto, "ll", 2) == 0;
       const bool direct = std::strcmp(kColumns[i].algo, "direct") == 0;
       if ((ll || direct) && size > kForcedLLMaxBytes) {
         std::printf(" %12s", "-");

@@ -1,9 +1,9 @@
 // Collectives on device memory through the public API, ranks as threads of one process on one
 // GPU (several ranks per GPU), each result checked element by element:
 //   - the grid: every collective and send/recv x every type x every reduction x sizes from 0 up x
-//     in place and not x ring/tree/direct x Simple/LL x 1, 2 and 4 channels, for 2, 3 and 4 ranks;
+//     in place and not x ring/tree/direct x Simple/LL/LL128 x 1, 2 and 4 channels, for 2, 3 and 4 ranks;
 //     each result must equal the host path's for the same call on the same communicators byte for
-//     byte (LL's floating averages: to within rounding, its schedule cuts other pieces), and,
+//     byte (LL's and LL128's floating averages: to within rounding, its schedule cuts other pieces), and,
 //     where the values make it exact (small integers), an independent reference;
 //   - stream semantics: a call returns before the work is done, orders after a kernel of the
 //     user's on its stream and before the next; one communicator from two streams; the NULL
@@ -169,7 +169,7 @@ void grid(int stride, int onlyRanks) {
     if (onlyRanks && n != onlyRanks) continue;
     for (int nch : {1, 2, 4}) {
       for (const char* algo : algos) {
-        for (const char* proto : {"simple", "ll"}) {
+        for (const char* proto : {"simple", "ll", "ll128"}) {
           ++config;
           const auto t0 = std::chrono::steady_clock::now();
           const int before = cases;
@@ -181,7 +181,7 @@ void grid(int stride, int onlyRanks) {
           setenv("CHORUS_DEVICE_NCHANNELS", std::to_string(nch).c_str(), 1);
           setenv("CHORUS_DEVICE_SLOT_BYTES", slot, 1);
           setenv("CHORUS_ALGO", algo, 1);
-          setenv("CHORUS_PROTO", proto, 1);  // the device's lanes; the host path has no LL
+          setenv("CHORUS_PROTO", proto, 1);  // the device's lanes; the host path has no LL or LL128
           const bool simple = std::strcmp(proto, "simple") == 0;
           Ranks k(n);
           int index = 0;

@@ -113,8 +113,10 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
   RANK_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
   chorusStream_t stream = nullptr;
   if (chorusStreamFromCuda(cs, &stream) != chorusSuccess) _exit(1);
-  const char* protos[] = {"simple", "ll"};
-  for (int pi = 0; pi < 2; ++pi) {
+  // LL128 runs where every rank is on one GPU over CUDA IPC; across --hosts (host-staged FIFOs)
+  // the tuner runs LL in its place.
+  const char* protos[] = {"simple", "ll", "ll128"};
+  for (int pi = 0; pi < 3; ++pi) {
     setenv("CHORUS_PROTO", protos[pi], 1);
     chorusComm_t comm = join(r, n, ids[pi], out);
     for (Coll c : colls) {
@@ -458,7 +460,7 @@ int main(int argc, char** argv) {
         o.n, -1, [&](int r, int out) { oneCopyRank(r, o, ids, out); }, &all);
   } else if (mode == "grid") {
     // The roots run in this process, which outlives every rank.
-    std::vector<chorusUniqueId> ids(2);
+    std::vector<chorusUniqueId> ids(3);
     for (auto& id : ids) {
       if (chorusGetUniqueId(&id) != chorusSuccess) return 1;
     }

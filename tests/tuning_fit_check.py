@@ -17,14 +17,17 @@ LIMIT = {2: 32, 4: 16}
 ROWS = {
     ("ring", "simple"): (8.0, 40.0),
     ("ring", "ll"): (6.0, 18.0),
+    ("ring", "ll128"): (12.0, 33.0),
     ("tree", "simple"): (9.0, 30.0),
     ("tree", "ll"): (7.0, 9.0),
+    ("tree", "ll128"): (13.0, 25.0),
     ("direct", "simple"): (5.0, 35.0),
     ("direct", "ll"): (4.0, 16.0),
+    ("direct", "ll128"): (10.0, 30.0),
     ("one-copy", "simple"): (25.0, 90.0),
 }
 SIZES = [8 * 2**i for i in range(22)]
-FORCED_MAX = 1 << 20  # gpu_bench's kForcedLLMaxBytes: LL and direct stop here
+FORCED_MAX = 1 << 20  # gpu_bench's kForcedLLMaxBytes: LL, LL128 and direct stop here
 
 
 def channels(algo, proto, size, n):
@@ -34,7 +37,7 @@ def channels(algo, proto, size, n):
         return 1
     if algo == "one-copy":
         return max(1, min(16, size // n // (256 * 1024)))
-    per = 4096 if proto == "ll" else 32768
+    per = {"ll": 4096, "ll128": 16384}.get(proto, 32768)
     return max(1, min(size // per, LIMIT[n]))
 
 
@@ -60,7 +63,7 @@ def main():
         for size in SIZES:
             row = "%12d" % size
             for algo, proto in cols:
-                if (proto == "ll" or algo == "direct") and size > FORCED_MAX:
+                if (proto in ("ll", "ll128") or algo == "direct") and size > FORCED_MAX:
                     row += " %12s" % "-"
                     continue
                 call, gbs = ROWS[(algo, proto)]

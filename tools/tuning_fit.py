@@ -174,7 +174,8 @@ def device(args):
             for (algo, proto), t in zip(cols, f[1:]):
                 if t == "-" or (algo == "tree" and n < 3):
                     continue
-                per = 4096 if proto == "ll" else 32768
+                # Tuner::k*ChannelBytes: one channel per this many bytes, per protocol
+                per = {"ll": 4096, "ll128": 16384}.get(proto, 32768)
                 ch = max(1, min(size // per, limit.get(n, 1)))
                 ch = 2 if algo == "tree" else 1 if algo == "direct" else ch  # their lanes
                 ch = one_copy_parts(size, n) if algo == "one-copy" else ch
@@ -182,7 +183,8 @@ def device(args):
                 model = {"ringLatencyUs": 2.0 * (n - 1) * args.hop_us,
                          "treeLatencyUs": 2.0 * math.ceil(math.log2(n)) * args.hop_us}
                 steps, lat, load = shape(algo, n, model)
-                points[(algo, "LL" if proto == "ll" else "Simple", n)].append((steps, lat, load * size, ch, float(t)))
+                name = {"ll": "LL", "ll128": "LL128"}.get(proto, "Simple")
+                points[(algo, name, n)].append((steps, lat, load * size, ch, float(t)))
     print("// Device rows: python3 tools/tuning_fit.py device %s --channels %s" % (" ".join(args.logs), args.channels))
     for (algo, proto, n), pts in sorted(points.items()):
         # Per channel; the call's ceiling (maxGbs) from the largest sizes, where it shows.
