@@ -999,3 +999,35 @@ TEST_CASE("device lanes on host threads: LL128 at one end and another protocol a
     }
   }
 }
+
+// The launch kernel comes in two builds (src/device/prims_device.cuh): launches with an LL128 lane
+// take the one with LL128; the other refuses such a lane with an error record instead of running
+// it as something else.
+TEST_CASE("device lanes: a launch with an LL128 lane needs the executor built with LL128", "[device_lane]") {
+  DeviceCommState state{};
+  DeviceError error{};
+  uint32_t abortWord = 0;
+  LaunchParams p;
+  p.state = &state;
+  p.error = &error;
+  p.abortFlag = &abortWord;
+  p.nblocks = 1;
+  p.laneBegin[0] = 0;
+  p.laneBegin[1] = 2;
+  p.lanes[0].proto = ProtoKind::kSimple;
+  p.lanes[1].proto = ProtoKind::kLL;
+  CHECK_FALSE(launchHasLL128(p));
+  p.lanes[1].proto = ProtoKind::kLL128;
+  CHECK(launchHasLL128(p));
+  p.laneBegin[1] = 1;  // the LL128 lane past the launch's lanes
+  CHECK_FALSE(launchHasLL128(p));
+  // Run by a one-thread block of the build without LL128: the lane (no steps) is refused.
+  p.laneBegin[1] = 2;
+  p.lanes[0].proto = ProtoKind::kLL128;
+  BlockShared shared(1);
+  HostBlock b(shared, 0, 1, 0);
+  runBlock<HostBlock, false>(b, p);
+  CHECK(error.status == static_cast<uint32_t>(DeviceFault::kRefused));
+  CHECK(error.lane == 0);
+  CHECK(state.collSeq[0] == 0);
+}

@@ -424,31 +424,37 @@ class LaneExec {
     }
     return Line128Ref{};
   }
+  // 32-bit indices throughout (a piece is at most a slot): the launch kernel's registers are the
+  // most any of its paths needs, and 64-bit ones here made all of it spill.
   CHORUS_HD bool moveLines128(const PieceMove& m, size_t n) {
     constexpr unsigned G = Block::kLineGroup;
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
-    const size_t bytes = n * sizeof(T);
-    const size_t nlines = (bytes + kLine128DataBytes - 1) / kLine128DataBytes;
+    const uint32_t bytes = static_cast<uint32_t>(n * sizeof(T));
+    const uint32_t nlines = (bytes + kLine128DataBytes - 1) / kLine128DataBytes;
     const Line128Ref la = lines128Of(m.a);
     const Line128Ref lb = lines128Of(m.b);
     FifoLine128* const dstLines = toDst && m.dst == reinterpret_cast<char*>(tx128_) ? tx128_ : nullptr;
     FifoLine128* const dst2Lines = m.dst2 && m.dst2 == reinterpret_cast<char*>(tx128_) ? tx128_ : nullptr;
-    const uint64_t txFlag = lineFlag(sendPos_[curSend_]);
-    const size_t groups = b_.nthreads() / G;
-    const size_t g = b_.tid() / G;
+    const uint32_t txFlag = lineFlag(sendPos_[curSend_]);
+    const uint32_t groups = b_.nthreads() / G;
+    const uint32_t g = b_.tid() / G;
     const unsigned k = b_.tid() % G;
-    const size_t rounds = (nlines + groups - 1) / groups;
+    const uint32_t rounds = (nlines + groups - 1) / groups;
     bool failed = false;
     uint64_t since = 0;
-    for (size_t round = 0; round < rounds; ++round) {
-      const size_t j = round * groups + g;
+    for (uint32_t round = 0; round < rounds; ++round) {
+      const uint32_t j = round * groups + g;
       const bool active = g < groups && j < nlines;
+      // The bytes of line j in the piece: 120, fewer in its last line.
+      const uint32_t lineBytes = !active                                             ? 0
+                                 : bytes - j * kLine128DataBytes < kLine128DataBytes ? bytes - j * kLine128DataBytes
+                                                                                     : kLine128DataBytes;
       uint64_t wa[2 * kParts] = {};
       uint64_t wb[2 * kParts] = {};
-      if (!loadLine128(m.a, la, j, active, bytes, wa, &since) ||
-          (m.b && !loadLine128(m.b, lb, j, active, bytes, wb, &since))) {
+      if (!loadLine128(m.a, la, j, active, lineBytes, wa, &since) ||
+          (m.b && !loadLine128(m.b, lb, j, active, lineBytes, wb, &since))) {
         failed = true;
         break;
       }
@@ -457,39 +463,39 @@ class LaneExec {
       for (unsigned q = 0; q < kParts; ++q) {
         const unsigned v = k + q * G;
         for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
-          const size_t len = word128Len(bytes, j, 2 * v + h);
-          for (size_t e = 0; e < len / sizeof(T); ++e) {
+          const uint32_t len = word128Len(lineBytes, 2 * v + h);
+          for (uint32_t e = 0; e < len / sizeof(T); ++e) {
             storeElem<T>(&wr[2 * q + h], e,
                          one(m, spec, loadElem<T>(&wa[2 * q + h], e), loadElem<T>(&wb[2 * q + h], e)));
           }
         }
       }
-      if (toDst) storeLine128(m.dst, dstLines, j, bytes, wr, txFlag);
-      if (m.dst2) storeLine128(m.dst2, dst2Lines, j, bytes, wr, txFlag);
+      if (toDst) storeLine128(m.dst, dstLines, j, lineBytes, wr, txFlag);
+      if (m.dst2) storeLine128(m.dst2, dst2Lines, j, lineBytes, wr, txFlag);
     }
     // Every thread's lines are in (or one gave up) before the header goes or the slot is freed.
     if (!b_.any(failed)) return true;
     noteLineFault();
     return false;
   }
-  // Bytes of word w (0..14) of line j of a piece of `bytes`: 8, fewer at the end, 0 past it.
-  CHORUS_HD static size_t word128Len(size_t bytes, size_t j, unsigned w) {
-    const size_t off = j * kLine128DataBytes + size_t(w) * 8;
-    return off >= bytes ? 0 : bytes - off < 8 ? bytes - off : 8;
+  // Bytes of word w (0..14) of a line holding `lineBytes`: 8, fewer at the end, 0 past it.
+  CHORUS_HD static uint32_t word128Len(uint32_t lineBytes, unsigned w) {
+    const uint32_t off = w * 8;
+    return off >= lineBytes ? 0 : lineBytes - off < 8 ? lineBytes - off : 8;
   }
   // This thread's words of line j of operand p (a received slot's lines when l.at, else memory):
   // w[2q + h] is word h of part k + q * kLineGroup. false: a wait gave up (the abort word,
   // another block's failure, the deadline), for the whole warp alike.
-  CHORUS_HD bool loadLine128(const char* p, const Line128Ref& l, size_t j, bool active, size_t bytes, uint64_t* w,
-                             uint64_t* since) {
+  CHORUS_HD bool loadLine128(const char* p, const Line128Ref& l, uint32_t j, bool active, uint32_t lineBytes,
+                             uint64_t* w, uint64_t* since) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
     if (!l.at) {
       for (unsigned q = 0; active && q < kParts; ++q) {
         const unsigned v = k + q * G;
         for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
-          const size_t len = word128Len(bytes, j, 2 * v + h);
-          if (len) loadWord(p, LineRef{}, j * 15 + 2 * v + h, len, &w[2 * q + h], since);
+          const uint32_t len = word128Len(lineBytes, 2 * v + h);
+          if (len) loadWord(p, LineRef{}, size_t(j) * 15 + 2 * v + h, len, &w[2 * q + h], since);
         }
       }
       return true;
@@ -517,18 +523,19 @@ class LaneExec {
   }
   // This thread's words of line j to p: the sent slot's lines (`lines`), whole and flagged, or
   // memory, word by word.
-  CHORUS_HD void storeLine128(char* p, FifoLine128* lines, size_t j, size_t bytes, const uint64_t* w, uint64_t flag) {
+  CHORUS_HD void storeLine128(char* p, FifoLine128* lines, uint32_t j, uint32_t lineBytes, const uint64_t* w,
+                              uint32_t flag) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
     for (unsigned q = 0; q < kParts; ++q) {
       const unsigned v = k + q * G;
       if (lines) {
-        b_.storePart(lines + j, v, w[2 * q], v == 7 ? flag : w[2 * q + 1]);
+        b_.storePart(lines + j, v, w[2 * q], v == 7 ? uint64_t(flag) : w[2 * q + 1]);
         continue;
       }
       for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
-        const size_t len = word128Len(bytes, j, 2 * v + h);
-        if (len) putWord(p, false, j * 15 + 2 * v + h, len, w[2 * q + h], 0);
+        const uint32_t len = word128Len(lineBytes, 2 * v + h);
+        if (len) putWord(p, false, size_t(j) * 15 + 2 * v + h, len, w[2 * q + h], 0);
       }
     }
   }
@@ -881,53 +888,69 @@ class OneCopy {
   const OneCopyArgs& a_;
 };
 
-// The lane's protocol.
-template <class Block, typename T>
+// The lane's protocol. kWithLL128 false: a build of the executor without LL128 (the launch kernel
+// for launches that have no LL128 lane, launchHasLL128), where such a lane is refused.
+template <class Block, typename T, bool kWithLL128>
 CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
   if (p.lanes[li].oneCopy) return OneCopy<Block, T>(b, p, li).run();
   switch (p.lanes[li].proto) {
     case ProtoKind::kLL:
       return runLaneAs<Block, T, ProtoKind::kLL>(b, p, li);
     case ProtoKind::kLL128:
-      return runLaneAs<Block, T, ProtoKind::kLL128>(b, p, li);
+      if constexpr (kWithLL128) {
+        return runLaneAs<Block, T, ProtoKind::kLL128>(b, p, li);
+      } else {
+        if (b.tid() == 0) recordFault(b, p, li, DeviceFault::kRefused, 0, -1, 0, 0, 0);
+        b.sync();
+        return false;
+      }
     default:
       return runLaneAs<Block, T, ProtoKind::kSimple>(b, p, li);
   }
 }
 
 // The lane's element type, from its chorusDataType_t.
-template <class Block>
+template <class Block, bool kWithLL128 = true>
 CHORUS_HD bool runLane(Block& b, const LaunchParams& p, uint32_t li) {
   switch (p.lanes[li].type) {
     case 0:
-      return runLaneOf<Block, int8_t>(b, p, li);
+      return runLaneOf<Block, int8_t, kWithLL128>(b, p, li);
     case 1:
-      return runLaneOf<Block, uint8_t>(b, p, li);
+      return runLaneOf<Block, uint8_t, kWithLL128>(b, p, li);
     case 2:
-      return runLaneOf<Block, int32_t>(b, p, li);
+      return runLaneOf<Block, int32_t, kWithLL128>(b, p, li);
     case 3:
-      return runLaneOf<Block, uint32_t>(b, p, li);
+      return runLaneOf<Block, uint32_t, kWithLL128>(b, p, li);
     case 4:
-      return runLaneOf<Block, int64_t>(b, p, li);
+      return runLaneOf<Block, int64_t, kWithLL128>(b, p, li);
     case 5:
-      return runLaneOf<Block, uint64_t>(b, p, li);
+      return runLaneOf<Block, uint64_t, kWithLL128>(b, p, li);
     case 6:
-      return runLaneOf<Block, Half>(b, p, li);
+      return runLaneOf<Block, Half, kWithLL128>(b, p, li);
     case 7:
-      return runLaneOf<Block, float>(b, p, li);
+      return runLaneOf<Block, float, kWithLL128>(b, p, li);
     case 8:
-      return runLaneOf<Block, double>(b, p, li);
+      return runLaneOf<Block, double, kWithLL128>(b, p, li);
     case 9:
-      return runLaneOf<Block, BFloat16>(b, p, li);
+      return runLaneOf<Block, BFloat16, kWithLL128>(b, p, li);
     case 10:
-      return runLaneOf<Block, Fp8E4M3>(b, p, li);
+      return runLaneOf<Block, Fp8E4M3, kWithLL128>(b, p, li);
     default:
-      return runLaneOf<Block, Fp8E5M2>(b, p, li);
+      return runLaneOf<Block, Fp8E5M2, kWithLL128>(b, p, li);
   }
 }
 
+// Whether any lane of the launch runs LL128: it then needs the executor built with it.
+CHORUS_HD bool launchHasLL128(const LaunchParams& p) {
+  const uint32_t n = p.laneBegin[p.nblocks];
+  for (uint32_t li = 0; li < n; ++li) {
+    if (p.lanes[li].proto == ProtoKind::kLL128 && !p.lanes[li].oneCopy) return true;
+  }
+  return false;
+}
+
 // Every lane of block b.index(), in order; stops at the first that fails.
-template <class Block>
+template <class Block, bool kWithLL128 = true>
 CHORUS_HD void runBlock(Block& b, const LaunchParams& p) {
   const uint32_t i = b.index();
   if (i >= p.nblocks) return;
@@ -937,7 +960,7 @@ CHORUS_HD void runBlock(Block& b, const LaunchParams& p) {
     const uint32_t stop =
         b.tid() == 0 ? b.acquire(&p.error->status) | b.acquire(const_cast<uint32_t*>(p.abortFlag)) : 0;
     if (b.share(stop) != 0) return;
-    if (!runLane(b, p, li)) return;
+    if (!runLane<Block, kWithLL128>(b, p, li)) return;
   }
 }
 
