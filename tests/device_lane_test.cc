@@ -891,6 +891,34 @@ TEST_CASE("device lanes through host-staged FIFOs: shm, and sockets with proxies
   checkExchange(3, kP2pChunk + 7, simple, Wiring::kSocket);
 }
 
+// Rank 0 of a 2-rank clique sends messages of the sizes `sent` to rank 1, which receives the sizes
+// `received` (the program's error where they differ), with `o` (its receive sizes and failure
+// notices set here): each rank's error record; *quick: all was over within 5 s.
+std::vector<DeviceError> sendMismatched(Clique& clique, const std::vector<size_t>& sent,
+                                        const std::vector<size_t>& received, unsigned threads, P2pOptions o,
+                                        bool* quick) {
+  std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));
+  std::vector<std::vector<std::vector<size_t>>> recvs = sends;
+  sends[0][1] = sent;
+  recvs[1][0] = received;
+  size_t sentBytes = 0;
+  size_t receivedBytes = 0;
+  for (size_t b : sent) sentBytes += b;
+  for (size_t b : received) receivedBytes += b;
+  std::vector<char> in(sentBytes, 'x');
+  std::vector<char> out(receivedBytes, 0);
+  std::vector<std::vector<const char*>> src(2, std::vector<const char*>(2));
+  std::vector<std::vector<char*>> dst(2, std::vector<char*>(2));
+  src[0][1] = in.data();
+  dst[1][0] = out.data();
+  o.recvs = &recvs;
+  o.noticeFailures = true;
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = clique.exchange(sends, src, dst, threads, o);
+  *quick = std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
+  return errors;
+}
+
 // A send and a receive of different sizes are the program's error; each end plans its lane from
 // its own size, so where the two sizes fall on either side of Tuner::kP2pLLMaxBytes one end runs
 // LL and the other Simple on the same FIFO. The receiver must still fail fast, with the mismatch
@@ -922,26 +950,12 @@ TEST_CASE("device lanes on host threads: a send and a receive of different sizes
       INFO("sent " << sent << " (" << protoName(Tuner().p2pProto(sent)) << "), received " << received << " ("
                    << protoName(Tuner().p2pProto(received)) << "), threads " << threads);
       Clique clique(2, 1, 4096, 2);
-      // Rank 0 sends, rank 1 receives.
-      std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));
-      std::vector<std::vector<std::vector<size_t>>> recvs = sends;
-      sends[0][1] = {sent, 100};
-      recvs[1][0] = {received, 100};
-      std::vector<char> in(sent + 100, 'x');
-      std::vector<char> out(received + 100, 0);
-      std::vector<std::vector<const char*>> src(2, std::vector<const char*>(2));
-      std::vector<std::vector<char*>> dst(2, std::vector<char*>(2));
-      src[0][1] = in.data();
-      dst[1][0] = out.data();
       P2pOptions o;
-      o.recvs = &recvs;
       o.protoBySize = true;
       o.timeoutNs = timeoutNs;
-      o.noticeFailures = true;
-      const auto start = std::chrono::steady_clock::now();
-      const auto errors = clique.exchange(sends, src, dst, threads, o);
-      const auto took = std::chrono::steady_clock::now() - start;
-      CHECK(took < std::chrono::seconds(5));
+      bool quick = false;
+      const auto errors = sendMismatched(clique, {sent, 100}, {received, 100}, threads, o, &quick);
+      CHECK(quick);
       const DeviceError& rx = errors[1];
       CHECK(rx.status == static_cast<uint32_t>(DeviceFault::kMismatch));
       CHECK(rx.peer == 0);
@@ -973,25 +987,13 @@ TEST_CASE("device lanes on host threads: LL128 at one end and another protocol a
     for (unsigned threads : {1u, 3u}) {
       INFO("sent " << protoName(sendProto) << ", received " << protoName(recvProto) << ", threads " << threads);
       Clique clique(2, 1, 4096, 2);
-      std::vector<std::vector<std::vector<size_t>>> sends(2, std::vector<std::vector<size_t>>(2));
-      std::vector<std::vector<std::vector<size_t>>> recvs = sends;
-      sends[0][1] = {100};
-      recvs[1][0] = {200};
-      std::vector<char> in(100, 'x');
-      std::vector<char> out(200, 0);
-      std::vector<std::vector<const char*>> src(2, std::vector<const char*>(2));
-      std::vector<std::vector<char*>> dst(2, std::vector<char*>(2));
-      src[0][1] = in.data();
-      dst[1][0] = out.data();
       P2pOptions o;
-      o.recvs = &recvs;
       o.sendProto = sendProto;
       o.recvProto = recvProto;
       o.timeoutNs = 30'000'000'000ull;
-      o.noticeFailures = true;
-      const auto start = std::chrono::steady_clock::now();
-      const auto errors = clique.exchange(sends, src, dst, threads, o);
-      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+      bool quick = false;
+      const auto errors = sendMismatched(clique, {100}, {200}, threads, o, &quick);
+      CHECK(quick);
       CHECK(errors[1].status == static_cast<uint32_t>(DeviceFault::kMismatch));
       CHECK(errors[1].peer == 0);
       CHECK(errors[1].seq == 1u);
