@@ -58,19 +58,21 @@
 // warp re-reading until every line it took carries the current flag (lineAny). It rests on a
 // hardware property the memory model does not state: a warp's 128-byte store reaches a reader's
 // 128-byte load whole. NCCL relies on it on the GPUs and links it enables LL128 for; the tuner
-// takes LL128 only where CHORUS_LL128 says so (docs/GPU.md), and host threads, which store a line
-// part by part, publish it by the flag word's release store instead. The header is the slot's
-// first line (commId, seq, step and bytes in its first three words).
+// offers LL128 only where every rank runs on one GPU, and by estimate only with CHORUS_LL128
+// (docs/GPU.md); host threads, which store a line part by part, publish it by the flag word's
+// release store instead. The header is the slot's first line (commId, seq, step and bytes in its
+// first three words).
 //
 // The two ends of a FIFO choose their protocol each from its own byte count, so a send and a
-// receive of different sizes (the program's error) may run LL at one end and Simple at the other.
-// Either receiver then fails at the piece's header, as with one protocol (kMismatch): a Simple
-// receiver finds the tail past its position (an LL sender still advances it) over the slot header
-// of an older position, an older operation's or none, which the header check refuses; an LL
-// receiver, whose header lines never come, looks at the tail and the slot header each time it
-// checks the deadline and finds a Simple piece for its position there (simpleAt). A sender left
-// waiting for room ends as it would with one protocol: at the abort word, once its host hears of
-// the failure.
+// receive of different sizes (the program's error) may run LL at one end and Simple at the other
+// (or LL128 at either, where it runs). Either receiver then fails at the piece's header, as with
+// one protocol (kMismatch): a Simple receiver finds the tail past its position (an LL sender
+// still advances it) over the slot header of an older position, an older operation's or none,
+// which the header check refuses; an LL receiver, whose header lines never come, looks at the
+// tail and the slot header each time it checks the deadline and finds a Simple piece for its
+// position there (simpleAt), or LL128's header line for it (line128At); an LL128 receiver
+// likewise finds Simple's or LL's (lineAt). A sender left waiting for room ends as it would with
+// one protocol: at the abort word, once its host hears of the failure.
 #pragma once
 
 #include <cstddef>
