@@ -90,13 +90,7 @@ class HostBlock {
     sync();
     return v;
   }
-  uint64_t share(uint64_t v) {
-    if (tid_ == 0) s_.slot = v;
-    sync();
-    v = s_.slot;
-    sync();
-    return v;
-  }
+  uint64_t share(uint64_t v) { return shareFrom(0, v); }
 
  private:
   BlockShared& s_;

@@ -169,19 +169,11 @@ class LaneExec {
     if constexpr (kLL128) {
       return waitHeader128(c);
     } else if constexpr (kLL) {
-      const FifoLine* h = slotLines(c, recvPos_[curRecv_]);
-      const uint32_t flag = lineFlag(recvPos_[curRecv_]);
+      const uint32_t pos = recvPos_[curRecv_];
       uint64_t w[kLineHeaderLines] = {};
       if (leader()) {
         ok = spin(
-            1, c.peer,
-            [&] {
-              for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
-                if (!lineData(b_.loadLine(h + i), flag, &w[i])) return false;
-              }
-              return true;
-            },
-            [&] { return simpleAt(c, recvPos_[curRecv_]) || line128At(c, recvPos_[curRecv_]); });
+            1, c.peer, [&] { return lineAt(c, pos, w); }, [&] { return simpleAt(c, pos) || line128At(c, pos); });
       }
       if (b_.share(ok) == 0) return false;
       rxHdr_.commId = b_.share(w[0]);
@@ -551,7 +543,10 @@ class LaneExec {
     if (leader()) {
       ok = spin(
           1, c.peer, [&] { return b_.loadPart(h, 7).word[1] == flag; },
-          [&] { return simpleAt(c, pos) || lineAt(c, pos); });
+          [&] {
+            uint64_t w[kLineHeaderLines];
+            return simpleAt(c, pos) || lineAt(c, pos, w);
+          });
     }
     if (b_.share(ok) == 0) return false;
     uint64_t w[2 * kParts] = {};
@@ -570,15 +565,16 @@ class LaneExec {
     rxHdr_.bytes = static_cast<uint32_t>(stepBytes >> 32);
     return true;
   }
-  // Whether the piece at `pos` of c's FIFO came as LL (its header lines carry that position's
-  // flags) or as LL128 (its header line's flag does): the other end chose the other protocol.
-  CHORUS_HD bool lineAt(const DeviceConnector& c, uint32_t pos) {
-    uint64_t w;
+  // Whether an LL piece is at `pos` of c's FIFO: its header lines carry that position's flags
+  // (their words into w). LL's receiver waits for it; LL128's takes it for the other protocol.
+  CHORUS_HD bool lineAt(const DeviceConnector& c, uint32_t pos, uint64_t* w) {
     for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
-      if (!lineData(b_.loadLine(slotLines(c, pos) + i), lineFlag(pos), &w)) return false;
+      if (!lineData(b_.loadLine(slotLines(c, pos) + i), lineFlag(pos), &w[i])) return false;
     }
     return true;
   }
+  // Whether an LL128 piece is at `pos`: its header line's flag is that position's (an LL
+  // receiver's sign that the other end chose LL128).
   CHORUS_HD bool line128At(const DeviceConnector& c, uint32_t pos) {
     return b_.loadPart(slotLines128(c, pos), 7).word[1] == lineFlag(pos);
   }
