@@ -23,12 +23,16 @@ print(sysconfig.get_config_var("EXT_SUFFIX"))
 PYEOF
 )
 lib=$(cd "$dir/lib" && pwd)
+# DIR/lib holds the library by its soname only (libchorus.so.0, what the programs load), not the
+# libchorus.so a -lchorus would look for: link that file by name.
+chorus_so=$(find "$lib" -maxdepth 1 -name 'libchorus.so*' | sort | head -1)
+[ -n "$chorus_so" ] || { echo "FAIL: no libchorus.so* in $lib"; exit 1; }
 start=$(date +%s)
 # shellcheck disable=SC2086  # info[0] is a list of flags
 g++ -O2 -shared -fPIC -std=c++17 -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="${info[2]}" \
   -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C -I include ${info[0]} -isystem "${info[3]}" \
   python/chorus_torch/csrc/process_group.cc -o "$pkg/chorus_torch/_C${info[4]}" \
-  -L "$lib" -lchorus -Wl,-rpath,"$lib" -L "${info[1]}" -ltorch -ltorch_cpu -lc10 -ltorch_python
+  "$chorus_so" -Wl,-rpath,"$lib" -L "${info[1]}" -ltorch -ltorch_cpu -lc10 -ltorch_python
 cp python/chorus_torch/__init__.py "$pkg/chorus_torch/"
 echo "chorus_torch built for $("$python" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)') in $(($(date +%s) - start)) s"
 PYTHONPATH="$pkg" "$python" tools/nccl_torch_check.py "$dir/nccl/libnccl.so.2" --world 2 --mixed
