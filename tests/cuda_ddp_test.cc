@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -103,6 +104,7 @@ void train(int n, int hook, bool unused, int iters) {
   std::vector<int> rebuiltAt(n, -1);
   std::mutex agreeMu;
   const std::string what = std::to_string(n) + " ranks, hook " + std::to_string(hook) + (unused ? ", unused" : "");
+  std::printf("%s: %d iterations\n", what.c_str(), iters);
   auto rank = [&](int r) {
     CUDA_OK(cudaSetDevice(0));
     chorusDdpReducer_t red = nullptr;
@@ -245,6 +247,7 @@ void uneven(int n) {
   cfg.bucketCapBytes = 64 << 10;
   cfg.unevenInputs = 1;
   const std::string what = std::to_string(n) + " ranks, uneven inputs";
+  std::printf("%s: starts\n", what.c_str());
   auto rank = [&](int r) {
     CUDA_OK(cudaSetDevice(0));
     chorusDdpReducer_t red = nullptr;
@@ -307,6 +310,12 @@ void uneven(int n) {
 }  // namespace
 
 int main() {
+  // A log file gets every line as it is printed, so a run stopped by its time limit still shows
+  // how far it came; a collective that stalls warns after 5 s and fails after 20 (not the default
+  // 30 minutes), naming what it waits for.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  setenv("CHORUS_TIMEOUT", "20", 0);
+  setenv("CHORUS_WARN_AFTER_MS", "5000", 0);
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

@@ -177,6 +177,9 @@ class DeviceStore final : public GradStore {
     s->device_ = device;
     cuda::DeviceGuard g(device);
     CHORUS_TRY(g.status());
+    // The hooks' conversions run before a bucket's first collective, maybe before the
+    // communicator's device side (which loads them too) exists.
+    CHORUS_TRY(cuda::loadKernels());
     CHORUS_ASSIGN_OR_RETURN(s->cuda_, cuda::streamCreate());
     CHORUS_TRY(apiStatus(chorusStreamFromCuda(static_cast<struct CUstream_st*>(s->cuda_), &s->stream_),
                          "wrapping the reducer's CUDA stream"));

@@ -691,8 +691,23 @@ Status Reducer::rebuildLocked(bool* changed) {
                             params_[i].count * ts));
   }
   if (store_->onDevice()) CHORUS_TRY(waitLocked("copying the gradients into the rebuilt buckets"));
+  old.clear();
+  CHORUS_TRY(freedTogetherLocked("waiting for every rank to free its old buckets"));
   *changed = true;
   return Status::ok();
+}
+
+// Freeing device memory synchronises the whole device (cuda::freeShareable, as cudaFree does).
+// Ranks that are threads of one process share it: a rank that went on to launch its next
+// collective would leave a rank still freeing waiting for that kernel, which itself waits for the
+// freeing rank's kernel, never launched. So no rank leaves before every rank has freed. Ranks
+// in other processes wait here too, briefly.
+Status Reducer::freedTogetherLocked(const char* what) {
+  if (!store_->onDevice()) return Status::ok();
+  int32_t word = 1;
+  const chorusResult_t rc = chorusAllReduce(&word, &word, 1, chorusInt32, chorusSum, comm_, hostStream_);
+  if (rc != chorusSuccess) return fail(rc, what);
+  return store_->synchronizeHost(what);
 }
 
 namespace {
@@ -804,7 +819,9 @@ Status Reducer::broadcastLocked(void* const* params, int root) {
   }
   Status w = waitLocked("broadcasting the parameters");
   if (staging) store_->free(staging);
-  return s.isOk() ? w : s;
+  if (!s.isOk()) return s;
+  if (!w.isOk()) return w;
+  return staging ? freedTogetherLocked("waiting for every rank to free the broadcast's staging buffer") : Status::ok();
 }
 
 Status Reducer::registerHook(chorusDdpCommHook_t fn, void* state) {

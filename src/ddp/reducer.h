@@ -84,6 +84,8 @@ class Reducer {
   Status rebuildLocked(bool* changed);
   Status enqueueUsedMapLocked();
   Status waitLocked(const char* what);
+  // After freeing device memory: every rank waits on the host until all have freed (below).
+  Status freedTogetherLocked(const char* what);
   Status waitForConsumer();  // without mu_ held
   Status orderAfterConsumerLocked();
   Status resolveStatsLocked(bool wait);

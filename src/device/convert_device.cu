@@ -59,4 +59,23 @@ int launchConvert(const void* src, void* dst, size_t n, int wide, int low, bool 
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
+int loadConvertKernels() {
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(narrowKernel<float, Half>),
+      reinterpret_cast<const void*>(narrowKernel<double, Half>),
+      reinterpret_cast<const void*>(narrowKernel<float, BFloat16>),
+      reinterpret_cast<const void*>(narrowKernel<double, BFloat16>),
+      reinterpret_cast<const void*>(widenKernel<float, Half>),
+      reinterpret_cast<const void*>(widenKernel<double, Half>),
+      reinterpret_cast<const void*>(widenKernel<float, BFloat16>),
+      reinterpret_cast<const void*>(widenKernel<double, BFloat16>),
+  };
+  for (const void* k : kernels) {
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, k);
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  return 0;
+}
+
 }  // namespace chorus::device

@@ -154,8 +154,9 @@ Status streamWaitEvent(void* stream, void* event);
 bool eventDone(void* event);
 // Copies host memory to device memory on `stream` and waits for it.
 Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream);
-// Loads the launch kernel into the current device's context (prims_device.h, loadKernels): done
-// when a communicator's device side is made, so that no collective waits for a lazy load.
+// Loads the launch kernel and the conversion kernels into the current device's context
+// (prims_device.h, loadKernels and loadConvertKernels): done when a communicator's device side is
+// made and when a DDP reducer on device gradients is, so that no launch waits for a lazy load.
 Status loadKernels();
 // Enqueues the launch kernel for `p` on `stream` (current device).
 Status launch(const device::LaunchParams& p, void* stream);

@@ -601,7 +601,8 @@ Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream) {
 }
 
 Status loadKernels() {
-  return runtimeStatus(static_cast<cudaError_t>(device::loadKernels()), "loading the collective kernel");
+  CHORUS_TRY(runtimeStatus(static_cast<cudaError_t>(device::loadKernels()), "loading the collective kernel"));
+  return runtimeStatus(static_cast<cudaError_t>(device::loadConvertKernels()), "loading the conversion kernels");
 }
 
 Status launch(const device::LaunchParams& p, void* stream) {

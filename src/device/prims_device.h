@@ -26,5 +26,10 @@ int loadKernels();
 // and a 16-bit one (chorusFloat16 or chorusBfloat16) on `stream` (convert_device.cu):
 // narrowing when `narrow`, widening otherwise. Returns a cudaError_t (0: enqueued).
 int launchConvert(const void* src, void* dst, size_t n, int wide, int low, bool narrow, void* stream);
+// Loads every conversion kernel into the current device's context, for the reason loadKernels
+// loads the launch kernel: a DDP hook's first conversion, loaded lazily, would wait for every
+// kernel running in the context, among them a peer rank's collective that waits for this rank's.
+// Returns a cudaError_t (0: loaded).
+int loadConvertKernels();
 
 }  // namespace chorus::device
