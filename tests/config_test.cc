@@ -134,11 +134,11 @@ TEST_CASE("CHORUS_ONECOPY: unset, 0 or 1", "[config]") {
   CHECK_FALSE(Config::fromEnv().isOk());
 }
 
-TEST_CASE("CHORUS_LL128: off unless set to a true value; anything else is an error naming it", "[config]") {
+TEST_CASE("CHORUS_LL128: on unless set to 0; anything else is an error naming it", "[config]") {
   {
     auto c = Config::fromEnv();
     REQUIRE(c.isOk());
-    CHECK_FALSE(c.value().ll128);
+    CHECK(c.value().ll128);
   }
   for (const char* v : {"1", "0"}) {
     ScopedEnv e("CHORUS_LL128", v);

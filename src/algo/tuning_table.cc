@@ -30,23 +30,29 @@ const std::vector<TuningRow>& tuningTable() {
       {MemKind::kHost, "slice", ProtoKind::kSimple, 5.45, 0.00, 5.69, 0, 3},
       {MemKind::kHost, "slice", ProtoKind::kSimple, 10.61, 0.00, 5.77, 0, 4},
 
-      // Device rows: provisional, never measured for Chorus. NCCL 2.28's constants for Hopper over
-      // NVLink (src/graph/tuning.cc: base latency per call, hardware latency per step, the LL
-      // ceiling llMaxBws, the tree's per-channel rate), with 40 GB/s per channel for Simple and
-      // half that for LL; the direct all-reduce takes the ring's. The next GPU run's gpu_bench
-      // ("all-reduce by algorithm") refills them.
-      {MemKind::kDevice, "ring", ProtoKind::kLL, 6.6, 0.6, 20.0, 141.0},
-      {MemKind::kDevice, "ring", ProtoKind::kSimple, 8.4, 3.4, 40.0, 0},
-      {MemKind::kDevice, "tree", ProtoKind::kLL, 6.8, 0.6, 10.2, 141.0},
-      {MemKind::kDevice, "tree", ProtoKind::kSimple, 8.4, 4.0, 35.6, 0},
-      {MemKind::kDevice, "direct", ProtoKind::kLL, 6.6, 0.6, 20.0, 141.0},
-      {MemKind::kDevice, "direct", ProtoKind::kSimple, 8.4, 3.4, 40.0, 0},
-      // LL128 (taken only with CHORUS_LL128=1): NCCL 2.28's ring and tree LL128 latencies on
-      // NVLink and its per-channel LL128 ceiling for Hopper (perChMaxRingLL128Bws 36.7 GB/s; the
-      // tree's 7/9 of it on one node).
-      {MemKind::kDevice, "ring", ProtoKind::kLL128, 14.0, 1.9, 36.7, 0},
-      {MemKind::kDevice, "tree", ProtoKind::kLL128, 14.0, 1.25, 28.5, 0},
-      {MemKind::kDevice, "direct", ProtoKind::kLL128, 14.0, 1.9, 36.7, 0},
+      // Device rows, one per algorithm, protocol and rank count: fitted on 2026-11-27 from run 6's
+      // gpu_bench on one H200 (docs/gpu-runs/2026-11-27-h200-9527061/gpu_bench.log, ranks as
+      // threads sharing the GPU, every algorithm and protocol forced) by
+      // tools/tuning_fit.py device gpu_bench.log --channels 2:32,4:16. The tool fits the tree from 3
+      // ranks up, so at 2 ranks the tree takes its 4-rank row; one-copy's rows let the
+      // tuner offer it by estimate where every rank's buffers are registered.
+      {MemKind::kDevice, "direct", ProtoKind::kLL, 31.13, 0.00, 0.92, 0.0, 2},
+      {MemKind::kDevice, "direct", ProtoKind::kLL, 69.54, 0.00, 0.85, 0.0, 4},
+      {MemKind::kDevice, "direct", ProtoKind::kLL128, 32.50, 0.00, 1.24, 0.0, 2},
+      {MemKind::kDevice, "direct", ProtoKind::kLL128, 70.33, 0.00, 1.24, 0.0, 4},
+      {MemKind::kDevice, "direct", ProtoKind::kSimple, 27.52, 0.00, 2.96, 2.5, 2},
+      {MemKind::kDevice, "direct", ProtoKind::kSimple, 69.46, 0.00, 2.74, 2.5, 4},
+      {MemKind::kDevice, "one-copy", ProtoKind::kSimple, 97.97, 0.00, 14.05, 0.0, 2},
+      {MemKind::kDevice, "one-copy", ProtoKind::kSimple, 525.16, 0.00, 21.77, 0.0, 4},
+      {MemKind::kDevice, "ring", ProtoKind::kLL, 35.63, 0.00, 0.71, 19.6, 2},
+      {MemKind::kDevice, "ring", ProtoKind::kLL, 73.87, 0.00, 0.80, 0.0, 4},
+      {MemKind::kDevice, "ring", ProtoKind::kLL128, 36.56, 0.00, 1.24, 28.1, 2},
+      {MemKind::kDevice, "ring", ProtoKind::kLL128, 72.18, 0.00, 1.85, 0.0, 4},
+      {MemKind::kDevice, "ring", ProtoKind::kSimple, 34.42, 0.00, 4.31, 0.0, 2},
+      {MemKind::kDevice, "ring", ProtoKind::kSimple, 77.78, 0.00, 5.24, 0.0, 4},
+      {MemKind::kDevice, "tree", ProtoKind::kLL, 86.97, 0.00, 0.57, 0.0, 4},
+      {MemKind::kDevice, "tree", ProtoKind::kLL128, 114.75, 0.00, 0.97, 0.0, 4},
+      {MemKind::kDevice, "tree", ProtoKind::kSimple, 89.16, 0.00, 1.81, 0.0, 4},
   };
   return rows;
 }
