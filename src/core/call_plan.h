@@ -36,13 +36,16 @@ struct PlannedTransfer {
   ProtoKind proto = ProtoKind::kSimple;  // device lanes: the tuner's for its bytes
 };
 
+// A one-rank device collective that copies its input as it is: cudaMemcpyAsync, no kernel.
+inline constexpr const char* kOneRankCopyLabel = "one-rank copy";
+
 struct PlannedOp {
   const OpInfo* op = nullptr;
   bool collective = false;  // runs on channels (runsOnChannels); else point-to-point
   // A collective's number; a point-to-point op's first transfer's (0: it has none).
   uint64_t seq = 0;
   Algo algo = Algo::kRing;
-  // As the flight recorder says it: an algorithm's name, "one-rank" or "p2p".
+  // As the flight recorder says it: an algorithm's name, "one-rank", kOneRankCopyLabel or "p2p".
   const char* label = "";
   // Device lanes' protocol as the flight recorder says it ("Simple", "LL", "Simple and LL" for
   // transfers of both); empty on host memory and where none applies (one rank, one-copy).

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "src/common/os.h"
+#include "src/common/types.h"
 #include "src/device/cuda.h"
 
 namespace chorus {
@@ -31,6 +32,49 @@ void mergePeers(std::vector<int>* into, const std::vector<int>& more) {
   out.reserve(into->size() + more.size());
   std::set_union(into->begin(), into->end(), more.begin(), more.end(), std::back_inserter(out));
   *into = std::move(out);
+}
+
+// Whether every lane of `p` copies its input to its output as it is, with no peer: a one-rank
+// communicator's out-of-place collective whose operator does not pre-multiply
+// (Communicator::planOneRank), and its copies to itself. Such a launch is enqueued as the copies
+// it is (copyLanes), as NCCL's one-rank path does: cudaMemcpyAsync moves bytes at the memory's
+// rate over the whole GPU, where the launch kernel's blocks take at most half of it.
+bool plainCopies(const LaunchParams& p, int nranks) {
+  if (nranks != 1 || p.nblocks == 0) return false;
+  for (uint32_t li = 0; li < p.laneBegin[p.nblocks]; ++li) {
+    const device::DeviceLane& l = p.lanes[li];
+    if (l.nsteps != 1 || l.step.prim != Prim::kLocal || l.oneCopy || l.spec.hasPre || l.spec.scalePtr) return false;
+    for (int i = 0; i < kMaxLanePeers; ++i) {
+      if (l.send[i] != device::kNoConnector || l.recv[i] != device::kNoConnector) return false;
+    }
+  }
+  return true;
+}
+
+// Enqueues plainCopies' lanes as cudaMemcpyAsync calls on `stream`, a lane that continues the
+// previous one in both buffers joined to it (a one-rank copy is cut into parts, one per block).
+Status copyLanes(const LaunchParams& p, void* stream) {
+  const char* src = nullptr;
+  char* dst = nullptr;
+  size_t bytes = 0;
+  auto flush = [&]() -> Status {
+    Status st = bytes && src != dst ? cuda::copyAsync(dst, src, bytes, stream) : Status::ok();
+    bytes = 0;
+    return st;
+  };
+  for (uint32_t li = 0; li < p.laneBegin[p.nblocks]; ++li) {
+    const device::DeviceLane& l = p.lanes[li];
+    const size_t elem = typeSize(static_cast<chorusDataType_t>(l.type));
+    const char* from = l.input + l.step.inOff * elem;
+    char* to = l.output + l.step.outOff * elem;
+    if (bytes && (from != src + bytes || to != dst + bytes)) CHORUS_TRY(flush());
+    if (!bytes) {
+      src = from;
+      dst = to;
+    }
+    bytes += l.step.count * elem;
+  }
+  return flush();
 }
 
 }  // namespace
@@ -335,7 +379,7 @@ Result<bool> DeviceComm::enqueue(const std::vector<LaunchParams>& launches, void
     }
   }
   for (const LaunchParams& p : launches) {
-    if (Status l = cuda::launch(p, s); !l.isOk()) {
+    if (Status l = plainCopies(p, nranks_) ? copyLanes(p, s) : cuda::launch(p, s); !l.isOk()) {
       giveBack();  // a launch before this one may run untracked: the communicator fails with this
       return l;
     }

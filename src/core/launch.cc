@@ -626,8 +626,10 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     po.seq = collSeq.fetch_add(1, std::memory_order_relaxed) + 1;
     const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
     if (device && nranks_ == 1) {
-      po.label = "one-rank";
       po.lanes = planOneRank(op);
+      // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
+      const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
+      po.label = po.lanes.empty() || scales ? "one-rank" : kOneRankCopyLabel;
     } else if (device) {
       const bool agreed = oi < oneCopy.size() && oneCopy[oi];
       const Tuner::Choice choice = deviceChoice(op);
@@ -770,7 +772,8 @@ double Communicator::estimateUs(const OpInfo& op) const {
 std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
   // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
-  // into parts of whole 16-byte vectors, one block (channel) each, as a memcpy spreads over the GPU.
+  // into parts of whole 16-byte vectors, one block (channel) each. Without a multiplication the
+  // parts are enqueued as cudaMemcpyAsync (DeviceComm::enqueue), joined back into one copy.
   const size_t elem = typeSize(op.type);
   const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
   const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
@@ -820,7 +823,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     if (flight && flight_ && flight_->enabled()) {
       FlightEntry e = flightEntry(op, po.seq, po.label);
       e.proto = po.proto;
-      e.blocks = po.collective ? static_cast<int>(po.lanes.size()) : 0;
+      e.blocks = po.collective && po.label != kOneRankCopyLabel ? static_cast<int>(po.lanes.size()) : 0;
       flight->push_back(e);
     }
     if (!po.collective) {
