@@ -56,6 +56,7 @@ checks=(
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
   "cuda_ddp|60|default|thread|cuda_ddp_test"
+  "cuda_ddp_8ch|60|default|thread|env CHORUS_DEVICE_NCHANNELS=8 DIR/bin/cuda_ddp_test"
   "ddp_mnist_gpu|90|default|proc|@bash tools/ddp_gpu_check.sh DIR"
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
   "gpu_bench|200|default|thread|env GPU_BENCH_BUDGET=170 DIR/bin/gpu_bench"
