@@ -772,14 +772,16 @@ double Communicator::estimateUs(const OpInfo& op) const {
 std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
   // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
-  // into parts of whole 16-byte vectors, one block (channel) each. Without a multiplication the
-  // parts are enqueued as cudaMemcpyAsync (DeviceComm::enqueue), joined back into one copy.
+  // into parts of whole 16-byte vectors, one block (channel) each. Without a multiplication it is
+  // one part, enqueued as cudaMemcpyAsync (DeviceComm::enqueue): on an H200, 2 MiB planned in 32
+  // parts took 28 us a call where 8 B in one took 14 and a memcpy of 2 MiB 5.5.
   const size_t elem = typeSize(op.type);
   const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
   const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
   std::vector<LanePlan> plans;
   if (!moves) return plans;
-  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, deviceChannels_)) {
+  const size_t parts = scales ? static_cast<size_t>(deviceChannels_) : 1;
+  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, parts)) {
     LanePlan lp;
     lp.steps = {part};
     lp.channel = static_cast<int>(plans.size());
