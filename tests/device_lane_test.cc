@@ -1033,3 +1033,100 @@ TEST_CASE("device lanes: a launch with an LL128 lane needs the executor built wi
   CHECK(error.lane == 0);
   CHECK(state.collSeq[0] == 0);
 }
+
+// A DDP iteration's all-reduces as the flight recorder of a run on one H200 listed them (2 ranks,
+// threads of one process sharing the GPU; device channel limit 32, 512 KiB device slots, chorusAvg
+// on float32 and float64): a direct one (Simple, one block), six LL rings over 14 to 31 channels
+// (the tuner's one channel per 4 KiB), and the direct one again; there the fifth call stalled in
+// the third iteration. Replayed here over 32 channels of 512 KiB slots (8 per FIFO, the default),
+// each call its own launch with fresh inputs, in place as DDP's buckets, the average as
+// RedOpTable::spec gives it for floats (each input times 1/n, then the sum), every element checked
+// against the same sum in the same type (multiples of 1/8 halved: exact); then the list shuffled
+// each iteration, and then with channel counts drawn anew for every call; 4 iterations each.
+TEST_CASE("device lanes on host threads: a DDP iteration's all-reduces (direct and LL rings of many channel counts)",
+          "[device_lane]") {
+  const int n = 2;
+  struct Call {
+    Algo algo;
+    ProtoKind proto;
+    int channels;
+    size_t count;
+    bool f64;
+  };
+  const std::vector<Call> iteration = {
+      {Algo::kDirect, ProtoKind::kSimple, 1, 5940, false}, {Algo::kRing, ProtoKind::kLL, 14, 15287, false},
+      {Algo::kRing, ProtoKind::kLL, 31, 32572, false},     {Algo::kRing, ProtoKind::kLL, 26, 26882, false},
+      {Algo::kRing, ProtoKind::kLL, 29, 15348, true},      {Algo::kRing, ProtoKind::kLL, 25, 25833, false},
+      {Algo::kRing, ProtoKind::kLL, 17, 17625, false},     {Algo::kDirect, ProtoKind::kSimple, 1, 5940, false},
+  };
+  ReduceSpec avg;
+  avg.hasPre = true;
+  avg.scaleF = 1.0 / n;
+  auto value = [](int r, int it, size_t ci, size_t i) {
+    return double(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(it) * 5 + ci * 3) % 23) -
+                  11) /
+           8;
+  };
+  uint64_t rng = 12345;
+  auto draw = [&rng](uint64_t below) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % below;
+  };
+  for (int mode : {0, 1, 2}) {  // as listed; shuffled; shuffled with channel counts drawn anew
+    for (unsigned threads : {1u, 4u}) {
+      Clique clique(n, 32, 512 * 1024, 8);
+      std::vector<size_t> order(iteration.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      for (int it = 0; it < 4; ++it) {
+        if (mode > 0) {
+          for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[draw(i)]);
+        }
+        for (size_t k = 0; k < order.size(); ++k) {
+          const size_t ci = order[k];
+          Call c = iteration[ci];
+          if (mode == 2 && c.algo == Algo::kRing) c.channels = 1 + static_cast<int>(draw(32));
+          INFO("mode " << mode << " threads " << threads << " iteration " << it << " call " << k << " (listed " << ci
+                       << ") " << algoName(c.algo) << " " << protoName(c.proto) << " channels " << c.channels
+                       << " count " << c.count << (c.f64 ? " f64" : " f32"));
+          clique.setProto(c.proto);
+          clique.setChannels(c.channels);
+          auto check = [&](auto zero) {
+            using T = decltype(zero);
+            std::vector<std::vector<T>> buf(n, std::vector<T>(c.count));
+            std::vector<const char*> ip(n);
+            std::vector<char*> op(n);
+            for (int r = 0; r < n; ++r) {
+              for (size_t i = 0; i < c.count; ++i) buf[r][i] = T(value(r, it, ci, i));
+              ip[r] = reinterpret_cast<const char*>(buf[r].data());
+              op[r] = reinterpret_cast<char*>(buf[r].data());
+            }
+            const AlgoCall call{CollType::kAllReduce, c.count, sizeof(T), 0, true};
+            const auto errors = clique.launch(c.algo, {call}, kTypeOf<T>, avg, ip, op, threads, {}, 5'000'000'000ull);
+            for (int r = 0; r < n; ++r) {
+              const DeviceError& e = errors[r];
+              INFO("rank " << r << " error " << e.status << " block " << e.block << " lane " << e.lane << " step "
+                           << e.step << " peer " << e.peer << " waiting " << e.waiting << " channel " << e.seqIndex
+                           << " seq " << e.seq);
+              REQUIRE(e.status == 0);
+            }
+            for (int r = 0; r < n; ++r) {
+              for (size_t i = 0; i < c.count; ++i) {
+                T want = T(0);
+                for (int q = 0; q < n; ++q) want = T(want + T(T(value(q, it, ci, i)) * T(avg.scaleF)));
+                if (buf[r][i] != want) {
+                  INFO("rank " << r << " element " << i);
+                  REQUIRE(buf[r][i] == want);
+                }
+              }
+            }
+          };
+          if (c.f64) {
+            check(double(0));
+          } else {
+            check(float(0));
+          }
+        }
+      }
+    }
+  }
+}
