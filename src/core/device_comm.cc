@@ -51,30 +51,16 @@ bool plainCopies(const LaunchParams& p, int nranks) {
   return true;
 }
 
-// Enqueues plainCopies' lanes as cudaMemcpyAsync calls on `stream`, a lane that continues the
-// previous one in both buffers joined to it (a one-rank copy is cut into parts, one per block).
+// Enqueues plainCopies' lanes as cudaMemcpyAsync calls on `stream`, one per lane.
 Status copyLanes(const LaunchParams& p, void* stream) {
-  const char* src = nullptr;
-  char* dst = nullptr;
-  size_t bytes = 0;
-  auto flush = [&]() -> Status {
-    Status st = bytes && src != dst ? cuda::copyAsync(dst, src, bytes, stream) : Status::ok();
-    bytes = 0;
-    return st;
-  };
   for (uint32_t li = 0; li < p.laneBegin[p.nblocks]; ++li) {
     const device::DeviceLane& l = p.lanes[li];
     const size_t elem = typeSize(static_cast<chorusDataType_t>(l.type));
     const char* from = l.input + l.step.inOff * elem;
     char* to = l.output + l.step.outOff * elem;
-    if (bytes && (from != src + bytes || to != dst + bytes)) CHORUS_TRY(flush());
-    if (!bytes) {
-      src = from;
-      dst = to;
-    }
-    bytes += l.step.count * elem;
+    if (l.step.count && from != to) CHORUS_TRY(cuda::copyAsync(to, from, l.step.count * elem, stream));
   }
-  return flush();
+  return Status::ok();
 }
 
 }  // namespace

@@ -464,6 +464,10 @@ const char* inlineLabel(Algo a) {
   return labels[static_cast<size_t>(a)].c_str();
 }
 
+// Whether a one-rank collective multiplies its input (a pre-multiplied sum, or a scalar in
+// device memory): then it runs the launch kernel, else it is a copy or nothing.
+bool oneRankScales(const OpInfo& op) { return reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr); }
+
 }  // namespace
 
 uint32_t Communicator::hostConnectionBits(const Tuner::Choice& c) {
@@ -628,8 +632,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     if (device && nranks_ == 1) {
       po.lanes = planOneRank(op);
       // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
-      const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
-      po.label = po.lanes.empty() || scales ? "one-rank" : kOneRankCopyLabel;
+      po.label = po.lanes.empty() || oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
     } else if (device) {
       const bool agreed = oi < oneCopy.size() && oneCopy[oi];
       const Tuner::Choice choice = deviceChoice(op);
@@ -776,7 +779,7 @@ std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
   // one part, enqueued as cudaMemcpyAsync (DeviceComm::enqueue): on an H200, 2 MiB planned in 32
   // parts took 28 us a call where 8 B in one took 14 and a memcpy of 2 MiB 5.5.
   const size_t elem = typeSize(op.type);
-  const bool scales = reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr);
+  const bool scales = oneRankScales(op);
   const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
   std::vector<LanePlan> plans;
   if (!moves) return plans;
