@@ -661,6 +661,7 @@ int profile() {
 }
 
 int main(int argc, char** argv) {
+  chorus::test::useAllCudaQueues();
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

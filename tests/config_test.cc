@@ -10,6 +10,7 @@
 #include "src/common/config.h"
 #include "src/common/guard.h"
 #include "src/common/os.h"
+#include "src/core/device_comm.h"
 #include "src/core/engine.h"
 
 using namespace chorus;
@@ -150,6 +151,44 @@ TEST_CASE("CHORUS_LL128: on unless set to 0; anything else is an error naming it
   auto c = Config::fromEnv();
   REQUIRE_FALSE(c.isOk());
   CHECK(c.status().message().find("CHORUS_LL128") != std::string::npos);
+}
+
+TEST_CASE("CUDA_DEVICE_MAX_CONNECTIONS is read, never an error; ranks sharing a GPU in a process hear of it",
+          "[config]") {
+  {
+    ScopedEnv e("CUDA_DEVICE_MAX_CONNECTIONS", "8");
+    unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");  // the scope puts back what the test ran with
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().cudaConnections == 8);  // CUDA's default
+    CHECK(c.value().envWarnings.empty());
+  }
+  for (const char* v : {"1", "16", "32"}) {
+    ScopedEnv e("CUDA_DEVICE_MAX_CONNECTIONS", v);
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());
+    CHECK(c.value().cudaConnections == std::atoi(v));
+  }
+  for (const char* v : {"0", "33", "many"}) {
+    ScopedEnv e("CUDA_DEVICE_MAX_CONNECTIONS", v);
+    auto c = Config::fromEnv();
+    REQUIRE(c.isOk());  // CUDA's variable: Chorus does not refuse to start over it
+    CHECK(c.value().cudaConnections == 8);
+    REQUIRE(c.value().envWarnings.size() == 1);
+    CHECK(c.value().envWarnings[0].find(std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + v) != std::string::npos);
+  }
+  // No other rank of the process on the GPU: nothing to say at init or at a deadline.
+  CHECK(sharedGpuWarning(0, 8).empty());
+  CHECK(sharedGpuStallHint(0, 8).empty());
+  // Two ranks on CUDA's default queues: told what to set, with the count they run with.
+  const std::string w = sharedGpuWarning(1, 8);
+  CHECK(w.find("2 ranks of this process") != std::string::npos);
+  CHECK(w.find("(8 here)") != std::string::npos);
+  CHECK(w.find("CUDA_DEVICE_MAX_CONNECTIONS=32") != std::string::npos);
+  CHECK(sharedGpuWarning(3, 1).find("4 ranks") != std::string::npos);
+  // The most queues CUDA gives: no warning, but a deadline still names the cause.
+  CHECK(sharedGpuWarning(1, 32).empty());
+  CHECK(sharedGpuStallHint(1, 32).find("32 queues here") != std::string::npos);
 }
 
 TEST_CASE("CHORUS_SLOTS is a power of two", "[config]") {

@@ -316,6 +316,7 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   setenv("CHORUS_TIMEOUT", "20", 0);
   setenv("CHORUS_WARN_AFTER_MS", "5000", 0);
+  chorus::test::useAllCudaQueues();
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

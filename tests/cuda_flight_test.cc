@@ -175,6 +175,7 @@ void fault() {
 }  // namespace
 
 int main() {
+  chorus::test::useAllCudaQueues();
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

@@ -128,6 +128,7 @@ ProbeCounts probeLines(FifoLine128* lines, bool host, uint32_t nlines, uint32_t 
 }  // namespace
 
 int main() {
+  chorus::test::useAllCudaQueues();
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

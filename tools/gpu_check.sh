@@ -55,6 +55,8 @@ checks=(
   "cuda_proc_4|90|default|proc|cuda_proc_test grid 4 --quick"
   "cuda_onecopy_4|90|default|proc|cuda_proc_test onecopy 4"
   "nccl_tests_4|90|default|proc|@bash tools/nccl_tests_check.sh DIR 4"
+  "cuda_queue_32|30|default|thread|cuda_queue_test 32"
+  "cuda_queue_1|30|default|thread|cuda_queue_test 1"
   "cuda_ddp|60|default|thread|cuda_ddp_test"
   "cuda_ddp_8ch|60|default|thread|env CHORUS_DEVICE_NCHANNELS=8 DIR/bin/cuda_ddp_test"
   "ddp_mnist_gpu|90|default|proc|@bash tools/ddp_gpu_check.sh DIR"

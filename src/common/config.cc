@@ -256,6 +256,18 @@ Result<Config> Config::fromEnv() {
   CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
   CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
   CHORUS_TRY(readBool("CHORUS_LL128", &c.ll128));
+  if (const char* v = envValue("CUDA_DEVICE_MAX_CONNECTIONS")) {
+    // CUDA's variable, not ours: a value it would not take is not an error here, only noted.
+    char* end = nullptr;
+    errno = 0;
+    const long x = std::strtol(v, &end, 10);
+    if (errno == 0 && *end == '\0' && x >= 1 && x <= 32) {
+      c.cudaConnections = static_cast<int>(x);
+    } else {
+      c.envWarnings.push_back(std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + v +
+                              " is not a number from 1 to 32; Chorus assumes CUDA's default of 8 hardware queues");
+    }
+  }
   {
     int64_t oneCopy = c.oneCopy;
     CHORUS_TRY(readEnvInt("CHORUS_ONECOPY", 0, 1, &oneCopy));

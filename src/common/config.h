@@ -79,6 +79,10 @@ struct Config {
   int oneCopy = -1;                     // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
   bool ll128 = true;                    // CHORUS_LL128: the tuner may choose LL128 on device lanes
   bool printVersion = false;            // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+  // CUDA_DEVICE_MAX_CONNECTIONS, CUDA's own (read, never set): the hardware queues through which
+  // CUDA feeds a process's streams to a GPU. Ranks that share a GPU as threads of one process are
+  // warned when it is low (docs/environment.md); CUDA's default, 8, when unset or not 1 to 32.
+  int cudaConnections = 8;
 
   // What reading the environment found to say, logged once the communicator has a logger:
   // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to

@@ -1,8 +1,10 @@
 #include "src/core/comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
+#include "src/core/device_comm.h"
 #include "src/device/cuda.h"
 
 namespace chorus {
@@ -321,6 +323,15 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     for (const GpuSeat& s : seats) {
       oneGpu_ = oneGpu_ && s.sms > 0 && s.uuid[0] == seats[0].uuid[0] && s.uuid[1] == seats[0].uuid[1];
     }
+    const GpuSeat& mine = seats[rank_];
+    for (int r = 0; r < nranks_; ++r) {
+      const bool sameGpu = mine.sms > 0 && seats[r].uuid[0] == mine.uuid[0] && seats[r].uuid[1] == mine.uuid[1];
+      if (r != rank_ && sameGpu && sameProcess(peers_[rank_], peers_[r])) ++gpuThreadSharers_;
+    }
+    // Once per process: every communicator of such a clique would say the same.
+    static std::atomic<bool> warned{false};
+    const std::string w = sharedGpuWarning(gpuThreadSharers_, config_.cudaConnections);
+    if (!w.empty() && !warned.exchange(true)) log_.warn(kSubsysInit, "{}", w);
   }
   std::vector<topo::TopoRecord> topoRecords(nranks_);
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;

@@ -381,9 +381,10 @@ class Communicator : public TaskOwner {
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
   const char* inlineLabel_ = "";
-  bool singleHost_ = false;  // every rank on this rank's host
-  int deviceChannels_ = 1;   // the most channels a device collective runs (deviceChannelLimit)
-  bool oneGpu_ = false;      // every rank's kernels run on one GPU (the same UUID)
+  bool singleHost_ = false;   // every rank on this rank's host
+  int deviceChannels_ = 1;    // the most channels a device collective runs (deviceChannelLimit)
+  bool oneGpu_ = false;       // every rank's kernels run on one GPU (the same UUID)
+  int gpuThreadSharers_ = 0;  // other ranks of this process on this rank's GPU (sharedGpuWarning)
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;

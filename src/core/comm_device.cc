@@ -240,7 +240,8 @@ Status Communicator::deviceFault() const {
           systemError("a kernel of this communicator (GPU " + std::to_string(device_->device()) + ") gave up after " +
                       std::to_string(config_.timeoutNs / 1'000'000'000) + " s without progress, " + waited + at +
                       ". That rank never issued the matching operation, or is stuck; CHORUS_TIMEOUT sets the "
-                      "limit");
+                      "limit." +
+                      sharedGpuStallHint(gpuThreadSharers_, config_.cudaConnections));
       return s.about(e.peer);
     }
     case device::DeviceFault::kAborted:

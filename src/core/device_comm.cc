@@ -16,6 +16,24 @@
 
 namespace chorus {
 
+std::string sharedGpuWarning(int sharers, int connections) {
+  if (sharers <= 0 || connections >= 32) return "";
+  return std::to_string(sharers + 1) +
+         " ranks of this process share this rank's GPU, and each one's kernels wait on the others': CUDA feeds "
+         "the process's streams to the GPU through CUDA_DEVICE_MAX_CONNECTIONS hardware queues (" +
+         std::to_string(connections) +
+         " here), and a kernel queued behind another rank's in one queue may not start until that one ends, "
+         "which stalls both until the deadline. Set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses "
+         "CUDA (docs/environment.md)";
+}
+
+std::string sharedGpuStallHint(int sharers, int connections) {
+  if (sharers <= 0) return "";
+  return " Other ranks of this process share this GPU: a rank's kernel held back in a CUDA hardware queue behind "
+         "another rank's stalls both (CUDA_DEVICE_MAX_CONNECTIONS, " +
+         std::to_string(connections) + " queues here; docs/environment.md)";
+}
+
 using device::DeviceCommState;
 using device::DeviceConnector;
 using device::DeviceError;

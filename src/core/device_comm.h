@@ -34,6 +34,17 @@
 
 namespace chorus {
 
+// Ranks that share one GPU as threads of one process: each rank's kernels wait on the others', so
+// they must run at once, and CUDA may not let them. It feeds a process's streams to the GPU through
+// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unless set, at most 32), each in order: when two
+// ranks' streams share a queue, a rank's kernel queued there behind another rank's launch that
+// waits for an earlier kernel cannot start, and both stall until the deadline. The warning a rank
+// logs once per process (`sharers` other ranks of it on the GPU, `connections` queues), or "" when
+// none is due (no sharer, or the most queues CUDA gives).
+std::string sharedGpuWarning(int sharers, int connections);
+// What a device deadline's message adds on such a rank: the same cause, in a sentence.
+std::string sharedGpuStallHint(int sharers, int connections);
+
 // The launches of one communicator the host has not yet seen over, oldest first, with what each
 // tells when it is: its flight recorder entries and the peers its lanes wait on. Pure bookkeeping
 // (a launch's event is opaque here and asked through a callback), so tests drive it without a

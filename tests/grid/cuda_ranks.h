@@ -33,6 +33,13 @@ inline std::string cudaSkipReason(cudaError_t e, int devices) {
   return std::string("CUDA cannot count its devices: ") + cudaGetErrorString(e);
 }
 
+// Ranks as threads on one GPU need their kernels to run at once, and CUDA feeds a process's
+// streams to the GPU through CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unless set): two ranks'
+// streams in one queue can stall each other until the deadline (src/core/device_comm.h,
+// sharedGpuWarning). A program of such ranks asks for CUDA's most, 32, before its first CUDA call,
+// unless its environment already says how many.
+inline void useAllCudaQueues() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
 struct CudaRanks {
   std::vector<chorusComm_t> comms;
   std::vector<cudaStream_t> cuda;
