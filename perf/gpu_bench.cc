@@ -5,6 +5,9 @@
 //   reduce-copy the same with a reduction: out = out + in, two streams read and one written;
 //   latency     an 8-byte all-reduce, 2 ranks, with CHORUS_PROTO=ll and simple: the time per call
 //               of 1000 calls enqueued back to back, and of one call waited for;
+//   host cost   the CPU time to enqueue one call: the CUDA calls a launch is made of (a memcpy,
+//               an event, an empty kernel with a word and with a launch's parameters), and
+//               8-byte all-reduces of Chorus and NCCL, one rank and two;
 //   one rank    every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 //               all-to-all) from 8 B to 1 GiB on a one-rank communicator, in place and out of
 //               place, against memcpy of the message and, when NCCL_LIB_DIR holds NCCL's
@@ -620,6 +623,102 @@ void latency() {
   }
 }
 
+// Kernels for the host-cost table: nothing to do, with a word of parameters and with a launch's
+// (device::LaunchParams, what every Chorus kernel launch passes).
+__global__ void emptyWord(uint64_t) {}
+__global__ void emptyLaunchParams(device::LaunchParams) {}
+
+// CPU time to enqueue one call, us: the median over 7 loops of 200 calls back to back on `s`, each
+// loop's work waited for outside its timing (the GPU's time is not in it unless a driver queue
+// filled, which 200 small calls do not).
+template <typename Wait, typename F>
+double hostCostWaiting(Wait wait, F call) {
+  call();
+  wait();
+  std::vector<double> per;
+  for (int rep = 0; rep < 7; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 200; ++i) call();
+    per.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200);
+    wait();
+  }
+  return median(per) * 1e6;
+}
+template <typename F>
+double hostCost(cudaStream_t s, F call) {
+  return hostCostWaiting([s] { CUDA_OK(cudaStreamSynchronize(s)); }, call);
+}
+
+// Where a small call's time goes on the host (docs/GPU.md, "The call's fixed cost"): the CUDA
+// calls a launch is made of, alone, beside Chorus's and NCCL's calls of 8 bytes. Differences
+// between lines place the cost; nothing here is a test.
+void hostCostTable() {
+  std::printf("\n== host cost of one call: CPU time to enqueue it, us (200 back to back, median of 7 loops)\n");
+  Ranks k(1);
+  const Buffers a(1, 64), b(1, 64);
+  cudaStream_t s = k.cuda[0];
+  cudaEvent_t ev;
+  CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  static device::LaunchParams params;  // 27 KB: not on the stack
+  auto line = [](const std::string& what, double us) { std::printf("%-72s %8.2f\n", what.c_str(), us); };
+  line("cudaMemcpyAsync, 8 B device to device",
+       hostCost(s, [&] { CUDA_OK(cudaMemcpyAsync(b.p[0], a.p[0], 8, cudaMemcpyDeviceToDevice, s)); }));
+  line("cudaEventRecord", hostCost(s, [&] { CUDA_OK(cudaEventRecord(ev, s)); }));
+  line("cudaStreamWaitEvent", hostCost(s, [&] {
+                                CUDA_OK(cudaEventRecord(ev, s));
+                                CUDA_OK(cudaStreamWaitEvent(s, ev, 0));
+                              }) - hostCost(s, [&] { CUDA_OK(cudaEventRecord(ev, s)); }));
+  line("cudaStreamQuery", hostCost(s, [&] { (void)cudaStreamQuery(s); }));
+  line("cudaPointerGetAttributes", hostCost(s, [&] {
+         cudaPointerAttributes attr;
+         CUDA_OK(cudaPointerGetAttributes(&attr, a.p[0]));
+       }));
+  line("empty kernel, 8 B of parameters", hostCost(s, [&] {
+         emptyWord<<<1, 32, 0, s>>>(0);
+         CUDA_OK(cudaGetLastError());
+       }));
+  line("empty kernel, 1 block, LaunchParams (" + std::to_string(sizeof(device::LaunchParams)) + " B of parameters)",
+       hostCost(s, [&] {
+         emptyLaunchParams<<<1, 32, 0, s>>>(params);
+         CUDA_OK(cudaGetLastError());
+       }));
+  line("chorusAllReduce, one rank, 8 B, in place (no data to move)", hostCost(s, [&] {
+         CHORUS_OK(chorusAllReduce(b.p[0], b.p[0], 2, chorusFloat32, chorusSum, k.comms[0], k.streams[0]));
+       }));
+  line("chorusAllReduce, one rank, 8 B, out of place (a copy)", hostCost(s, [&] {
+         CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, chorusSum, k.comms[0], k.streams[0]));
+       }));
+  line("the same in chorusGroupStart/End", hostCost(s, [&] {
+         CHORUS_OK(chorusGroupStart());
+         CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, chorusSum, k.comms[0], k.streams[0]));
+         CHORUS_OK(chorusGroupEnd());
+       }));
+  line("chorusAllReduce, one rank, 8 B, prod out of place (a kernel)", hostCost(s, [&] {
+         CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, chorusProd, k.comms[0], k.streams[0]));
+       }));
+  {
+    Nccl nccl;
+    if (nccl.ok()) {
+      line("ncclAllReduce, one rank, 8 B, in place",
+           hostCost(s, [&] { (void)nccl.allReduce(b.p[0], b.p[0], 2, ncclFloat32, ncclSum, nccl.comm, s); }));
+      line("ncclAllReduce, one rank, 8 B, out of place",
+           hostCost(s, [&] { (void)nccl.allReduce(a.p[0], b.p[0], 2, ncclFloat32, ncclSum, nccl.comm, s); }));
+      line("ncclAllReduce, one rank, 8 B, prod out of place",
+           hostCost(s, [&] { (void)nccl.allReduce(a.p[0], b.p[0], 2, ncclFloat32, ncclProd, nccl.comm, s); }));
+    } else {
+      std::printf("(NCCL_LIB_DIR unset or NCCL not loaded: no NCCL lines)\n");
+    }
+  }
+  {
+    Ranks two(2);
+    const Buffers c(2, 64);
+    // Both ranks' calls in one group from this thread: the kernels run while the loop enqueues.
+    const double both = hostCostWaiting([&] { two.sync(); }, [&] { two.run(Coll::kAllReduce, 8, c.p, c.p); });
+    line("chorusAllReduce, 2 ranks in one group, 8 B (per call of both ranks)", both);
+  }
+  CUDA_OK(cudaEventDestroy(ev));
+}
+
 }  // namespace
 
 // `gpu_bench profile`, for Nsight Compute (tools/ncu_profile.sh): one launch each of the copy and
@@ -675,6 +774,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "profile") == 0) return profile();
   const double copyRate = memoryRates();
   latency();
+  hostCostTable();
   // The tables stop where the budget ends (GPU_BENCH_BUDGET seconds from here, default 240),
   // saying so: what ran is printed as it ran.
   const char* b = std::getenv("GPU_BENCH_BUDGET");
