@@ -46,6 +46,7 @@
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
 #include "src/algo/schedule.h"
+#include "src/device/cuda.h"
 #include "src/device/prims_device.h"
 #include "tests/grid/cuda_ranks.h"
 
@@ -682,6 +683,24 @@ void hostCostTable() {
          emptyLaunchParams<<<1, 32, 0, s>>>(params);
          CUDA_OK(cudaGetLastError());
        }));
+  {
+    // The collective kernel itself, one block copying 8 bytes (gpu_bench's copy lane): passing the
+    // whole struct (the runtime's launch) and only the bytes it reads (cuda::launch, the driver's).
+    const LaneRig rig;
+    const device::LaunchParams one = localLaunch(false, a.p[0], b.p[0], 2, 1, rig.state, rig.error, rig.abortWord);
+    line("launch kernel, 1 lane, whole LaunchParams (runtime launch)",
+         hostCost(rig.s, [&] { CUDA_OK(cudaError_t(device::launchLanes(one, device::kLaunchThreads, rig.s))); }));
+    line("launch kernel, 1 lane, " + std::to_string(device::launchParamsBytes(one)) +
+             " B of parameters (cuda::launch, driver)",
+         hostCost(rig.s, [&] {
+           const Status st = cuda::launch(one, rig.s);
+           if (!st.isOk()) {
+             std::printf("cuda::launch: %s\n", st.message().c_str());
+             std::exit(1);
+           }
+         }));
+    rig.checkFault();
+  }
   line("chorusAllReduce, one rank, 8 B, in place (no data to move)", hostCost(s, [&] {
          CHORUS_OK(chorusAllReduce(b.p[0], b.p[0], 2, chorusFloat32, chorusSum, k.comms[0], k.streams[0]));
        }));

@@ -46,7 +46,13 @@ void runOnHostThreads(const std::vector<std::vector<LaunchParams>>& launches, un
   for (size_t r = 0; r < launches.size(); ++r) {
     if (!runs.empty() && !runs[r]) continue;
     ranks.emplace_back([&launches, r, threads] {
-      for (const LaunchParams& p : launches[r]) {
+      for (const LaunchParams& whole : launches[r]) {
+        // What a kernel gets: the first launchParamsBytes bytes (cuda::launch passes no more);
+        // past them garbage, which a lane reading beyond its launch would trip on.
+        auto given = std::make_unique<LaunchParams>();
+        std::memset(static_cast<void*>(given.get()), 0xa5, sizeof(LaunchParams));
+        std::memcpy(static_cast<void*>(given.get()), &whole, launchParamsBytes(whole));
+        const LaunchParams& p = *given;
         std::vector<std::unique_ptr<BlockShared>> shared;
         std::vector<std::thread> pool;
         for (unsigned b = 0; b < p.nblocks; ++b) {
@@ -1129,4 +1135,22 @@ TEST_CASE("device lanes on host threads: a DDP iteration's all-reduces (direct a
       }
     }
   }
+}
+
+TEST_CASE("a launch passes the bytes before the lanes and the lanes its blocks run, no more", "[device_lane]") {
+  auto p = std::make_unique<LaunchParams>();
+  const size_t head = offsetof(LaunchParams, lanes);
+  CHECK(launchParamsBytes(*p) == (head + 15) / 16 * 16);  // no block: the header alone
+  p->nblocks = 1;
+  p->laneBegin[1] = 1;
+  CHECK(launchParamsBytes(*p) == (head + sizeof(DeviceLane) + 15) / 16 * 16);
+  CHECK(launchParamsBytes(*p) < 1024);  // a one-lane call, not the 27 KB struct
+  p->nblocks = 3;
+  p->laneBegin[1] = 2;
+  p->laneBegin[2] = 5;
+  p->laneBegin[3] = 7;
+  CHECK(launchParamsBytes(*p) == (head + 7 * sizeof(DeviceLane) + 15) / 16 * 16);
+  p->nblocks = kMaxBlocks;
+  p->laneBegin[kMaxBlocks] = kMaxLaunchLanes;
+  CHECK(launchParamsBytes(*p) == sizeof(LaunchParams));  // every lane: the whole struct, never more
 }

@@ -86,6 +86,14 @@ Status driverStatus(CUresult rc, const std::string& what) {
   if (rc == CUDA_SUCCESS) return Status::ok();
   return Status(chorusUnhandledCudaError, what + ": " + driverErrorText(rc));
 }
+// The same for a call named by a literal: its text becomes a string only when the call failed (a
+// launch makes several such calls, and a name past the small-string buffer would allocate).
+Status runtimeStatus(cudaError_t rc, const char* what) {
+  return rc == cudaSuccess ? Status::ok() : runtimeStatus(rc, std::string(what));
+}
+Status driverStatus(CUresult rc, const char* what) {
+  return rc == CUDA_SUCCESS ? Status::ok() : driverStatus(rc, std::string(what));
+}
 
 // Relaxed capture mode for this thread while it lives: allocating, freeing and copying are then
 // allowed while another stream of the thread captures a graph (as NCCL does around its own).
@@ -605,9 +613,34 @@ Status loadKernels() {
   return runtimeStatus(static_cast<cudaError_t>(device::loadConvertKernels()), "loading the conversion kernels");
 }
 
+// cuLaunchKernel, found through the runtime like the virtual memory functions (null: not found).
+decltype(&::cuLaunchKernel) driverLaunch() {
+  static const auto fn = [] {
+    decltype(&::cuLaunchKernel) f = nullptr;
+    return entry("cuLaunchKernel", &f) ? f : nullptr;
+  }();
+  return fn;
+}
+
 Status launch(const device::LaunchParams& p, void* stream) {
-  const int rc = device::launchLanes(p, device::kLaunchThreads, stream);
-  return runtimeStatus(static_cast<cudaError_t>(rc), "launching the collective kernel");
+  if (p.nblocks == 0) return Status::ok();
+  // Only the bytes the kernel reads go into the launch (launchParamsBytes), through the driver as
+  // NCCL launches; the runtime's launch would copy the whole 27 KB struct every time. The
+  // function is asked for each launch (it is the current device's), as NCCL does.
+  const auto cuLaunch = driverLaunch();
+  cudaFunction_t fn = nullptr;
+  if (!cuLaunch || cudaGetFuncBySymbol(&fn, device::kernelSymbol(p)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    const int rc = device::launchLanes(p, device::kLaunchThreads, stream);
+    return runtimeStatus(static_cast<cudaError_t>(rc), "launching the collective kernel");
+  }
+  size_t bytes = device::launchParamsBytes(p);
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<device::LaunchParams*>(&p), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &bytes, CU_LAUNCH_PARAM_END};
+  const CUresult rc = cuLaunch(reinterpret_cast<CUfunction>(fn), p.nblocks, 1, 1, device::kLaunchThreads, 1, 1, 0,
+                               static_cast<CUstream>(stream), nullptr, extra);
+  if (rc == CUDA_SUCCESS) return Status::ok();
+  return driverStatus(rc, "launching the collective kernel (" + std::to_string(bytes) + " bytes of parameters)");
 }
 
 Status memsetAsync(void* p, size_t bytes, void* stream) {

@@ -181,7 +181,44 @@ struct LaunchParams {
   DeviceLane lanes[kMaxLaunchLanes];
 };
 static_assert(std::is_trivially_copyable_v<LaunchParams>);
+static_assert(std::is_standard_layout_v<LaunchParams>, "launchParamsBytes takes offsetof");
 // CUDA 12.1 and later take up to 32764 bytes of kernel parameters on every architecture built.
 static_assert(sizeof(LaunchParams) <= 32764, "a launch's lanes must fit the kernel's parameters");
+
+// What every launch of a communicator holds beside its blocks and lanes: what LaunchPacker starts
+// each launch from, without building (27 KB) or copying a whole LaunchParams for it.
+struct LaunchHeader {
+  const DeviceConnector* connectors = nullptr;
+  DeviceCommState* state = nullptr;
+  DeviceError* error = nullptr;
+  const uint32_t* abortFlag = nullptr;
+  uint64_t commId = 0;
+  uint64_t timeoutNs = 0;
+
+  static LaunchHeader of(const LaunchParams& p) {
+    return LaunchHeader{p.connectors, p.state, p.error, p.abortFlag, p.commId, p.timeoutNs};
+  }
+  void applyTo(LaunchParams& p) const {
+    p.connectors = connectors;
+    p.state = state;
+    p.error = error;
+    p.abortFlag = abortFlag;
+    p.commId = commId;
+    p.timeoutNs = timeoutNs;
+  }
+};
+
+// The bytes of `p` its kernel reads: everything before the lanes, and the lanes its blocks run
+// (lanes [0, laneBegin[nblocks])), rounded up to 16. A launch passes only these to the driver
+// (cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_SIZE, as NCCL passes the used part of its 4 KB
+// argument struct): every parameter byte is copied into each launch, and the whole struct is
+// 27 KB where a one-lane launch reads about 400.
+inline size_t launchParamsBytes(const LaunchParams& p) {
+  const size_t lanes = p.nblocks ? p.laneBegin[p.nblocks < kMaxBlocks ? p.nblocks : kMaxBlocks] : 0;
+  const size_t used =
+      offsetof(LaunchParams, lanes) + (lanes < kMaxLaunchLanes ? lanes : kMaxLaunchLanes) * sizeof(DeviceLane);
+  const size_t rounded = (used + 15) / 16 * 16;
+  return rounded < sizeof(LaunchParams) ? rounded : sizeof(LaunchParams);
+}
 
 }  // namespace chorus::device

@@ -18,6 +18,11 @@ int launchLanes(const LaunchParams& p, unsigned threads, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+const void* kernelSymbol(const LaunchParams& p) {
+  return launchHasLL128(p) ? reinterpret_cast<const void*>(&launchKernel<true>)
+                           : reinterpret_cast<const void*>(&launchKernel<false>);
+}
+
 int loadKernels() {
   cudaFuncAttributes attr;
   const cudaError_t e = cudaFuncGetAttributes(&attr, launchKernel<false>);

@@ -12,9 +12,14 @@ namespace chorus::device {
 constexpr unsigned kLaunchThreads = 512;
 
 // Enqueues the kernel for `p` on `stream` (a cudaStream_t; null: the legacy default stream), one
-// block of `threads` threads per block of lanes. The memory p names must be reachable from the
-// current device. Returns a cudaError_t (0: enqueued).
+// block of `threads` threads per block of lanes, passing the whole struct. The memory p names must
+// be reachable from the current device. Returns a cudaError_t (0: enqueued).
 int launchLanes(const LaunchParams& p, unsigned threads, void* stream);
+
+// The build of the launch kernel that `p` needs (with LL128 or without), as the host's handle of
+// a __global__ function: for cudaGetFuncBySymbol, where a launch goes through the driver with
+// only launchParamsBytes(p) of parameters (cuda::launch).
+const void* kernelSymbol(const LaunchParams& p);
 
 // Loads the launch kernel into the current device's context now. Under lazy module loading (the
 // default since CUDA 12.2) the first launch would load it, and loading waits for every kernel
