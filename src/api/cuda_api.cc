@@ -25,8 +25,10 @@ Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* 
   const bool driver = cuda::driverLoaded();
   cuda::MemInfo first;
   const char* firstName = nullptr;
+  const void* firstPtr = nullptr;
   for (int i = 0; i < n; ++i) {
     if (!bufs[i].ptr) continue;
+    if (firstName && bufs[i].ptr == firstPtr) continue;  // in place: the driver was asked once
     cuda::MemInfo m;
     if (driver) {
       CHORUS_ASSIGN_OR_RETURN(m, cuda::memInfo(bufs[i].ptr));
@@ -34,6 +36,7 @@ Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* 
     if (!firstName) {
       first = m;
       firstName = bufs[i].name;
+      firstPtr = bufs[i].ptr;
       continue;
     }
     if (m.device != first.device || m.ordinal != first.ordinal) {

@@ -338,15 +338,8 @@ Status DeviceComm::holdPeerSignal(uint64_t address) {
   return Status::ok();
 }
 
-LaunchParams DeviceComm::base(uint64_t commId, uint64_t timeoutNs) const {
-  LaunchParams p;
-  p.connectors = deviceTable_;
-  p.state = state_;
-  p.error = error_;
-  p.abortFlag = abortWord_;
-  p.commId = commId;
-  p.timeoutNs = timeoutNs;
-  return p;
+device::LaunchHeader DeviceComm::base(uint64_t commId, uint64_t timeoutNs) const {
+  return device::LaunchHeader{deviceTable_, state_, error_, abortWord_, commId, timeoutNs};
 }
 
 Result<bool> DeviceComm::enqueue(const std::vector<LaunchParams>& launches, void* stream, LaunchTracker::Span flight) {

@@ -160,7 +160,7 @@ class DeviceComm {
   char* scratch(int channel) const { return scratch_ + static_cast<size_t>(channel) * maxSlotBytes_; }
 
   // What every launch of this communicator has but its lanes.
-  device::LaunchParams base(uint64_t commId, uint64_t timeoutNs) const;
+  device::LaunchHeader base(uint64_t commId, uint64_t timeoutNs) const;
 
   // Enqueues the launches on `stream` (a cudaStream_t; null: the communicator's own stream),
   // after this communicator's last launch on any other stream (outside a graph capture), and

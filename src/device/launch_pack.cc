@@ -54,8 +54,8 @@ void LaunchPacker::take(const Item* items, size_t nitems) {
 
 void LaunchPacker::flush() {
   if (blocks_.empty()) return;
-  out_.push_back(base_);
-  LaunchParams& p = out_.back();
+  LaunchParams& p = out_.emplace_back();
+  header_.applyTo(p);
   uint32_t b = 0;
   uint32_t li = 0;
   for (auto& [key, lanes] : blocks_) {

@@ -42,8 +42,9 @@ constexpr size_t kP2pChunk = kMaxLaunchLanes / 2;
 
 class LaunchPacker {
  public:
-  // `base`: every field of the launches but the blocks and lanes.
-  explicit LaunchPacker(const LaunchParams& base) : base_(base) {}
+  // `header`: every field of the launches but the blocks and lanes.
+  explicit LaunchPacker(const LaunchHeader& header) : header_(header) {}
+  explicit LaunchPacker(const LaunchParams& base) : header_(LaunchHeader::of(base)) {}
 
   // One collective: its lanes (lane.seqIndex is the channel, its block), the bytes it reads and
   // the bytes it writes.
@@ -71,7 +72,7 @@ class LaunchPacker {
   void take(const Item* items, size_t nitems);
   void flush();
 
-  LaunchParams base_;
+  LaunchHeader header_;
   std::vector<LaunchParams> out_;
   // The launch being built.
   std::map<BlockKey, std::vector<DeviceLane>> blocks_;
