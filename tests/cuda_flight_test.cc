@@ -22,19 +22,9 @@
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
 #include "tests/grid/cuda_ranks.h"
+#include "tests/grid/state_dump.h"
 
 namespace {
-
-int failures = 0;
-#define EXPECT(cond, ...)                                         \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      ++failures;                                                 \
-      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                   \
-      std::printf("\n");                                          \
-    }                                                             \
-  } while (0)
 
 __global__ void spin(long long ns) {
   const long long start = clock64();
@@ -45,26 +35,10 @@ __global__ void spin(long long ns) {
 
 using Ranks = chorus::test::CudaRanks;
 
-// The communicator's state dump, as chorusCommDumpState writes it.
-std::string dump(chorusComm_t comm) {
-  static int n = 0;
-  const std::string path = "/tmp/chorus_cuda_flight_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  EXPECT(chorusCommDumpState(comm, path.c_str()) == chorusSuccess, "dump state");
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  std::remove(path.c_str());
-  return s.str();
-}
+using chorus::test::has;
 
-// The dump's line for the device entry whose text starts with `what` (e.g. "device AllReduce seq 2").
-std::string line(const std::string& d, const std::string& what) {
-  const size_t at = d.find(what + " ");
-  if (at == std::string::npos) return "";
-  return d.substr(at, d.find('\n', at) - at);
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string dump(chorusComm_t comm) { return chorus::test::stateDump(comm, "cuda_flight"); }
+std::string line(const std::string& d, const std::string& what) { return chorus::test::dumpLine(d, what); }
 
 void allReduce(Ranks& k, float** buf, size_t count, bool nullStream) {
   chorusGroupStart();
@@ -186,6 +160,7 @@ int main() {
   CUDA_OK(cudaSetDevice(0));
   states();
   fault();
+  const int failures = chorus::test::expectFailures();
   std::printf("%s: %d failures\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }

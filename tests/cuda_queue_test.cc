@@ -28,45 +28,15 @@
 #include "include/chorus/chorus.h"
 #include "include/chorus/chorus_cuda.h"
 #include "tests/grid/cuda_ranks.h"
+#include "tests/grid/state_dump.h"
 
 namespace {
 
-int failures = 0;
-#define EXPECT(cond, ...)                                         \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      ++failures;                                                 \
-      std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                   \
-      std::printf("\n");                                          \
-    }                                                             \
-  } while (0)
+using chorus::test::has;
+using chorus::test::readFile;
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string readFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// The communicator's state dump, as chorusCommDumpState writes it.
-std::string dump(chorusComm_t comm) {
-  static int n = 0;
-  const std::string path = "/tmp/chorus_cuda_queue_dump_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  EXPECT(chorusCommDumpState(comm, path.c_str()) == chorusSuccess, "dump state: %s", chorusGetLastError(nullptr));
-  std::string d = readFile(path);
-  std::remove(path.c_str());
-  return d;
-}
-
-// The dump's line for the device entry whose text starts with `what`.
-std::string line(const std::string& d, const std::string& what) {
-  const size_t at = d.find(what + " ");
-  if (at == std::string::npos) return "";
-  return d.substr(at, d.find('\n', at) - at);
-}
+std::string dump(chorusComm_t comm) { return chorus::test::stateDump(comm, "cuda_queue"); }
+std::string line(const std::string& d, const std::string& what) { return chorus::test::dumpLine(d, what); }
 
 constexpr size_t kCount = 1 << 15;  // 128 KiB of floats: a few channels, the same kernel every call
 
@@ -189,6 +159,7 @@ int main(int argc, char** argv) {
   } else {
     EXPECT(!has(warned, "ranks of this process share"), "no warning with 32 queues; the log:\n%s", warned.c_str());
   }
+  const int failures = chorus::test::expectFailures();
   std::printf("%s: %d failures\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }
