@@ -6,8 +6,10 @@
 //   latency     an 8-byte all-reduce, 2 ranks, with CHORUS_PROTO=ll and simple: the time per call
 //               of 1000 calls enqueued back to back, and of one call waited for;
 //   host cost   the CPU time to enqueue one call: the CUDA calls a launch is made of (a memcpy,
-//               an event, an empty kernel with a word and with a launch's parameters), and
-//               8-byte all-reduces of Chorus and NCCL, one rank and two;
+//               an event, an empty kernel with a word and with a launch's parameters, the
+//               launch kernel passed whole and passed as cuda::launch does), and 8-byte
+//               all-reduces of Chorus (one rank in place, out of place, pre-multiplied; two
+//               ranks) and NCCL (one rank);
 //   one rank    every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 //               all-to-all) from 8 B to 1 GiB on a one-rank communicator, in place and out of
 //               place, against memcpy of the message and, when NCCL_LIB_DIR holds NCCL's
@@ -712,9 +714,16 @@ void hostCostTable() {
          CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, chorusSum, k.comms[0], k.streams[0]));
          CHORUS_OK(chorusGroupEnd());
        }));
-  line("chorusAllReduce, one rank, 8 B, prod out of place (a kernel)", hostCost(s, [&] {
-         CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, chorusProd, k.comms[0], k.streams[0]));
-       }));
+  {
+    // A pre-multiplied sum multiplies even on one rank: the one-rank call that runs the kernel.
+    float two = 2.0f;
+    chorusRedOp_t premul;
+    CHORUS_OK(chorusRedOpCreatePreMulSum(&premul, &two, chorusFloat32, chorusScalarHostImmediate, k.comms[0]));
+    line("chorusAllReduce, one rank, 8 B, pre-multiplied sum out of place (a kernel)", hostCost(s, [&] {
+           CHORUS_OK(chorusAllReduce(a.p[0], b.p[0], 2, chorusFloat32, premul, k.comms[0], k.streams[0]));
+         }));
+    CHORUS_OK(chorusRedOpDestroy(premul, k.comms[0]));
+  }
   {
     Nccl nccl;
     if (nccl.ok()) {
@@ -722,8 +731,6 @@ void hostCostTable() {
            hostCost(s, [&] { (void)nccl.allReduce(b.p[0], b.p[0], 2, ncclFloat32, ncclSum, nccl.comm, s); }));
       line("ncclAllReduce, one rank, 8 B, out of place",
            hostCost(s, [&] { (void)nccl.allReduce(a.p[0], b.p[0], 2, ncclFloat32, ncclSum, nccl.comm, s); }));
-      line("ncclAllReduce, one rank, 8 B, prod out of place",
-           hostCost(s, [&] { (void)nccl.allReduce(a.p[0], b.p[0], 2, ncclFloat32, ncclProd, nccl.comm, s); }));
     } else {
       std::printf("(NCCL_LIB_DIR unset or NCCL not loaded: no NCCL lines)\n");
     }
