@@ -77,7 +77,7 @@ struct Config {
   int64_t warnAfterNs = 0;              // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
   bool check = false;                   // CHORUS_CHECK: compare every collective across ranks
   int oneCopy = -1;                     // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
-  bool ll128 = true;                    // CHORUS_LL128: the tuner may choose LL128 on device lanes
+  bool ll128 = false;                   // CHORUS_LL128: the tuner may choose LL128 on device lanes
   bool printVersion = false;            // CHORUS_DEBUG=VERSION (or INFO and up): the version line
   // CUDA_DEVICE_MAX_CONNECTIONS, CUDA's own (read, never set): the hardware queues through which
   // CUDA feeds a process's streams to a GPU. Ranks that share a GPU as threads of one process are

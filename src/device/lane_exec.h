@@ -497,7 +497,12 @@ class LaneExec {
     return pollLine128(l.at + (active ? j : 0), l.flag, active, w, since);
   }
   // The parts of `line` this thread holds, read into w again until every active thread of the
-  // warp found its line's flag current.
+  // warp found its line's flag current, then once more. The parts read beside the flag are not
+  // the ones used: each thread's part is a load of its own, and where a warp's loads of one line
+  // do not go out as one instruction (threads diverged by earlier code) a part can be older than
+  // the flag its line's flag thread saw. After the warp's vote every flag is known current, so a
+  // fresh load of every part gets the line whole (NCCL reloads the same way, prims_ll128.h). Runs
+  // 6 and 7 found lines whose first 16 to 32 bytes were the last lap's, under MPS only.
   CHORUS_HD bool pollLine128(const FifoLine128* line, uint32_t flag, bool active, uint64_t* w, uint64_t* since) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
@@ -505,12 +510,16 @@ class LaneExec {
       bool stale = false;
       for (unsigned q = kParts; active && q-- > 0;) {  // part 7 (the flag) first
         const unsigned v = k + q * G;
-        const FifoLine x = b_.loadPart(line, v);
-        w[2 * q] = x.word[0];
-        w[2 * q + 1] = x.word[1];
-        if (v == 7) stale = x.word[1] != flag;
+        if (v == 7) stale = b_.loadPart(line, v).word[1] != flag;
       }
-      if (!b_.lineAny(stale)) return true;
+      if (!b_.lineAny(stale)) {
+        for (unsigned q = 0; active && q < kParts; ++q) {
+          const FifoLine x = b_.loadPart(line, k + q * G);
+          w[2 * q] = x.word[0];
+          w[2 * q + 1] = x.word[1];
+        }
+        return true;
+      }
       b_.relax();
       if (polls % kPollsPerCheck == 0 && b_.lineAny(stopReason(since) != 0)) return false;
     }
