@@ -212,7 +212,7 @@ struct LaunchHeader {
 // (lanes [0, laneBegin[nblocks])), rounded up to 16. A launch passes only these to the driver
 // (cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_SIZE, as NCCL passes the used part of its 4 KB
 // argument struct): every parameter byte is copied into each launch, and the whole struct is
-// 27 KB where a one-lane launch reads about 400.
+// 27 KB where a one-lane launch reads 352.
 inline size_t launchParamsBytes(const LaunchParams& p) {
   const size_t lanes = p.nblocks ? p.laneBegin[p.nblocks < kMaxBlocks ? p.nblocks : kMaxBlocks] : 0;
   const size_t used =
