@@ -83,6 +83,7 @@ class HostBlock {
         .store(w1, v == 7 ? std::memory_order_release : std::memory_order_relaxed);
   }
   bool lineAny(bool v) { return v; }
+  void lineSync() {}
   uint64_t shareFrom(unsigned from, uint64_t v) {
     if (tid_ == from) s_.slot = v;
     sync();

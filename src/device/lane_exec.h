@@ -30,6 +30,8 @@
 //                                            release on the flag)
 //   bool lineAny(bool v);                    true if v for any thread of this thread's warp,
 //                                            called by the whole warp
+//   void lineSync();                         the warp's threads meet here (reconverge), called
+//                                            by the whole warp (host threads: nothing)
 //   uint64_t shareFrom(unsigned t, uint64_t v);   thread t's v, for every thread
 //
 // Per piece, as on the host: the leader (thread 0) waits for the receive slot's data and the
@@ -244,6 +246,7 @@ class LaneExec {
       // The header line, written by the first group as one line (every thread stamped txHdr_),
       // after the piece's lines (move ended with a barrier), though LL128 needs no order between
       // them; the tail as for LL.
+      if (b_.tid() < Block::kWarp) b_.lineSync();  // the first group's stores as one (moveLines128)
       if (b_.tid() < Block::kLineGroup) {
         const uint64_t w[3] = {txHdr_.commId, txHdr_.seq, txHdr_.step | uint64_t(txHdr_.bytes) << 32};
         FifoLine128* h = slotLines128(sendConn(), pos - 1);
@@ -452,9 +455,8 @@ class LaneExec {
         failed = true;
         break;
       }
-      if (!active) continue;
       uint64_t wr[2 * kParts] = {};
-      for (unsigned q = 0; q < kParts; ++q) {
+      for (unsigned q = 0; active && q < kParts; ++q) {
         const unsigned v = k + q * G;
         for (unsigned h = 0; h < (v == 7 ? 1u : 2u); ++h) {
           const uint32_t len = word128Len(lineBytes, 2 * v + h);
@@ -464,8 +466,15 @@ class LaneExec {
           }
         }
       }
-      if (toDst) storeLine128(m.dst, dstLines, j, lineBytes, wr, txFlag);
-      if (m.dst2) storeLine128(m.dst2, dst2Lines, j, lineBytes, wr, txFlag);
+      // The loops above run a different number of times per thread (the flag thread's part has
+      // one data word, a line's last parts fewer bytes), and nothing makes a warp whose threads
+      // diverged run the stores below together: its eight threads' parts of one line could then
+      // go out as separate stores, the flag's before the data's, and a reader find the flag
+      // current over an old line. The warp meets first, so each line leaves in one warp-wide
+      // store (NCCL's LL128 code has no such loops before its stores).
+      b_.lineSync();
+      if (active && toDst) storeLine128(m.dst, dstLines, j, lineBytes, wr, txFlag);
+      if (active && m.dst2) storeLine128(m.dst2, dst2Lines, j, lineBytes, wr, txFlag);
     }
     // Every thread's lines are in (or one gave up) before the header goes or the slot is freed.
     if (!b_.any(failed)) return true;

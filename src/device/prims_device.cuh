@@ -63,6 +63,7 @@ class CudaBlock {
   __device__ FifoLine loadPart(const FifoLine128* l, unsigned v) { return loadLinePart(l, v); }
   __device__ void storePart(FifoLine128* l, unsigned v, uint64_t w0, uint64_t w1) { storeLinePart(l, v, w0, w1); }
   __device__ bool lineAny(bool v) { return __any_sync(0xffffffffu, v) != 0; }
+  __device__ void lineSync() { __syncwarp(0xffffffffu); }
   // Thread `from`'s value for every thread; the second barrier keeps the next share from
   // overwriting it early.
   __device__ uint64_t shareFrom(unsigned from, uint64_t v) {
