@@ -147,8 +147,11 @@ struct P2pOptions {
 // n ranks of one process: their rings, trees, FIFOs and device state, wired like a communicator.
 class Clique {
  public:
-  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots, Wiring wiring = Wiring::kMemory)
-      : n_(n), nch_(nch), slotBytes_(slotBytes) {
+  // `p2pChannels`: the point-to-point channels per peer and direction (Tuner::p2pChannelMax),
+  // each a FIFO of its own; exchange() cuts each transfer over them as the communicator does.
+  Clique(int n, int nch, uint32_t slotBytes, uint32_t slots, Wiring wiring = Wiring::kMemory, int p2pChannels = 1)
+      : n_(n), nch_(nch), slotBytes_(slotBytes), p2pTuner_(p2pFacts(n, p2pChannels)) {
+    REQUIRE(p2pTuner_.p2pChannelMax() == p2pChannels);
     rings_.resize(nch);
     for (int c = 0; c < nch; ++c) {
       for (int p = 0; p < n; ++p) rings_[c].push_back(c % 2 ? n - 1 - p : p);  // the second ring backwards
@@ -184,11 +187,13 @@ class Clique {
       }
       for (int p = 0; p < n; ++p) {
         if (p == r) continue;
-        k.keys.push_back(ConnKey{ConnFamily::kP2p, p, p, true});
-        k.keys.push_back(ConnKey{ConnFamily::kP2p, p, p, false});
+        for (int ch = 0; ch < p2pChannels; ++ch) {
+          k.keys.push_back(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, true});
+          k.keys.push_back(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, false});
+        }
       }
-      k.p2pSend.assign(n, 0);
-      k.p2pRecv.assign(n, 0);
+      k.p2pSend.assign(static_cast<size_t>(n * kMaxP2pChannels), 0);
+      k.p2pRecv.assign(static_cast<size_t>(n * kMaxP2pChannels), 0);
       std::memset(&k.state, 0, sizeof(k.state));
       k.state.p2pSendSeq = k.p2pSend.data();
       k.state.p2pRecvSeq = k.p2pRecv.data();
@@ -210,7 +215,7 @@ class Clique {
         for (const ConnKey& sk : s.keys) {
           if (!sk.send || sk.family != key.family || sk.peer != r ||
               (key.family == ConnFamily::kRing && sk.index != key.index) ||
-              (key.family == ConnFamily::kP2p && sk.index != r)) {
+              (key.family == ConnFamily::kP2p && sk.index != p2pIndex(r, p2pChannel(key.index)))) {
             continue;
           }
           DeviceConnector recv;
@@ -297,36 +302,47 @@ class Clique {
     for (int r = 0; r < n_; ++r) {
       Rank& k = ranks_[r];
       LaunchPacker packer(base(r, &errors[r], o.timeoutNs, o.noticeFailures ? &abortWords[r] : nullptr));
-      auto lanesOf = [&](int peer, bool send) {
+      // Each transfer cut over the channels the tuner gives its size (p2pSlice), the part on
+      // channel ch a lane of queue (peer, direction, ch).
+      auto lanesOf = [&](int peer, bool send, int ch) {
         std::vector<DeviceLane> lanes;
         const auto& sizes = send ? sends[r][peer] : o.recvs ? (*o.recvs)[r][peer] : sends[peer][r];
         size_t at = 0;
-        for (size_t bytes : sizes) {
-          DeviceLane l;
-          l.nsteps = bytes ? 1 : 0;
-          l.step = Step{send ? Prim::kSend : Prim::kRecv, 0, 0, bytes};
-          l.type = chorusUint8;
-          l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
-          l.seqIndex = peer;
-          const std::optional<ProtoKind>& end = send ? o.sendProto : o.recvProto;
-          l.proto = o.protoBySize ? Tuner().p2pProto(bytes) : end ? *end : proto_;
-          l.slotBytes = protoSlotDataBytes(l.proto, slotBytes_);
-          if (send) {
-            l.input = src[r][peer] + at;
-            l.send[0] = k.index.at({ConnFamily::kP2p, peer, true});
-          } else {
-            l.output = dst[r][peer] + at;
-            l.recv[0] = k.index.at({ConnFamily::kP2p, peer, false});
+        for (size_t whole : sizes) {
+          const int channels = p2pTuner_.p2pChannels(whole);
+          if (ch < channels) {
+            const P2pSlice slice = p2pSlice(whole, channels, ch);
+            const size_t bytes = slice.bytes;
+            DeviceLane l;
+            l.nsteps = bytes ? 1 : 0;
+            l.step = Step{send ? Prim::kSend : Prim::kRecv, 0, 0, bytes};
+            l.type = chorusUint8;
+            l.seqKind = send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
+            l.seqIndex = p2pSeqIndex(peer, ch, n_);
+            const std::optional<ProtoKind>& end = send ? o.sendProto : o.recvProto;
+            l.proto = o.protoBySize ? p2pTuner_.p2pProto(whole) : end ? *end : proto_;
+            l.slotBytes = protoSlotDataBytes(l.proto, slotBytes_);
+            if (send) {
+              l.input = src[r][peer] + at + slice.offset;
+              l.send[0] = k.index.at({ConnFamily::kP2p, p2pIndex(peer, ch), true});
+            } else {
+              l.output = dst[r][peer] + at + slice.offset;
+              l.recv[0] = k.index.at({ConnFamily::kP2p, p2pIndex(peer, ch), false});
+            }
+            lanes.push_back(l);
           }
-          at += bytes;
-          lanes.push_back(l);
+          at += whole;
         }
         return lanes;
       };
+      const int channels = p2pTuner_.p2pChannelMax();
       for (int d = 1; d < n_; ++d) {
         const int to = (r + d) % n_;
         const int from = (r - d + n_) % n_;
-        packer.addP2pRound(lanesOf(to, true), to, lanesOf(from, false), n_ + from);
+        for (int ch = 0; ch < channels; ++ch) {
+          packer.addP2pRound(lanesOf(to, true, ch), 2 * n_ * ch + to, lanesOf(from, false, ch),
+                             2 * n_ * ch + n_ + from);
+        }
       }
       launches[r] = packer.finish();
     }
@@ -349,6 +365,8 @@ class Clique {
     over.store(true, std::memory_order_release);
     if (notices.joinable()) notices.join();
     lastLaunches_ = launches[0].size();
+    lastBlocks_ = 0;
+    for (const LaunchParams& p : launches[0]) lastBlocks_ = std::max<size_t>(lastBlocks_, p.nblocks);
     return errors;
   }
 
@@ -358,8 +376,9 @@ class Clique {
   void setProto(ProtoKind proto) { proto_ = proto; }
   // The channels the next launches' collectives run, up to the clique's (0: all of them).
   void setChannels(int nch) { channels_ = nch; }
-  // How many launches rank 0's last call took.
+  // How many launches rank 0's last call took, and the most blocks one of them ran (exchange()).
   size_t lastLaunches() const { return lastLaunches_; }
+  size_t lastBlocks() const { return lastBlocks_; }
   // Every FIFO in host memory starts (empty) at position `pos`, as one would after `pos` pieces;
   // before any launch.
   void startPositionsAt(uint32_t pos) {
@@ -420,6 +439,12 @@ class Clique {
     connections_.push_back(r.take());
     connections_.push_back(s.take());
   }
+  static TunerFacts p2pFacts(int n, int p2pChannels) {
+    TunerFacts f;
+    f.nranks = n;
+    f.deviceChannels = 2 * (n - 1) * p2pChannels;
+    return f;
+  }
   void addConnector(int r, ConnFamily f, int index, bool send, const DeviceConnector& c) {
     Rank& k = ranks_[r];
     k.index[{f, index, send}] = static_cast<uint16_t>(k.connectors.size());
@@ -439,8 +464,12 @@ class Clique {
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::unique_ptr<Transport>> transports_;
   uint32_t slotBytes_ = 0;
+  // The communicator's tuner as far as point-to-point goes: its device channel limit gives
+  // `p2pChannels` per peer and direction.
+  Tuner p2pTuner_;
   uint32_t noAbort_ = 0;
   size_t lastLaunches_ = 0;
+  size_t lastBlocks_ = 0;
   size_t callStride_ = 0;
   ProtoKind proto_ = ProtoKind::kSimple;
   int channels_ = 0;
@@ -874,6 +903,66 @@ TEST_CASE("device lanes on host threads: point-to-point by rounds, queues longer
   for (int n : {2, 3, 4}) {
     for (size_t perPeer : {size_t(1), size_t(5), kP2pChunk + 7}) {
       checkExchange(n, perPeer, perPeer == 5 ? ProtoKind::kLL : ProtoKind::kSimple, Wiring::kMemory);
+    }
+  }
+}
+
+// A device transfer is cut over the point-to-point channels its size gets (Tuner::p2pChannels:
+// one per 128 KiB, up to the clique's), each part a block and a FIFO of its own, as the
+// communicator plans it; transfers of one, some and all channels mixed on each queue, every
+// byte checked, and the launch running a block per peer, direction and channel.
+TEST_CASE("device lanes on host threads: point-to-point transfers cut over channels", "[device_lane]") {
+  struct Shape {
+    int n;
+    int channels;
+    Wiring wiring;
+    bool bySize;  // each lane's protocol from its size (LL up to 16 KiB); else Simple throughout
+  };
+  for (const Shape& sh :
+       {Shape{2, 4, Wiring::kMemory, true}, Shape{3, 2, Wiring::kMemory, false}, Shape{2, 2, Wiring::kShm, true}}) {
+    const int n = sh.n;
+    INFO("ranks " << n << " channels " << sh.channels << " wiring " << static_cast<int>(sh.wiring));
+    Clique clique(n, 1, 4096, 4, sh.wiring, sh.channels);
+    clique.setProto(ProtoKind::kSimple);
+    std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
+    std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
+    std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
+    std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
+    std::vector<std::vector<char*>> dst(n, std::vector<char*>(n));
+    for (int r = 0; r < n; ++r) {
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        // Every channel (and the last part short), one channel (LL by size), two channels, one
+        // channel of Simple just past 128 KiB.
+        sizes[r][p] = {(1 << 20) + 13 + static_cast<size_t>(r), 5000 + static_cast<size_t>(p), 300 * 1024 + 3,
+                       129 * 1024};
+        size_t total = 0;
+        for (size_t b : sizes[r][p]) total += b;
+        sent[r][p].resize(total);
+        for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 131 + i / 4099 + r * 7 + p) & 0xff);
+        src[r][p] = sent[r][p].data();
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        got[r][p].assign(sent[p][r].size(), 0);
+        dst[r][p] = got[r][p].data();
+      }
+    }
+    P2pOptions o;
+    o.protoBySize = sh.bySize;
+    const auto errors = clique.exchange(sizes, src, dst, 2, o);
+    CHECK(clique.lastBlocks() == static_cast<size_t>(2 * (n - 1) * sh.channels));
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(errors[r].status == 0);
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;
+        REQUIRE(got[r][p].size() == sent[p][r].size());
+        for (size_t i = 0; i < got[r][p].size(); ++i) {
+          if (got[r][p][i] != sent[p][r][i]) FAIL("rank " << r << " from " << p << ": byte " << i << " differs");
+        }
+      }
     }
   }
 }

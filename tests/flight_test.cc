@@ -74,7 +74,7 @@ TEST_CASE("device entries: enqueued, then done, failed with the fault, or captur
     e.state = FlightEntry::State::kEnqueued;
     e.gpu = 1;
     e.proto = s == 4 ? "LL" : "Simple";
-    e.blocks = s == 2 ? 16 : 0;  // a collective says its blocks; a send has none to say
+    e.blocks = s == 2 ? 16 : 0;  // one collective says its blocks, the other ops say none
     e.root = s == 4 ? 3 : -1;
     e.cudaStream = s == 3 ? 0 : 0xabc0;
     launch.push_back(e);

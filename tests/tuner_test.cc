@@ -6,6 +6,7 @@
 #include <random>
 
 #include "src/algo/tuner.h"
+#include "src/device/launch_pack.h"
 
 using namespace chorus;
 
@@ -376,6 +377,45 @@ TEST_CASE("device channels per call: one block a pass of its threads, up to the 
   CHECK(t.deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 16);
   // The default facts (no GPU): one channel at every size.
   CHECK(Tuner(oneHost(2)).deviceChannels(size_t(1) << 30, ProtoKind::kSimple) == 1);
+}
+
+TEST_CASE("device point-to-point channels: one per 128 KiB, an all-to-all's blocks within the channel limit",
+          "[tuner]") {
+  // 2 ranks, 32 device channels: a send and a receive per channel with the one peer, 8 at most.
+  TunerFacts f = oneHost(2);
+  f.deviceChannels = 32;
+  const Tuner two(f);
+  CHECK(two.p2pChannelMax() == kMaxP2pChannels);
+  CHECK(two.p2pChannels(0) == 1);
+  CHECK(two.p2pChannels(2 * Tuner::kP2pChannelBytes - 1) == 1);
+  CHECK(two.p2pChannels(2 * Tuner::kP2pChannelBytes) == 2);
+  CHECK(two.p2pChannels(size_t(1) << 30) == kMaxP2pChannels);
+  // 4 ranks sharing one GPU (16 channels each): 3 peers both ways take 6 blocks a channel.
+  f = oneHost(4);
+  f.deviceChannels = 16;
+  CHECK(Tuner(f).p2pChannelMax() == 2);
+  CHECK(Tuner(f).p2pChannels(size_t(1) << 30) == 2);
+  // 8 ranks with 8 channels each, and no GPU known (1 channel): never fewer than one.
+  f = oneHost(8);
+  f.deviceChannels = 8;
+  CHECK(Tuner(f).p2pChannelMax() == 1);
+  CHECK(Tuner(oneHost(2)).p2pChannels(size_t(1) << 30) == 1);
+  CHECK(Tuner(oneHost(1)).p2pChannelMax() == 1);
+  // The parts: 16-byte multiples but the last, covering the transfer once, none empty.
+  for (size_t bytes : {size_t(0), size_t(1), size_t(256 * 1024), size_t(1 << 20) + 13, size_t(3 * 128 * 1024) + 17}) {
+    for (int channels = 1; channels <= kMaxP2pChannels; ++channels) {
+      if (channels > 1 && bytes < size_t(channels) * Tuner::kP2pChannelBytes) continue;  // never cut so
+      size_t at = 0;
+      for (int c = 0; c < channels; ++c) {
+        const device::P2pSlice s = device::p2pSlice(bytes, channels, c);
+        CHECK(s.offset == at);
+        if (c + 1 < channels) CHECK(s.bytes % 16 == 0);
+        if (bytes) CHECK(s.bytes > 0);
+        at += s.bytes;
+      }
+      CHECK(at == bytes);
+    }
+  }
 }
 
 TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins, always, or never", "[tuner]") {

@@ -230,6 +230,17 @@ ProtoKind Tuner::p2pProto(size_t bytes) const {
   return bytes <= kP2pLLMaxBytes ? ProtoKind::kLL : ProtoKind::kSimple;
 }
 
+int Tuner::p2pChannelMax() const {
+  if (f_.nranks < 2) return 1;
+  const int each = std::max(1, f_.deviceChannels) / (2 * (f_.nranks - 1));
+  return std::clamp(each, 1, kMaxP2pChannels);
+}
+
+int Tuner::p2pChannels(size_t bytes) const {
+  const size_t wanted = std::max<size_t>(1, bytes / kP2pChannelBytes);
+  return static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(p2pChannelMax())));
+}
+
 int Tuner::deviceChannels(size_t bytes, ProtoKind proto) const {
   const size_t per = proto == ProtoKind::kLL      ? kLLChannelBytes
                      : proto == ProtoKind::kLL128 ? kLL128ChannelBytes

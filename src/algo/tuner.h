@@ -114,6 +114,17 @@ class Tuner {
   // the kernels fail it as a mismatch all the same (src/device/lane_exec.h).
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
   ProtoKind p2pProto(size_t bytes) const;
+  // The channels a point-to-point device transfer of `bytes` is cut over (p2pParts): one per
+  // kP2pChannelBytes, up to p2pChannelMax(). One block moves one part through its own FIFO (one
+  // block per peer and direction reached 6 GB/s on an H200 whatever the size); both ends cut
+  // alike, from the same bytes.
+  static constexpr size_t kP2pChannelBytes = 128 * 1024;
+  int p2pChannels(size_t bytes) const;
+  // The most: an all-to-all's blocks (a send and a receive per peer and channel) within the
+  // device channel limit (TunerFacts::deviceChannels, the blocks a rank's launch may keep
+  // resident beside its peers'), up to kMaxP2pChannels; at least 1. The same on every rank: a
+  // rank connects that many channels with a peer at its first device transfer with it.
+  int p2pChannelMax() const;
 
   // The channels a device collective of `bytes` (one rank's message) runs, from 1 up to
   // TunerFacts::deviceChannels: a channel is one block, and a block takes at least a whole pass

@@ -150,9 +150,11 @@ Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, con
   if (!n.send) return Status::ok();
   if (n.family == ConnFamily::kRing) {
     log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {} (device)", n.index, rank_, n.peer, transport);
+  } else if (n.family == ConnFamily::kP2p) {
+    log_.info(kSubsysP2p, "P2P channel {:02d} : {} -> {} via {} (device)", p2pChannel(n.index), rank_, n.peer,
+              transport);
   } else {
-    log_.info(n.family == ConnFamily::kP2p ? kSubsysP2p : kSubsysInit, "{} : {} -> {} via {} (device)",
-              connFamilyName(n.family), rank_, n.peer, transport);
+    log_.info(kSubsysInit, "{} : {} -> {} via {} (device)", connFamilyName(n.family), rank_, n.peer, transport);
   }
   // The FIFO is in the receiver's device memory: the same device as this rank's means two ranks
   // share a GPU, which NCCL refuses and Chorus allows.
@@ -219,11 +221,14 @@ Status Communicator::deviceFault() const {
       where = "channel " + std::to_string(e.seqIndex);
       break;
     case device::SeqKind::kP2pSend:
-      where = "its point-to-point queue to rank " + std::to_string(e.seqIndex);
+    case device::SeqKind::kP2pRecv: {
+      // seqIndex is p2pSeqIndex: the peer, and the channel the transfer's part ran on.
+      const bool send = static_cast<device::SeqKind>(e.seqKind) == device::SeqKind::kP2pSend;
+      const int channel = e.seqIndex / nranks_;
+      where = std::string("its point-to-point queue ") + (send ? "to" : "from") + " rank " +
+              std::to_string(e.seqIndex % nranks_) + (channel ? " (channel " + std::to_string(channel) + ")" : "");
       break;
-    case device::SeqKind::kP2pRecv:
-      where = "its point-to-point queue from rank " + std::to_string(e.seqIndex);
-      break;
+    }
   }
   const bool oneCopy = e.waiting == 3 || e.waiting == 4;
   const std::string at = " on " + where + (oneCopy ? "" : ", step " + std::to_string(e.step) + " of its schedule") +

@@ -92,7 +92,7 @@ uint32_t LaunchTracker::counterOf(device::SeqKind kind, int32_t index, int nrank
     case device::SeqKind::kP2pSend:
       return kChannels + i;
     case device::SeqKind::kP2pRecv:
-      return kChannels + static_cast<uint32_t>(nranks) + i;
+      return kChannels + static_cast<uint32_t>(nranks * kMaxP2pChannels) + i;
   }
   return i;
 }
@@ -182,18 +182,21 @@ Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, s
   CHORUS_ASSIGN_OR_RETURN(d->lastEvent_, cuda::eventCreate());
   d->events_.push_back(d->lastEvent_);
   d->freeEvents_.push_back(d->lastEvent_);
-  // Every family's ends, both ways: rings by channel (kRingSets sets), the others by peer.
+  // Every family's ends, both ways: rings by channel (kRingSets sets), point-to-point by peer and
+  // channel, the others by peer.
   d->capacity_ = 2 * (static_cast<size_t>(kRingSets) * DeviceCommState::kMaxChannels +
-                      static_cast<size_t>(kConnFamilies - 1) * static_cast<size_t>(nranks));
+                      static_cast<size_t>(kConnFamilies - 2 + kMaxP2pChannels) * static_cast<size_t>(nranks));
   CHORUS_ASSIGN_OR_RETURN(void* table, cuda::deviceAlloc(d->capacity_ * sizeof(DeviceConnector), d->copyStream_));
   d->deviceTable_ = static_cast<DeviceConnector*>(table);
-  const size_t stateBytes = sizeof(DeviceCommState) + 2 * sizeof(uint64_t) * static_cast<size_t>(nranks);
+  const size_t p2pCounters = static_cast<size_t>(nranks) * kMaxP2pChannels;
+  const size_t stateBytes = sizeof(DeviceCommState) + 2 * sizeof(uint64_t) * p2pCounters;
   CHORUS_ASSIGN_OR_RETURN(void* state, cuda::deviceAlloc(stateBytes, d->copyStream_));
   d->state_ = static_cast<DeviceCommState*>(state);
-  // The counters start at 0 (deviceAlloc zeroes); the per-peer arrays follow the struct.
+  // The counters start at 0 (deviceAlloc zeroes); the per-peer and channel arrays follow the
+  // struct.
   DeviceCommState init{};
   init.p2pSendSeq = reinterpret_cast<uint64_t*>(d->state_ + 1);
-  init.p2pRecvSeq = init.p2pSendSeq + nranks;
+  init.p2pRecvSeq = init.p2pSendSeq + p2pCounters;
   CHORUS_TRY(cuda::copyToDevice(d->state_, &init, sizeof(init), d->copyStream_));
   CHORUS_ASSIGN_OR_RETURN(void* scratch,
                           cuda::deviceAlloc(d->maxSlotBytes_ * DeviceCommState::kMaxChannels, d->copyStream_));
@@ -229,7 +232,10 @@ DeviceComm::~DeviceComm() {
 }
 
 Status DeviceComm::addConnector(ConnFamily f, int index, bool send, const FifoView& fifo, int peer) {
-  if (table_.size() >= capacity_) return internalError("the device connector table is full");
+  // Lanes name ends by 16-bit index (kNoConnector is none).
+  if (table_.size() >= capacity_ || table_.size() >= device::kNoConnector) {
+    return internalError("the device connector table is full");
+  }
   const auto at = static_cast<uint16_t>(table_.size());
   table_.push_back(device::deviceConnector(fifo, peer));
   cuda::DeviceGuard on(device_);

@@ -92,7 +92,7 @@ class LaunchTracker {
   static constexpr size_t kMaxLaunches = 256;
 
   // The counter of a lane (DeviceCommState): collectives per channel, then point-to-point sends
-  // and receives per peer.
+  // and receives per peer and channel (device::p2pSeqIndex).
   static uint32_t counterOf(device::SeqKind kind, int32_t index, int nranks);
 
   // A launch just enqueued, with the counter of each of its lanes (once per lane) and the ranks

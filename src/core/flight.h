@@ -35,7 +35,7 @@ struct FlightEntry {
   const char* coll = "";
   const char* algo = "";   // ring, tree, direct, direct (inline), slice, p2p, one-copy
   const char* proto = "";  // device entries: Simple or LL ("" where no FIFO protocol applies)
-  int blocks = 0;          // device collectives: the blocks (lanes) its kernel ran; 0: not said
+  int blocks = 0;          // device operations: the blocks (lanes) its kernel ran; 0: not said
   size_t count = 0;
   int type = 0;   // chorusDataType_t
   int op = -1;    // chorusRedOp_t, -1 when none

@@ -110,8 +110,12 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
     algos |= hostConnectionBits(choose(op));
   }
-  // Point-to-point peers; only looked at (and allocated) when there are such ops.
+  // Point-to-point peers; only looked at (and allocated) when there are such ops. On device
+  // memory every channel a transfer may take (Tuner::p2pChannelMax), whatever this one's size:
+  // both ends ask for the same connections even where their sizes differ (the program's error,
+  // which the kernels then report).
   std::vector<char> withPeer(p2p ? nranks_ : 0, 0);
+  const int p2pChannels = device ? tuner_.p2pChannelMax() : 1;
   for (const auto& op : ops) {
     if (runsOnChannels(op.coll)) continue;
     std::vector<P2pPart> parts;
@@ -158,8 +162,10 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   }
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_ || !p2p || !withPeer[p]) continue;
-    want(ConnKey{ConnFamily::kP2p, p, p, true});
-    want(ConnKey{ConnFamily::kP2p, p, p, false});
+    for (int ch = 0; ch < p2pChannels; ++ch) {
+      want(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, true});
+      want(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, false});
+    }
   }
   return needs;
 }
@@ -817,9 +823,12 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     l.output = p.dst;
     return l;
   };
-  // Point-to-point lanes by queue (a peer and a direction), in issue order.
-  std::vector<std::vector<DeviceLane>> sendQ(nranks_);
-  std::vector<std::vector<DeviceLane>> recvQ(nranks_);
+  // Point-to-point lanes by queue (a peer, a direction and a channel: index peer * channels +
+  // channel), in issue order. A transfer is cut into one part per channel it takes
+  // (Tuner::p2pChannels), each a lane of its queue.
+  const int p2pMax = tuner_.p2pChannelMax();
+  std::vector<std::vector<DeviceLane>> sendQ(static_cast<size_t>(nranks_ * p2pMax));
+  std::vector<std::vector<DeviceLane>> recvQ(static_cast<size_t>(nranks_ * p2pMax));
   std::vector<DeviceLane> lanes;
   for (size_t oi = 0; oi < cp.ops.size(); ++oi) {
     const PlannedOp& po = cp.ops[oi];
@@ -829,14 +838,24 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       FlightEntry e = flightEntry(op, po.seq, po.label);
       e.proto = po.proto;
       e.blocks = po.collective && po.label != kOneRankCopyLabel ? static_cast<int>(po.lanes.size()) : 0;
+      for (const PlannedTransfer& t : po.transfers) e.blocks += tuner_.p2pChannels(t.part.bytes);
       flight->push_back(e);
     }
     if (!po.collective) {
       for (const PlannedTransfer& t : po.transfers) {
-        DeviceLane l = bytesLane(t.part, t.part.send ? Prim::kSend : Prim::kRecv, t.proto);
-        if (t.part.send) l.send[0] = dev.connector(ConnFamily::kP2p, t.part.peer, true);
-        if (!t.part.send) l.recv[0] = dev.connector(ConnFamily::kP2p, t.part.peer, false);
-        (t.part.send ? sendQ : recvQ)[t.part.peer].push_back(l);
+        const int channels = tuner_.p2pChannels(t.part.bytes);
+        for (int ch = 0; ch < channels; ++ch) {
+          const device::P2pSlice slice = device::p2pSlice(t.part.bytes, channels, ch);
+          P2pPart part = t.part;
+          part.bytes = slice.bytes;
+          if (part.src) part.src += slice.offset;
+          if (part.dst) part.dst += slice.offset;
+          DeviceLane l = bytesLane(part, part.send ? Prim::kSend : Prim::kRecv, t.proto);
+          l.seqIndex = device::p2pSeqIndex(part.peer, ch, nranks_);
+          const uint16_t conn = dev.connector(ConnFamily::kP2p, p2pIndex(part.peer, ch), part.send);
+          (part.send ? l.send : l.recv)[0] = conn;
+          (part.send ? sendQ : recvQ)[static_cast<size_t>(part.peer * p2pMax + ch)].push_back(l);
+        }
       }
       continue;
     }
@@ -878,12 +897,17 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
   }
   std::vector<DeviceLane> self;
   for (const P2pPart& copy : cp.selfCopies) self.push_back(bytesLane(copy, Prim::kLocal, tuner_.p2pProto(copy.bytes)));
-  // By round: the send to rank + d and the receive from rank - d (round 0: the copies to self).
+  // By round: the send to rank + d and the receive from rank - d (round 0: the copies to self),
+  // channel by channel. Queues are numbered 2 * nranks * channel + peer (sends) and + nranks +
+  // peer (receives); the copies to self take rank's, which no send uses.
   packer.addP2pRound(self, rank_, {}, 0);
   for (int d = 1; d < nranks_; ++d) {
     const int to = (rank_ + d) % nranks_;
     const int from = (rank_ - d + nranks_) % nranks_;
-    packer.addP2pRound(sendQ[to], to, recvQ[from], nranks_ + from);
+    for (int ch = 0; ch < p2pMax; ++ch) {
+      packer.addP2pRound(sendQ[static_cast<size_t>(to * p2pMax + ch)], 2 * nranks_ * ch + to,
+                         recvQ[static_cast<size_t>(from * p2pMax + ch)], 2 * nranks_ * ch + nranks_ + from);
+    }
   }
   return packer.finish();
 }

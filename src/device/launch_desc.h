@@ -85,9 +85,12 @@ inline uint32_t protoSlotDataBytes(ProtoKind proto, uint32_t slotBytes) {
 struct DeviceCommState {
   static constexpr int kMaxChannels = 32;
   uint64_t collSeq[kMaxChannels];  // per channel: collectives whose lane ran there
-  uint64_t* p2pSendSeq;            // per peer (nranks entries)
+  // Per peer and point-to-point channel (nranks * kMaxP2pChannels entries, p2pSeqIndex).
+  uint64_t* p2pSendSeq;
   uint64_t* p2pRecvSeq;
 };
+// A point-to-point lane's counter (DeviceLane::seqIndex): its peer's on its channel.
+constexpr int32_t p2pSeqIndex(int peer, int channel, int nranks) { return peer + channel * nranks; }
 
 // Why a lane stopped (DeviceError::status); 0: no error.
 enum class DeviceFault : uint32_t {
@@ -153,7 +156,7 @@ struct DeviceLane {
   SeqKind seqKind = SeqKind::kColl;
   ProtoKind proto = ProtoKind::kSimple;  // kLL, kLL128: pieces as lines; otherwise the slots (kFlag as kSimple)
   uint8_t pad = 0;
-  int32_t seqIndex = 0;    // channel (kColl) or peer
+  int32_t seqIndex = 0;    // channel (kColl) or p2pSeqIndex (peer and channel)
   uint32_t slotBytes = 0;  // what one piece holds at most (protoSlotDataBytes of the slots')
   const char* input = nullptr;
   char* output = nullptr;

@@ -37,6 +37,21 @@ struct Span {
   bool overlaps(const Span& o) const { return begin && o.begin && begin < o.end && o.begin < end; }
 };
 
+// Part `channel` of a point-to-point transfer of `bytes` cut over `channels` channels
+// (Tuner::p2pChannels), [offset, offset + bytes): every part but the last a whole number of
+// 16-byte vectors, none empty where each channel has at least 16 * kMaxP2pChannels bytes (the
+// tuner cuts from Tuner::kP2pChannelBytes a channel). Both ends cut alike from the same bytes.
+struct P2pSlice {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+inline P2pSlice p2pSlice(size_t bytes, int channels, int channel) {
+  const auto n = static_cast<size_t>(channels < 1 ? 1 : channels);
+  const size_t each = ((bytes + n - 1) / n + 15) / 16 * 16;
+  const size_t offset = each * static_cast<size_t>(channel) < bytes ? each * static_cast<size_t>(channel) : bytes;
+  return P2pSlice{offset, bytes - offset < each ? bytes - offset : each};
+}
+
 // Lanes of one point-to-point queue a launch takes at most per round: half a launch each way.
 constexpr size_t kP2pChunk = kMaxLaunchLanes / 2;
 
@@ -49,8 +64,10 @@ class LaunchPacker {
   // One collective: its lanes (lane.seqIndex is the channel, its block), the bytes it reads and
   // the bytes it writes.
   void addCollective(const std::vector<DeviceLane>& lanes, Span reads, Span writes);
-  // One round of point-to-point: the lanes to one peer and those from another (either empty),
-  // each in issue order; `sendQueue`/`recvQueue` name the queues (any distinct numbers).
+  // One round of point-to-point on one channel: the lanes to one peer and those from another
+  // (either empty), each in issue order; `sendQueue`/`recvQueue` name the queues (any distinct
+  // numbers: a queue is a peer, a direction and a channel). Every rank adds its rounds in one
+  // order: by distance, then channel.
   void addP2pRound(const std::vector<DeviceLane>& send, int sendQueue, const std::vector<DeviceLane>& recv,
                    int recvQueue);
   // The launches, in the order they must run; none when there were no lanes.
