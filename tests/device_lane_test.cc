@@ -854,14 +854,11 @@ TEST_CASE("device lanes on host threads: a group past one launch's lanes runs as
 
 namespace {
 
-// Rank r sends every peer `perPeer` messages, checked byte by byte at the receiver.
-void checkExchange(int n, size_t perPeer, ProtoKind proto, Wiring wiring) {
-  INFO("ranks " << n << " messages per peer " << perPeer << " " << protoName(proto) << " wiring "
-                << static_cast<int>(wiring));
-  Clique clique(n, 1, 128, 2, wiring);
-  clique.setProto(proto);
-  // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m) % 300 bytes.
-  std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
+using P2pSizes = std::vector<std::vector<std::vector<size_t>>>;
+
+// Rank r sends each peer p the messages sizes[r][p] (bytes of a pattern of r, p and the offset),
+// and p receives the same: every byte checked at the receiver, every rank's error record clear.
+void exchangeChecked(Clique& clique, int n, const P2pSizes& sizes, unsigned threads, const P2pOptions& o = {}) {
   std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
   std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
   std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
@@ -870,12 +867,9 @@ void checkExchange(int n, size_t perPeer, ProtoKind proto, Wiring wiring) {
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       size_t total = 0;
-      for (size_t m = 0; m < perPeer; ++m) {
-        sizes[r][p].push_back(1 + (static_cast<size_t>(r + p) + m * 37) % 300);
-        total += sizes[r][p].back();
-      }
+      for (size_t b : sizes[r][p]) total += b;
       sent[r][p].resize(total);
-      for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 31 + r * 7 + p) & 0x7f);
+      for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 131 + i / 4099 + r * 7 + p) & 0xff);
       src[r][p] = sent[r][p].data();
     }
   }
@@ -886,14 +880,35 @@ void checkExchange(int n, size_t perPeer, ProtoKind proto, Wiring wiring) {
       dst[r][p] = got[r][p].data();
     }
   }
-  const auto errors = clique.exchange(sizes, src, dst, 2);
-  if (perPeer > kP2pChunk) CHECK(clique.lastLaunches() >= 2);
+  const auto errors = clique.exchange(sizes, src, dst, threads, o);
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[r].status == 0);
     for (int p = 0; p < n; ++p) {
-      if (p != r) REQUIRE(got[r][p] == sent[p][r]);
+      if (p == r) continue;
+      REQUIRE(got[r][p].size() == sent[p][r].size());
+      for (size_t i = 0; i < got[r][p].size(); ++i) {
+        if (got[r][p][i] != sent[p][r][i]) FAIL("rank " << r << " from " << p << ": byte " << i << " differs");
+      }
     }
   }
+}
+
+// Rank r sends every peer `perPeer` messages, checked byte by byte at the receiver.
+void checkExchange(int n, size_t perPeer, ProtoKind proto, Wiring wiring) {
+  INFO("ranks " << n << " messages per peer " << perPeer << " " << protoName(proto) << " wiring "
+                << static_cast<int>(wiring));
+  Clique clique(n, 1, 128, 2, wiring);
+  clique.setProto(proto);
+  // Rank r sends peer p perPeer messages of sizes 1 + (r + p + m * 37) % 300 bytes.
+  P2pSizes sizes(n, std::vector<std::vector<size_t>>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < n; ++p) {
+      for (size_t m = 0; p != r && m < perPeer; ++m)
+        sizes[r][p].push_back(1 + (static_cast<size_t>(r + p) + m * 37) % 300);
+    }
+  }
+  exchangeChecked(clique, n, sizes, 2);
+  if (perPeer > kP2pChunk) CHECK(clique.lastLaunches() >= 2);
 }
 
 }  // namespace
@@ -924,46 +939,21 @@ TEST_CASE("device lanes on host threads: point-to-point transfers cut over chann
     INFO("ranks " << n << " channels " << sh.channels << " wiring " << static_cast<int>(sh.wiring));
     Clique clique(n, 1, 4096, 4, sh.wiring, sh.channels);
     clique.setProto(ProtoKind::kSimple);
-    std::vector<std::vector<std::vector<size_t>>> sizes(n, std::vector<std::vector<size_t>>(n));
-    std::vector<std::vector<std::vector<char>>> sent(n, std::vector<std::vector<char>>(n));
-    std::vector<std::vector<std::vector<char>>> got(n, std::vector<std::vector<char>>(n));
-    std::vector<std::vector<const char*>> src(n, std::vector<const char*>(n));
-    std::vector<std::vector<char*>> dst(n, std::vector<char*>(n));
+    // Every channel (the last part short), one channel (LL by size), two channels, one channel of
+    // Simple just past 128 KiB.
+    P2pSizes sizes(n, std::vector<std::vector<size_t>>(n));
     for (int r = 0; r < n; ++r) {
       for (int p = 0; p < n; ++p) {
-        if (p == r) continue;
-        // Every channel (and the last part short), one channel (LL by size), two channels, one
-        // channel of Simple just past 128 KiB.
-        sizes[r][p] = {(1 << 20) + 13 + static_cast<size_t>(r), 5000 + static_cast<size_t>(p), 300 * 1024 + 3,
-                       129 * 1024};
-        size_t total = 0;
-        for (size_t b : sizes[r][p]) total += b;
-        sent[r][p].resize(total);
-        for (size_t i = 0; i < total; ++i) sent[r][p][i] = static_cast<char>((i * 131 + i / 4099 + r * 7 + p) & 0xff);
-        src[r][p] = sent[r][p].data();
-      }
-    }
-    for (int r = 0; r < n; ++r) {
-      for (int p = 0; p < n; ++p) {
-        if (p == r) continue;
-        got[r][p].assign(sent[p][r].size(), 0);
-        dst[r][p] = got[r][p].data();
+        if (p != r) {
+          sizes[r][p] = {(1 << 20) + 13 + static_cast<size_t>(r), 5000 + static_cast<size_t>(p), 300 * 1024 + 3,
+                         129 * 1024};
+        }
       }
     }
     P2pOptions o;
     o.protoBySize = sh.bySize;
-    const auto errors = clique.exchange(sizes, src, dst, 2, o);
+    exchangeChecked(clique, n, sizes, 2, o);
     CHECK(clique.lastBlocks() == static_cast<size_t>(2 * (n - 1) * sh.channels));
-    for (int r = 0; r < n; ++r) {
-      REQUIRE(errors[r].status == 0);
-      for (int p = 0; p < n; ++p) {
-        if (p == r) continue;
-        REQUIRE(got[r][p].size() == sent[p][r].size());
-        for (size_t i = 0; i < got[r][p].size(); ++i) {
-          if (got[r][p][i] != sent[p][r][i]) FAIL("rank " << r << " from " << p << ": byte " << i << " differs");
-        }
-      }
-    }
   }
 }
 
