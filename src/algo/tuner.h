@@ -114,7 +114,7 @@ class Tuner {
   // the kernels fail it as a mismatch all the same (src/device/lane_exec.h).
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
   ProtoKind p2pProto(size_t bytes) const;
-  // The channels a point-to-point device transfer of `bytes` is cut over (p2pParts): one per
+  // The channels a point-to-point device transfer of `bytes` is cut over (device::p2pSlice): one per
   // kP2pChannelBytes, up to p2pChannelMax(). One block moves one part through its own FIFO (one
   // block per peer and direction reached 6 GB/s on an H200 whatever the size); both ends cut
   // alike, from the same bytes.
