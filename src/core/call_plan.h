@@ -34,6 +34,7 @@ struct PlannedTransfer {
   P2pPart part;
   uint64_t seq = 0;
   ProtoKind proto = ProtoKind::kSimple;  // device lanes: the tuner's for its bytes
+  int channels = 1;                      // device lanes: the parts it is cut into (Tuner::p2pChannels)
 };
 
 // A one-rank device collective that copies its input as it is: cudaMemcpyAsync, no kernel.

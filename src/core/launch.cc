@@ -621,9 +621,10 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
         if (!po.seq) po.seq = t.seq;
         if (device) {
           // A send and the receive that matches it move the same bytes, so both ends choose
-          // alike; a receive of another size may choose the other protocol, and still fails the
-          // header check (src/device/lane_exec.h).
+          // alike (protocol and channels); a receive of another size may choose otherwise, and
+          // still fails the header check of its first part (src/device/lane_exec.h).
           t.proto = tuner_.p2pProto(p.bytes);
+          t.channels = tuner_.p2pChannels(p.bytes);
           const char* l = protoName(t.proto);
           po.proto = !*po.proto || std::strcmp(po.proto, l) == 0 ? l : "Simple and LL";
         }
@@ -824,8 +825,8 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
     return l;
   };
   // Point-to-point lanes by queue (a peer, a direction and a channel: index peer * channels +
-  // channel), in issue order. A transfer is cut into one part per channel it takes
-  // (Tuner::p2pChannels), each a lane of its queue.
+  // channel), in issue order. A transfer is cut into one part per channel planCalls gave it, each
+  // a lane of its queue.
   const int p2pMax = tuner_.p2pChannelMax();
   std::vector<std::vector<DeviceLane>> sendQ(static_cast<size_t>(nranks_ * p2pMax));
   std::vector<std::vector<DeviceLane>> recvQ(static_cast<size_t>(nranks_ * p2pMax));
@@ -838,14 +839,13 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       FlightEntry e = flightEntry(op, po.seq, po.label);
       e.proto = po.proto;
       e.blocks = po.collective && po.label != kOneRankCopyLabel ? static_cast<int>(po.lanes.size()) : 0;
-      for (const PlannedTransfer& t : po.transfers) e.blocks += tuner_.p2pChannels(t.part.bytes);
+      for (const PlannedTransfer& t : po.transfers) e.blocks += t.channels;
       flight->push_back(e);
     }
     if (!po.collective) {
       for (const PlannedTransfer& t : po.transfers) {
-        const int channels = tuner_.p2pChannels(t.part.bytes);
-        for (int ch = 0; ch < channels; ++ch) {
-          const device::P2pSlice slice = device::p2pSlice(t.part.bytes, channels, ch);
+        for (int ch = 0; ch < t.channels; ++ch) {
+          const device::P2pSlice slice = device::p2pSlice(t.part.bytes, t.channels, ch);
           P2pPart part = t.part;
           part.bytes = slice.bytes;
           if (part.src) part.src += slice.offset;
