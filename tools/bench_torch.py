@@ -23,6 +23,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus_torch  # noqa: F401
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "examples"))
+import ports  # noqa: E402
+
 
 def model():
     torch.manual_seed(0)
@@ -102,4 +105,4 @@ if __name__ == "__main__":
     else:
         print("| ranks | size | chorus us | chorus busbw GB/s | gloo us | gloo busbw GB/s | gloo / chorus time |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
-    mp.spawn(run, args=(world, what, batch, 20000 + os.getpid() % 20000), nprocs=world)
+    mp.spawn(run, args=(world, what, batch, ports.free_port(1)), nprocs=world)

@@ -20,6 +20,7 @@ import torch.optim as optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import chorus_torch  # noqa: F401  registers the "chorus" backend
+import ports
 
 
 class ToyModel(nn.Module):
@@ -105,15 +106,17 @@ def demo_torchrun():
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--spawn", type=int, default=0, help="run the demos under mp.spawn with this many ranks")
-    parser.add_argument("--port", type=int, default=20000 + os.getpid() % 20000)
+    parser.add_argument("--port", type=int, default=None,
+                        help="MASTER_PORT of the first demo, the next port the second's (default: free ones)")
     args = parser.parse_args()
     if "RANK" in os.environ and args.spawn == 0:
         demo_torchrun()
         return
     n = args.spawn or 2
-    mp.spawn(demo_basic, args=(n, args.port), nprocs=n, join=True)
+    mp.spawn(demo_basic, args=(n, args.port or ports.free_port()), nprocs=n, join=True)
     path = os.path.join(tempfile.mkdtemp(), "model.checkpoint")
-    mp.spawn(demo_checkpoint, args=(n, args.port + 1, path), nprocs=n, join=True)
+    port = args.port + 1 if args.port else ports.free_port()
+    mp.spawn(demo_checkpoint, args=(n, port, path), nprocs=n, join=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import chorus_torch  # noqa: F401
+import ports
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -122,11 +123,12 @@ def main():
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--test-images", type=int, default=2000)
     p.add_argument("--min-accuracy", type=float, default=0.0)
-    p.add_argument("--port", type=int, default=20000 + os.getpid() % 20000)
+    p.add_argument("--port", type=int, default=None, help="MASTER_PORT under --nprocs (default: a free one)")
     args = p.parse_args()
     if "RANK" in os.environ:
         train(0, 0, args)
     else:
+        args.port = args.port or ports.free_port(1)
         mp.spawn(train, args=(args.nprocs, args), nprocs=args.nprocs)
 
 

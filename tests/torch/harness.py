@@ -1,42 +1,19 @@
 """What the torch tests share: running a function on ranks under mp.spawn and reporting failures."""
 import os
-import random
-import socket
 import sys
 import time
 import traceback
 
 import torch.multiprocessing as mp
 
-
-def _bindable(port):
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "examples"))
+import ports  # noqa: E402
 
 
-def free_port(offset=0):
-    """A port that, with port + 1 and port + 2, nothing listens on now. It is drawn at random
-    below the kernel's ephemeral range: a port from that range (bind to 0) could be handed out
-    a moment later as the source port of some connection, the test's own store clients' among
-    them, and the port after it was, once. Random, so that tests running side by side do not
-    collide; `offset` is no longer needed."""
-    del offset
-    low = 32768
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    rng = random.Random()
-    while True:
-        port = rng.randrange(10000, max(10001, low - 3))
-        if all(_bindable(port + i) for i in range(3)):
-            return port
+def free_port():
+    """A port that, with port + 1 and port + 2, nothing listens on now (python/examples/ports.py,
+    which the examples use too: random, below the kernel's ephemeral range)."""
+    return ports.free_port(3)
 
 
 def _guarded(rank, fn, args, failures):

@@ -82,7 +82,7 @@ def timeout(rank, world, port):
 
 
 if __name__ == "__main__":
-    port = harness.free_port(13)
+    port = harness.free_port()
     with tempfile.TemporaryDirectory() as tmp:
         harness.spawn(init_methods, 2, 2, port, tmp)
     harness.spawn(timeout, 2, 2, port + 2)
