@@ -7,11 +7,8 @@
 // frees: fresh memory mapped in their place keeps its pattern while rank 1 (when stopped, now
 // running again) carries on. Abort returns promptly. One process per rank: this program forks
 // rank 1 and is rank 0 itself.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include <thread>
 
 #include "chorus/chorus.h"
+#include "src/common/os.h"
 
 namespace {
 
@@ -36,21 +34,6 @@ int fail(const std::string& why) {
   return 1;
 }
 
-// A port nothing listens on now, the kernel's choice: a port derived from the pid could be in use
-// by any other test running beside this one.
-int freePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  if (fd >= 0) close(fd);
-  if (!ok) std::exit(2);
-  return ntohs(a.sin_port);
-}
-
 float* mapBuffer() {
   void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) std::exit(2);
@@ -61,7 +44,8 @@ float* mapBuffer() {
 
 int main(int argc, char** argv) {
   const bool stop = argc > 1 && std::string(argv[1]) == "stop";
-  const int port = freePort();
+  const int port = chorus::freeTcpPort(true);
+  if (port < 0) return 2;
   setenv("CHORUS_COMM_ID", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
   setenv("CHORUS_SHM_DISABLE", "1", 1);            // sockets between the two processes
   setenv("CHORUS_TIMEOUT", stop ? "2" : "60", 1);  // noticing a death must not wait for this

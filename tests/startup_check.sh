@@ -26,8 +26,9 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
-# A port nothing listens on now (the kernel's choice, so concurrent tests do not collide).
-port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port nothing listens on now, drawn at random below the ephemeral range (so neither concurrent
+# tests nor connections' source ports take it before the rank listens).
+port() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../python/examples/ports.py"; }
 export CHORUS_WARN_AFTER_MS=1000 CHORUS_INIT_TIMEOUT=4 CHORUS_TIMEOUT=60
 unset CHORUS_COMM_SECRET OMPI_COMM_WORLD_RANK RANK SLURM_PROCID
 # rank R NRANKS PORT NAME: one rank in the background, its output in $dir/NAME, its pid in $!.

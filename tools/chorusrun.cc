@@ -44,17 +44,6 @@ volatile sig_atomic_t gSignal = 0;
 void onSignal(int s) { gSignal = s; }
 
 // A port free on this host: on loopback for a job of this host alone, else on every address.
-int freePort(bool loopback) {
-  chorus::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
-  socklen_t len = sizeof(a);
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
-
 struct Host {
   std::string name;
   int slots = 1;
@@ -320,7 +309,7 @@ int main(int argc, char** argv) {
   std::string rootName = rootHost.name;
   int port = 0;
   if (rootHost.local) {
-    port = freePort(allLocal);
+    port = chorus::freeTcpPort(allLocal);
     if (port < 0) {
       std::fprintf(stderr, "chorusrun: cannot find a free TCP port on this host\n");
       return 1;
@@ -331,7 +320,7 @@ int main(int argc, char** argv) {
       rootName = chorus::hostName();
     }
   } else {
-    port = 20000 + static_cast<int>(chorus::randomU64() % 40000);
+    port = 20000 + static_cast<int>(chorus::randomU64() % 12768);  // below the usual ephemeral range
   }
   char secret[40];
   std::snprintf(secret, sizeof(secret), "%016llx%016llx", static_cast<unsigned long long>(chorus::randomU64()),

@@ -28,6 +28,11 @@ def free_port(count=3):
         pass
     rng = random.Random()
     while True:
-        port = rng.randrange(10000, max(10001, low - count))
+        port = rng.randrange(20000 if low > 21000 else 1024, low - count)
         if all(_bindable(port + i) for i in range(count)):
             return port
+
+
+if __name__ == "__main__":
+    import sys
+    print(free_port(int(sys.argv[1]) if len(sys.argv) > 1 else 1))

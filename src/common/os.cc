@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -198,6 +200,26 @@ uint64_t randomU64() {
     got += static_cast<size_t>(r);
   }
   return v;
+}
+
+int freeTcpPort(bool loopback) {
+  int low = 0;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (!(range >> low) || low <= 1024) low = 32768;
+  const int from = low > 21000 ? 20000 : 1024;
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = from + static_cast<int>(randomU64() % static_cast<uint64_t>(low - from));
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return -1;
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return port;
+  }
+  return -1;
 }
 
 void setThreadName(const char* name) { ::pthread_setname_np(::pthread_self(), name); }

@@ -112,6 +112,11 @@ uint64_t pidSpaceId();
 void setThreadName(const char* name);
 // 64 random bits from the kernel's generator.
 uint64_t randomU64();
+// A TCP port nothing listens on now (on 127.0.0.1 when `loopback`, else on any address), drawn at
+// random below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), or -1. A
+// port the kernel hands out (bind to 0) lies inside that range, where a connection made before the
+// port's future owner binds it may take it as its source port; that listen then fails EADDRINUSE.
+int freeTcpPort(bool loopback);
 
 // Makes the file at `path` readable and writable by its owner only (0600), creating it empty when
 // it does not exist, before a log, dump or trace is written to it: what Chorus writes may say
