@@ -447,6 +447,9 @@ class Communicator : public TaskOwner {
   std::mutex planMu_;        // plan() may run on several streams' workers
   // Algorithms (a bit each, algoBit) whose connections all exist: connectionsNeeded skips them.
   mutable std::atomic<uint32_t> connectedAlgos_{0};
+  // Per peer, whether its point-to-point connections (every channel, both directions) all exist:
+  // bit 0 on host memory, bit 1 on device memory; connectionsNeeded skips such peers.
+  mutable std::vector<std::atomic<uint8_t>> p2pConnected_;
   std::atomic<int> anyNext_{0};  // where firstSender's next scan starts
   // Operation counters, advanced alike on every rank (point-to-point under planMu_): they number
   // the slots of each operation (SlotHeader::seq) and the bootstrap exchanges of split, shrink

@@ -160,12 +160,21 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       }
     }
   }
+  // A peer whose point-to-point connections all exist needs no look again (as for algorithms):
+  // on device memory that is 2 x p2pChannelMax lookups per peer and call saved.
+  const uint8_t p2pBit = device ? 2 : 1;
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_ || !p2p || !withPeer[p]) continue;
+    if (p2pConnected_[static_cast<size_t>(p)].load(std::memory_order_relaxed) & p2pBit) continue;
+    bool all = true;
     for (int ch = 0; ch < p2pChannels; ++ch) {
-      want(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, true});
-      want(ConnKey{ConnFamily::kP2p, p2pIndex(p, ch), p, false});
+      for (bool send : {true, false}) {
+        const ConnKey k{ConnFamily::kP2p, p2pIndex(p, ch), p, send};
+        all = all && has(k);
+        want(k);
+      }
     }
+    if (all) p2pConnected_[static_cast<size_t>(p)].fetch_or(p2pBit, std::memory_order_relaxed);
   }
   return needs;
 }
