@@ -222,6 +222,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s), false, ReduceSpec{}};
   info.device = device;
   if (reduces(coll)) info.spec = c->redOps().spec(op, type, device);
+  c->chooseDevice(info);
   return submitOp(info);
 }
 

@@ -63,6 +63,10 @@ struct OpInfo {
   std::shared_ptr<Stream> stream;  // null: the NULL stream
   bool device = false;             // the buffers are device memory (the device path)
   ReduceSpec spec;                 // a reduction's operator, resolved when the call was made
+  // A device collective's tuner choice, made once when the call was made (chosen): connecting,
+  // the one-copy offer and planning read it (Communicator::deviceChoice).
+  bool chosen = false;
+  Tuner::Choice choice;
 };
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
@@ -310,9 +314,17 @@ class Communicator : public TaskOwner {
   // chorusCommRevoke: fails the communicator without telling peers and waits until no operation
   // of it runs.
   void revoke();
-  // The tuner's choice for a device collective (algorithm and protocol).
+  // The tuner's choice for a device collective (algorithm and protocol): the call's own when it
+  // was made at submission (chooseDevice), else the tuner's now (the same: the tuner never changes).
   Tuner::Choice deviceChoice(const OpInfo& op) const {
-    return tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);
+    return op.chosen ? op.choice : tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);
+  }
+  // Makes a device collective's choice once, at submission: the device tuner takes about 150 ns a
+  // choice (every algorithm and protocol estimated), which a call used to pay three times.
+  void chooseDevice(OpInfo& op) const {
+    if (!op.device || !runsOnChannels(op.coll)) return;
+    op.choice = deviceChoice(op);
+    op.chosen = true;
   }
 
  private:
