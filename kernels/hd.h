@@ -6,3 +6,12 @@
 #else
 #define CHORUS_HD inline __attribute__((always_inline))
 #endif
+
+// CHORUS_HD_OUTLINE marks one that stays a function of its own on the device, called, not
+// inlined: its registers are then its own, not what the caller's live state leaves
+// (src/device/lane_exec.h's vector moves). Inlined or not on host, as the compiler likes.
+#if defined(__CUDACC__)
+#define CHORUS_HD_OUTLINE __host__ __device__ __noinline__ inline
+#else
+#define CHORUS_HD_OUTLINE inline
+#endif

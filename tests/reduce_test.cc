@@ -7,9 +7,13 @@
 #include <vector>
 
 #include "kernels/reduce_host.h"
+#include "tests/ref_ops.h"
 #include "tests/special_floats.h"
 
 using namespace chorus;
+using test::quiet;
+using test::refOp;
+using test::sameBits;
 
 namespace {
 
@@ -28,48 +32,6 @@ std::vector<T> randomValues(size_t n, uint32_t seed) {
     }
   }
   return v;
-}
-
-// The rule of kernels/reduce.h: a NaN result is the positive quiet NaN without payload.
-template <typename T>
-T quiet(T r) {
-  return std::isnan(r) ? T(NAN) : r;
-}
-
-// The reference: one element at a time, in the obvious way.
-template <typename T>
-T refOp(RedKind k, T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return T(NAN);
-    switch (k) {
-      case RedKind::kSum:
-        return quiet(a + b);
-      case RedKind::kProd:
-        return quiet(a * b);
-      case RedKind::kMax:
-        return a > b ? a : b;  // equal (+0 and -0): the second operand, as the kernels
-      default:
-        return a < b ? a : b;
-    }
-  } else {
-    using U = std::make_unsigned_t<T>;
-    switch (k) {
-      case RedKind::kSum:
-        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-      case RedKind::kProd:
-        return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-      case RedKind::kMax:
-        return std::max(a, b);
-      default:
-        return std::min(a, b);
-    }
-  }
-}
-
-// Bit for bit: NaNs too (their payload and sign are part of the rule), and -0 is not +0.
-template <typename T>
-bool sameBits(T a, T b) {
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
 // The kernels of one ISA. The AVX2 and AVX-512 cases carry the tags [avx2] and [avx512]; ctest

@@ -127,6 +127,156 @@ CHORUS_HD void store16(char* p, const Vec16& v) {
 // the first store, so a thread waits for memory once per group, not once per vector.
 constexpr size_t kMoveUnroll = 4;
 
+// How a piece's elements are made from its operands (PieceMove's fold): `spec` the lane's, its
+// pre-op already off where the piece says noPre; `preA`: a is a contribution not yet
+// pre-multiplied and the lane has a pre-op (PieceMove::preA).
+struct ElemFold {
+  Fold fold = Fold::kCopy;
+  bool preA = false;
+  ReduceSpec spec;
+};
+
+// One element of a piece.
+template <typename T>
+CHORUS_HD T foldElem(const ElemFold& f, T a, T b) {
+  switch (f.fold) {
+    case Fold::kCopy:
+      return a;
+    case Fold::kPre:
+      return ElemOps<T>::pre(f.spec, a);
+    default: {
+      T pa = a;
+      if (f.preA) {
+        ReduceSpec s = f.spec;
+        s.hasPre = true;
+        pa = ElemOps<T>::pre(s, a);
+      }
+      return reduceOne<T>(f.spec, pa, b, f.fold == Fold::kReducePost);
+    }
+  }
+}
+
+// The 16-byte vectors [0, nvec) of a piece whose operands are all 16-byte aligned: r from a (and
+// b) to dst (unless null) and dst2 (unless null). Thread `tid` of `nthreads` moves vectors tid,
+// tid + nthreads, ... in groups of kMoveUnroll, every load of a group before its first store.
+struct VecMove {
+  const char* a;
+  const char* b;
+  char* dst;
+  char* dst2;
+  size_t nvec;
+  unsigned tid;
+  unsigned nthreads;
+};
+
+// kFold: each element through foldElem; else the vector is copied as it is.
+template <typename T, bool kFold>
+CHORUS_HD void moveVectorGroups(const VecMove& o, const ElemFold& f) {
+  const size_t stride = o.nthreads;
+  size_t v = o.tid;
+  for (; v + (kMoveUnroll - 1) * stride < o.nvec; v += kMoveUnroll * stride) {
+    Vec16 r[kMoveUnroll];
+    Vec16 rb[kMoveUnroll] = {};
+#pragma unroll
+    for (size_t u = 0; u < kMoveUnroll; ++u) r[u] = load16(o.a + (v + u * stride) * 16);
+    if (kFold && o.b) {
+#pragma unroll
+      for (size_t u = 0; u < kMoveUnroll; ++u) rb[u] = load16(o.b + (v + u * stride) * 16);
+    }
+#pragma unroll
+    for (size_t u = 0; u < kMoveUnroll; ++u) {
+      if constexpr (kFold) {
+        for (size_t k = 0; k < 16 / sizeof(T); ++k) {
+          storeElem<T>(&r[u], k, foldElem<T>(f, loadElem<T>(&r[u], k), loadElem<T>(&rb[u], k)));
+        }
+      }
+      if (o.dst) store16(o.dst + (v + u * stride) * 16, r[u]);
+      if (o.dst2) store16(o.dst2 + (v + u * stride) * 16, r[u]);
+    }
+  }
+  for (; v < o.nvec; v += stride) {
+    Vec16 r = load16(o.a + v * 16);
+    if constexpr (kFold) {
+      const Vec16 rb = o.b ? load16(o.b + v * 16) : Vec16{};
+      for (size_t k = 0; k < 16 / sizeof(T); ++k) {
+        storeElem<T>(&r, k, foldElem<T>(f, loadElem<T>(&r, k), loadElem<T>(&rb, k)));
+      }
+    }
+    if (o.dst) store16(o.dst + v * 16, r);
+    if (o.dst2) store16(o.dst2 + v * 16, r);
+  }
+}
+
+// The two moves, each a function of its own on the device. Inlined into the launch kernel, a
+// group's vectors competed for registers with the whole executor's state and went to local
+// memory as they were loaded (the kernel's SASS: an STL.128 after each LD.E.128 but the last of a
+// group), leaving one load in flight per thread (docs/GPU.md, "Loads in flight"). A call spends
+// a few saves of the caller's registers once per piece and gives the group the registers.
+CHORUS_HD_OUTLINE void copyVectors(VecMove o) { moveVectorGroups<char, false>(o, ElemFold{}); }
+template <typename T>
+CHORUS_HD_OUTLINE void foldVectors(VecMove o, ElemFold f) {
+  moveVectorGroups<T, true>(o, f);
+}
+
+// One-copy's part (OneCopy::reducePart): the 16-byte vectors [0, nvec) from byte `at` of every
+// rank's input, reduced in rank order, to byte `at` of every rank's output. Thread `tid` of
+// `nthreads` takes vectors tid, tid + nthreads, ... in groups of kMoveUnroll, a group's loads from
+// one rank issued together. Out of line on the device, as the moves above.
+struct VecReduce {
+  const char* const* input;
+  char* const* output;
+  uint32_t nranks;
+  uint64_t at;
+  size_t nvec;
+  unsigned tid;
+  unsigned nthreads;
+};
+
+// M vectors at byte offsets off[0, M) of reduceVectors' part.
+template <typename T, size_t M>
+CHORUS_HD void reduceGroup(const VecReduce& o, const ReduceSpec& spec, const size_t (&off)[M]) {
+  constexpr size_t kPer = 16 / sizeof(T);
+  Vec16 acc[M];
+#pragma unroll
+  for (size_t u = 0; u < M; ++u) acc[u] = load16(o.input[0] + off[u]);
+#pragma unroll
+  for (size_t u = 0; u < M; ++u) {
+    for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc[u], k, ElemOps<T>::pre(spec, loadElem<T>(&acc[u], k)));
+  }
+  for (uint32_t r = 1; r < o.nranks; ++r) {
+    Vec16 x[M];
+#pragma unroll
+    for (size_t u = 0; u < M; ++u) x[u] = load16(o.input[r] + off[u]);
+    const bool last = r + 1 == o.nranks;
+#pragma unroll
+    for (size_t u = 0; u < M; ++u) {
+      for (size_t k = 0; k < kPer; ++k) {
+        storeElem<T>(&acc[u], k, reduceOne<T>(spec, loadElem<T>(&acc[u], k), loadElem<T>(&x[u], k), last));
+      }
+    }
+  }
+  for (uint32_t r = 0; r < o.nranks; ++r) {
+#pragma unroll
+    for (size_t u = 0; u < M; ++u) store16(o.output[r] + off[u], acc[u]);
+  }
+}
+
+template <typename T>
+CHORUS_HD_OUTLINE void reduceVectors(VecReduce o, ReduceSpec spec) {
+  const size_t stride = o.nthreads;
+  size_t v = o.tid;
+  for (; v + (kMoveUnroll - 1) * stride < o.nvec; v += kMoveUnroll * stride) {
+    size_t off[kMoveUnroll];
+#pragma unroll
+    for (size_t u = 0; u < kMoveUnroll; ++u) off[u] = o.at + (v + u * stride) * 16;
+    reduceGroup<T>(o, spec, off);
+  }
+  for (; v < o.nvec; v += stride) {
+    const size_t off[1] = {o.at + v * 16};
+    reduceGroup<T>(o, spec, off);
+  }
+}
+
 // Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
 // or the deadline, counted from the first look (*since, 0 before it).
 template <class Block>
@@ -314,10 +464,11 @@ class LaneExec {
     constexpr size_t kPer = 16 / sizeof(T);
     if (16 % sizeof(T) == 0 && aligned(m.a) && aligned(m.b) && aligned(toDst ? m.dst : nullptr) && aligned(m.dst2)) {
       const size_t nvec = n / kPer;
+      const VecMove o{m.a, m.b, toDst ? m.dst : nullptr, m.dst2, nvec, b_.tid(), b_.nthreads()};
       if (asIs) {
-        moveVectors<false>(m, spec, toDst, nvec);
+        copyVectors(o);
       } else {
-        moveVectors<true>(m, spec, toDst, nvec);
+        foldVectors<T>(o, elemFold(m, spec));
       }
       done = nvec * kPer;
     }
@@ -327,42 +478,6 @@ class LaneExec {
       if (m.dst2) storeElem<T>(m.dst2, i, v);
     }
     b_.sync();  // every thread's writes to the slot and the output precede the publish
-  }
-
-  // Vectors [0, nvec) of a piece whose operands are all 16-byte aligned: thread t moves vectors
-  // t, t + nthreads, ... in groups of kMoveUnroll, every load of a group before its first store.
-  // kFold: each element through one(); else the vector is copied as it is (moveSlots' asIs).
-  template <bool kFold>
-  CHORUS_HD void moveVectors(const PieceMove& m, const ReduceSpec& spec, bool toDst, size_t nvec) const {
-    const size_t stride = b_.nthreads();
-    size_t v = b_.tid();
-    for (; v + (kMoveUnroll - 1) * stride < nvec; v += kMoveUnroll * stride) {
-      Vec16 r[kMoveUnroll];
-      Vec16 rb[kMoveUnroll] = {};
-      for (size_t u = 0; u < kMoveUnroll; ++u) r[u] = load16(m.a + (v + u * stride) * 16);
-      if (kFold && m.b) {
-        for (size_t u = 0; u < kMoveUnroll; ++u) rb[u] = load16(m.b + (v + u * stride) * 16);
-      }
-      for (size_t u = 0; u < kMoveUnroll; ++u) {
-        if (kFold) r[u] = fold(m, spec, r[u], rb[u]);
-        if (toDst) store16(m.dst + (v + u * stride) * 16, r[u]);
-        if (m.dst2) store16(m.dst2 + (v + u * stride) * 16, r[u]);
-      }
-    }
-    for (; v < nvec; v += stride) {
-      Vec16 r = load16(m.a + v * 16);
-      if (kFold) r = fold(m, spec, r, m.b ? load16(m.b + v * 16) : Vec16{});
-      if (toDst) store16(m.dst + v * 16, r);
-      if (m.dst2) store16(m.dst2 + v * 16, r);
-    }
-  }
-  // The elements of one vector through one().
-  CHORUS_HD Vec16 fold(const PieceMove& m, const ReduceSpec& spec, const Vec16& a, const Vec16& b) const {
-    Vec16 r;
-    for (size_t k = 0; k < 16 / sizeof(T); ++k) {
-      storeElem<T>(&r, k, one(m, spec, loadElem<T>(&a, k), loadElem<T>(&b, k)));
-    }
-    return r;
   }
 
   // LL: the piece 8 bytes a line; an operand that is a received slot's lines is read when its
@@ -663,16 +778,10 @@ class LaneExec {
   CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
   // One element of the piece (primMove's fold); `spec` without the pre-op when m.noPre.
   CHORUS_HD T one(const PieceMove& m, const ReduceSpec& spec, T a, T b) const {
-    switch (m.fold) {
-      case Fold::kCopy:
-        return a;
-      case Fold::kPre:
-        return ElemOps<T>::pre(spec, a);
-      default: {
-        const T pa = m.preA ? ElemOps<T>::pre(spec_, a) : a;
-        return reduceOne<T>(spec, pa, b, m.fold == Fold::kReducePost);
-      }
-    }
+    return foldElem<T>(elemFold(m, spec), a, b);
+  }
+  CHORUS_HD ElemFold elemFold(const PieceMove& m, const ReduceSpec& spec) const {
+    return ElemFold{m.fold, m.preA && spec_.hasPre, spec};
   }
   // Whether the piece at `pos` of c's FIFO is a Simple one: the tail is past it and the slot's
   // header carries that position's ready word (publish). An LL receiver finds one when its peer
@@ -875,18 +984,9 @@ class OneCopy {
     uint64_t done = begin;
     if (vec) {
       const uint64_t nvec = (end - begin) / kPer;
-      for (uint64_t v = b_.tid(); v < nvec; v += b_.nthreads()) {
-        const size_t at = (begin + v * kPer) * sizeof(T);
-        Vec16 acc = load16(a_.input[0] + at);
-        for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc, k, ElemOps<T>::pre(lane_.spec, loadElem<T>(&acc, k)));
-        for (size_t r = 1; r < n; ++r) {
-          const Vec16 x = load16(a_.input[r] + at);
-          for (size_t k = 0; k < kPer; ++k) {
-            storeElem<T>(&acc, k, reduceOne<T>(lane_.spec, loadElem<T>(&acc, k), loadElem<T>(&x, k), r + 1 == n));
-          }
-        }
-        for (size_t r = 0; r < n; ++r) store16(a_.output[r] + at, acc);
-      }
+      reduceVectors<T>(
+          VecReduce{a_.input, a_.output, static_cast<uint32_t>(n), begin * sizeof(T), nvec, b_.tid(), b_.nthreads()},
+          lane_.spec);
       done = begin + nvec * kPer;
     }
     for (uint64_t i = done + b_.tid(); i < end; i += b_.nthreads()) {
