@@ -84,9 +84,9 @@ static_assert(kLaunchThreads % CudaBlock::kWarp == 0, "LL128's votes take whole 
 // __grid_constant__: the lanes are read in place from the parameter space, never copied.
 // Two builds of it: with LL128 for launches that have an LL128 lane, without for the rest. The
 // kernel takes the registers its most demanding path needs, up to 128 a thread at 512 threads;
-// with LL128 in it that limit is reached and the kernel spills (ptxas -v, sm_90: 122 registers
-// and no spills without LL128, 128 and spills with it), so Simple and LL launches keep the
-// kernel without.
+// with LL128 in it the kernel spills more (ptxas -v, sm_90, the vector moves out of line: 24
+// bytes of spill stores without LL128, 240 with it), so Simple and LL launches keep the kernel
+// without.
 template <bool kWithLL128>
 __global__ void __launch_bounds__(kLaunchThreads) launchKernel(const __grid_constant__ LaunchParams p) {
   __shared__ uint64_t shared;
