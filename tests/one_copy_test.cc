@@ -17,6 +17,7 @@
 #include "src/core/onecopy.h"
 #include "src/device/launch_pack.h"
 #include "tests/host_block.h"
+#include "tests/ref_ops.h"
 
 using namespace chorus;
 using namespace chorus::device;
@@ -105,20 +106,6 @@ T valueOf(int r, size_t i, int round) {
 }
 
 template <typename T>
-T fold(RedKind kind, T a, T b) {
-  switch (kind) {
-    case RedKind::kSum:
-      return T(a + b);
-    case RedKind::kProd:
-      return T(a * b);
-    case RedKind::kMax:
-      return a > b ? a : b;
-    default:
-      return a < b ? a : b;
-  }
-}
-
-template <typename T>
 constexpr int kTypeOf = -1;
 template <>
 constexpr int kTypeOf<int8_t> = chorusInt8;
@@ -166,7 +153,7 @@ void check(int n, int parts, RedKind kind, size_t count, bool inPlace, size_t sh
       REQUIRE(errors[r].status == 0);
       for (size_t e = 0; e < count; ++e) {
         T want = valueOf<T>(0, e, round);
-        for (int q = 1; q < n; ++q) want = fold<T>(kind, want, valueOf<T>(q, e, round));
+        for (int q = 1; q < n; ++q) want = test::refOp<T>(kind, want, valueOf<T>(q, e, round));
         T got;
         std::memcpy(&got, op[r] + e * sizeof(T), sizeof(T));
         INFO("element " << e);
