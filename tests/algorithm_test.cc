@@ -61,9 +61,9 @@ TEST_CASE("plans use only the connections their algorithm asked for, and cover t
         alg.plan(ctx, AlgoCall{coll, count, 4, 2}, &lanes);
         REQUIRE(!lanes.empty());
         if (lanes.front().oneCopy) {
-          // The one-copy all-reduce: a block per part, no steps, no connectors; its kernel reads
+          // A one-copy collective: a block per part, no steps, no connectors; its kernel reads
           // and writes the peers' buffers (covered by one_copy_test).
-          CHECK(lanes.size() == oneCopyParts(count * 4, n));
+          CHECK(lanes.size() == oneCopyParts(coll, count * 4, n));
           for (size_t k = 0; k < lanes.size(); ++k) {
             CHECK(lanes[k].oneCopy);
             CHECK(lanes[k].channel == static_cast<int>(k));

@@ -307,7 +307,7 @@ TEST_CASE("CHORUS_ALGO=one-copy: host all-reduces stay the tuner's; with CHORUS_
     World w(2);
     CHECK_FALSE(w.ok());
     const std::string msg = chorusGetLastError(nullptr);
-    CHECK(msg.find("CHORUS_ALGO=one-copy asks for the one-copy all-reduce and CHORUS_ONECOPY=0 forbids it") !=
+    CHECK(msg.find("CHORUS_ALGO=one-copy asks for the one-copy algorithm and CHORUS_ONECOPY=0 forbids it") !=
           std::string::npos);
   }
   unsetenv("CHORUS_ONECOPY");

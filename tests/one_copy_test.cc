@@ -1,4 +1,4 @@
-// The one-copy all-reduce's kernel (src/device/lane_exec.h, OneCopy) run by blocks of host
+// The one-copy collectives' kernel (src/device/lane_exec.h, OneCopy) run by blocks of host
 // threads: ranks are sets of blocks whose buffers and signal areas are plain host memory, each
 // rank's OneCopyArgs naming every rank's, as the communicator fills them with peers' mapped device
 // memory. Checked element by element against a reference folded here in rank order, for several
@@ -43,6 +43,13 @@ class OneCopyRanks {
                                      const std::vector<char*>& out, unsigned threads,
                                      const std::vector<bool>& runs = {}, uint64_t timeoutNs = 20'000'000'000ull,
                                      uint32_t* abortWord = nullptr) {
+    return run(CollType::kAllReduce, 0, type, spec, count, in, out, threads, runs, timeoutNs, abortWord);
+  }
+  // One collective `coll` (root `root`) of the call's `count` as OneCopyArgs counts it.
+  std::vector<DeviceError> run(CollType coll, int root, int type, const ReduceSpec& spec, size_t count,
+                               const std::vector<const char*>& in, const std::vector<char*>& out, unsigned threads,
+                               const std::vector<bool>& runs = {}, uint64_t timeoutNs = 20'000'000'000ull,
+                               uint32_t* abortWord = nullptr) {
     std::vector<DeviceError> errors(n_);
     std::vector<std::vector<LaunchParams>> launches(n_);
     for (int r = 0; r < n_; ++r) {
@@ -51,6 +58,8 @@ class OneCopyRanks {
       k.args->nranks = static_cast<uint32_t>(n_);
       k.args->rank = static_cast<uint32_t>(r);
       k.args->parts = static_cast<uint32_t>(parts_);
+      k.args->coll = static_cast<uint8_t>(coll);
+      k.args->root = static_cast<uint8_t>(root);
       k.args->count = count;
       for (int q = 0; q < n_; ++q) {
         k.args->input[q] = in[q];
@@ -186,6 +195,117 @@ TEST_CASE("one-copy all-reduce on host threads: types, operators, unaligned buff
   // Unaligned: only the element loop runs; aligned but not a whole vector long: both loops.
   check<float>(3, 2, RedKind::kSum, 1000, false, 4, 3);
   check<float>(5, 1, RedKind::kSum, 37, true, 0, 1);
+}
+
+namespace {
+
+// One-copy's other collectives, `rounds` in a row through the same ranks: every rank's output
+// (every byte of it) against a reference folded here; the buffers a collective must not touch
+// (a broadcast's inputs off the root, a reduce's outputs off it) hold values that would show.
+template <typename T>
+void checkColl(CollType coll, int n, int parts, RedKind kind, size_t count, bool inPlace, size_t shift,
+               unsigned threads, int rounds = 2) {
+  const int root = static_cast<int>(count % static_cast<size_t>(n));
+  INFO(collName(coll) << " ranks " << n << " parts " << parts << " op " << static_cast<int>(kind) << " count " << count
+                      << (inPlace ? " in place" : "") << " shift " << shift << " root " << root);
+  OneCopyRanks ranks(n, parts);
+  ReduceSpec spec;
+  spec.kind = kind;
+  const size_t ic = coll == CollType::kReduceScatter ? count * n : count;
+  const size_t oc = coll == CollType::kAllGather ? count * n : count;
+  const T junk = T(99);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::vector<char>> inBuf(n, std::vector<char>((ic + oc) * sizeof(T) + 32));
+    std::vector<std::vector<char>> outBuf(n, std::vector<char>((ic + oc) * sizeof(T) + 32));
+    std::vector<const char*> ip(n);
+    std::vector<char*> op(n);
+    for (int r = 0; r < n; ++r) {
+      auto at = [&](std::vector<char>& v) {
+        return v.data() + (16 - reinterpret_cast<uintptr_t>(v.data()) % 16) % 16 + shift;
+      };
+      char* o = at(outBuf[r]);
+      for (size_t e = 0; e < oc; ++e) std::memcpy(o + e * sizeof(T), &junk, sizeof(T));
+      char* i = at(inBuf[r]);
+      if (inPlace) {
+        // NCCL's in place: an all-gather's input is its block of the output, a reduce-scatter's
+        // output its block of the input; the others, the one buffer.
+        i = coll == CollType::kAllGather ? o + static_cast<size_t>(r) * count * sizeof(T) : o;
+        if (coll == CollType::kReduceScatter) o = i + static_cast<size_t>(r) * count * sizeof(T);
+      }
+      for (size_t e = 0; e < ic; ++e) {
+        const T v = valueOf<T>(r, e, round);
+        std::memcpy(i + e * sizeof(T), &v, sizeof(T));
+      }
+      ip[r] = i;
+      op[r] = o;
+    }
+    const auto errors = ranks.run(coll, root, kTypeOf<T>, spec, count, ip, op, threads);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " round " << round);
+      REQUIRE(errors[r].status == 0);
+      for (size_t e = 0; e < oc; ++e) {
+        auto folded = [&](size_t j) {
+          T w = valueOf<T>(0, j, round);
+          for (int q = 1; q < n; ++q) w = test::refOp<T>(kind, w, valueOf<T>(q, j, round));
+          return w;
+        };
+        T want = junk;
+        switch (coll) {
+          case CollType::kBroadcast:
+            want = valueOf<T>(root, e, round);
+            break;
+          case CollType::kReduce:
+            // Off the root, in place, the output is the input, as it was.
+            want = r == root ? folded(e) : inPlace ? valueOf<T>(r, e, round) : junk;
+            break;
+          case CollType::kReduceScatter:
+            want = folded(static_cast<size_t>(r) * count + e);
+            break;
+          case CollType::kAllGather:
+            want = valueOf<T>(static_cast<int>(e / count), e % count, round);
+            break;
+          default:
+            break;
+        }
+        T got;
+        std::memcpy(&got, op[r] + e * sizeof(T), sizeof(T));
+        INFO("element " << e);
+        REQUIRE(got == want);
+      }
+      if (!inPlace && coll == CollType::kBroadcast) {
+        // The root's input alone is read; every input is as it was.
+        for (size_t e = 0; e < ic; ++e) {
+          T v;
+          std::memcpy(&v, ip[r] + e * sizeof(T), sizeof(T));
+          REQUIRE(v == valueOf<T>(r, e, round));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("one-copy reduce-scatter, all-gather, broadcast and reduce on host threads", "[one_copy]") {
+  for (CollType c : {CollType::kReduceScatter, CollType::kAllGather, CollType::kBroadcast, CollType::kReduce}) {
+    for (int n : {2, 3, 4, 8}) {
+      for (int parts : {1, 3}) {
+        for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(64), size_t(1001)}) {
+          for (bool inPlace : {false, true}) checkColl<int32_t>(c, n, parts, RedKind::kSum, count, inPlace, 0, 3);
+        }
+      }
+    }
+    for (RedKind kind : {RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+      checkColl<float>(c, 3, 2, kind, 777, false, 0, 3);
+      checkColl<double>(c, 2, 1, kind, 300, true, 8, 2);
+      checkColl<int8_t>(c, 4, 2, kind, 1000, false, 3, 3);
+      checkColl<uint64_t>(c, 3, 1, kind, 129, true, 0, 2);
+    }
+    // Unaligned (the element loop alone), and short of a vector per part (both loops).
+    checkColl<float>(c, 3, 2, RedKind::kSum, 1000, false, 4, 3);
+    checkColl<float>(c, 5, 1, RedKind::kSum, 37, true, 0, 1);
+    checkColl<int32_t>(c, 4, 2, RedKind::kSum, 4099, true, 0, 4, 3);
+  }
 }
 
 TEST_CASE("one-copy all-reduce on host threads: pre-multiplied sums and integer averages", "[one_copy]") {
@@ -348,6 +468,17 @@ TEST_CASE("one-copy: every rank decides alike from the records", "[one_copy]") {
   OneCopyRecord other = offering(1, {1});
   other.type = chorusInt32;
   CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), other}));
+  // Another collective, or another root.
+  OneCopyRecord gather = offering(1, {1});
+  gather.coll = static_cast<uint32_t>(CollType::kAllGather);
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), gather}));
+  CHECK(oneCopyAgreed({process(0), process(1)}, {gather, gather}));
+  OneCopyRecord bcast0 = offering(1, {1});
+  bcast0.coll = static_cast<uint32_t>(CollType::kBroadcast);
+  OneCopyRecord bcast1 = bcast0;
+  bcast1.root = 1;
+  CHECK(oneCopyAgreed({process(0), process(1)}, {bcast1, bcast1}));
+  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {bcast0, bcast1}));
   // The reduction must be the same everywhere: a pre-multiplied sum whose scalar differs between
   // ranks runs as any all-reduce (the kernel applies one rank's scalar to every input).
   OneCopyRecord twice = offering(1, {1});
@@ -374,4 +505,14 @@ TEST_CASE("one-copy: blocks per rank grow with each rank's share", "[one_copy]")
   CHECK(oneCopyParts(size_t(8) << 20, 4) == 8);   // 2 MiB each
   CHECK(oneCopyParts(size_t(1) << 30, 2) == 16);  // capped
   CHECK(oneCopyParts(size_t(1) << 30, 8) == 16);
+  // The message's share for the all-reduce, reduce and broadcast; the whole call's bytes for an
+  // all-gather (each input) and a reduce-scatter (each output).
+  for (CollType c : {CollType::kAllReduce, CollType::kReduce, CollType::kBroadcast}) {
+    CHECK(oneCopyParts(c, size_t(8) << 20, 4) == 8);
+  }
+  for (CollType c : {CollType::kAllGather, CollType::kReduceScatter}) {
+    CHECK(oneCopyParts(c, size_t(1) << 20, 4) == 4);
+    CHECK(oneCopyParts(c, size_t(8) << 20, 4) == 16);
+    CHECK(oneCopyParts(c, 1000, 8) == 1);
+  }
 }

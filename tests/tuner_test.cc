@@ -418,7 +418,7 @@ TEST_CASE("device point-to-point channels: one per 128 KiB, an all-to-all's bloc
   }
 }
 
-TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins, always, or never", "[tuner]") {
+TEST_CASE("the one-copy collectives: offered beside the choice where the row wins, always, or never", "[tuner]") {
   // kRows and a one-copy row cheaper per byte and dearer per call than the ring's: it wins from
   // some size on.
   std::vector<TuningRow> rows = kRows;
@@ -437,31 +437,63 @@ TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins
     const Tuner never(off);
     CHECK(t.mayOfferOneCopy() == (n <= kOneCopyMaxRanks));
     CHECK_FALSE(never.mayOfferOneCopy());
-    for (size_t bytes : {small, big}) {
-      const Tuner::Choice c = t.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
-      const Tuner::Choice o = never.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
-      CHECK(c.algo == o.algo);  // what runs where the records disagree
-      CHECK(c.proto == o.proto);
-      CHECK_FALSE(o.oneCopyIfAgreed);
-      CHECK(c.algo != Algo::kOneCopy);
-      // Its own estimate against the rest's.
+    const CollType colls[] = {CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce, CollType::kAllGather,
+                              CollType::kReduceScatter};
+    for (CollType coll : colls) {
+      INFO(collName(coll));
+      for (size_t bytes : {small, big}) {
+        const Tuner::Choice c = t.choose(coll, bytes, MemKind::kDevice);
+        const Tuner::Choice o = never.choose(coll, bytes, MemKind::kDevice);
+        CHECK(c.algo == o.algo);  // what runs where the records disagree
+        CHECK(c.proto == o.proto);
+        CHECK_FALSE(o.oneCopyIfAgreed);
+        CHECK(c.algo != Algo::kOneCopy);
+        // Its own estimate against the rest's.
+        CostQuery q;
+        q.coll = coll;
+        q.bytes = static_cast<double>(bytes);
+        q.nranks = n;
+        q.mem = MemKind::kDevice;
+        q.model = f.model;
+        q.row = rows.back();
+        const double mine = algorithm(Algo::kOneCopy).estimateUs(q);
+        const double rest = never.estimateUs(coll, bytes, MemKind::kDevice);
+        CHECK(mine < kNever);
+        CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks && mine < rest));
+        CHECK(t.estimateUs(coll, bytes, MemKind::kDevice) == Approx(c.oneCopyIfAgreed ? mine : rest));
+        // Never on host memory, nor for what runs point to point.
+        CHECK_FALSE(t.choose(coll, bytes, MemKind::kHost).oneCopyIfAgreed);
+        CHECK_FALSE(t.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).oneCopyIfAgreed);
+      }
+      if (n <= kOneCopyMaxRanks) {
+        CHECK_FALSE(t.choose(coll, small, MemKind::kDevice).oneCopyIfAgreed);
+        CHECK(t.choose(coll, big, MemKind::kDevice).oneCopyIfAgreed);
+      }
+    }
+    // Per byte of the call, the all-gather and reduce-scatter move n - 1 blocks, the all-reduce
+    // 2(n - 1)/n of the message, the broadcast (n - 1)/n and the reduce all of it.
+    {
       CostQuery q;
-      q.bytes = static_cast<double>(bytes);
       q.nranks = n;
       q.mem = MemKind::kDevice;
       q.model = f.model;
       q.row = rows.back();
-      const double mine = algorithm(Algo::kOneCopy).estimateUs(q);
-      const double rest = never.estimateUs(CollType::kAllReduce, bytes, MemKind::kDevice);
-      CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks && mine < rest));
-      CHECK(t.estimateUs(CollType::kAllReduce, bytes, MemKind::kDevice) == Approx(c.oneCopyIfAgreed ? mine : rest));
-      // Never on host memory, nor for another collective.
-      CHECK_FALSE(t.choose(CollType::kAllReduce, bytes, MemKind::kHost).oneCopyIfAgreed);
-      CHECK_FALSE(t.choose(CollType::kAllGather, bytes, MemKind::kDevice).oneCopyIfAgreed);
-    }
-    if (n <= kOneCopyMaxRanks) {
-      CHECK_FALSE(t.choose(CollType::kAllReduce, small, MemKind::kDevice).oneCopyIfAgreed);
-      CHECK(t.choose(CollType::kAllReduce, big, MemKind::kDevice).oneCopyIfAgreed);
+      q.row.callUs = 0;
+      q.bytes = double(size_t(1) << 30);
+      auto moveUs = [&](CollType coll) {
+        q.coll = coll;
+        CostQuery none = q;
+        none.bytes = 0;
+        // The same blocks (oneCopyParts) for the sizes compared, so the rates are alike.
+        return algorithm(Algo::kOneCopy).estimateUs(q) - algorithm(Algo::kOneCopy).estimateUs(none);
+      };
+      const double ar = moveUs(CollType::kAllReduce);
+      CHECK(moveUs(CollType::kReduce) == Approx(ar * n / (2.0 * (n - 1))));
+      CHECK(moveUs(CollType::kBroadcast) == Approx(ar / 2));
+      // An all-gather of bytes/n a rank is the all-reduce's half.
+      q.bytes /= n;
+      CHECK(moveUs(CollType::kAllGather) * 2 == Approx(ar).epsilon(0.02));
+      CHECK(moveUs(CollType::kReduceScatter) * 2 == Approx(ar).epsilon(0.02));
     }
     // CHORUS_ONECOPY=1, or CHORUS_ALGO=one-copy: every device all-reduce it can run; the host's
     // choice and the fallback stay the tuner's.
@@ -474,9 +506,12 @@ TEST_CASE("the one-copy all-reduce: offered beside the choice where its row wins
       }
       const Tuner always(g);
       for (size_t bytes : {small, big}) {
-        const Tuner::Choice c = always.choose(CollType::kAllReduce, bytes, MemKind::kDevice);
-        CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks));
-        CHECK(c.algo == never.choose(CollType::kAllReduce, bytes, MemKind::kDevice).algo);
+        for (CollType coll : colls) {
+          const Tuner::Choice c = always.choose(coll, bytes, MemKind::kDevice);
+          CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks));
+          CHECK(c.algo == never.choose(coll, bytes, MemKind::kDevice).algo);
+        }
+        CHECK_FALSE(always.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).oneCopyIfAgreed);
         CHECK(always.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo ==
               never.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo);
       }

@@ -189,18 +189,28 @@ void checkReduce() {
         inp.push_back(reinterpret_cast<const char*>(in[r].data()));
         outp.push_back(reinterpret_cast<char*>(out[r].data()));
       }
+      // With three ranks, the second output is skipped (one-copy's in-place copies).
+      const int32_t skip = n == 3 ? 1 : -1;
       for (unsigned t = 0; t < kThreads; ++t) {
-        reduceVectors<T>(VecReduce{inp.data(), outp.data(), n, kAt, kVectors, t, kThreads}, spec);
+        reduceVectors<T>(VecReduce{inp.data(), outp.data(), n, n, kAt, kAt, kVectors, t, kThreads, skip}, spec);
       }
       size_t wrong = 0;
       for (size_t i = 0; i < kVectors * kPer; ++i) {
         T want = refPre(spec, get<T>(in[0], i));
         for (uint32_t r = 1; r < n; ++r) want = refOp(spec.kind, want, refPre(spec, get<T>(in[r], i)));
         if (n > 1) want = refPost(spec, want);
-        for (uint32_t r = 0; r < n; ++r) wrong += sameBits(get<T>(out[r], i), want) ? 0 : 1;
+        for (uint32_t r = 0; r < n; ++r) {
+          if (static_cast<int32_t>(r) != skip) wrong += sameBits(get<T>(out[r], i), want) ? 0 : 1;
+        }
       }
       CHECK(wrong == 0);
-      for (uint32_t r = 0; r < n; ++r) CHECK(untouchedAround(out[r]));
+      for (uint32_t r = 0; r < n; ++r) {
+        if (static_cast<int32_t>(r) == skip) {
+          CHECK(out[r] == sentinelBuffer());  // the output skipped is not written at all
+        } else {
+          CHECK(untouchedAround(out[r]));
+        }
+      }
     }
   }
 }

@@ -76,7 +76,7 @@ struct LanePlan {
   // zero-copy); off for schedules with control slots (kSendDesc, kSignal), which that bookkeeping
   // does not count.
   bool byReference = true;
-  // A block of the one-copy all-reduce (device memory): no steps and no connectors; its kernel
+  // A block of a one-copy collective (device memory): no steps and no connectors; its kernel
   // reads and writes the peers' buffers, which the launch names (device::OneCopyArgs).
   bool oneCopy = false;
 };
@@ -117,11 +117,20 @@ inline void connectEveryPeer(const AlgoContext& ctx, ConnFamily f, std::vector<C
   }
 }
 
-// The one-copy all-reduce's bounds (one_copy.cc): the ranks its kernel's arguments name, and its
-// blocks per rank, one per 256 KiB of each rank's share of `bytes`, 1 to kOneCopyMaxParts.
+// The one-copy collectives' bounds (one_copy.cc): the ranks its kernel's arguments name, and its
+// blocks per rank, one per 256 KiB of each rank's share, 1 to kOneCopyMaxParts. `bytes` is the
+// call's count in bytes: an all-reduce's, reduce's or broadcast's message (a rank's share is 1/n
+// of it), an all-gather's input or a reduce-scatter's output (a rank's share is all of it). The
+// two-argument form is the all-reduce's.
 constexpr int kOneCopyMaxRanks = 8;  // device::OneCopyArgs::kMaxRanks
 constexpr uint32_t kOneCopyMaxParts = 16;
-uint32_t oneCopyParts(size_t bytes, int nranks);
+uint32_t oneCopyParts(CollType coll, size_t bytes, int nranks);
+inline uint32_t oneCopyParts(size_t bytes, int nranks) { return oneCopyParts(CollType::kAllReduce, bytes, nranks); }
+// Whether rank `rank`'s kernel reads its input (oneCopyReads) or writes its output
+// (oneCopyWrites) in one-copy collective `coll`: a broadcast reads only the root's input, a
+// reduce writes only the root's output; the others every rank's.
+constexpr bool oneCopyReads(CollType coll, int root, int rank) { return coll != CollType::kBroadcast || rank == root; }
+constexpr bool oneCopyWrites(CollType coll, int root, int rank) { return coll != CollType::kReduce || rank == root; }
 
 // The registry.
 int algorithmCount();

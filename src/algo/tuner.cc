@@ -14,7 +14,7 @@ static_assert(static_cast<int>(CollType::kReduceScatter) == 4 && static_cast<int
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   nalgos_ = std::min(algorithmCount(), kAlgoSlots);
   for (int a = 0; a < nalgos_; ++a) algos_[a] = &algorithm(static_cast<Algo>(a));
-  // Forcing the one-copy all-reduce offers it on every device all-reduce; the rest is chosen.
+  // Forcing the one-copy algorithm offers it on every device collective on channels; the rest is chosen.
   if (f_.forced == Algo::kOneCopy) {
     f_.forced.reset();
     if (f_.oneCopy != OneCopyMode::kNever) f_.oneCopy = OneCopyMode::kAlways;
@@ -154,7 +154,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     bestUs = otherUs;
     best.sliceIfRegistered = other.algo == Algo::kRing;
   }
-  // The one-copy all-reduce runs only where every rank's buffers agree at enqueue: offered where
+  // A one-copy collective runs only where every rank's buffers agree at enqueue: offered where
   // it is estimated least (or CHORUS_ONECOPY=1), beside the choice that runs otherwise.
   const Algorithm& oneCopy = *algos_[static_cast<int>(Algo::kOneCopy)];
   if (!forcing && mayOfferOneCopy() && oneCopy.runs(coll) && oneCopy.runsOn(mem)) {

@@ -19,9 +19,9 @@ namespace chorus {
 // An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
 // collectives on channels run the ring (chain for the rooted ones).
 
-// CHORUS_ONECOPY: where the one-copy all-reduce (device memory) may run. kByTable (unset): where
-// its estimate is the least, from its tuning-table row (none yet: never); kAlways (1, or
-// CHORUS_ALGO=one-copy): every device all-reduce it can run; kNever (0).
+// CHORUS_ONECOPY: where the one-copy collectives (device memory) may run. kByTable (unset): where
+// the estimate is the least, from the one-copy tuning-table row; kAlways (1, or
+// CHORUS_ALGO=one-copy): every device collective on channels it can run; kNever (0).
 enum class OneCopyMode : unsigned char { kByTable, kAlways, kNever };
 
 // What the tuner decides from.
@@ -99,7 +99,7 @@ class Tuner {
   // algorithm that runs it on that memory and every protocol the memory allows, each estimate
   // from its tuning-table row (src/algo/cost.h); an algorithm with no row is taken only when
   // forced. CHORUS_ALGO forces the all-reduce's algorithm on the memory it runs on (elsewhere the
-  // tuner chooses), CHORUS_PROTO the device protocol. The one-copy all-reduce is offered beside
+  // tuner chooses), CHORUS_PROTO the device protocol. The one-copy algorithm is offered beside
   // the choice (Choice::oneCopyIfAgreed), as TunerFacts::oneCopy says. Host collectives are
   // looked up in segments computed once per collective (hostSegments: the all-reduce's).
   Choice choose(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
@@ -137,7 +137,7 @@ class Tuner {
   static constexpr size_t kLL128ChannelBytes = 16 * 1024;
   int deviceChannels(size_t bytes, ProtoKind proto) const;
   int deviceChannelMax() const { return f_.deviceChannels; }
-  // Whether any device all-reduce may be offered the one-copy algorithm (the setting, one host,
+  // Whether any device collective may be offered the one-copy algorithm (the setting, one host,
   // its ranks, and under kByTable its row): where not, no call needs asking.
   bool mayOfferOneCopy() const;
 

@@ -160,7 +160,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   }
   if (forcedAlgo_ == Algo::kOneCopy && config_.oneCopy == 0) {
     return invalidArgument("CHORUS_ALGO=" + config_.algo +
-                           " asks for the one-copy all-reduce and CHORUS_ONECOPY=0 forbids it: unset one of them");
+                           " asks for the one-copy algorithm and CHORUS_ONECOPY=0 forbids it: unset one of them");
   }
   log_ = Logger(config_.logLevel, config_.logSubsys, rank);
   logEnvironment();

@@ -240,7 +240,7 @@ class Communicator : public TaskOwner {
   // One planner for both memory kinds (planMu_ held): the tuner's choice for each collective and
   // the algorithm's lanes for it, the point-to-point transfers and copies to self, numbered on the
   // memory kind's counters and logged (src/core/call_plan.h). `oneCopy` (device memory; empty, or
-  // one per op): where the one-copy all-reduce's records agreed, its arguments.
+  // one per op): where a one-copy collective's records agreed, its arguments.
   Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, MemKind mem,
                              const std::vector<const device::OneCopyArgs*>& oneCopy = {});
   // The host lowering of planCalls: a task of lanes. Runs on the thread that will run the task
@@ -256,12 +256,12 @@ class Communicator : public TaskOwner {
   Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
   // The device lowering of planCalls: the kernel launches of device ops, in the order they must
   // run (src/device/launch_pack.h);
-  // `oneCopy` (empty, or one per op): the one-copy all-reduce's arguments where the op takes it.
+  // `oneCopy` (empty, or one per op): the one-copy arguments where the op takes it.
   // `flight`, when given, gets each op's flight recorder entry (for enqueueDevice).
   Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
                                                        const std::vector<const device::OneCopyArgs*>& oneCopy = {},
                                                        std::vector<FlightEntry>* flight = nullptr);
-  // The one-copy all-reduce (src/core/comm_onecopy.cc): for each communicator's ops, in order,
+  // The one-copy collectives (src/core/comm_onecopy.cc): for each communicator's ops, in order,
   // the kernel's arguments where the op runs one-copy, else null. Candidates (the same on every
   // rank) exchange a record with every peer, every communicator's sends before any receive.
   static Status exchangeOneCopy(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,

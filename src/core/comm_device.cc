@@ -237,8 +237,8 @@ Status Communicator::deviceFault() const {
   std::string waited = "with " + peer;
   if (e.waiting == 1) waited = "waiting for data from " + peer;
   if (e.waiting == 2) waited = "waiting for room in the FIFO to " + peer;
-  if (e.waiting == 3) waited = "waiting for " + peer + " to reach a one-copy all-reduce";
-  if (e.waiting == 4) waited = "waiting for " + peer + " to finish its part of a one-copy all-reduce";
+  if (e.waiting == 3) waited = "waiting for " + peer + " to reach a one-copy collective";
+  if (e.waiting == 4) waited = "waiting for " + peer + " to finish its part of a one-copy collective";
   switch (why) {
     case device::DeviceFault::kTimeout: {
       Status s =
@@ -253,7 +253,7 @@ Status Communicator::deviceFault() const {
       return remoteError("the communicator was aborted while a kernel was " + waited + at);
     case device::DeviceFault::kMismatch:
       if (oneCopy) {
-        return invalidUsage("a kernel of this communicator found " + peer + " at a later one-copy all-reduce" + at +
+        return invalidUsage("a kernel of this communicator found " + peer + " at a later one-copy collective" + at +
                             ": the ranks issued different operations");
       }
       return invalidUsage("a kernel of this communicator received a piece from " + peer + at +

@@ -1,18 +1,20 @@
-// The one-copy all-reduce's host side (docs/GPU.md, "One-copy all-reduce"): which device
-// all-reduces take it, the records ranks exchange for each, the peers' memory mapped here, and the
-// arguments the kernel gets (src/device/lane_exec.h, OneCopy).
+// The one-copy collectives' host side (docs/GPU.md, "One-copy collectives"): which device
+// collectives take it, the records ranks exchange for each, the peers' memory mapped here, and
+// the arguments the kernel gets (src/device/lane_exec.h, OneCopy).
 //
-// A device all-reduce is a candidate on every rank alike where the tuner offers the one-copy
-// algorithm (src/algo/one_copy.cc: 2 to 8 ranks, all on one host; by its tuning-table row, or
-// everywhere under CHORUS_ONECOPY=1): each rank then sends every peer a record (its GPU, whether it offers its buffers,
-// where they and its signal area lie) and receives theirs, every communicator of the launch
-// sending before any receives. It runs one-copy when every rank offers and every rank's GPU
-// reaches every other's; otherwise as any device all-reduce, so the ranks always decide alike. A
-// rank offers when both buffers are on its GPU and, if any peer is another process, both lie in
-// chorusCommRegister'ed ranges of chorusCudaMemAlloc (cuMem) allocations. The first record that
-// names one of this rank's allocations offers its POSIX descriptor to every peer in another
-// process (the descriptor server, token + the peer's rank); those peers import and map it once,
-// for the communicator's life (mapped memory outlives a free by its owner; docs say so).
+// A device collective on channels is a candidate on every rank alike where the tuner offers the
+// one-copy algorithm (src/algo/one_copy.cc: 2 to 8 ranks, all on one host; by its tuning-table
+// row, or everywhere under CHORUS_ONECOPY=1): each rank then sends every peer a record (its GPU,
+// whether it offers its buffers, where they and its signal area lie) and receives theirs, every
+// communicator of the launch sending before any receives. It runs one-copy when every rank
+// offers, every rank issued the same call and every rank's GPU reaches every other's; otherwise
+// as any device collective, so the ranks always decide alike. A rank offers when the buffers the
+// kernel touches (a broadcast's input and a reduce's output on the root only) are on its GPU and,
+// if any peer is another process, lie in chorusCommRegister'ed ranges of chorusCudaMemAlloc
+// (cuMem) allocations. The first record that names one of this rank's allocations offers its
+// POSIX descriptor to every peer in another process (the descriptor server, token + the peer's
+// rank); those peers import and map it once, for the communicator's life (mapped memory
+// outlives a free by its owner; docs say so).
 #include <algorithm>
 #include <cstring>
 
@@ -26,7 +28,9 @@ bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopy
   const OneCopyRecord& first = all[0];
   for (size_t q = 0; q < all.size(); ++q) {
     const OneCopyRecord& r = all[q];
-    if (!r.offers || r.count != first.count || r.type != first.type) return false;
+    if (!r.offers || r.coll != first.coll || r.root != first.root || r.count != first.count || r.type != first.type) {
+      return false;
+    }
     if (r.redKind != first.redKind || r.hasPre != first.hasPre || r.hasPostDiv != first.hasPostDiv ||
         r.scaleF != first.scaleF || r.scaleI != first.scaleI || r.divisor != first.divisor) {
       return false;
@@ -44,8 +48,8 @@ bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopy
 static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm's ranks are the kernel's");
 
 bool Communicator::oneCopyCandidate(const OpInfo& op) const {
-  // The tuner offers it (a device all-reduce, 2 to 8 ranks of one host, CHORUS_ONECOPY).
-  return op.device && op.coll == CollType::kAllReduce && tuner_.mayOfferOneCopy() && deviceChoice(op).oneCopyIfAgreed;
+  // The tuner offers it (a device collective on channels, 2 to 8 ranks of one host, CHORUS_ONECOPY).
+  return op.device && runsOnChannels(op.coll) && tuner_.mayOfferOneCopy() && deviceChoice(op).oneCopyIfAgreed;
 }
 
 Status Communicator::describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
@@ -129,6 +133,8 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   const size_t bytes = op.count * typeSize(op.type);
   r->count = op.count;
   r->type = static_cast<uint32_t>(op.type);
+  r->coll = static_cast<uint32_t>(op.coll);
+  r->root = static_cast<uint32_t>(op.root);
   const ReduceSpec& spec = op.spec;
   r->redKind = static_cast<uint32_t>(spec.kind);
   r->hasPre = spec.hasPre ? 1 : 0;
@@ -140,8 +146,16 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   std::snprintf(r->server, sizeof(r->server), "%s", bootstrap_->fdServerName().c_str());
   // A scalar the kernel reads from device memory is no value the ranks can agree on here.
   bool offers = bytes > 0 && !spec.scalePtr;
-  CHORUS_TRY(describeOneCopy(op.sendbuff, bytes, crossProcess, true, &offers, &r->send));
-  CHORUS_TRY(describeOneCopy(op.recvbuff, bytes, crossProcess, true, &offers, &r->recv));
+  // Only the buffers the kernel touches here (oneCopyReads, oneCopyWrites), each of its size.
+  const size_t blocks = bytes * static_cast<size_t>(nranks_);
+  if (oneCopyReads(op.coll, op.root, rank_)) {
+    CHORUS_TRY(describeOneCopy(op.sendbuff, op.coll == CollType::kReduceScatter ? blocks : bytes, crossProcess, true,
+                               &offers, &r->send));
+  }
+  if (oneCopyWrites(op.coll, op.root, rank_)) {
+    CHORUS_TRY(describeOneCopy(op.recvbuff, op.coll == CollType::kAllGather ? blocks : bytes, crossProcess, true,
+                               &offers, &r->recv));
+  }
   if (offers) {
     CHORUS_ASSIGN_OR_RETURN(uint64_t * area, deviceComm()->oneCopySignal());
     CHORUS_TRY(describeOneCopy(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
@@ -177,7 +191,9 @@ Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op
   device::OneCopyArgs a;
   a.nranks = static_cast<uint32_t>(nranks_);
   a.rank = static_cast<uint32_t>(rank_);
-  a.parts = oneCopyParts(op.count * typeSize(op.type), nranks_);
+  a.parts = oneCopyParts(op.coll, op.count * typeSize(op.type), nranks_);
+  a.coll = static_cast<uint8_t>(op.coll);
+  a.root = static_cast<uint8_t>(op.root);
   a.count = op.count;
   for (int q = 0; q < nranks_; ++q) {
     const OneCopyRecord& r = all[q];
@@ -189,6 +205,7 @@ Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op
       continue;
     }
     auto at = [&](const OneCopyBuffer& b) -> Result<char*> {
+      if (!b.addr) return nullptr;  // not one the kernel touches
       auto it = oneCopyMapped_.find({q, b.allocId});
       if (it == oneCopyMapped_.end()) {
         return internalError(describePeer(q) + " named device memory it never offered here (allocation " +

@@ -885,7 +885,7 @@ Result<std::vector<device::LaunchParams>> Communicator::planDevice(
       l.input = static_cast<const char*>(op.sendbuff);
       l.output = static_cast<char*>(op.recvbuff);
       l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
-      // The one-copy all-reduce's blocks read and write the buffers its arguments name.
+      // A one-copy collective's blocks read and write the buffers its arguments name.
       if (lp.oneCopy) l.oneCopy = oneCopy[oi];
       if (reduces(op.coll)) l.spec = op.spec;
       for (int i = 0; i < kMaxLanePeers; ++i) {

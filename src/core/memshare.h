@@ -67,7 +67,7 @@ class MemShare {
   // allocation (what a peer in another process could read in place).
   bool registered(const void* ptr, size_t bytes);
   // Whether a registration here holds [ptr, ptr + bytes), whatever memory it is (device buffers
-  // for the one-copy all-reduce).
+  // for the one-copy collectives).
   bool covers(const void* ptr, size_t bytes);
   // Whether `peer` could read [ptr, ptr + bytes) in place (describe() would succeed), with no
   // side effect.

@@ -218,36 +218,43 @@ CHORUS_HD_OUTLINE void foldVectors(VecMove o, ElemFold f) {
   moveVectorGroups<T, true>(o, f);
 }
 
-// One-copy's part (OneCopy::reducePart): the 16-byte vectors [0, nvec) from byte `at` of every
-// rank's input, reduced in rank order, to byte `at` of every rank's output. Thread `tid` of
-// `nthreads` takes vectors tid, tid + nthreads, ... in groups of kMoveUnroll, a group's loads from
-// one rank issued together. Out of line on the device, as the moves above.
+// One-copy's part (OneCopy::movePart): the 16-byte vectors [0, nvec) from byte `inAt` of each of
+// the `nin` inputs, reduced in their order (one input: copied, its pre-op applied), to byte
+// `outAt` of each of the `nout` outputs but `skip` (-1: none; an output that is the input
+// itself, which a copy need not rewrite). Thread `tid` of `nthreads` takes vectors tid, tid +
+// nthreads, ... in groups of kMoveUnroll, a group's loads from one input issued together. Out of
+// line on the device, as the moves above.
 struct VecReduce {
   const char* const* input;
   char* const* output;
-  uint32_t nranks;
-  uint64_t at;
+  uint32_t nin;
+  uint32_t nout;
+  uint64_t inAt;
+  uint64_t outAt;
   size_t nvec;
   unsigned tid;
   unsigned nthreads;
+  int32_t skip;
 };
 
-// M vectors at byte offsets off[0, M) of reduceVectors' part.
+// M vectors at byte offsets off[0, M) past reduceVectors' inAt and outAt.
 template <typename T, size_t M>
 CHORUS_HD void reduceGroup(const VecReduce& o, const ReduceSpec& spec, const size_t (&off)[M]) {
   constexpr size_t kPer = 16 / sizeof(T);
   Vec16 acc[M];
 #pragma unroll
-  for (size_t u = 0; u < M; ++u) acc[u] = load16(o.input[0] + off[u]);
+  for (size_t u = 0; u < M; ++u) acc[u] = load16(o.input[0] + o.inAt + off[u]);
+  if (spec.hasPre) {
 #pragma unroll
-  for (size_t u = 0; u < M; ++u) {
-    for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc[u], k, ElemOps<T>::pre(spec, loadElem<T>(&acc[u], k)));
+    for (size_t u = 0; u < M; ++u) {
+      for (size_t k = 0; k < kPer; ++k) storeElem<T>(&acc[u], k, ElemOps<T>::pre(spec, loadElem<T>(&acc[u], k)));
+    }
   }
-  for (uint32_t r = 1; r < o.nranks; ++r) {
+  for (uint32_t r = 1; r < o.nin; ++r) {
     Vec16 x[M];
 #pragma unroll
-    for (size_t u = 0; u < M; ++u) x[u] = load16(o.input[r] + off[u]);
-    const bool last = r + 1 == o.nranks;
+    for (size_t u = 0; u < M; ++u) x[u] = load16(o.input[r] + o.inAt + off[u]);
+    const bool last = r + 1 == o.nin;
 #pragma unroll
     for (size_t u = 0; u < M; ++u) {
       for (size_t k = 0; k < kPer; ++k) {
@@ -255,9 +262,10 @@ CHORUS_HD void reduceGroup(const VecReduce& o, const ReduceSpec& spec, const siz
       }
     }
   }
-  for (uint32_t r = 0; r < o.nranks; ++r) {
+  for (uint32_t r = 0; r < o.nout; ++r) {
+    if (static_cast<int32_t>(r) == o.skip) continue;
 #pragma unroll
-    for (size_t u = 0; u < M; ++u) store16(o.output[r] + off[u], acc[u]);
+    for (size_t u = 0; u < M; ++u) store16(o.output[r] + o.outAt + off[u], acc[u]);
   }
 }
 
@@ -268,11 +276,11 @@ CHORUS_HD_OUTLINE void reduceVectors(VecReduce o, ReduceSpec spec) {
   for (; v + (kMoveUnroll - 1) * stride < o.nvec; v += kMoveUnroll * stride) {
     size_t off[kMoveUnroll];
 #pragma unroll
-    for (size_t u = 0; u < kMoveUnroll; ++u) off[u] = o.at + (v + u * stride) * 16;
+    for (size_t u = 0; u < kMoveUnroll; ++u) off[u] = (v + u * stride) * 16;
     reduceGroup<T>(o, spec, off);
   }
   for (; v < o.nvec; v += stride) {
-    const size_t off[1] = {o.at + v * 16};
+    const size_t off[1] = {v * 16};
     reduceGroup<T>(o, spec, off);
   }
 }
@@ -900,12 +908,13 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   return false;
 }
 
-// One-copy all-reduce: rank r's block k (lane.seqIndex) reduces part r * parts + k of the message
-// from every rank's input, in rank order, and writes the result into every rank's output. Around
-// it, two barriers of the ranks' blocks k through the signal areas, both numbered by the lane's
-// sequence number (the same on every rank, advanced by the kernel, so graph replays agree):
-// "arrived" (every rank's kernel runs, so its input is ready and its output free to write) and
-// "done" (every part of this rank's output is written and no one reads its input any more).
+// One-copy collective: rank r's block k (lane.seqIndex) moves its part (OneCopyArgs says which
+// for each collective) from every rank's input it reads, reduced in rank order, into every
+// rank's output it writes. Around it, two barriers of the ranks' blocks k through the signal
+// areas, both numbered by the lane's sequence number (the same on every rank, advanced by the
+// kernel, so graph replays agree): "arrived" (every rank's kernel runs, so its input is ready and
+// its output free to write) and "done" (every part of this rank's output is written and no one
+// reads its input any more).
 template <class Block, typename T>
 class OneCopy {
  public:
@@ -916,7 +925,7 @@ class OneCopy {
     uint64_t* seqWord = laneSeqWord(p_, lane_);
     const uint64_t seq = b_.share(b_.tid() == 0 ? *seqWord + 1 : 0);
     if (!barrier(0, seq)) return false;
-    reducePart();
+    movePart();
     b_.sync();  // every thread's writes to every output precede the "done" signal
     if (!barrier(1, seq)) return false;
     if (b_.tid() == 0) *seqWord = seq;
@@ -967,32 +976,70 @@ class OneCopy {
     return b_.share(why) == 0;
   }
 
-  // This block's part: elements [begin, end) of the message.
-  CHORUS_HD void reducePart() {
+  // This block's part: elements [begin, end) of the rank's share, whole 16-byte vectors but the
+  // last part, read at inAt and written at outAt bytes (the share's place in the inputs and
+  // outputs) from and to the buffers each collective names.
+  CHORUS_HD void movePart() {
     constexpr size_t kPer = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 1;
-    const uint64_t nparts = uint64_t(a_.nranks) * a_.parts;
-    const uint64_t part = uint64_t(a_.rank) * a_.parts + static_cast<uint64_t>(lane_.seqIndex);
-    // Parts of whole 16-byte vectors, the last one shorter.
+    const auto coll = static_cast<CollType>(a_.coll);
+    const uint32_t n = a_.nranks;
+    const uint32_t me = a_.rank;
+    // Block `me` of a reduce-scatter's inputs and of an all-gather's outputs is this rank's share;
+    // the other collectives share the message out over every rank's blocks.
+    const bool ownBlock = coll == CollType::kReduceScatter || coll == CollType::kAllGather;
+    const uint64_t nparts = ownBlock ? a_.parts : uint64_t(n) * a_.parts;
+    const uint64_t part = (ownBlock ? 0 : uint64_t(me) * a_.parts) + static_cast<uint64_t>(lane_.seqIndex);
     const uint64_t per = ((a_.count + nparts - 1) / nparts + kPer - 1) / kPer * kPer;
     const uint64_t begin = part * per < a_.count ? part * per : a_.count;
     const uint64_t end = begin + per < a_.count ? begin + per : a_.count;
-    const size_t n = a_.nranks;
-    bool vec = 16 % sizeof(T) == 0;
-    for (size_t r = 0; r < n; ++r) {
-      vec = vec && aligned(a_.input[r] + begin * sizeof(T)) && aligned(a_.output[r] + begin * sizeof(T));
+    const uint64_t block = uint64_t(me) * a_.count * sizeof(T);
+    VecReduce o{a_.input, a_.output, n, n, begin * sizeof(T), begin * sizeof(T), 0, b_.tid(), b_.nthreads(), -1};
+    switch (coll) {
+      case CollType::kBroadcast:
+        o.input = &a_.input[a_.root];
+        o.nin = 1;
+        if (a_.output[a_.root] == a_.input[a_.root]) o.skip = a_.root;  // in place at the root
+        break;
+      case CollType::kReduce:
+        o.output = &a_.output[a_.root];
+        o.nout = 1;
+        break;
+      case CollType::kReduceScatter:
+        o.inAt += block;
+        o.output = &a_.output[me];
+        o.nout = 1;
+        break;
+      case CollType::kAllGather:
+        o.input = &a_.input[me];
+        o.nin = 1;
+        o.outAt += block;
+        if (a_.output[me] + block == a_.input[me]) o.skip = static_cast<int32_t>(me);  // in place
+        break;
+      default:  // all-reduce
+        break;
     }
+    // Copies take no operator: a spec of none (an all-gather's or broadcast's lane carries the
+    // call's, which is not theirs to apply).
+    const ReduceSpec spec = o.nin > 1 ? lane_.spec : ReduceSpec{};
+    bool vec = 16 % sizeof(T) == 0;
+    for (uint32_t r = 0; r < o.nin; ++r) vec = vec && aligned(o.input[r] + o.inAt);
+    for (uint32_t r = 0; r < o.nout; ++r) vec = vec && aligned(o.output[r] + o.outAt);
     uint64_t done = begin;
     if (vec) {
-      const uint64_t nvec = (end - begin) / kPer;
-      reduceVectors<T>(
-          VecReduce{a_.input, a_.output, static_cast<uint32_t>(n), begin * sizeof(T), nvec, b_.tid(), b_.nthreads()},
-          lane_.spec);
-      done = begin + nvec * kPer;
+      o.nvec = (end - begin) / kPer;
+      reduceVectors<T>(o, spec);
+      done = begin + o.nvec * kPer;
     }
+    // The rest element by element (an unaligned part, or the tail past the last whole vector).
     for (uint64_t i = done + b_.tid(); i < end; i += b_.nthreads()) {
-      T acc = ElemOps<T>::pre(lane_.spec, loadElem<T>(a_.input[0], i));
-      for (size_t r = 1; r < n; ++r) acc = reduceOne<T>(lane_.spec, acc, loadElem<T>(a_.input[r], i), r + 1 == n);
-      for (size_t r = 0; r < n; ++r) storeElem<T>(a_.output[r], i, acc);
+      const uint64_t at = i - begin;
+      T acc = ElemOps<T>::pre(spec, loadElem<T>(o.input[0] + o.inAt, at));
+      for (uint32_t r = 1; r < o.nin; ++r) {
+        acc = reduceOne<T>(spec, acc, loadElem<T>(o.input[r] + o.inAt, at), r + 1 == o.nin);
+      }
+      for (uint32_t r = 0; r < o.nout; ++r) {
+        if (static_cast<int32_t>(r) != o.skip) storeElem<T>(o.output[r] + o.outAt, at, acc);
+      }
     }
   }
   CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

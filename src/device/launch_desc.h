@@ -20,6 +20,7 @@
 
 #include "kernels/hd.h"
 #include "kernels/reduce.h"
+#include "src/algo/coll.h"
 #include "src/algo/fifo.h"
 #include "src/algo/prims.h"
 #include "src/algo/schedule.h"
@@ -119,17 +120,22 @@ struct DeviceError {
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
 
-// A one-copy all-reduce (src/device/lane_exec.h, OneCopy): every rank's buffers and signal
-// area as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
-// captured graph keeps it). Rank r's part k of the message, of nranks * parts parts, is reduced
-// by rank r's block k from every input and written to every output.
+// A one-copy collective (src/device/lane_exec.h, OneCopy): every rank's buffers and signal area
+// as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
+// captured graph keeps it). Rank r's block k (of `parts`) moves its part of rank r's share:
+//   all-reduce, reduce, broadcast: part r * parts + k of the message (nranks * parts parts),
+//     from every input (the root's, broadcast) to every output (the root's, reduce);
+//   reduce-scatter: part k of block r, from block r of every input to rank r's output;
+//   all-gather: part k of rank r's input, to block r of every output.
 struct OneCopyArgs {
   static constexpr int kMaxRanks = 8;
   uint32_t nranks = 0;
   uint32_t rank = 0;
   uint32_t parts = 0;  // blocks per rank (lane.seqIndex: which)
-  uint32_t pad = 0;
-  uint64_t count = 0;  // elements
+  uint8_t coll = 0;    // CollType
+  uint8_t root = 0;    // broadcast, reduce
+  uint16_t pad = 0;
+  uint64_t count = 0;  // elements: the call's count (all-gather: each input's; reduce-scatter: each output's)
   const char* input[kMaxRanks] = {};
   char* output[kMaxRanks] = {};
   uint64_t* signal[kMaxRanks] = {};  // each rank's signal area (oneCopySignalBytes)
@@ -167,7 +173,7 @@ struct DeviceLane {
   uint16_t recv[kMaxLanePeers] = {kNoConnector, kNoConnector, kNoConnector, kNoConnector,
                                   kNoConnector, kNoConnector, kNoConnector};
   Step step = {};                        // a lane of one step carries it here: nothing to upload
-  const OneCopyArgs* oneCopy = nullptr;  // set: a one-copy all-reduce's part, not a schedule
+  const OneCopyArgs* oneCopy = nullptr;  // set: a one-copy collective's part, not a schedule
 };
 static_assert(std::is_trivially_copyable_v<DeviceLane>);
 
