@@ -15,8 +15,9 @@
 //               place, against memcpy of the message and, when NCCL_LIB_DIR holds NCCL's
 //               libnccl.so.2, against NCCL's out-of-place call on the same buffers and stream;
 //   2, 4 ranks  the same collectives with ranks as threads on this GPU, out of place, with the
-//               tuner's choices (algorithm, protocol, blocks: what the flight recorder says ran)
-//               and with Simple, LL and LL128 forced; time and busbw as nccl-tests report them, and the
+//               tuner's choices (algorithm, protocol, blocks: what the flight recorder says ran),
+//               with Simple, LL and LL128 forced, and with the one-copy collectives
+//               (CHORUS_ALGO=one-copy); time and busbw as nccl-tests report them, and the
 //               limit: busbw at memcpy's traffic rate B over the least traffic the collective
 //               needs when its ranks share the GPU (for the all-reduce B (n-1) / n^2);
 //   by algorithm the all-reduce, 2 and 4 ranks, with each algorithm (ring, tree, direct,
@@ -464,21 +465,26 @@ void oneRankTable(Budget& budget) {
 }
 
 // n ranks as threads on the GPU: every collective at every size with the tuner's choices, then
-// with Simple, LL and LL128 forced (communicators of their own: CHORUS_PROTO is read at init), out
-// of place; busbw as nccl-tests computes it beside its limit.
+// with Simple, LL and LL128 forced and with one-copy (communicators of their own: CHORUS_PROTO and
+// CHORUS_ALGO are read at init), out of place; busbw as nccl-tests computes it beside its limit.
 void ranksTable(int n, double copyRate, Budget& budget) {
   std::printf(
       "\n== %d ranks on one GPU, every collective, float sum, out of place: time (us) and busbw (GB/s); "
       "limit = busbw at memcpy's rate (%.0f GB/s) over the least traffic the collective needs\n",
       n, copyRate);
-  std::printf("%-15s %12s %-26s %10s %9s %10s %9s %10s %9s %10s %9s %9s %8s\n", "collective", "size (B)",
-              "tuner's choice", "time", "busbw", "simple", "busbw", "ll", "busbw", "ll128", "busbw", "limit", "best %");
+  std::printf("%-15s %12s %-26s %10s %9s %10s %9s %10s %9s %10s %9s %10s %9s %9s %8s\n", "collective", "size (B)",
+              "tuner's choice", "time", "busbw", "simple", "busbw", "ll", "busbw", "ll128", "busbw", "one-copy",
+              "busbw", "limit", "best %");
+  constexpr int kModes = 5;
   std::vector<std::unique_ptr<Ranks>> modes;
   for (const char* proto : {"", "simple", "ll", "ll128"}) {
     if (*proto) setenv("CHORUS_PROTO", proto, 1);
     modes.push_back(std::make_unique<Ranks>(n));
     unsetenv("CHORUS_PROTO");
   }
+  setenv("CHORUS_ALGO", "one-copy", 1);  // offered on every collective on channels
+  modes.push_back(std::make_unique<Ranks>(n));
+  unsetenv("CHORUS_ALGO");
   const size_t maxBytes = tableSizes().back();
   const Buffers sendBufs(n, maxBytes), recvBufs(n, maxBytes);
   const std::vector<float*>& send = sendBufs.p;
@@ -487,20 +493,21 @@ void ranksTable(int n, double copyRate, Budget& budget) {
     for (size_t size : tableSizes()) {
       if (budget.spent()) break;
       if (size < sizeof(float) * n) continue;  // a share of at least one element
-      double t[4] = {0, 0, 0, 0};
+      double t[kModes] = {0, 0, 0, 0, 0};
       std::string choice;
-      for (int m = 0; m < 4; ++m) {
-        if (m >= 2 && size > kForcedLLMaxBytes) continue;
+      for (int m = 0; m < kModes; ++m) {
+        if ((m == 2 || m == 3) && size > kForcedLLMaxBytes) continue;
+        if (m == 4 && c == Coll::kAlltoAll) continue;  // not a collective on channels
         Ranks& k = *modes[m];
         t[m] = timeCalls(k, [&] { k.run(c, size, send, recv); });
         if (m == 0) choice = k.lastChoice();
       }
       auto bus = [&](double secs) { return secs > 0 ? size / secs / 1e9 * busFactor(c, n) : 0.0; };
       const double limit = busFactor(c, n) * copyRate / trafficFactor(c, n);
-      const double best = std::max({bus(t[0]), bus(t[1]), bus(t[2]), bus(t[3])});
+      const double best = std::max({bus(t[0]), bus(t[1]), bus(t[2]), bus(t[3]), bus(t[4])});
       std::printf("%-15s %12zu %-26s %10.2f %9.2f %10.2f %9.2f", collName(c), size, choice.c_str(), t[0] * 1e6,
                   bus(t[0]), t[1] * 1e6, bus(t[1]));
-      for (int m = 2; m < 4; ++m) {
+      for (int m = 2; m < kModes; ++m) {
         if (t[m] > 0) {
           std::printf(" %10.2f %9.2f", t[m] * 1e6, bus(t[m]));
         } else {

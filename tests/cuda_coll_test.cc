@@ -1,7 +1,8 @@
 // Collectives on device memory through the public API, ranks as threads of one process on one
 // GPU (several ranks per GPU), each result checked element by element:
 //   - the grid: every collective and send/recv x every type x every reduction x sizes from 0 up x
-//     in place and not x ring/tree/direct x Simple/LL/LL128 x 1, 2 and 4 channels, for 2, 3 and 4 ranks;
+//     in place and not x ring/tree/direct x Simple/LL/LL128 x 1, 2 and 4 channels, for 2, 3 and 4 ranks,
+//     and the one-copy collectives (CHORUS_ALGO=one-copy: every collective on channels);
 //     each result must equal the host path's for the same call on the same communicators byte for
 //     byte (LL's and LL128's floating averages: to within rounding, its schedule cuts other pieces), and,
 //     where the values make it exact (small integers), an independent reference;
@@ -162,7 +163,7 @@ void grid(int stride, int onlyRanks) {
   const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
                         Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
   const size_t small[] = {0, 1, 7, 1000, 65539};
-  const char* algos[] = {"ring", "tree", "direct"};
+  const char* algos[] = {"ring", "tree", "direct", "one-copy"};
   const bool sampled = stride > 1;
   int cases = 0;
   int config = 0;
@@ -171,6 +172,16 @@ void grid(int stride, int onlyRanks) {
     for (int nch : {1, 2, 4}) {
       for (const char* algo : algos) {
         for (const char* proto : {"simple", "ll", "ll128"}) {
+          // One-copy has no protocol of its own: once (the others' fallback takes Simple).
+          const bool oneCopy = std::strcmp(algo, "one-copy") == 0;
+          if (oneCopy && std::strcmp(proto, "simple") != 0) continue;
+          // CHORUS_ALGO picks the all-reduce's algorithm (one-copy: every collective on channels
+          // where the ranks' buffers agree); the rest run the ring.
+          auto runs = [&](Coll c) {
+            return c == Coll::kAllReduce || std::strcmp(algo, "ring") == 0 ||
+                   (oneCopy && (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kAllGather ||
+                                c == Coll::kReduceScatter));
+          };
           ++config;
           const auto t0 = std::chrono::steady_clock::now();
           const int before = cases;
@@ -185,12 +196,12 @@ void grid(int stride, int onlyRanks) {
           setenv("CHORUS_PROTO", proto, 1);  // the device's lanes; the host path has no LL or LL128
           // The same schedule as the host path: Simple, and one channel on both (with more, the
           // device takes fewer channels than CHORUS_NCHANNELS for a small message; the host does not).
-          const bool sameSchedule = std::strcmp(proto, "simple") == 0 && nch == 1;
+          // One-copy reduces in rank order, not the ring's.
+          const bool sameSchedule = std::strcmp(proto, "simple") == 0 && nch == 1 && !oneCopy;
           Ranks k(n);
           int index = 0;
           for (Coll c : colls) {
-            // CHORUS_ALGO picks the all-reduce's algorithm; the rest always run the ring.
-            if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
+            if (!runs(c)) continue;
             for (int t = 0; t < chorusNumTypes; ++t) {
               for (int op = 0; op < (reduces(c) ? 5 : 1); ++op) {
                 for (size_t count : small) {
@@ -213,7 +224,7 @@ void grid(int stride, int onlyRanks) {
           for (size_t bytes : {size_t(1) << 20, size_t(16) << 20, size_t(64) << 20}) {
             if (sampled && (bytes > (size_t(16) << 20) || (bytes > (size_t(1) << 20) && nch != 2))) continue;
             for (Coll c : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
-              if (c != Coll::kAllReduce && std::strcmp(algo, "ring") != 0) continue;
+              if (!runs(c)) continue;
               const size_t count = c == Coll::kAllReduce ? bytes / 4 : bytes / 4 / n;
               const std::string where = std::string(" bytes ranks ") + std::to_string(n) + " channels " +
                                         std::to_string(nch) + " slot " + slot + " algo " + algo + " proto " + proto;

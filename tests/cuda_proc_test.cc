@@ -9,10 +9,11 @@
 //       spreads the ranks over H pretend hosts (CHORUS_HOSTID), which reach each other over
 //       sockets (host-staged FIFOs the proxies poll);
 //   cuda_proc_test onecopy NRANKS
-//       the one-copy all-reduce (CHORUS_ONECOPY=1) between processes of one host on buffers of
-//       chorusCudaMemAlloc registered on every rank: every type and op, sizes and in place
-//       checked, its log line seen; then the median time per all-reduce from 64 KiB to 64 MiB,
-//       one-copy against the FIFO ring on the same buffers (a second communicator without it);
+//       the one-copy collectives (CHORUS_ONECOPY=1) between processes of one host on buffers of
+//       chorusCudaMemAlloc registered on every rank: all-reduce, broadcast, reduce, all-gather and
+//       reduce-scatter, every type and op, sizes and in place checked, its log line seen; then
+//       the median time per all-reduce from 64 KiB to 64 MiB, one-copy against the FIFO ring on
+//       the same buffers (a second communicator without it);
 //   cuda_proc_test kill NRANKS [--hosts H]
 //       the last rank kills itself (SIGKILL) while every rank's kernel is in a device all-reduce;
 //       each survivor's communicator must report the dead rank within 5 s, its kernel ended.
@@ -279,39 +280,56 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
   }
   int failures = 0;
   int cases = 0;
-  for (int t = 0; t < chorusNumTypes; ++t) {
-    for (int op = 0; op < 4; ++op) {
-      for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(65539), size_t(1) << 20}) {
-        if (count > 65539 && (t != chorusFloat32 || op != 0)) continue;
-        for (bool inPlace : {false, true}) {
-          const size_t es = kTypeSize[t];
-          const Bytes in = values(t, r, count);
-          // Past the allocations' starts, by a few elements: parts of a registered range.
-          char* dst = static_cast<char*>(recvMem) + 3 * es;
-          char* src = inPlace ? dst : static_cast<char*>(sendMem) + 5 * es;
-          RANK_CUDA(cudaMemcpy(src, in.data(), in.size(), cudaMemcpyHostToDevice));
-          RANK_CUDA(cudaDeviceSynchronize());  // the copy may still be on its way (gridRank)
-          const chorusResult_t rc = issueOne(Coll::kAllReduce, fast, r, n, src, dst, count, t, op, 0, stream);
-          RANK_CUDA(cudaStreamSynchronize(cs));
-          chorusResult_t async = chorusSuccess;
-          chorusCommGetAsyncError(fast, &async);
-          Bytes got(count * es);
-          RANK_CUDA(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost));
-          Bytes want;
-          std::string why;
-          if (rc != chorusSuccess || async != chorusSuccess) {
-            why = std::string("the call failed: ") + chorusGetLastError(fast);
-          } else if (expected(Coll::kAllReduce, t, op, n, r, 0, count, &want, in) && got != want) {
-            size_t i = 0;
-            while (i < got.size() && got[i] == want[i]) ++i;
-            why = "differs from the reference at byte " + std::to_string(i) + " of " + std::to_string(got.size());
+  for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce, Coll::kAllGather, Coll::kReduceScatter}) {
+    for (int t = 0; t < chorusNumTypes; ++t) {
+      for (int op = 0; op < (reduces(c) ? 4 : 1); ++op) {
+        for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(65539), size_t(1) << 20}) {
+          if (count > 65539 && (t != chorusFloat32 || op != 0)) continue;
+          for (bool inPlace : {false, true}) {
+            const int root = static_cast<int>(count % n);
+            const size_t es = kTypeSize[t];
+            const size_t ic = inCount(c, count, n);
+            const size_t oc = outCount(c, count, n);
+            const Bytes in = values(t, r, ic);
+            // Past the allocations' starts, by a few elements: parts of a registered range. In
+            // place as NCCL has it: an all-gather's input is this rank's block of its output, a
+            // reduce-scatter's output this rank's block of its input.
+            char* base = static_cast<char*>(recvMem) + 3 * es;
+            const Bytes fill(std::max(ic, oc) * es, 0xA5);
+            RANK_CUDA(cudaMemcpy(base, fill.data(), fill.size(), cudaMemcpyHostToDevice));
+            char* src = static_cast<char*>(sendMem) + 5 * es;
+            char* dst = base;
+            if (inPlace) {
+              src = c == Coll::kAllGather ? base + r * count * es : base;
+              if (c == Coll::kReduceScatter) dst = base + r * count * es;
+            }
+            RANK_CUDA(cudaMemcpy(src, in.data(), in.size(), cudaMemcpyHostToDevice));
+            Bytes before(oc * es);
+            RANK_CUDA(cudaMemcpy(before.data(), dst, before.size(), cudaMemcpyDeviceToHost));
+            RANK_CUDA(cudaDeviceSynchronize());  // the copy may still be on its way (gridRank)
+            const chorusResult_t rc = issueOne(c, fast, r, n, src, dst, count, t, op, root, stream);
+            RANK_CUDA(cudaStreamSynchronize(cs));
+            chorusResult_t async = chorusSuccess;
+            chorusCommGetAsyncError(fast, &async);
+            Bytes got(oc * es);
+            RANK_CUDA(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost));
+            Bytes want;
+            std::string why;
+            if (rc != chorusSuccess || async != chorusSuccess) {
+              why = std::string("the call failed: ") + chorusGetLastError(fast);
+            } else if (expected(c, t, op, n, r, root, count, &want, before) && got != want) {
+              size_t i = 0;
+              while (i < got.size() && got[i] == want[i]) ++i;
+              why = "differs from the reference at byte " + std::to_string(i) + " of " + std::to_string(got.size());
+            }
+            if (!why.empty() && ++failures <= 20) {
+              say(out, "rank " + std::to_string(r) + " FAIL " + kCollName[static_cast<int>(c)] + " " + kTypeName[t] +
+                           " " + kOpName[op] + " count " + std::to_string(count) + (inPlace ? " in place: " : ": ") +
+                           why);
+            }
+            ++cases;
+            if (rc != chorusSuccess || async != chorusSuccess) _exit(1);
           }
-          if (!why.empty() && ++failures <= 20) {
-            say(out, "rank " + std::to_string(r) + " FAIL all_reduce " + kTypeName[t] + " " + kOpName[op] + " count " +
-                         std::to_string(count) + (inPlace ? " in place: " : ": ") + why);
-          }
-          ++cases;
-          if (rc != chorusSuccess || async != chorusSuccess) _exit(1);
         }
       }
     }

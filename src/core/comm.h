@@ -47,7 +47,7 @@ class Communicator;
 class Stream;
 
 // One call, as recorded when it is issued (validated already).
-// One-copy all-reduce records (src/core/comm_onecopy.cc).
+// One-copy collectives' records (src/core/comm_onecopy.cc).
 struct OneCopyBuffer;
 struct OneCopyRecord;
 
@@ -431,7 +431,7 @@ class Communicator : public TaskOwner {
   // The peers whose processes this rank watches (peerPidfd_) and that have exited.
   std::vector<int> exitedPeers() const;
   bool sharedGpuLogged_ = false;
-  // One-copy all-reduce (one launching thread at a time, as every launch): this rank's record
+  // One-copy collectives (one launching thread at a time, as every launch): this rank's record
   // for `op`, a buffer's part of it (offering its allocation to peers in other processes the
   // first time; a user's buffer must be registered, the signal area need not), a peer's offered
   // allocations mapped here, and the kernel's arguments from every rank's record.

@@ -146,7 +146,7 @@ class DeviceComm {
 
   // Device copies of schedules: the same steps give the same copy back.
   Result<const Step*> steps(const std::vector<Step>& s);
-  // One-copy all-reduce arguments in device memory: the same arguments give the same copy back.
+  // One-copy arguments in device memory: the same arguments give the same copy back.
   Result<const device::OneCopyArgs*> oneCopyArgs(const device::OneCopyArgs& a);
   // This rank's one-copy signal area (shareable device memory, zeroed), made on first use.
   Result<uint64_t*> oneCopySignal();
