@@ -29,5 +29,17 @@ if [ $rc -ne 77 ] || [ "$lines" -lt 2 ] || [ "$skipped" -ne $((lines - 1)) ] || 
   cat "$tmp/out/summary.txt"
   failed=1
 fi
-[ $failed -eq 0 ] && echo "PASSED: without a GPU every one of the $skipped checks shows as skipped (exit 77); unprepared, it says to run prepare"
+# The next run's three groups: each its own summary and logs (no device.txt beside them), every
+# named check skipped, exit 77.
+bash "$src/tools/gpu_check.sh" next "$tmp/next" "$tmp/dir" > "$tmp/nextrun" 2>&1
+rc=$?
+files=$(cd "$tmp/next" && find . -type f | sort | tr '\n' ' ')
+want="./a/logs.tgz ./a/summary.txt ./b/logs.tgz ./b/summary.txt ./c/logs.tgz ./c/summary.txt "
+nextSkipped=$(cat "$tmp"/next/*/summary.txt | grep -c "skipped (no GPU on this machine)")
+if [ $rc -ne 77 ] || [ "$files" != "$want" ] || [ "$nextSkipped" -ne 18 ] || grep -q " passed" "$tmp"/next/*/summary.txt; then
+  echo "FAIL: next without a GPU: exit $rc (want 77), files '$files' (want '$want'), $nextSkipped of 18 checks skipped:"
+  cat "$tmp/nextrun"
+  failed=1
+fi
+[ $failed -eq 0 ] && echo "PASSED: without a GPU every one of the $skipped checks shows as skipped (exit 77), and the next run's 18 in its three groups; unprepared, it says to run prepare"
 exit $failed

@@ -19,6 +19,14 @@
 #                                         (OUT holds those and device.txt, nothing else),
 #                                         so a run cut short still returns what ran; prints the table
 #                                         last; exits 1 if any check failed or did not run
+#   tools/gpu_check.sh next OUT [DIR]     on the GPU machine: the next run's checks (docs/GPU.md,
+#                                         "What comes next") as `run` in three groups, each with a
+#                                         budget of its own and its own OUT/a, OUT/b, OUT/c, so that
+#                                         the first answers come back whatever happens to the rest;
+#                                         570 s in all, under one 600 s device call; each group
+#                                         leaves summary.txt and logs.tgz (device.txt is inside),
+#                                         six files in all; exits 1 if any group failed, 77 if every
+#                                         group found no GPU
 #
 # A check that finds no GPU exits 77 and shows as "skipped", never as passed; on a machine where
 # nvidia-smi lists no GPU every check shows so, and the script exits 77. Checks whose ranks are
@@ -281,8 +289,34 @@ case "$mode" in
     [ "$gpus" -eq 0 ] && exit 77
     exit $failed
     ;;
+  next)
+    out=${2:?usage: tools/gpu_check.sh next OUT [DIR]}
+    dir=${3:-gpu-check}
+    # a: the DDP stall's reading (hardware queues) and LL128 under MPS in the process grids;
+    # b: correctness of the launch and the one-copy collectives on threads, then the measurements
+    #    and the profile; c: the API, PyTorch, nccl-tests and one-copy between processes.
+    groups=(
+      "250|a|cuda_queue_32 cuda_queue_1 cuda_ddp cuda_ddp_8ch cuda_proc_2 cuda_proc_4"
+      "220|b|device_test cuda_flight cuda_coll gpu_bench nccl_bench ncu_profile"
+      "100|c|cuda_api nccl_torch nccl_tests_2 cuda_onecopy_2 cuda_onecopy_4 cuda_proc_staged"
+    )
+    worst=77
+    for g in "${groups[@]}"; do
+      IFS='|' read -r gbudget gname gchecks <<< "$g"
+      echo "== group $gname ($gbudget s): $gchecks"
+      # shellcheck disable=SC2086
+      GPU_CHECK_BUDGET=$gbudget bash tools/gpu_check.sh run "$out/$gname" "$dir" $gchecks
+      rc=$?
+      rm -f "$out/$gname/device.txt"  # a copy is in its logs.tgz: fewer files to bring back
+      if [ $rc -ne 77 ]; then
+        [ $worst -eq 77 ] && worst=0
+        [ $rc -ne 0 ] && worst=1
+      fi
+    done
+    exit $worst
+    ;;
   *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
