@@ -17,7 +17,8 @@
 namespace chorus {
 
 // An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
-// collectives on channels run the ring (chain for the rooted ones).
+// collectives on channels run the ring (chain for the rooted ones). On device memory any of them
+// may be offered the one-copy algorithm beside that choice (Choice::oneCopyIfAgreed).
 
 // CHORUS_ONECOPY: where the one-copy collectives (device memory) may run. kByTable (unset): where
 // the estimate is the least, from the one-copy tuning-table row; kAlways (1, or

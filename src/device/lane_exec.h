@@ -218,7 +218,7 @@ CHORUS_HD_OUTLINE void foldVectors(VecMove o, ElemFold f) {
   moveVectorGroups<T, true>(o, f);
 }
 
-// One-copy's part (OneCopy::movePart): the 16-byte vectors [0, nvec) from byte `inAt` of each of
+// One-copy's part (oneCopyPart): the 16-byte vectors [0, nvec) from byte `inAt` of each of
 // the `nin` inputs, reduced in their order (one input: copied, its pre-op applied), to byte
 // `outAt` of each of the `nout` outputs but `skip` (-1: none; an output that is the input
 // itself, which a copy need not rewrite). Thread `tid` of `nthreads` takes vectors tid, tid +
@@ -908,6 +908,81 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   return false;
 }
 
+CHORUS_HD bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// One-copy's part of block `k` of this rank (OneCopy::run, between its barriers): elements [begin,
+// end) of the rank's share, whole 16-byte vectors but the last part, read at inAt and written at
+// outAt bytes (the share's place in the inputs and outputs) from and to the buffers each
+// collective names (OneCopyArgs). Thread `tid` of `nthreads` does its share. Out of line on the
+// device, as the moves above: inlined, its twelve types' element loops made the launch kernel
+// larger and its compile longer.
+template <typename T>
+CHORUS_HD_OUTLINE void oneCopyPart(const OneCopyArgs* args, int32_t k, ReduceSpec laneSpec, unsigned tid,
+                                   unsigned nthreads) {
+  const OneCopyArgs& a = *args;
+  constexpr size_t kPer = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 1;
+  const auto coll = static_cast<CollType>(a.coll);
+  const uint32_t n = a.nranks;
+  const uint32_t me = a.rank;
+  // Block `me` of a reduce-scatter's inputs and of an all-gather's outputs is this rank's share;
+  // the other collectives share the message out over every rank's blocks.
+  const bool ownBlock = coll == CollType::kReduceScatter || coll == CollType::kAllGather;
+  const uint64_t nparts = ownBlock ? a.parts : uint64_t(n) * a.parts;
+  const uint64_t part = (ownBlock ? 0 : uint64_t(me) * a.parts) + static_cast<uint64_t>(k);
+  const uint64_t per = ((a.count + nparts - 1) / nparts + kPer - 1) / kPer * kPer;
+  const uint64_t begin = part * per < a.count ? part * per : a.count;
+  const uint64_t end = begin + per < a.count ? begin + per : a.count;
+  const uint64_t block = uint64_t(me) * a.count * sizeof(T);
+  VecReduce o{a.input, a.output, n, n, begin * sizeof(T), begin * sizeof(T), 0, tid, nthreads, -1};
+  switch (coll) {
+    case CollType::kBroadcast:
+      o.input = &a.input[a.root];
+      o.nin = 1;
+      if (a.output[a.root] == a.input[a.root]) o.skip = a.root;  // in place at the root
+      break;
+    case CollType::kReduce:
+      o.output = &a.output[a.root];
+      o.nout = 1;
+      break;
+    case CollType::kReduceScatter:
+      o.inAt += block;
+      o.output = &a.output[me];
+      o.nout = 1;
+      break;
+    case CollType::kAllGather:
+      o.input = &a.input[me];
+      o.nin = 1;
+      o.outAt += block;
+      if (a.output[me] + block == a.input[me]) o.skip = static_cast<int32_t>(me);  // in place
+      break;
+    default:  // all-reduce
+      break;
+  }
+  // Copies take no operator: a spec of none (an all-gather's or broadcast's lane carries the
+  // call's, which is not theirs to apply).
+  const ReduceSpec spec = o.nin > 1 ? laneSpec : ReduceSpec{};
+  bool vec = 16 % sizeof(T) == 0;
+  for (uint32_t r = 0; r < o.nin; ++r) vec = vec && aligned16(o.input[r] + o.inAt);
+  for (uint32_t r = 0; r < o.nout; ++r) vec = vec && aligned16(o.output[r] + o.outAt);
+  uint64_t done = begin;
+  if (vec) {
+    o.nvec = (end - begin) / kPer;
+    reduceVectors<T>(o, spec);
+    done = begin + o.nvec * kPer;
+  }
+  // The rest element by element (an unaligned part, or the tail past the last whole vector).
+  for (uint64_t i = done + tid; i < end; i += nthreads) {
+    const uint64_t at = i - begin;
+    T acc = ElemOps<T>::pre(spec, loadElem<T>(o.input[0] + o.inAt, at));
+    for (uint32_t r = 1; r < o.nin; ++r) {
+      acc = reduceOne<T>(spec, acc, loadElem<T>(o.input[r] + o.inAt, at), r + 1 == o.nin);
+    }
+    for (uint32_t r = 0; r < o.nout; ++r) {
+      if (static_cast<int32_t>(r) != o.skip) storeElem<T>(o.output[r] + o.outAt, at, acc);
+    }
+  }
+}
+
 // One-copy collective: rank r's block k (lane.seqIndex) moves its part (OneCopyArgs says which
 // for each collective) from every rank's input it reads, reduced in rank order, into every
 // rank's output it writes. Around it, two barriers of the ranks' blocks k through the signal
@@ -925,7 +1000,7 @@ class OneCopy {
     uint64_t* seqWord = laneSeqWord(p_, lane_);
     const uint64_t seq = b_.share(b_.tid() == 0 ? *seqWord + 1 : 0);
     if (!barrier(0, seq)) return false;
-    movePart();
+    oneCopyPart<T>(&a_, lane_.seqIndex, lane_.spec, b_.tid(), b_.nthreads());
     b_.sync();  // every thread's writes to every output precede the "done" signal
     if (!barrier(1, seq)) return false;
     if (b_.tid() == 0) *seqWord = seq;
@@ -975,74 +1050,6 @@ class OneCopy {
     }
     return b_.share(why) == 0;
   }
-
-  // This block's part: elements [begin, end) of the rank's share, whole 16-byte vectors but the
-  // last part, read at inAt and written at outAt bytes (the share's place in the inputs and
-  // outputs) from and to the buffers each collective names.
-  CHORUS_HD void movePart() {
-    constexpr size_t kPer = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 1;
-    const auto coll = static_cast<CollType>(a_.coll);
-    const uint32_t n = a_.nranks;
-    const uint32_t me = a_.rank;
-    // Block `me` of a reduce-scatter's inputs and of an all-gather's outputs is this rank's share;
-    // the other collectives share the message out over every rank's blocks.
-    const bool ownBlock = coll == CollType::kReduceScatter || coll == CollType::kAllGather;
-    const uint64_t nparts = ownBlock ? a_.parts : uint64_t(n) * a_.parts;
-    const uint64_t part = (ownBlock ? 0 : uint64_t(me) * a_.parts) + static_cast<uint64_t>(lane_.seqIndex);
-    const uint64_t per = ((a_.count + nparts - 1) / nparts + kPer - 1) / kPer * kPer;
-    const uint64_t begin = part * per < a_.count ? part * per : a_.count;
-    const uint64_t end = begin + per < a_.count ? begin + per : a_.count;
-    const uint64_t block = uint64_t(me) * a_.count * sizeof(T);
-    VecReduce o{a_.input, a_.output, n, n, begin * sizeof(T), begin * sizeof(T), 0, b_.tid(), b_.nthreads(), -1};
-    switch (coll) {
-      case CollType::kBroadcast:
-        o.input = &a_.input[a_.root];
-        o.nin = 1;
-        if (a_.output[a_.root] == a_.input[a_.root]) o.skip = a_.root;  // in place at the root
-        break;
-      case CollType::kReduce:
-        o.output = &a_.output[a_.root];
-        o.nout = 1;
-        break;
-      case CollType::kReduceScatter:
-        o.inAt += block;
-        o.output = &a_.output[me];
-        o.nout = 1;
-        break;
-      case CollType::kAllGather:
-        o.input = &a_.input[me];
-        o.nin = 1;
-        o.outAt += block;
-        if (a_.output[me] + block == a_.input[me]) o.skip = static_cast<int32_t>(me);  // in place
-        break;
-      default:  // all-reduce
-        break;
-    }
-    // Copies take no operator: a spec of none (an all-gather's or broadcast's lane carries the
-    // call's, which is not theirs to apply).
-    const ReduceSpec spec = o.nin > 1 ? lane_.spec : ReduceSpec{};
-    bool vec = 16 % sizeof(T) == 0;
-    for (uint32_t r = 0; r < o.nin; ++r) vec = vec && aligned(o.input[r] + o.inAt);
-    for (uint32_t r = 0; r < o.nout; ++r) vec = vec && aligned(o.output[r] + o.outAt);
-    uint64_t done = begin;
-    if (vec) {
-      o.nvec = (end - begin) / kPer;
-      reduceVectors<T>(o, spec);
-      done = begin + o.nvec * kPer;
-    }
-    // The rest element by element (an unaligned part, or the tail past the last whole vector).
-    for (uint64_t i = done + b_.tid(); i < end; i += b_.nthreads()) {
-      const uint64_t at = i - begin;
-      T acc = ElemOps<T>::pre(spec, loadElem<T>(o.input[0] + o.inAt, at));
-      for (uint32_t r = 1; r < o.nin; ++r) {
-        acc = reduceOne<T>(spec, acc, loadElem<T>(o.input[r] + o.inAt, at), r + 1 == o.nin);
-      }
-      for (uint32_t r = 0; r < o.nout; ++r) {
-        if (static_cast<int32_t>(r) != o.skip) storeElem<T>(o.output[r] + o.outAt, at, acc);
-      }
-    }
-  }
-  CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
   Block& b_;
   const LaunchParams& p_;

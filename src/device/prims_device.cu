@@ -1,32 +1,28 @@
-// The launch kernel, compiled twice (with LL128 and without: prims_device.cuh): every element
-// type is a branch inside it (lane_exec.h's runLane), so one launch runs a group whatever its
-// types.
+// The launch kernel's host side: which of its two builds (with LL128 and without:
+// prims_device.cuh) a launch takes. Every element type is a branch inside the kernel (lane_exec.h's
+// runLane), so one launch runs a group whatever its types. The builds are compiled apart
+// (launch_kernels.h).
 #include <cuda_runtime.h>
 
-#include "src/device/prims_device.cuh"
+#include "src/device/lane_exec.h"
+#include "src/device/launch_kernels.h"
 #include "src/device/prims_device.h"
 
 namespace chorus::device {
 
 int launchLanes(const LaunchParams& p, unsigned threads, void* stream) {
   if (p.nblocks == 0) return 0;
-  if (launchHasLL128(p)) {
-    launchKernel<true><<<p.nblocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  } else {
-    launchKernel<false><<<p.nblocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  }
-  return static_cast<int>(cudaGetLastError());
+  return launchHasLL128(p) ? launchBuild<true>(p, threads, stream) : launchBuild<false>(p, threads, stream);
 }
 
 const void* kernelSymbol(const LaunchParams& p) {
-  return launchHasLL128(p) ? reinterpret_cast<const void*>(&launchKernel<true>)
-                           : reinterpret_cast<const void*>(&launchKernel<false>);
+  return launchHasLL128(p) ? buildSymbol<true>() : buildSymbol<false>();
 }
 
 int loadKernels() {
   cudaFuncAttributes attr;
-  const cudaError_t e = cudaFuncGetAttributes(&attr, launchKernel<false>);
-  return static_cast<int>(e != cudaSuccess ? e : cudaFuncGetAttributes(&attr, launchKernel<true>));
+  const cudaError_t e = cudaFuncGetAttributes(&attr, buildSymbol<false>());
+  return static_cast<int>(e != cudaSuccess ? e : cudaFuncGetAttributes(&attr, buildSymbol<true>()));
 }
 
 }  // namespace chorus::device

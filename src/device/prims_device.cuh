@@ -94,4 +94,17 @@ __global__ void __launch_bounds__(kLaunchThreads) launchKernel(const __grid_cons
   runBlock<CudaBlock, kWithLL128>(b, p);
 }
 
+// Each build is instantiated in a translation unit of its own (launch_kernel_ll128.cu,
+// launch_kernel_simple.cu), so that a build compiles the two in parallel: each takes ptxas
+// minutes per architecture. The kernel's host side reaches them through these.
+template <bool kWithLL128>
+int launchBuild(const LaunchParams& p, unsigned threads, void* stream) {
+  launchKernel<kWithLL128><<<p.nblocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+template <bool kWithLL128>
+const void* buildSymbol() {
+  return reinterpret_cast<const void*>(&launchKernel<kWithLL128>);
+}
+
 }  // namespace chorus::device
