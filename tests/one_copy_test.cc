@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -288,11 +289,11 @@ void checkColl(CollType coll, int n, int parts, RedKind kind, size_t count, bool
 
 TEST_CASE("one-copy reduce-scatter, all-gather, broadcast and reduce on host threads", "[one_copy]") {
   for (CollType c : {CollType::kReduceScatter, CollType::kAllGather, CollType::kBroadcast, CollType::kReduce}) {
-    for (int n : {2, 3, 4, 8}) {
-      for (int parts : {1, 3}) {
-        for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(64), size_t(1001)}) {
-          for (bool inPlace : {false, true}) checkColl<int32_t>(c, n, parts, RedKind::kSum, count, inPlace, 0, 3);
-        }
+    // Ranks and blocks per rank in pairs (every rank's blocks are threads spinning at the
+    // barriers: 8 ranks of 3 blocks would be 72 on the CI's two cores, under TSan too).
+    for (const auto& [n, parts] : {std::pair{2, 3}, std::pair{3, 1}, std::pair{4, 2}, std::pair{8, 1}}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(64), size_t(1001)}) {
+        for (bool inPlace : {false, true}) checkColl<int32_t>(c, n, parts, RedKind::kSum, count, inPlace, 0, 3);
       }
     }
     for (RedKind kind : {RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
