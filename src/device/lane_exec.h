@@ -102,6 +102,9 @@ struct alignas(16) Vec16 {
   uint32_t w[4];
 };
 
+// Whether `p` may take a 16-byte access (null does: a destination not written).
+CHORUS_HD bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // 16 bytes at a 16-byte aligned address, in one access: on the device a 128-bit load or store
 // (a memcpy from a char pointer compiles to sixteen byte loads there, the compiler knowing no
 // alignment); on the host a memcpy, which the compiler makes one vector move.
@@ -470,7 +473,8 @@ class LaneExec {
     const bool toDst = m.dst && !(asIs && m.dst == m.a);
     size_t done = 0;
     constexpr size_t kPer = 16 / sizeof(T);
-    if (16 % sizeof(T) == 0 && aligned(m.a) && aligned(m.b) && aligned(toDst ? m.dst : nullptr) && aligned(m.dst2)) {
+    if (16 % sizeof(T) == 0 && aligned16(m.a) && aligned16(m.b) && aligned16(toDst ? m.dst : nullptr) &&
+        aligned16(m.dst2)) {
       const size_t nvec = n / kPer;
       const VecMove o{m.a, m.b, toDst ? m.dst : nullptr, m.dst2, nvec, b_.tid(), b_.nthreads()};
       if (asIs) {
@@ -783,7 +787,6 @@ class LaneExec {
   CHORUS_HD static SlotHeader* header(const DeviceConnector& c, uint32_t pos) {
     return reinterpret_cast<SlotHeader*>(c.slots + size_t(pos % c.nslots) * (sizeof(SlotHeader) + c.slotBytes));
   }
-  CHORUS_HD static bool aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
   // One element of the piece (primMove's fold); `spec` without the pre-op when m.noPre.
   CHORUS_HD T one(const PieceMove& m, const ReduceSpec& spec, T a, T b) const {
     return foldElem<T>(elemFold(m, spec), a, b);
@@ -907,8 +910,6 @@ CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   b.sync();
   return false;
 }
-
-CHORUS_HD bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // One-copy's part of block `k` of this rank (OneCopy::run, between its barriers): elements [begin,
 // end) of the rank's share, whole 16-byte vectors but the last part, read at inAt and written at
