@@ -10,7 +10,7 @@ run=$1 perf=$2
 fail=0
 for setting in CHORUS_ALGO=ring CHORUS_NCHANNELS=2 CHORUS_DEVICE_NCHANNELS=4 CHORUS_DEVICE_SLOT_BYTES=8192 CHORUS_SLOT_BYTES=8192 CHORUS_SLOTS=16 \
                CHORUS_P2P_SLOT_BYTES=8192 CHORUS_DIRECT_MAX_BYTES=128 CHORUS_CHECK=1 CHORUS_ONECOPY=1 \
-               CHORUS_LL128=1; do
+               CHORUS_LL128=1 CHORUS_PROTO=simple; do
   name=${setting%%=*}
   out=$(timeout 60 "$run" -n 2 --tag-output -- bash -c \
         'if [ "$CHORUS_RANK" = 1 ]; then export '"$setting"'; fi; exec "$0" -b 8 -e 8 -n 1 -w 0' "$perf" 2>&1)

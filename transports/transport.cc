@@ -16,8 +16,15 @@
 namespace chorus {
 namespace {
 
+const BoolSetting kShmDisable{"CHORUS_SHM_DISABLE", false, SettingScope::kRank,
+                              "1: processes of one host use sockets instead of shared memory"};
+const BoolSetting kP2pDisable{"CHORUS_P2P_DISABLE", false, SettingScope::kRank,
+                              "1: threads of one process do not use the in-process transport"};
+const TextSetting kHostId{"CHORUS_HOSTID", SettingScope::kRank,
+                          "overrides the host identity that decides which ranks share a host"};
+
 std::string hostIdentity() {
-  if (const char* v = std::getenv("CHORUS_HOSTID"); v && *v) return v;
+  if (std::string v = kHostId.raw(); !v.empty()) return v;
   std::string id = hostName();
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string bootId;
@@ -52,7 +59,7 @@ PeerInfo PeerInfo::local(const Config& config) {
   p.pid = static_cast<int32_t>(::getpid());
   p.pidSpace = pidSpaceId();
   p.startTicks = processStartTicks(p.pid);
-  p.flags = (config.shmDisable ? kShmDisabled : 0) | (config.p2pDisable ? kP2pDisabled : 0);
+  p.flags = (kShmDisable.get(config.env) ? kShmDisabled : 0) | (kP2pDisable.get(config.env) ? kP2pDisabled : 0);
   std::snprintf(p.host, sizeof(p.host), "%s", hostName().c_str());
   return p;
 }

@@ -105,6 +105,11 @@ Result<BootstrapId> BootstrapId::fromUniqueId(const chorusUniqueId& u) {
   return id;
 }
 
+const TextSetting kCommIdSetting{"CHORUS_COMM_ID", SettingScope::kLaunch,
+                                 "host:port: every rank's unique id names this root, which rank 0 hosts"};
+static const TextSetting kCommSecret{"CHORUS_COMM_SECRET", SettingScope::kLaunch,
+                                     "the secret that goes with CHORUS_COMM_ID"};
+
 std::string launcherJobId() {
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
@@ -125,7 +130,7 @@ Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
   id.root = root.value();
   // The secret: CHORUS_COMM_SECRET (chorusrun sets a random one); else the launcher's job, so two
   // jobs started on one CHORUS_COMM_ID cannot merge; else a fixed value.
-  std::string secret = std::getenv("CHORUS_COMM_SECRET") ? std::getenv("CHORUS_COMM_SECRET") : "";
+  std::string secret = kCommSecret.raw();
   if (secret.empty()) secret = launcherJobId();
   if (!secret.empty()) {
     id.secret[0] = fnv1a(secret.data(), secret.size());
@@ -140,7 +145,7 @@ Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
 }
 
 Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
-  if (const char* fixed = std::getenv("CHORUS_COMM_ID"); fixed && *fixed) return fixedBootstrapId(fixed);
+  if (const std::string fixed = kCommIdSetting.raw(); !fixed.empty()) return fixedBootstrapId(fixed);
   return makeRandomBootstrapId(ifnameSpec, timeoutNs, warnNs);
 }
 

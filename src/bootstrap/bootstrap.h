@@ -31,6 +31,7 @@
 #include "src/bootstrap/socket.h"
 #include "src/common/log.h"
 #include "src/common/os.h"
+#include "src/common/settings.h"
 #include "src/common/status.h"
 
 namespace chorus {
@@ -50,6 +51,9 @@ struct BootstrapId {
   static Result<BootstrapId> fromUniqueId(const chorusUniqueId& id);
 };
 static_assert(sizeof(BootstrapId) <= CHORUS_UNIQUE_ID_BYTES, "BootstrapId must fit in chorusUniqueId");
+
+// CHORUS_COMM_ID: host:port of a root that rank 0 hosts (read here and by chorusCommInitFromEnv).
+extern const TextSetting kCommIdSetting;
 
 // The id of a clique whose root rank 0 hosts at `hostPort`; the secret comes from
 // CHORUS_COMM_SECRET or a documented fixed value. Every rank computes the same id.

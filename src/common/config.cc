@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "src/common/settings.h"
+
 namespace chorus {
 
 const char* envValue(const char* name) {
@@ -39,125 +41,77 @@ std::string upper(std::string s) {
   return s;
 }
 
-// Every CHORUS_* variable the library and its launcher read (docs/environment.md).
-constexpr const char* kKnownVars[] = {"CHORUS_ALGO",
-                                      "CHORUS_CHECK",
-                                      "CHORUS_COMM_ID",
-                                      "CHORUS_COMM_SECRET",
-                                      "CHORUS_CUMEM_ENABLE",
-                                      "CHORUS_CPU_ISA",
-                                      "CHORUS_DEBUG",
-                                      "CHORUS_DEBUG_FILE",
-                                      "CHORUS_DEBUG_SUBSYS",
-                                      "CHORUS_DEVICE_NCHANNELS",
-                                      "CHORUS_DEVICE_SLOT_BYTES",
-                                      "CHORUS_DIRECT_MAX_BYTES",
-                                      "CHORUS_FLIGHT_DUMP",
-                                      "CHORUS_FLIGHT_ENTRIES",
-                                      "CHORUS_FLIGHT_SIGNAL",
-                                      "CHORUS_FLIGHT_TRACE",
-                                      "CHORUS_HOSTID",
-                                      "CHORUS_INIT_TIMEOUT",
-                                      "CHORUS_LL128",
-                                      "CHORUS_LOCAL_RANK",
-                                      "CHORUS_LOCAL_SIZE",
-                                      "CHORUS_NCHANNELS",
-                                      "CHORUS_NRANKS",
-                                      "CHORUS_ONECOPY",
-                                      "CHORUS_P2P_DISABLE",
-                                      "CHORUS_P2P_SLOT_BYTES",
-                                      "CHORUS_PROTO",
-                                      "CHORUS_RANK",
-                                      "CHORUS_RSH",
-                                      "CHORUS_SHM_DISABLE",
-                                      "CHORUS_SLEEP_MAX_US",
-                                      "CHORUS_SLOTS",
-                                      "CHORUS_SLOT_BYTES",
-                                      "CHORUS_SOCKET_IFNAME",
-                                      "CHORUS_SOCKET_NTHREADS",
-                                      "CHORUS_NET",
-                                      "CHORUS_NET_PLUGIN",
-                                      "CHORUS_IB_ADAPTIVE_ROUTING",
-                                      "CHORUS_IB_ADDR_FAMILY",
-                                      "CHORUS_IB_ADDR_RANGE",
-                                      "CHORUS_IB_AR_THRESHOLD",
-                                      "CHORUS_IB_DISABLE",
-                                      "CHORUS_IB_GID_INDEX",
-                                      "CHORUS_IB_HCA",
-                                      "CHORUS_IB_PKEY",
-                                      "CHORUS_IB_QPS_PER_CONNECTION",
-                                      "CHORUS_IB_RETRY_CNT",
-                                      "CHORUS_IB_ROCE_VERSION_NUM",
-                                      "CHORUS_IB_SL",
-                                      "CHORUS_IB_SPLIT_DATA_ON_QPS",
-                                      "CHORUS_IB_TC",
-                                      "CHORUS_IB_TIMEOUT",
-                                      "CHORUS_OFI_PROVIDER",
-                                      "CHORUS_SPIN_NS",
-                                      "CHORUS_TIMEOUT",
-                                      "CHORUS_TOPO_DUMP_FILE",
-                                      "CHORUS_TOPO_FILE",
-                                      "CHORUS_WARN_AFTER_MS",
-                                      "CHORUS_WORKERS_PER_CHANNEL",
-                                      "CHORUS_YIELD_ITERS"};
-
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
+Status builtInNetwork(const char* name, const std::string& v) {
+  if (::strcasecmp(v.c_str(), "ib") == 0 || ::strcasecmp(v.c_str(), "socket") == 0) return Status::ok();
+  return invalidArgument(std::string(name) + "=" + v +
+                         " names no built-in network: set IB or Socket (a network library goes in "
+                         "CHORUS_NET_PLUGIN)");
 }
 
-// Notes every CHORUS_* variable of the environment: known ones as set, unknown ones (a typo
-// such as CHORUS_ALG) as a warning with the nearest known name. Test programs' own variables
-// (CHORUS_TEST_*, CHORUS_GRID*) are theirs.
-void noteEnvironment(Config* c) {
-  for (char** e = environ; e && *e; ++e) {
-    const std::string_view entry(*e);
-    if (entry.rfind("CHORUS_", 0) != 0) continue;
-    const size_t eq = entry.find('=');
-    const std::string name(entry.substr(0, eq));
-    const std::string value(eq == std::string_view::npos ? "" : entry.substr(eq + 1));
-    if (name.rfind("CHORUS_TEST_", 0) == 0 || name.rfind("CHORUS_GRID", 0) == 0) continue;
-    bool known = false;
-    const char* nearest = nullptr;
-    size_t best = 4;
-    for (const char* k : kKnownVars) {
-      known = known || name == k;
-      const size_t d = editDistance(name, k);
-      if (d < best) {
-        best = d;
-        nearest = k;
-      }
-    }
-    if (known) {
-      // A secret's value is never written anywhere: whoever reads it could join the job.
-      c->envSettings.push_back(name == "CHORUS_COMM_SECRET" ? name + " set by environment (value redacted)"
-                                                            : name + " set by environment to " + value);
-    } else {
-      c->envWarnings.push_back(name + " is not a Chorus setting and is ignored" +
-                               (nearest ? std::string("; did you mean ") + nearest + "?" : std::string()) +
-                               " (docs/environment.md lists them)");
-    }
-  }
-}
-
-Status readBool(const char* name, bool* out) {
-  int64_t x = *out ? 1 : 0;
-  CHORUS_TRY(readEnvInt(name, 0, 1, &x));
-  *out = x != 0;
-  return Status::ok();
-}
+// The settings of every communicator (src/common/settings.h). Logging settings have no rule: a
+// value that cannot be used is reported once the logger exists, never refused.
+const IntSetting kTimeout{"CHORUS_TIMEOUT",
+                          1800,
+                          1,
+                          Config::kNoDeadlineSeconds,
+                          SettingScope::kRank,
+                          "seconds any wait may last before it fails naming the peer waited for"};
+const IntSetting kInitTimeout{"CHORUS_INIT_TIMEOUT",
+                              0,
+                              1,
+                              int64_t(1) << 30,
+                              SettingScope::kRank,
+                              "seconds the ranks of a new communicator may take to find each other"};
+const TextSetting kDebugSubsys{"CHORUS_DEBUG_SUBSYS", SettingScope::kRank, "the subsystems INFO and TRACE lines show"};
+const BoolSetting kLl128{"CHORUS_LL128", false, SettingScope::kPlan,
+                         "1: the tuner may choose LL128 for device collectives"};
+const IntSetting kOneCopy{"CHORUS_ONECOPY",
+                          -1,
+                          0,
+                          1,
+                          SettingScope::kPlan,
+                          "one-copy collectives: unset by the tuning table, 0 never, 1 always"};
+const TextSetting kNetPlugin{"CHORUS_NET_PLUGIN", SettingScope::kRank, "the network connections between hosts use"};
+const TextSetting kNet{"CHORUS_NET", SettingScope::kRank, "the built-in network: IB or Socket", builtInNetwork};
+const BoolSetting kCheck{"CHORUS_CHECK", false, SettingScope::kPlan, "1: compare every collective across ranks"};
+const IntSetting kWarnAfterMs{"CHORUS_WARN_AFTER_MS",
+                              0,
+                              0,
+                              int64_t(1) << 40,
+                              SettingScope::kRank,
+                              "milliseconds without progress before a wait is reported"};
+const IntSetting kSocketThreads{
+    "CHORUS_SOCKET_NTHREADS", 1, 1, 16, SettingScope::kRank, "net transport proxy threads per communicator"};
+const IntSetting kSlotBytes{"CHORUS_SLOT_BYTES", 128 * 1024,          4096,
+                            int64_t(64) << 20,   SettingScope::kPlan, "payload bytes of one FIFO slot",
+                            multipleOf64};
+const IntSetting kP2pSlotBytes{
+    "CHORUS_P2P_SLOT_BYTES",          32 * 1024,   4096, int64_t(64) << 20, SettingScope::kPlan,
+    "slot payload of per-peer FIFOs", multipleOf64};
+const IntSetting kDeviceSlotBytes{"CHORUS_DEVICE_SLOT_BYTES",
+                                  512 * 1024,
+                                  4096,
+                                  int64_t(64) << 20,
+                                  SettingScope::kPlan,
+                                  "payload bytes of one slot of a device ring FIFO",
+                                  multipleOf64};
+const IntSetting kSlots{"CHORUS_SLOTS", 8, 2, 64, SettingScope::kPlan, "slots per FIFO", powerOfTwo};
+const IntSetting kNChannels{"CHORUS_NCHANNELS", 1, 1, 32, SettingScope::kPlan, "rings run in parallel"};
+const IntSetting kDeviceChannels{"CHORUS_DEVICE_NCHANNELS",
+                                 0,
+                                 0,
+                                 32,
+                                 SettingScope::kPlan,
+                                 "the most channels a collective on device buffers runs; 0: from the GPUs"};
+// Parsed (and refused when unknown) by the communicator (parseAlgoSetting, parseProtoSetting).
+const TextSetting kAlgo{"CHORUS_ALGO", SettingScope::kPlan, "the algorithm of every all-reduce", nullptr, true};
+const TextSetting kProto{"CHORUS_PROTO", SettingScope::kPlan, "the protocol of device lanes", nullptr, true};
 
 }  // namespace
+
+const TextSetting kSocketIfname{"CHORUS_SOCKET_IFNAME", SettingScope::kRank,
+                                "the interface for bootstrap and socket traffic"};
+const TextSetting kDebugLevel{"CHORUS_DEBUG", SettingScope::kRank, "NONE, VERSION, WARN, INFO or TRACE"};
 
 std::string deadlineText(int64_t timeoutNs, const char* variable) {
   if (timeoutNs >= Config::kNoDeadlineSeconds * 1000000000) {
@@ -169,17 +123,15 @@ std::string deadlineText(int64_t timeoutNs, const char* variable) {
 
 Result<Config> Config::fromEnv() {
   Config c;
-  int64_t x = c.timeoutNs / 1000000000;
-  CHORUS_TRY(readEnvInt("CHORUS_TIMEOUT", 1, kNoDeadlineSeconds, &x));
-  c.timeoutNs = x * 1000000000;
-  x = 0;
-  CHORUS_TRY(readEnvInt("CHORUS_INIT_TIMEOUT", 1, int64_t(1) << 30, &x));
-  c.initTimeoutNs = x * 1000000000;
+  CHORUS_ASSIGN_OR_RETURN(c.env, EnvSnapshot::fromEnv());
+  const EnvSnapshot& e = c.env;
+  c.timeoutNs = kTimeout.get(e) * 1000000000;
+  c.initTimeoutNs = kInitTimeout.get(e) * 1000000000;
 
   // As NCCL_DEBUG and NCCL_DEBUG_SUBSYS: names match whatever their case, and a value that
   // cannot be used is reported (once the logger exists) rather than refused: logging settings
   // must never stop a job.
-  if (const char* v = envValue("CHORUS_DEBUG")) {
+  if (const std::string& v = kDebugLevel.get(e); !v.empty()) {
     const std::string s = upper(v);
     if (s == "WARN" || s == "ABORT") {
       c.logLevel = LogLevel::kWarn;
@@ -193,12 +145,12 @@ Result<Config> Config::fromEnv() {
       c.logLevel = LogLevel::kNone;
       c.printVersion = true;
     } else {
-      c.envWarnings.push_back(std::string("CHORUS_DEBUG=") + v +
+      c.envWarnings.push_back("CHORUS_DEBUG=" + v +
                               " is not one of NONE, VERSION, WARN, INFO, TRACE (any case); using WARN");
     }
     c.printVersion = c.printVersion || c.logLevel >= LogLevel::kInfo;
   }
-  if (const char* v = envValue("CHORUS_DEBUG_SUBSYS")) {
+  if (const std::string& v = kDebugSubsys.get(e); !v.empty()) {
     // Comma-separated names; a leading ^ inverts the set, as NCCL_DEBUG_SUBSYS.
     std::string_view s(v);
     bool invert = false;
@@ -253,9 +205,7 @@ Result<Config> Config::fromEnv() {
     }
     c.logSubsys = invert ? ~mask : mask;
   }
-  CHORUS_TRY(readBool("CHORUS_SHM_DISABLE", &c.shmDisable));
-  CHORUS_TRY(readBool("CHORUS_P2P_DISABLE", &c.p2pDisable));
-  CHORUS_TRY(readBool("CHORUS_LL128", &c.ll128));
+  c.ll128 = kLl128.get(e);
   if (const char* v = envValue("CUDA_DEVICE_MAX_CONNECTIONS")) {
     // CUDA's variable, not ours: a value it would not take is not an error here, only noted.
     char* end = nullptr;
@@ -268,102 +218,23 @@ Result<Config> Config::fromEnv() {
                               " is not a number from 1 to 32; Chorus assumes CUDA's default of 8 hardware queues");
     }
   }
-  {
-    int64_t oneCopy = c.oneCopy;
-    CHORUS_TRY(readEnvInt("CHORUS_ONECOPY", 0, 1, &oneCopy));
-    c.oneCopy = static_cast<int>(oneCopy);
-  }
-  // Read where device memory is allocated (src/device/cuda_runtime.cc); checked here so that a
-  // value that is not a boolean fails init with the others.
-  bool cumem = true;
-  CHORUS_TRY(readBool("CHORUS_CUMEM_ENABLE", &cumem));
-  if (const char* v = envValue("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
-  if (const char* v = envValue("CHORUS_NET_PLUGIN")) c.netPlugin = v;
-  if (const char* v = envValue("CHORUS_NET")) {
-    if (::strcasecmp(v, "ib") != 0 && ::strcasecmp(v, "socket") != 0) {
-      return Status(chorusInvalidArgument, std::string("CHORUS_NET=") + v +
-                                               " names no built-in network: set IB or Socket (a network library "
-                                               "goes in CHORUS_NET_PLUGIN)");
-    }
-    c.netName = v;
-  }
-  if (const char* v = envValue("CHORUS_TOPO_FILE")) c.topoFile = v;
-  if (const char* v = envValue("CHORUS_TOPO_DUMP_FILE")) c.topoDumpFile = v;
-  if (const char* v = envValue("CHORUS_FLIGHT_DUMP")) c.flightDump = v;
-  CHORUS_TRY(readBool("CHORUS_FLIGHT_TRACE", &c.flightTrace));
-  CHORUS_TRY(readBool("CHORUS_CHECK", &c.check));
-  x = static_cast<int64_t>(c.flightEntries);
-  CHORUS_TRY(readEnvInt("CHORUS_FLIGHT_ENTRIES", 0, 1 << 20, &x));
-  c.flightEntries = static_cast<size_t>(x);
-  x = c.flightSignal;
-  CHORUS_TRY(readEnvInt("CHORUS_FLIGHT_SIGNAL", 1, 64, &x));
-  c.flightSignal = static_cast<int>(x);
-  x = c.warnAfterNs / 1000000;
-  CHORUS_TRY(readEnvInt("CHORUS_WARN_AFTER_MS", 0, int64_t(1) << 40, &x));
-  c.warnAfterNs = x * 1000000;
-
-  x = c.socketThreads;
-  CHORUS_TRY(readEnvInt("CHORUS_SOCKET_NTHREADS", 1, 16, &x));
-  c.socketThreads = static_cast<int>(x);
-  CHORUS_TRY(readEnvInt("CHORUS_SPIN_NS", 0, int64_t(10) * 1000000000, &c.spinNs));
-  x = c.yieldIters;
-  CHORUS_TRY(readEnvInt("CHORUS_YIELD_ITERS", 0, 1000000, &x));
-  c.yieldIters = static_cast<int>(x);
-  x = c.sleepMaxNs / 1000;
-  CHORUS_TRY(readEnvInt("CHORUS_SLEEP_MAX_US", 1, 1000000, &x));
-  c.sleepMaxNs = x * 1000;
-  x = static_cast<int64_t>(c.slotBytes);
-  CHORUS_TRY(readEnvInt("CHORUS_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
-  if (x % 64 != 0) return invalidArgument("CHORUS_SLOT_BYTES must be a multiple of 64");
-  c.slotBytes = static_cast<size_t>(x);
-  x = static_cast<int64_t>(c.peerSlotBytes);
-  CHORUS_TRY(readEnvInt("CHORUS_P2P_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
-  if (x % 64 != 0) return invalidArgument("CHORUS_P2P_SLOT_BYTES must be a multiple of 64");
-  c.peerSlotBytes = static_cast<size_t>(x);
-  x = static_cast<int64_t>(c.deviceSlotBytes);
-  CHORUS_TRY(readEnvInt("CHORUS_DEVICE_SLOT_BYTES", 4096, int64_t(64) << 20, &x));
-  if (x % 64 != 0) return invalidArgument("CHORUS_DEVICE_SLOT_BYTES must be a multiple of 64");
-  c.deviceSlotBytes = static_cast<size_t>(x);
-  x = c.slots;
-  CHORUS_TRY(readEnvInt("CHORUS_SLOTS", 2, 64, &x));
-  // A power of two: a slot is its 32-bit FIFO position modulo the count, and only a count that
-  // divides 2^32 keeps the slots in turn when the positions wrap.
-  if ((x & (x - 1)) != 0) {
-    return invalidArgument("CHORUS_SLOTS=" + std::to_string(x) + " is not a power of two: set 2, 4, 8, 16, 32 or 64");
-  }
-  c.slots = static_cast<int>(x);
-  x = c.nChannels;
-  CHORUS_TRY(readEnvInt("CHORUS_NCHANNELS", 1, 32, &x));
-  c.nChannels = static_cast<int>(x);
-  x = c.deviceChannels;
-  CHORUS_TRY(readEnvInt("CHORUS_DEVICE_NCHANNELS", 0, 32, &x));
-  c.deviceChannels = static_cast<int>(x);
-  x = c.workersPerChannel;
-  CHORUS_TRY(readEnvInt("CHORUS_WORKERS_PER_CHANNEL", 1, 64, &x));
-  c.workersPerChannel = static_cast<int>(x);
-
-  if (const char* v = envValue("CHORUS_CPU_ISA")) {
-    auto isa = parseCpuIsa(v);
-    if (!isa) return invalidArgument(std::string("CHORUS_CPU_ISA=") + v + " is not one of scalar, avx2, avx512");
-    if (!cpuRuns(*isa)) {
-      return invalidArgument(std::string("CHORUS_CPU_ISA=") + v + " but this CPU cannot run that instruction set");
-    }
-    c.cpuIsa = isa;
-  }
-  // CHORUS_ALGO and CHORUS_PROTO are parsed (and refused when unknown) by the communicator
-  // (parseAlgoSetting, parseProtoSetting); compared across ranks as written here, in lower case.
-  if (const char* v = envValue("CHORUS_ALGO")) {
-    c.algo = v;
-    for (char& ch : c.algo) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  }
-  x = static_cast<int64_t>(c.directMaxBytes);
-  CHORUS_TRY(readEnvInt("CHORUS_DIRECT_MAX_BYTES", 0, int64_t(1) << 40, &x));
-  c.directMaxBytes = static_cast<size_t>(x);
-  if (const char* v = envValue("CHORUS_PROTO")) {
-    c.proto = v;
-    for (char& ch : c.proto) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  }
-  noteEnvironment(&c);
+  c.oneCopy = static_cast<int>(kOneCopy.get(e));
+  c.socketIfname = kSocketIfname.get(e);
+  c.netPlugin = kNetPlugin.get(e);
+  c.netName = kNet.get(e);
+  c.check = kCheck.get(e);
+  c.warnAfterNs = kWarnAfterMs.get(e) * 1000000;
+  c.socketThreads = static_cast<int>(kSocketThreads.get(e));
+  c.slotBytes = static_cast<size_t>(kSlotBytes.get(e));
+  c.peerSlotBytes = static_cast<size_t>(kP2pSlotBytes.get(e));
+  c.deviceSlotBytes = static_cast<size_t>(kDeviceSlotBytes.get(e));
+  c.slots = static_cast<int>(kSlots.get(e));
+  c.nChannels = static_cast<int>(kNChannels.get(e));
+  c.deviceChannels = static_cast<int>(kDeviceChannels.get(e));
+  c.algo = kAlgo.get(e);
+  c.proto = kProto.get(e);
+  for (const std::string& w : e.unknownWarnings()) c.envWarnings.push_back(w);
+  c.envSettings = e.setLines();
   return c;
 }
 

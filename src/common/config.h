@@ -1,5 +1,7 @@
-// Every CHORUS_* tunable, read from the environment in one place into an immutable Config.
-// docs/environment.md lists them; a bad value is an error that names the variable.
+// A communicator's settings: the environment's snapshot (src/common/settings.h; every CHORUS_*
+// variable is declared there beside the code that reads it) and, for the settings of this file's
+// declarations, their typed values. docs/environment.md lists them; a bad value is an error that
+// names the variable.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "src/common/cpu_isa.h"
+#include "src/common/settings.h"
 #include "src/common/status.h"
 
 namespace chorus {
@@ -17,6 +20,11 @@ const char* envValue(const char* name);
 // An integer variable in [lo, hi] into *out; unset leaves *out alone. Anything else is an error
 // that names the variable, its value and the range: the one parser of integer variables.
 Status readEnvInt(const char* name, int64_t lo, int64_t hi, int64_t* out);
+
+// CHORUS_SOCKET_IFNAME (every communicator's, and the ibverbs network's side channel).
+extern const TextSetting kSocketIfname;
+// CHORUS_DEBUG (read by Config::fromEnv, and by userMessage for TRACE's source locations).
+extern const TextSetting kDebugLevel;
 
 enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
@@ -48,41 +56,31 @@ struct Config {
   int64_t initTimeoutNs = 0;                       // CHORUS_INIT_TIMEOUT (seconds); 0: initTimeout()
   LogLevel logLevel = LogLevel::kWarn;             // CHORUS_DEBUG
   uint32_t logSubsys = kSubsysDefault;             // CHORUS_DEBUG_SUBSYS
-  bool shmDisable = false;                         // CHORUS_SHM_DISABLE
-  bool p2pDisable = false;                         // CHORUS_P2P_DISABLE
   std::string socketIfname;                        // CHORUS_SOCKET_IFNAME
   int socketThreads = 1;                           // CHORUS_SOCKET_NTHREADS: net proxy threads
   std::string netPlugin;                           // CHORUS_NET_PLUGIN: a network library (docs/network.md)
   std::string netName;                             // CHORUS_NET: IB or Socket; empty: IB where offered
-  int64_t spinNs = -1;   // CHORUS_SPIN_NS: busy-poll stage before yielding; -1: by the host (IdlePolicy::hostSpinNs)
-  int yieldIters = 200;  // CHORUS_YIELD_ITERS: sched_yield stage
-  int64_t sleepMaxNs = 2000000;         // CHORUS_SLEEP_MAX_US: futex stage's longest nap
-  size_t slotBytes = 128 * 1024;        // CHORUS_SLOT_BYTES: payload of one FIFO slot
-  int slots = 8;                        // CHORUS_SLOTS: slots per FIFO
-  size_t peerSlotBytes = 32 * 1024;     // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
-  size_t deviceSlotBytes = 512 * 1024;  // CHORUS_DEVICE_SLOT_BYTES: device ring FIFOs' slots
-  int nChannels = 1;                    // CHORUS_NCHANNELS: rings run in parallel
-  int deviceChannels = 0;               // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
-  int workersPerChannel = 1;            // CHORUS_WORKERS_PER_CHANNEL: threads moving each piece
-  std::optional<CpuIsa> cpuIsa;         // CHORUS_CPU_ISA
-  std::string algo;                     // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
-  size_t directMaxBytes = 64 * 1024;    // CHORUS_DIRECT_MAX_BYTES: direct all-reduce up to this
-  std::string proto;                    // CHORUS_PROTO (simple, ll: device lanes)
-  std::string topoFile;                 // CHORUS_TOPO_FILE: hwloc XML in place of the machine
-  std::string topoDumpFile;             // CHORUS_TOPO_DUMP_FILE: rank 0 writes the topology
-  size_t flightEntries = 1024;          // CHORUS_FLIGHT_ENTRIES: operations the flight recorder keeps
-  std::string flightDump;               // CHORUS_FLIGHT_DUMP: path prefix of state dumps
-  bool flightTrace = false;             // CHORUS_FLIGHT_TRACE: Chrome trace beside each dump
-  int flightSignal = 10;                // CHORUS_FLIGHT_SIGNAL: dump on this signal (SIGUSR1)
-  int64_t warnAfterNs = 0;              // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
-  bool check = false;                   // CHORUS_CHECK: compare every collective across ranks
-  int oneCopy = -1;                     // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
-  bool ll128 = false;                   // CHORUS_LL128: the tuner may choose LL128 on device lanes
-  bool printVersion = false;            // CHORUS_DEBUG=VERSION (or INFO and up): the version line
+  size_t slotBytes = 128 * 1024;                   // CHORUS_SLOT_BYTES: payload of one FIFO slot
+  int slots = 8;                                   // CHORUS_SLOTS: slots per FIFO
+  size_t peerSlotBytes = 32 * 1024;                // CHORUS_P2P_SLOT_BYTES: slots of per-peer FIFOs
+  size_t deviceSlotBytes = 512 * 1024;             // CHORUS_DEVICE_SLOT_BYTES: device ring FIFOs' slots
+  int nChannels = 1;                               // CHORUS_NCHANNELS: rings run in parallel
+  int deviceChannels = 0;                          // CHORUS_DEVICE_NCHANNELS: device collectives' most; 0: from the GPU
+  std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
+  std::string proto;                               // CHORUS_PROTO (simple, ll: device lanes)
+  int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
+  bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
+  int oneCopy = -1;                                // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
+  bool ll128 = false;                              // CHORUS_LL128: the tuner may choose LL128 on device lanes
+  bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line
   // CUDA_DEVICE_MAX_CONNECTIONS, CUDA's own (read, never set): the hardware queues through which
   // CUDA feeds a process's streams to a GPU. Ranks that share a GPU as threads of one process are
   // warned when it is low (docs/environment.md); CUDA's default, 8, when unset or not 1 to 32.
   int cudaConnections = 8;
+
+  // Every registered setting as the environment gave it at init (settings declared elsewhere
+  // read theirs from it: kX.get(config.env)).
+  EnvSnapshot env;
 
   // What reading the environment found to say, logged once the communicator has a logger:
   // settings it could not use (WARN) and every CHORUS_* variable set ("X set by environment to

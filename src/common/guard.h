@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "include/chorus/chorus.h"
+#include "src/common/config.h"
 #include "src/common/status.h"
 
 namespace chorus {
@@ -40,8 +41,7 @@ inline bool isSourceFile(std::string_view name) {
 // A message as users see it: without the " [src/...:line]" trail that CHORUS_TRY adds on the way
 // up, unless CHORUS_DEBUG=TRACE asks for it.
 inline std::string userMessage(const std::string& m) {
-  const char* level = std::getenv("CHORUS_DEBUG");
-  if (level && strcasecmp(level, "TRACE") == 0) return m;
+  if (strcasecmp(kDebugLevel.raw().c_str(), "TRACE") == 0) return m;
   std::string out;
   out.reserve(m.size());
   for (size_t i = 0; i < m.size();) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "src/common/os.h"
+#include "src/common/settings.h"
 
 namespace chorus {
 namespace {
@@ -38,10 +39,14 @@ std::string debugFilePath(const char* pattern) {
 // mutex keeps lines from different communicators whole. resetLogSink makes a new one; the old one
 // stays alive and reachable in retiredSinks (a line being written through it must not lose its
 // logger), one per reset. Neither is ever destroyed: threads may still log during exit.
+const TextSetting kDebugFile{"CHORUS_DEBUG_FILE", SettingScope::kProcess,
+                             "the log goes to this file instead of stderr (%h host, %p pid)"};
+
 spdlog::logger* makeSink() {
   spdlog::sink_ptr s;
   std::string fallback;
-  if (const char* file = std::getenv("CHORUS_DEBUG_FILE"); file && *file) {
+  if (const std::string name = kDebugFile.raw(); !name.empty()) {
+    const char* file = name.c_str();
     const std::string path = debugFilePath(file);
     makePrivateFile(path);  // 0600: a log may say where ranks listen
     try {

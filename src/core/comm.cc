@@ -58,25 +58,39 @@ Status Communicator::chooseCudaDevice(const CommOptions& options) {
 
 namespace {
 
+Status cpuIsaRule(const char* name, const std::string& v) {
+  auto isa = parseCpuIsa(v);
+  if (!isa) return invalidArgument(std::string(name) + "=" + v + " is not one of scalar, avx2, avx512");
+  if (!cpuRuns(*isa)) {
+    return invalidArgument(std::string(name) + "=" + v + " but this CPU cannot run that instruction set");
+  }
+  return Status::ok();
+}
+
+const TextSetting kCpuIsa{"CHORUS_CPU_ISA", SettingScope::kRank, "the host reductions' instruction set", cpuIsaRule,
+                          true};
+const IntSetting kWorkersPerChannel{"CHORUS_WORKERS_PER_CHANNEL",
+                                    1,
+                                    1,
+                                    64,
+                                    SettingScope::kRank,
+                                    "threads that move each piece of a ring or chain schedule"};
+
 // Everything each rank tells the others at init.
 struct InitRecord {
   PeerInfo peer;
   uint32_t version = 0;
-  uint32_t slotBytes = 0;
-  int32_t slots = 0;
-  int32_t nChannels = 0;
-  int32_t deviceChannels = 0;  // CHORUS_DEVICE_NCHANNELS
-  int32_t gpuSms = 0;          // this rank's GPU (0: none bound), which decides device channels
+  int32_t gpuSms = 0;  // this rank's GPU (0: none bound), which decides device channels
   uint64_t gpuUuid[2] = {0, 0};
-  char algo[16] = {0};
-  char proto[16] = {0};
-  uint64_t directMaxBytes = 0;
-  uint64_t peerSlotBytes = 0;
-  uint64_t deviceSlotBytes = 0;
-  uint32_t check = 0;
-  uint32_t oneCopy = 0;
-  uint32_t ll128 = 0;
+  // A digest of the settings that change the plan (EnvSnapshot::planText); where two differ, the
+  // ranks exchange the texts to say which setting and how.
+  uint64_t planDigest = 0;
   topo::TopoRecord topo;  // where this rank runs; its machine's description follows (comm_topo.cc)
+};
+
+// A rank's plan settings as text, exchanged only when the digests differ.
+struct PlanText {
+  char text[2048] = {0};
 };
 
 }  // namespace
@@ -204,11 +218,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   InitRecord& me = all[rank_];
   me.peer = PeerInfo::local(config_);
   me.version = CHORUS_VERSION_CODE;
-  me.slotBytes = static_cast<uint32_t>(config_.slotBytes);
-  me.deviceSlotBytes = config_.deviceSlotBytes;
-  me.slots = config_.slots;
-  me.nChannels = config_.nChannels;
-  me.deviceChannels = config_.deviceChannels;
+  const std::string plan = config_.env.planText();
+  me.planDigest = fnv1a(plan.data(), plan.size());
   if (cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) {
     // Unknown when it cannot be asked: the device side's own creation then says why.
     if (auto id = cuda::gpuIdentity(cudaDevice()); id.isOk()) {
@@ -216,25 +227,17 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       std::memcpy(me.gpuUuid, id.value().uuid, sizeof(me.gpuUuid));
     }
   }
-  std::snprintf(me.algo, sizeof(me.algo), "%s", config_.algo.c_str());
-  std::snprintf(me.proto, sizeof(me.proto), "%s", config_.proto.c_str());
-  me.directMaxBytes = config_.directMaxBytes;
-  me.peerSlotBytes = config_.peerSlotBytes;
-  me.check = config_.check ? 1 : 0;
-  me.oneCopy = static_cast<uint32_t>(config_.oneCopy + 1);  // 0: unset
-  me.ll128 = config_.ll128 ? 1 : 0;
   std::string machine;
   CHORUS_TRY(detectMachine(&machine, &me.topo));
   InitRecord mine = me;
   CHORUS_TRY(bootstrap_->allGather(all.data(), sizeof(InitRecord)));
   all[rank_] = mine;
   for (InitRecord& r : all) {  // text from other processes: terminated here, whatever was sent
-    r.algo[sizeof(r.algo) - 1] = 0;
-    r.proto[sizeof(r.proto) - 1] = 0;
     r.peer.host[sizeof(r.peer.host) - 1] = 0;
   }
 
-  // Settings that change the plan must agree, or the ranks would cut data differently.
+  // Ranks of one build, and settings that change the plan, must agree, or the ranks would cut data
+  // differently.
   for (int r = 0; r < nranks_; ++r) {
     const InitRecord& a = all[0];
     const InitRecord& b = all[r];
@@ -245,39 +248,32 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     if (a.version != b.version) {
       return differ("the Chorus library version", std::to_string(a.version), std::to_string(b.version));
     }
-    if (a.slotBytes != b.slotBytes) {
-      return differ("CHORUS_SLOT_BYTES", std::to_string(a.slotBytes), std::to_string(b.slotBytes));
+  }
+  // Settings that change the plan (SettingScope::kPlan) must agree too. Every rank sees the same
+  // digests, so either all exchange their texts here or none does.
+  bool plansDiffer = false;
+  for (int r = 1; r < nranks_; ++r) plansDiffer = plansDiffer || all[r].planDigest != all[0].planDigest;
+  if (plansDiffer) {
+    std::vector<PlanText> texts(nranks_);
+    if (plan.size() >= sizeof(PlanText::text)) return internalError("the plan settings' text outgrew its record");
+    std::memcpy(texts[rank_].text, plan.data(), plan.size());
+    CHORUS_TRY(bootstrap_->allGather(texts.data(), sizeof(PlanText)));
+    for (int r = 1; r < nranks_; ++r) {
+      texts[r].text[sizeof(PlanText::text) - 1] = 0;
+      texts[0].text[sizeof(PlanText::text) - 1] = 0;
+      const std::vector<PlanDifference> d = comparePlans(texts[0].text, texts[r].text);
+      if (d.empty()) continue;
+      return invalidUsage(d[0].name + " differs between ranks: rank 0 has " + d[0].first + ", rank " +
+                          std::to_string(r) + " has " + d[0].second + "; set it the same on every rank");
     }
-    if (a.slots != b.slots) return differ("CHORUS_SLOTS", std::to_string(a.slots), std::to_string(b.slots));
-    if (a.deviceSlotBytes != b.deviceSlotBytes) {
-      return differ("CHORUS_DEVICE_SLOT_BYTES", std::to_string(a.deviceSlotBytes), std::to_string(b.deviceSlotBytes));
-    }
-    if (a.nChannels != b.nChannels) {
-      return differ("CHORUS_NCHANNELS", std::to_string(a.nChannels), std::to_string(b.nChannels));
-    }
-    if (a.deviceChannels != b.deviceChannels) {
-      return differ("CHORUS_DEVICE_NCHANNELS", std::to_string(a.deviceChannels), std::to_string(b.deviceChannels));
-    }
-    if (std::strncmp(a.algo, b.algo, sizeof(a.algo)) != 0) return differ("CHORUS_ALGO", a.algo, b.algo);
-    if (std::strncmp(a.proto, b.proto, sizeof(a.proto)) != 0) return differ("CHORUS_PROTO", a.proto, b.proto);
-    if (a.peerSlotBytes != b.peerSlotBytes) {
-      return differ("CHORUS_P2P_SLOT_BYTES", std::to_string(a.peerSlotBytes), std::to_string(b.peerSlotBytes));
-    }
-    if (a.directMaxBytes != b.directMaxBytes) {
-      return differ("CHORUS_DIRECT_MAX_BYTES", std::to_string(a.directMaxBytes), std::to_string(b.directMaxBytes));
-    }
-    if (a.check != b.check) return differ("CHORUS_CHECK", std::to_string(a.check), std::to_string(b.check));
-    if (a.oneCopy != b.oneCopy) {
-      auto said = [](uint32_t v) { return v == 0 ? std::string("unset") : std::to_string(v - 1); };
-      return differ("CHORUS_ONECOPY", said(a.oneCopy), said(b.oneCopy));
-    }
-    if (a.ll128 != b.ll128) return differ("CHORUS_LL128", std::to_string(a.ll128), std::to_string(b.ll128));
+    return internalError("the plan settings' digests differ between ranks but their texts do not");
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
   watchPeers();
 
-  const CpuIsa isa = config_.cpuIsa ? *config_.cpuIsa : bestCpuIsa();
+  const std::optional<CpuIsa> forcedIsa = parseCpuIsa(kCpuIsa.get(config_.env));
+  const CpuIsa isa = forcedIsa ? *forcedIsa : bestCpuIsa();
   kernels_ = *hostKernelsFor(isa);
 
   // The first transport of the registry that can connect a pair does, on both sides alike.
@@ -340,7 +336,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   conns_.init(nranks_, config_.nChannels);
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   laneScratch_.resize(std::max<size_t>(config_.slotBytes, config_.peerSlots()));
-  if (config_.workersPerChannel > 1) workers_ = std::make_unique<WorkerGroup>(config_.workersPerChannel);
+  if (const int64_t w = kWorkersPerChannel.get(config_.env); w > 1) workers_ = std::make_unique<WorkerGroup>(int(w));
   seq_.p2pSend.assign(nranks_, 0);
   seq_.p2pRecv.assign(nranks_, 0);
   startFlight();

@@ -18,6 +18,21 @@
 namespace chorus {
 namespace {
 
+const IntSetting kFlightEntries{"CHORUS_FLIGHT_ENTRIES",
+                                1024,
+                                0,
+                                1 << 20,
+                                SettingScope::kRank,
+                                "operations the flight recorder keeps; 0 turns it off"};
+const TextSetting kFlightDump{"CHORUS_FLIGHT_DUMP", SettingScope::kRank, "path prefix of state dumps"};
+const BoolSetting kFlightTrace{"CHORUS_FLIGHT_TRACE", false, SettingScope::kRank, "1: a Chrome trace beside each dump"};
+const IntSetting kFlightSignal{"CHORUS_FLIGHT_SIGNAL",
+                               10,
+                               1,
+                               64,
+                               SettingScope::kRank,
+                               "the signal that makes every communicator dump (with CHORUS_FLIGHT_DUMP)"};
+
 // Communicators that dump on CHORUS_FLIGHT_SIGNAL. The handler only writes a byte to a pipe; a
 // thread of its own (started with the first such communicator, never stopped) does the dumping,
 // under the registry's mutex, which a communicator's destructor takes to leave.
@@ -88,21 +103,21 @@ const char* stateName(Communicator::State s) {
 }  // namespace
 
 void Communicator::startFlight() {
-  flight_ = std::make_unique<FlightRecorder>(config_.flightEntries);
-  if (config_.flightDump.empty()) return;
+  flight_ = std::make_unique<FlightRecorder>(static_cast<size_t>(kFlightEntries.get(config_.env)));
+  if (kFlightDump.get(config_.env).empty()) return;
   DumpRegistry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
-  startDumpThread(config_.flightSignal);
+  startDumpThread(static_cast<int>(kFlightSignal.get(config_.env)));
   r.comms.insert(this);
 }
 
 void Communicator::stopFlight() {
   if (!flight_) return;
-  if (config_.flightTrace) {
+  if (kFlightTrace.get(config_.env)) {
     Status s = writeTrace(dumpName() + ".json");
     if (!s.isOk()) log_.warn(kSubsysAll, "{}", s.message());
   }
-  if (!config_.flightDump.empty()) {
+  if (!kFlightDump.get(config_.env).empty()) {
     DumpRegistry& r = registry();
     std::lock_guard<std::mutex> g(r.mu);
     r.comms.erase(this);
@@ -187,12 +202,12 @@ std::string Communicator::dumpState() const {
   if (!flight_ || !flight_->enabled()) return s + "  flight recorder off (CHORUS_FLIGHT_ENTRIES=0)\n";
   const auto entries = flight_->snapshot();
   s += fmt::format("  last {} operations (oldest first; CHORUS_FLIGHT_ENTRIES={}):\n", entries.size(),
-                   config_.flightEntries);
+                   static_cast<size_t>(kFlightEntries.get(config_.env)));
   return s + FlightRecorder::text(entries);
 }
 
 std::string Communicator::dumpName() const {
-  const std::string prefix = config_.flightDump.empty() ? "chorus-flight" : config_.flightDump;
+  const std::string prefix = kFlightDump.get(config_.env).empty() ? "chorus-flight" : kFlightDump.get(config_.env);
   std::string name = name_.empty() ? fmt::format("{:x}", commId_) : name_;
   for (char& ch : name) {
     if (ch == '/' || static_cast<unsigned char>(ch) < 0x20) ch = '_';  // a file name, not a path
@@ -212,14 +227,14 @@ Status Communicator::writeTrace(const std::string& path) const {
 }
 
 Status Communicator::writeDump(const std::string& why) const {
-  if (config_.flightDump.empty()) return Status::ok();
+  if (kFlightDump.get(config_.env).empty()) return Status::ok();
   const std::string path = dumpName() + ".txt";
   makePrivateFile(path);
   std::ofstream f(path, std::ios::app);
   f << "== " << why << "\n" << dumpState();
   f.close();
   if (!f) return systemError("could not write the state dump to " + path + " (CHORUS_FLIGHT_DUMP)");
-  if (config_.flightTrace) CHORUS_TRY(writeTrace(dumpName() + ".json"));
+  if (kFlightTrace.get(config_.env)) CHORUS_TRY(writeTrace(dumpName() + ".json"));
   log_.warn(kSubsysAll, "state dumped to {} ({})", path, why);
   return Status::ok();
 }

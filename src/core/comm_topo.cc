@@ -14,6 +14,16 @@
 namespace chorus {
 namespace {
 
+const IntSetting kDirectMaxBytes{"CHORUS_DIRECT_MAX_BYTES",
+                                 64 * 1024,
+                                 0,
+                                 int64_t(1) << 40,
+                                 SettingScope::kPlan,
+                                 "the most a rank may send in a direct all-reduce (the tuner's cap)"};
+const TextSetting kTopoFile{"CHORUS_TOPO_FILE", SettingScope::kRank,
+                            "a file describing this rank's machine in place of the live one"};
+const TextSetting kTopoDumpFile{"CHORUS_TOPO_DUMP_FILE", SettingScope::kRank, "rank 0 writes the topology here"};
+
 // A machine with hundreds of GPUs and NICs describes itself in tens of KiB.
 constexpr uint32_t kMaxMachineBytes = 1u << 20;
 
@@ -34,10 +44,10 @@ Status Communicator::detectMachine(std::string* description, topo::TopoRecord* r
   // A CHORUS_TOPO_FILE that cannot be read is an error; a live machine hwloc cannot describe is
   // not (the rings then follow rank order).
   topo::Machine machine;
-  auto detected = topo::detectCached(config_.topoFile);
+  auto detected = topo::detectCached(kTopoFile.get(config_.env));
   if (detected.isOk()) {
     machine = std::move(detected).value();
-  } else if (!config_.topoFile.empty()) {
+  } else if (!kTopoFile.get(config_.env).empty()) {
     return detected.status();
   } else {
     log_.warn(kSubsysInit, "topology detection failed ({}); rings follow rank order", detected.status().message());
@@ -105,7 +115,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   facts.nranks = nranks_;
   facts.singleHost = singleHost_;
   facts.oneProcess = oneProcess_;
-  facts.directMaxBytesSetting = config_.directMaxBytes;
+  facts.directMaxBytesSetting = static_cast<size_t>(kDirectMaxBytes.get(config_.env));
   facts.forced = forcedAlgo_;
   facts.forcedProto = forcedProto_;
   // Device connections cross a socket (host-staged, Simple only) between hosts, and wherever a
@@ -162,7 +172,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 Tuner::kSimpleChannelBytes);
     }
   }
-  if (rank_ == 0 && !config_.topoDumpFile.empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
+  if (rank_ == 0 && !kTopoDumpFile.get(config_.env).empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
   return Status::ok();
 }
 
@@ -222,11 +232,12 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
                    {"treeLatencyUs", m.treeLatencyUs},
                    {"bwGBs", m.bwGBs},
                    {"deviceChannels", deviceChannels_}};
-  makePrivateFile(config_.topoDumpFile);
-  std::ofstream f(config_.topoDumpFile);
+  makePrivateFile(kTopoDumpFile.get(config_.env));
+  std::ofstream f(kTopoDumpFile.get(config_.env));
   f << dump.dump(2) << "\n";
-  if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + config_.topoDumpFile + ": check the path");
-  log_.info(kSubsysInit, "topology written to {}", config_.topoDumpFile);
+  if (!f)
+    return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + kTopoDumpFile.get(config_.env) + ": check the path");
+  log_.info(kSubsysInit, "topology written to {}", kTopoDumpFile.get(config_.env));
   return Status::ok();
 }
 

@@ -8,6 +8,25 @@
 #include "src/common/os.h"
 
 namespace chorus {
+namespace {
+
+const IntSetting kSpinNs{"CHORUS_SPIN_NS",
+                         -1,
+                         0,
+                         int64_t(10) * 1000000000,
+                         SettingScope::kRank,
+                         "nanoseconds a waiting thread busy-polls before it yields; unset: by the host"};
+const IntSetting kYieldIters{
+    "CHORUS_YIELD_ITERS", 200, 0, 1000000, SettingScope::kRank, "yields before a waiting thread naps"};
+const IntSetting kSleepMaxUs{
+    "CHORUS_SLEEP_MAX_US", 2000, 1, 1000000, SettingScope::kRank, "the longest single futex nap, microseconds"};
+
+}  // namespace
+
+IdlePolicy::IdlePolicy(const Config& c, int ranksOnHost, int usableCpus)
+    : spinNs(kSpinNs.get(c.env) >= 0 ? kSpinNs.get(c.env) : hostSpinNs(ranksOnHost, usableCpus)),
+      yieldIters(static_cast<int>(kYieldIters.get(c.env))),
+      sleepMaxNs(kSleepMaxUs.get(c.env) * 1000) {}
 
 Engine::Engine(const Config& config) : policy_(config) {
   thread_ = std::thread([this] {

@@ -39,10 +39,8 @@ struct IdlePolicy {
 
   IdlePolicy() = default;
   // `ranksOnHost` and `usableCpus` decide the spin stage when the config leaves it (spinNs < 0).
-  explicit IdlePolicy(const Config& c, int ranksOnHost = 1, int usableCpus = 0)
-      : spinNs(c.spinNs >= 0 ? c.spinNs : hostSpinNs(ranksOnHost, usableCpus)),
-        yieldIters(c.yieldIters),
-        sleepMaxNs(c.sleepMaxNs) {}
+  // CHORUS_SPIN_NS, CHORUS_YIELD_ITERS and CHORUS_SLEEP_MAX_US of `c` (declared in engine.cc).
+  explicit IdlePolicy(const Config& c, int ranksOnHost = 1, int usableCpus = 0);
   int64_t spinNs = 0;
   int yieldIters = 0;
   int64_t sleepMaxNs = 0;

@@ -18,10 +18,20 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "src/bootstrap/bootstrap.h"
 #include "src/common/config.h"
+#include "src/common/settings.h"
 
 namespace chorus {
 namespace {
+
+// What chorusrun sets for each rank (and reads: CHORUS_RSH); other launchers' variables are theirs.
+const TextSetting kRankVar{"CHORUS_RANK", SettingScope::kLaunch, "this process's rank (chorusrun)"};
+const TextSetting kNRanksVar{"CHORUS_NRANKS", SettingScope::kLaunch, "the job size (chorusrun)"};
+const TextSetting kLocalRankVar{"CHORUS_LOCAL_RANK", SettingScope::kLaunch,
+                                "its rank among the ranks of its host (chorusrun); picks the GPU"};
+const TextSetting kLocalSizeVar{"CHORUS_LOCAL_SIZE", SettingScope::kLaunch, "the ranks of its host (chorusrun)"};
+const TextSetting kRshVar{"CHORUS_RSH", SettingScope::kLaunch, "how chorusrun starts a rank on another host"};
 
 Result<int> envInt(const char* name) {
   if (!envValue(name)) return invalidArgument(std::string(name) + " is not set");
@@ -53,10 +63,10 @@ namespace {
 
 Result<EnvLaunch> readLaunchRanks() {
   EnvLaunch l;
-  const char* commId = envValue("CHORUS_COMM_ID");
-  if (envValue("CHORUS_RANK") || envValue("CHORUS_NRANKS")) {
-    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt("CHORUS_RANK"));
-    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt("CHORUS_NRANKS"));
+  const char* commId = envValue(kCommIdSetting.name());
+  if (envValue(kRankVar.name()) || envValue(kNRanksVar.name())) {
+    CHORUS_ASSIGN_OR_RETURN(l.rank, envInt(kRankVar.name()));
+    CHORUS_ASSIGN_OR_RETURN(l.nranks, envInt(kNRanksVar.name()));
     if (!commId) return invalidArgument("CHORUS_RANK is set but CHORUS_COMM_ID (host:port of rank 0's root) is not");
     l.rootHostPort = commId;
     return l;
@@ -128,8 +138,8 @@ Result<EnvLaunch> readLaunchEnv() {
   if (l.alone) return l;
   // The local rank of the launcher that gave the rank.
   const char* name = "SLURM_LOCALID";
-  if (envValue("CHORUS_RANK") || envValue("CHORUS_NRANKS")) {
-    name = "CHORUS_LOCAL_RANK";
+  if (envValue(kRankVar.name()) || envValue(kNRanksVar.name())) {
+    name = kLocalRankVar.name();
   } else if (envValue("OMPI_COMM_WORLD_RANK")) {
     name = "OMPI_COMM_WORLD_LOCAL_RANK";
   } else if (envValue("RANK") && envValue("WORLD_SIZE")) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/settings.h"
 #include "src/common/status.h"
 
 namespace chorus::device {
@@ -26,6 +27,10 @@ struct LaunchParams;
 }
 
 namespace chorus::cuda {
+
+// CHORUS_CUMEM_ENABLE, read where device memory to share is allocated (cuda_runtime.cc); declared
+// in the probe, which every build has, so that a build without CUDA knows the name too.
+extern const BoolSetting kCuMemEnable;
 
 // Whether this build has the device path (the CUDA toolkit was found when it was built).
 bool built();

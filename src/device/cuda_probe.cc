@@ -100,6 +100,9 @@ Probe& probe() {
 
 }  // namespace
 
+const BoolSetting kCuMemEnable{"CHORUS_CUMEM_ENABLE", true, SettingScope::kProcess,
+                               "0: device memory to share comes from cudaMalloc with legacy IPC handles"};
+
 bool driverLoaded() { return probe().loaded(); }
 
 Result<MemInfo> memInfo(const void* p) {

@@ -150,8 +150,8 @@ Result<void*> vmmAlloc(size_t bytes, int device) {
   // CHORUS_CUMEM_ENABLE=0 (NCCL_CUMEM_ENABLE=0 through the drop-in): cudaMalloc and legacy IPC
   // handles, as on a driver without cuMem descriptors.
   static const bool off = [] {
-    const char* v = envValue("CHORUS_CUMEM_ENABLE");  // 0 or 1, checked at init (Config::fromEnv)
-    return v && std::strcmp(v, "0") == 0;
+    const Result<int64_t> v = kCuMemEnable.current();  // 0 or 1, checked at every init too
+    return v.isOk() && v.value() == 0;
   }();
   const VmmApi& a = vmm();
   if (off || !a.ok) return nullptr;

@@ -67,41 +67,60 @@ struct Settings {
   int pkey = 0;
 };
 
-std::string envText(const char* name) {
-  const char* v = envValue(name);
-  return v ? v : "";
-}
-
-// An integer setting in [lo, hi] into *out; unset leaves *out as it is.
-Status readInt(const char* name, int64_t lo, int64_t hi, int* out) {
-  int64_t v = *out;
-  CHORUS_TRY(readEnvInt(name, lo, hi, &v));
-  *out = int(v);
-  return Status::ok();
-}
+// The ibverbs network's settings: read once per process, when the network is first made; every
+// communicator's init checks them too (EnvSnapshot).
+const TextSetting kHca{"CHORUS_IB_HCA", SettingScope::kProcess, "the HCAs and ports the ibverbs network uses"};
+const TextSetting kGidIndex{"CHORUS_IB_GID_INDEX", SettingScope::kProcess, "the GID index of every RoCE port"};
+const TextSetting kAddrFamily{"CHORUS_IB_ADDR_FAMILY", SettingScope::kProcess,
+                              "the address family of the RoCE GID to choose"};
+const TextSetting kAddrRange{"CHORUS_IB_ADDR_RANGE", SettingScope::kProcess, "only GIDs inside address/bits"};
+const TextSetting kRoceVersion{"CHORUS_IB_ROCE_VERSION_NUM", SettingScope::kProcess,
+                               "the RoCE version of the GID to choose"};
+const BoolSetting kDisable{"CHORUS_IB_DISABLE", false, SettingScope::kProcess, "1: the ibverbs network is not offered"};
+const IntSetting kQps{"CHORUS_IB_QPS_PER_CONNECTION",      1, 1, kMaxQps, SettingScope::kProcess,
+                      "queue pairs per ibverbs connection"};
+const BoolSetting kSplit{"CHORUS_IB_SPLIT_DATA_ON_QPS", false, SettingScope::kProcess,
+                         "1: messages are split across the queue pairs"};
+const IntSetting kTimeout{"CHORUS_IB_TIMEOUT", 20, 1, 31, SettingScope::kProcess, "the queue pairs' ack timeout"};
+const IntSetting kRetry{"CHORUS_IB_RETRY_CNT", 7, 0, 7, SettingScope::kProcess, "the queue pairs' retry count"};
+const IntSetting kAdaptiveRouting{
+    "CHORUS_IB_ADAPTIVE_ROUTING", -1, 0, 1, SettingScope::kProcess, "adaptive routing; unset: on for InfiniBand ports"};
+const IntSetting kArThreshold{"CHORUS_IB_AR_THRESHOLD",
+                              8192,
+                              0,
+                              int64_t(1) << 40,
+                              SettingScope::kProcess,
+                              "bytes above which adaptive routing splits a write"};
+const IntSetting kServiceLevel{"CHORUS_IB_SL", 0, 0, 15, SettingScope::kProcess, "the queue pairs' service level"};
+const IntSetting kTrafficClass{"CHORUS_IB_TC", 0, 0, 255, SettingScope::kProcess, "the queue pairs' traffic class"};
+const IntSetting kPkey{"CHORUS_IB_PKEY", 0, 0, 65535, SettingScope::kProcess, "the partition key index"};
 
 Status readSettings(Settings* s) {
-  Result<HcaList> hcas = parseHcaList(envText("CHORUS_IB_HCA"));
+  Result<HcaList> hcas = parseHcaList(kHca.raw());
   if (!hcas.isOk()) return Status(chorusInvalidArgument, "CHORUS_IB_HCA: " + hcas.status().message());
   s->hcas = hcas.take();
-  Result<GidRule> gid = parseGidRule(envText("CHORUS_IB_GID_INDEX"), envText("CHORUS_IB_ADDR_FAMILY"),
-                                     envText("CHORUS_IB_ADDR_RANGE"), envText("CHORUS_IB_ROCE_VERSION_NUM"));
+  Result<GidRule> gid = parseGidRule(kGidIndex.raw(), kAddrFamily.raw(), kAddrRange.raw(), kRoceVersion.raw());
   if (!gid.isOk()) return gid.status();
   s->gid = gid.take();
-  int disabled = 0;
-  int split = 0;
-  CHORUS_TRY(readInt("CHORUS_IB_DISABLE", 0, 1, &disabled));
-  CHORUS_TRY(readInt("CHORUS_IB_QPS_PER_CONNECTION", 1, kMaxQps, &s->qps));
-  CHORUS_TRY(readInt("CHORUS_IB_SPLIT_DATA_ON_QPS", 0, 1, &split));
-  CHORUS_TRY(readInt("CHORUS_IB_TIMEOUT", 1, 31, &s->timeout));
-  CHORUS_TRY(readInt("CHORUS_IB_RETRY_CNT", 0, 7, &s->retry));
-  CHORUS_TRY(readInt("CHORUS_IB_ADAPTIVE_ROUTING", 0, 1, &s->ar));
-  CHORUS_TRY(readEnvInt("CHORUS_IB_AR_THRESHOLD", 0, int64_t(1) << 40, &s->arThreshold));
-  CHORUS_TRY(readInt("CHORUS_IB_SL", 0, 15, &s->sl));
-  CHORUS_TRY(readInt("CHORUS_IB_TC", 0, 255, &s->tc));
-  CHORUS_TRY(readInt("CHORUS_IB_PKEY", 0, 65535, &s->pkey));
+  CHORUS_ASSIGN_OR_RETURN(int64_t disabled, kDisable.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t qps, kQps.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t split, kSplit.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t timeout, kTimeout.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t retry, kRetry.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t ar, kAdaptiveRouting.current());
+  CHORUS_ASSIGN_OR_RETURN(s->arThreshold, kArThreshold.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t sl, kServiceLevel.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t tc, kTrafficClass.current());
+  CHORUS_ASSIGN_OR_RETURN(int64_t pkey, kPkey.current());
   s->disabled = disabled == 1;
+  s->qps = int(qps);
   s->split = split == 1;
+  s->timeout = int(timeout);
+  s->retry = int(retry);
+  s->ar = int(ar);
+  s->sl = int(sl);
+  s->tc = int(tc);
+  s->pkey = int(pkey);
   return Status::ok();
 }
 
@@ -804,7 +823,7 @@ chorusResult_t ibListen(void* ctx, int dev, void* handle, void** listenComm) {
   Hca* h = hcaOf(dev);
   if (!h) return chorusInvalidArgument;
   std::string ifname;
-  Result<SockAddr> addr = localInterfaceAddr(envText("CHORUS_SOCKET_IFNAME"), &ifname);
+  Result<SockAddr> addr = localInterfaceAddr(kSocketIfname.raw(), &ifname);
   SockAddr bound;
   Result<UniqueFd> fd = addr.isOk() ? listenOn(addr.value(), &bound) : Result<UniqueFd>(addr.status());
   if (!fd.isOk()) {

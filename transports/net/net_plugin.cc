@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/common/os.h"
+#include "src/common/settings.h"
 #include "transports/net/nccl_net.h"
 
 namespace chorus {
@@ -458,6 +459,11 @@ std::string selfTest(const chorusNet_v1_t& net, void* ctx, int64_t timeoutNs) {
   if (listen) (void)net.closeListen(listen);
   return why;
 }
+
+// Read by the OFI network, a plugin library of its own (transports/net/ofi_net.cc, which cannot see
+// this registry): declared here, where plugins are loaded, so that the name is known.
+const TextSetting kOfiProvider{"CHORUS_OFI_PROVIDER", SettingScope::kProcess,
+                               "the libfabric provider the OFI network uses"};
 
 }  // namespace
 
