@@ -46,9 +46,12 @@ class Ring final : public Algorithm {
         case CollType::kAllGather:
           lane.steps = ringAllGather(ctx.nranks, pos, blockOf, call.count, b.offset, b.count, loop);
           break;
-        default:
+        case CollType::kReduceScatter:
           lane.steps = ringReduceScatter(ctx.nranks, pos, blockOf, call.count, b.offset, b.count, loop);
           break;
+        default:
+          // runs() takes the collectives on channels only: anything else here is a bug.
+          CHORUS_CHECK(!"the ring planned a collective that does not run on channels");
       }
       // The schedules of whole buffers count from the channel's share.
       if (call.coll == CollType::kAllReduce || call.coll == CollType::kBroadcast || call.coll == CollType::kReduce) {
