@@ -1,4 +1,4 @@
-// The one-copy collectives' kernel (src/device/lane_exec.h, OneCopy) run by blocks of host
+// The one-copy collectives' kernel (src/device/one_copy_exec.h, OneCopy) run by blocks of host
 // threads: ranks are sets of blocks whose buffers and signal areas are plain host memory, each
 // rank's OneCopyArgs naming every rank's, as the communicator fills them with peers' mapped device
 // memory. Checked element by element against a reference folded here in rank order, for several

@@ -1,4 +1,4 @@
-// The device executor's vector moves (src/device/lane_exec.h: copyVectors, foldVectors,
+// The device executor's vector moves (src/device/vector_moves.h: copyVectors, foldVectors,
 // reduceVectors), called directly: every type, operator and fold, over a range that gives each
 // thread whole groups of kMoveUnroll vectors and a tail, each thread of a block called in turn.
 // Every element of every destination is checked against a reference written here (the operator

@@ -36,7 +36,7 @@ struct alignas(64) SlotHeader {
   // (ProtoFlag, src/algo/prims.h): slotReadyFlag(seq, position), unique within a FIFO lap. Kernels'
   // Simple pieces carry it too, published by the tail like the rest of the header: a kernel
   // receiving LL tells by it a Simple piece at its position from an older one (the ends chose
-  // different protocols; src/device/lane_exec.h).
+  // different protocols; src/device/lane_protocols.h).
   uint64_t ready;
   // Up to 32 payload bytes may travel here instead (ProtoFlag), so a tiny message is one cache
   // line.
@@ -50,7 +50,7 @@ inline size_t fifoBytes(uint32_t nslots, size_t slotBytes) {
   return sizeof(FifoControl) + size_t(nslots) * fifoSlotStride(slotBytes);
 }
 
-// The line area of a FIFO kernels use (the LL protocol, src/device/lane_exec.h): after the slots,
+// The line area of a FIFO kernels use (the LL protocol, src/device/lane_protocols.h): after the slots,
 // fifoSlotLines(slotBytes) lines of 16 bytes per slot. A line is two 8-byte words, each 4 bytes of
 // data and a 4-byte flag, written in one store: a reader that finds a word's flag current has that
 // word's data, with no counter and no fence between them. Host FIFOs have no line area.
@@ -65,7 +65,7 @@ constexpr uint32_t fifoSlotLines(uint32_t slotBytes) {
 inline size_t fifoLineAreaOffset(uint32_t nslots, size_t slotBytes) {
   return (fifoBytes(nslots, slotBytes) + alignof(FifoLine) - 1) / alignof(FifoLine) * alignof(FifoLine);
 }
-// The 128-byte line area (the LL128 protocol, src/device/lane_exec.h), after the line area:
+// The 128-byte line area (the LL128 protocol, src/device/lane_protocols.h), after the line area:
 // fifoSlotLines128(slotBytes) lines of 128 bytes per slot, each 15 words of data and a flag word,
 // written by one warp-wide store (eight threads 16 bytes each) and read by one warp-wide load: a
 // reader that finds the flag current has the line's data. A line starts at a multiple of 128

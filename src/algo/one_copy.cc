@@ -1,7 +1,7 @@
 // The one-copy collectives (device memory, 2 to 8 ranks of one host whose GPUs reach each
 // other): each rank's kernel reads its share of the ranks' inputs in place (the same process's
 // pointers, or another process's cuMem allocation mapped here) and writes it, reduced where the
-// collective reduces, into the outputs it goes to (src/device/lane_exec.h, OneCopy); no FIFO and
+// collective reduces, into the outputs it goes to (src/device/one_copy_exec.h, OneCopy); no FIFO and
 // no connection. An all-reduce, reduce or broadcast shares the message out over the ranks; a
 // reduce-scatter's rank makes its own output block from every input, an all-gather's copies its
 // input into every output. It runs only where every rank's record agrees at enqueue

@@ -72,7 +72,7 @@ struct SlotTag {
 };
 
 // Which protocol a lane runs (LaneArgs, LanePlan, DeviceLane). kLL and kLL128 are the device
-// executor's alone (src/device/lane_exec.h): they lay pieces out as lines of data and flags (16
+// executor's alone (src/device/lane_protocols.h): they lay pieces out as lines of data and flags (16
 // bytes a line with a flag per 8-byte word; 128 bytes a line with one flag word), under the
 // ProtoSimple header checks.
 enum class ProtoKind : uint8_t { kSimple, kFlag, kLL, kLL128 };

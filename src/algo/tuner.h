@@ -92,7 +92,7 @@ class Tuner {
     // own (its hello to the next rank goes over the ring).
     bool ringConnections = true;
     // A device all-reduce: the one-copy algorithm runs it where every rank's record agrees at
-    // enqueue (Communicator::exchangeOneCopy), `algo` otherwise; its connections are `algo`'s.
+    // enqueue (OneCopyExchange::exchange), `algo` otherwise; its connections are `algo`'s.
     bool oneCopyIfAgreed = false;
   };
   // The algorithm (and on device memory the protocol) of a collective of `bytes` (one rank's
@@ -112,7 +112,7 @@ class Tuner {
   // kP2pLLMaxBytes (NCCL's point-to-point threshold; not yet measured), Simple beyond, or
   // CHORUS_PROTO's; Simple wherever LL cannot run (TunerFacts::deviceLL). Each end decides from
   // its own size, so a receive of another size (the program's error) may run the other protocol;
-  // the kernels fail it as a mismatch all the same (src/device/lane_exec.h).
+  // the kernels fail it as a mismatch all the same (src/device/lane_protocols.h).
   static constexpr size_t kP2pLLMaxBytes = 16 * 1024;
   ProtoKind p2pProto(size_t bytes) const;
   // The channels a point-to-point device transfer of `bytes` is cut over (device::p2pSlice): one per

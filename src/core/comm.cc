@@ -129,7 +129,7 @@ Communicator::~Communicator() {
   }
   // The watchdog ran through the waits above: a kernel waiting on a dead peer still ends within
   // seconds rather than at the deadline.
-  stopDeviceWatch();
+  deviceWatch_.stop();
   if (device_) {
     std::lock_guard<std::mutex> g(deviceMu_);
     deviceRaw_.store(nullptr, std::memory_order_release);

@@ -32,8 +32,10 @@
 #include "src/core/flight.h"
 #include "src/core/lane.h"
 #include "src/core/memshare.h"
+#include "src/core/onecopy.h"
 #include "src/core/redops.h"
 #include "src/core/task.h"
+#include "src/core/ticker.h"
 #include "src/core/work_count.h"
 #include "src/core/workers.h"
 #include "src/device/launch_desc.h"
@@ -47,9 +49,6 @@ class Communicator;
 class Stream;
 
 // One call, as recorded when it is issued (validated already).
-// One-copy collectives' records (src/core/comm_onecopy.cc).
-struct OneCopyBuffer;
-struct OneCopyRecord;
 
 struct OpInfo {
   CollType coll;
@@ -261,13 +260,8 @@ class Communicator : public TaskOwner {
   Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
                                                        const std::vector<const device::OneCopyArgs*>& oneCopy = {},
                                                        std::vector<FlightEntry>* flight = nullptr);
-  // The one-copy collectives (src/core/comm_onecopy.cc): for each communicator's ops, in order,
-  // the kernel's arguments where the op runs one-copy, else null. Candidates (the same on every
-  // rank) exchange a record with every peer, every communicator's sends before any receive.
-  static Status exchangeOneCopy(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,
-                                std::vector<std::vector<const device::OneCopyArgs*>>* args);
-  // Whether `op` exchanges one-copy records: decided alike on every rank.
-  bool oneCopyCandidate(const OpInfo& op) const;
+  // The one-copy collectives' host side (src/core/onecopy.h).
+  OneCopyExchange& oneCopy() { return *oneCopy_; }
   // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
   double estimateUs(const OpInfo& op) const;
   // The lanes of a collective of a one-rank communicator: none in place (unless the operator
@@ -293,6 +287,11 @@ class Communicator : public TaskOwner {
   // This rank's side of a device connection: its GPU's record, which ensureDevice fills from
   // CUDA (a test may set a made-up one before the first exchange).
   DevicePeer devicePeer() const { return DevicePeer{peers_[rank_], gpuInfo_}; }
+  // What this rank learnt of every rank at init (rank order), its bootstrap, and its registered
+  // buffers: for the communicator's parts (OneCopyExchange).
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  MemShare& memShare() { return *memShare_; }
   void setGpuInfo(const GpuInfo& g) { gpuInfo_ = g; }
   // Chooses the device transport to `peer` from the two records (the first of the registry that
   // connects them, as both sides choose).
@@ -417,12 +416,11 @@ class Communicator : public TaskOwner {
   // The device watchdog: while kernels of this communicator run, it turns what they cannot see (a
   // peer's process gone, the socket under a host-staged FIFO closed) into the communicator's
   // failure, which sets their abort word (fail()).
-  std::thread deviceWatch_;
-  std::mutex watchMu_;
-  std::condition_variable watchCv_;
-  bool watchStop_ = false;  // guarded by watchMu_
+  Ticker deviceWatch_;
+  // One look of the device watchdog (every 50 ms), and since when what it found has lasted
+  // (-1: nothing found; the watchdog's thread only).
   void watchDevice();
-  void stopDeviceWatch();
+  int64_t deviceTroubleSince_ = -1;
   // lookAtDevice with deviceMu_ held; returns the ranks the launches still in flight wait on.
   std::vector<int> lookAtDeviceLocked();
   // What the watchdog fails the communicator for while kernels run: a peer process gone, a FIFO
@@ -431,18 +429,7 @@ class Communicator : public TaskOwner {
   // The peers whose processes this rank watches (peerPidfd_) and that have exited.
   std::vector<int> exitedPeers() const;
   bool sharedGpuLogged_ = false;
-  // One-copy collectives (one launching thread at a time, as every launch): this rank's record
-  // for `op`, a buffer's part of it (offering its allocation to peers in other processes the
-  // first time; a user's buffer must be registered, the signal area need not), a peer's offered
-  // allocations mapped here, and the kernel's arguments from every rank's record.
-  Status recordOneCopy(const OpInfo& op, OneCopyRecord* r);
-  Status describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
-                         OneCopyBuffer* out);
-  Status mapOneCopy(int peer, const OneCopyRecord& r);
-  Result<const device::OneCopyArgs*> oneCopyArgsFor(const OpInfo& op, const std::vector<OneCopyRecord>& all);
-  uint64_t oneCopyCalls_ = 0;                                // candidates so far: their tags
-  std::set<uint64_t> oneCopyOffered_;                        // this rank's allocations offered
-  std::map<std::pair<int, uint64_t>, char*> oneCopyMapped_;  // (peer, allocation): mapped here
+  std::unique_ptr<OneCopyExchange> oneCopy_ = std::make_unique<OneCopyExchange>(*this);
   mutable std::atomic<uint32_t> connectedDevAlgos_{0};
   std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
   void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set

@@ -30,10 +30,7 @@ Status Communicator::ensureDevice() {
   }
   CHORUS_ASSIGN_OR_RETURN(device_, DeviceComm::create(d, nranks_, slot));
   deviceRaw_.store(device_.get(), std::memory_order_release);
-  deviceWatch_ = std::thread([this] {
-    setThreadName("chorus-devwatch");
-    watchDevice();
-  });
+  deviceWatch_.start("chorus-devwatch", std::chrono::milliseconds(50), [this] { watchDevice(); });
   log_.info(kSubsysInit,
             "device path on GPU {}: {} threads per block, one block per channel and per point-to-point queue", d,
             device::kLaunchThreads);
@@ -55,36 +52,29 @@ Status Communicator::chooseDeviceTransport(int peer, const GpuInfo& theirs) {
 }
 
 void Communicator::watchDevice() {
-  constexpr auto kEvery = std::chrono::milliseconds(50);
   // A peer gone, or a socket closed, is a failure only if kernels that wait on that peer still run
   // a second later: a rank may leave once its part is done while the others finish theirs (as the
   // host path, which looks only when a wait stalls), and a launch that does not involve it must
   // not fail for it however long it runs (failureInFlight).
   constexpr int64_t kGraceNs = 1'000'000'000;
-  int64_t troubleSince = -1;
-  std::unique_lock<std::mutex> lk(watchMu_);
-  while (!watchCv_.wait_for(lk, kEvery, [this] { return watchStop_; })) {
-    lk.unlock();
-    bool busy = false;
-    std::vector<int> inFlight;
-    {
-      std::lock_guard<std::mutex> g(deviceMu_);
-      if (device_) {
-        busy = device_->busy();
-        inFlight = lookAtDeviceLocked();
-      }
+  bool busy = false;
+  std::vector<int> inFlight;
+  {
+    std::lock_guard<std::mutex> g(deviceMu_);
+    if (device_) {
+      busy = device_->busy();
+      inFlight = lookAtDeviceLocked();
     }
-    Status s;
-    if (busy && !failed_.load(std::memory_order_acquire)) s = deviceTrouble(inFlight);
-    if (s.isOk()) {
-      troubleSince = -1;
-    } else if (troubleSince < 0) {
-      troubleSince = nowNs();
-    } else if (nowNs() - troubleSince >= kGraceNs) {
-      fail(s, true);
-      troubleSince = -1;
-    }
-    lk.lock();
+  }
+  Status s;
+  if (busy && !failed_.load(std::memory_order_acquire)) s = deviceTrouble(inFlight);
+  if (s.isOk()) {
+    deviceTroubleSince_ = -1;
+  } else if (deviceTroubleSince_ < 0) {
+    deviceTroubleSince_ = nowNs();
+  } else if (nowNs() - deviceTroubleSince_ >= kGraceNs) {
+    fail(s, true);
+    deviceTroubleSince_ = -1;
   }
 }
 
@@ -132,16 +122,6 @@ std::vector<int> Communicator::lookAtDeviceLocked() {
     }
   }
   return device_->peersInFlight();
-}
-
-void Communicator::stopDeviceWatch() {
-  if (!deviceWatch_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> g(watchMu_);
-    watchStop_ = true;
-  }
-  watchCv_.notify_all();
-  deviceWatch_.join();
 }
 
 Status Communicator::addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport) {

@@ -1,6 +1,6 @@
 // The one-copy collectives' host side (docs/GPU.md, "One-copy collectives"): which device
 // collectives take it, the records ranks exchange for each, the peers' memory mapped here, and
-// the arguments the kernel gets (src/device/lane_exec.h, OneCopy).
+// the arguments the kernel gets (src/device/one_copy_exec.h, OneCopy).
 //
 // A device collective on channels is a candidate on every rank alike where the tuner offers the
 // one-copy algorithm (src/algo/one_copy.cc: 2 to 8 ranks, all on one host; by its tuning-table
@@ -47,42 +47,45 @@ bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopy
 
 static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm's ranks are the kernel's");
 
-bool Communicator::oneCopyCandidate(const OpInfo& op) const {
+bool OneCopyExchange::candidate(const OpInfo& op) const {
   // The tuner offers it (a device collective on channels, 2 to 8 ranks of one host, CHORUS_ONECOPY).
-  return op.device && runsOnChannels(op.coll) && tuner_.mayOfferOneCopy() && deviceChoice(op).oneCopyIfAgreed;
+  return op.device && runsOnChannels(op.coll) && comm_.tuner().mayOfferOneCopy() &&
+         comm_.deviceChoice(op).oneCopyIfAgreed;
 }
 
-Status Communicator::describeOneCopy(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
-                                     OneCopyBuffer* out) {
+Status OneCopyExchange::describe(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
+                                 OneCopyBuffer* out) {
   out->addr = reinterpret_cast<uintptr_t>(ptr);
   auto where = cuda::memInfo(ptr);
-  if (!where.isOk() || !where.value().device || where.value().ordinal != deviceComm()->device()) {
+  if (!where.isOk() || !where.value().device || where.value().ordinal != comm_.deviceComm()->device()) {
     *offers = false;
     return Status::ok();
   }
   if (!crossProcess) return Status::ok();
   const cuda::ShareableRange range = cuda::shareableRange(ptr, bytes);
-  if (!range.base || (userBuffer && !memShare_->covers(ptr, bytes))) {
+  if (!range.base || (userBuffer && !comm_.memShare().covers(ptr, bytes))) {
     *offers = false;
     return Status::ok();
   }
   out->allocId = range.id;
   out->allocBytes = range.bytes;
   out->offset = static_cast<uint64_t>(static_cast<const char*>(ptr) - static_cast<const char*>(range.base));
-  if (oneCopyOffered_.count(range.id)) return Status::ok();
+  if (offered_.count(range.id)) return Status::ok();
   // Offered now to every peer in another process, each under its own token.
   out->token = randomU64() & ~uint64_t(0xff);
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || sameProcess(peers_[rank_], peers_[p])) continue;
+  const std::vector<PeerInfo>& peers = comm_.peers();
+  const int me = comm_.rank();
+  for (int p = 0; p < comm_.nranks(); ++p) {
+    if (p == me || sameProcess(peers[me], peers[p])) continue;
     CHORUS_ASSIGN_OR_RETURN(int fd, cuda::exportShareable(range.base));
-    bootstrap_->exportFd(p, out->token + static_cast<uint64_t>(p), UniqueFd(fd));
+    comm_.bootstrap().exportFd(p, out->token + static_cast<uint64_t>(p), UniqueFd(fd));
   }
-  oneCopyOffered_.insert(range.id);
+  offered_.insert(range.id);
   return Status::ok();
 }
 
-Status Communicator::exchangeOneCopy(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,
-                                     std::vector<std::vector<const device::OneCopyArgs*>>* args) {
+Status OneCopyExchange::exchange(std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>>& work,
+                                 std::vector<std::vector<const device::OneCopyArgs*>>* args) {
   args->assign(work.size(), {});
   struct Pending {
     Communicator* c;
@@ -98,38 +101,43 @@ Status Communicator::exchangeOneCopy(std::vector<std::pair<Communicator*, const 
     const std::vector<OpInfo>& ops = *work[w].second;
     (*args)[w].assign(ops.size(), nullptr);
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (!c->oneCopyCandidate(ops[i])) continue;
-      Pending p{c, w, i, makeTag(TagSpace::kOneCopy, c->oneCopyCalls_++), OneCopyRecord()};
-      CHORUS_TRY(c->recordOneCopy(ops[i], &p.mine));
-      for (int q = 0; q < c->nranks_; ++q) {
-        if (q != c->rank_) CHORUS_TRY(c->bootstrap_->send(q, p.tag, &p.mine, sizeof(p.mine)));
+      OneCopyExchange& x = c->oneCopy();
+      if (!x.candidate(ops[i])) continue;
+      Pending p{c, w, i, makeTag(TagSpace::kOneCopy, x.calls_++), OneCopyRecord()};
+      CHORUS_TRY(x.record(ops[i], &p.mine));
+      for (int q = 0; q < c->nranks(); ++q) {
+        if (q != c->rank()) CHORUS_TRY(c->bootstrap().send(q, p.tag, &p.mine, sizeof(p.mine)));
       }
       pending.push_back(p);
     }
   }
   for (Pending& p : pending) {
     Communicator* c = p.c;
-    std::vector<OneCopyRecord> all(c->nranks_);
-    all[c->rank_] = p.mine;
-    for (int q = 0; q < c->nranks_; ++q) {
-      if (q == c->rank_) continue;
-      CHORUS_ASSIGN_OR_RETURN(std::vector<char> bytes, c->bootstrap_->recv(q, p.tag));
+    OneCopyExchange& x = c->oneCopy();
+    std::vector<OneCopyRecord> all(c->nranks());
+    all[c->rank()] = p.mine;
+    for (int q = 0; q < c->nranks(); ++q) {
+      if (q == c->rank()) continue;
+      CHORUS_ASSIGN_OR_RETURN(std::vector<char> bytes, c->bootstrap().recv(q, p.tag));
       if (bytes.size() != sizeof(OneCopyRecord)) {
         return internalError(c->describePeer(q) + " sent a one-copy record of " + std::to_string(bytes.size()) +
                              " bytes, not " + std::to_string(sizeof(OneCopyRecord)) + " (another build of Chorus?)");
       }
       std::memcpy(&all[q], bytes.data(), sizeof(OneCopyRecord));
       if (all[q].magic != kOneCopyMagic) return internalError(c->describePeer(q) + " sent a malformed one-copy record");
-      CHORUS_TRY(c->mapOneCopy(q, all[q]));
+      CHORUS_TRY(x.map(q, all[q]));
     }
-    CHORUS_ASSIGN_OR_RETURN((*args)[p.at][p.op], c->oneCopyArgsFor((*work[p.at].second)[p.op], all));
+    CHORUS_ASSIGN_OR_RETURN((*args)[p.at][p.op], x.argsFor((*work[p.at].second)[p.op], all));
   }
   return Status::ok();
 }
 
-Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
+Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
+  const std::vector<PeerInfo>& peers = comm_.peers();
+  const int me = comm_.rank();
+  const int nranks = comm_.nranks();
   bool crossProcess = false;
-  for (int p = 0; p < nranks_; ++p) crossProcess = crossProcess || !sameProcess(peers_[rank_], peers_[p]);
+  for (int p = 0; p < nranks; ++p) crossProcess = crossProcess || !sameProcess(peers[me], peers[p]);
   const size_t bytes = op.count * typeSize(op.type);
   r->count = op.count;
   r->type = static_cast<uint32_t>(op.type);
@@ -142,62 +150,67 @@ Status Communicator::recordOneCopy(const OpInfo& op, OneCopyRecord* r) {
   r->scaleF = spec.scaleF;
   r->scaleI = spec.scaleI;
   r->divisor = spec.divisor;
-  r->gpu = gpuInfo_;
-  std::snprintf(r->server, sizeof(r->server), "%s", bootstrap_->fdServerName().c_str());
+  r->gpu = comm_.devicePeer().gpu;
+  std::snprintf(r->server, sizeof(r->server), "%s", comm_.bootstrap().fdServerName().c_str());
   // A scalar the kernel reads from device memory is no value the ranks can agree on here.
   bool offers = bytes > 0 && !spec.scalePtr;
   // Only the buffers the kernel touches here (oneCopyReads, oneCopyWrites), each of its size.
-  const size_t blocks = bytes * static_cast<size_t>(nranks_);
-  if (oneCopyReads(op.coll, op.root, rank_)) {
-    CHORUS_TRY(describeOneCopy(op.sendbuff, op.coll == CollType::kReduceScatter ? blocks : bytes, crossProcess, true,
-                               &offers, &r->send));
+  const size_t blocks = bytes * static_cast<size_t>(nranks);
+  if (oneCopyReads(op.coll, op.root, me)) {
+    CHORUS_TRY(describe(op.sendbuff, op.coll == CollType::kReduceScatter ? blocks : bytes, crossProcess, true, &offers,
+                        &r->send));
   }
-  if (oneCopyWrites(op.coll, op.root, rank_)) {
-    CHORUS_TRY(describeOneCopy(op.recvbuff, op.coll == CollType::kAllGather ? blocks : bytes, crossProcess, true,
-                               &offers, &r->recv));
+  if (oneCopyWrites(op.coll, op.root, me)) {
+    CHORUS_TRY(
+        describe(op.recvbuff, op.coll == CollType::kAllGather ? blocks : bytes, crossProcess, true, &offers, &r->recv));
   }
   if (offers) {
-    CHORUS_ASSIGN_OR_RETURN(uint64_t * area, deviceComm()->oneCopySignal());
-    CHORUS_TRY(describeOneCopy(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
+    CHORUS_ASSIGN_OR_RETURN(uint64_t * area, comm_.deviceComm()->oneCopySignal());
+    CHORUS_TRY(describe(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
   }
   r->offers = offers ? 1 : 0;
   return Status::ok();
 }
 
-Status Communicator::mapOneCopy(int peer, const OneCopyRecord& r) {
-  if (sameProcess(peers_[rank_], peers_[peer])) {
+Status OneCopyExchange::map(int peer, const OneCopyRecord& r) {
+  DeviceComm& dev = *comm_.deviceComm();
+  const int me = comm_.rank();
+  if (sameProcess(comm_.peers()[me], comm_.peers()[peer])) {
     // A thread of this process: its addresses as they are, and its signal area kept while this
     // communicator's kernels may write into it.
-    return r.offers && r.signal.addr ? deviceComm()->holdPeerSignal(r.signal.addr) : Status::ok();
+    return r.offers && r.signal.addr ? dev.holdPeerSignal(r.signal.addr) : Status::ok();
   }
   const std::string server(r.server, strnlen(r.server, sizeof(r.server)));
   for (const OneCopyBuffer* b : {&r.send, &r.recv, &r.signal}) {
     // Offered to every peer at once: taken now even when this operation will not run one-copy.
-    if (!b->token || oneCopyMapped_.count({peer, b->allocId})) continue;
-    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, bootstrap_->importFd(peer, server, b->token + static_cast<uint64_t>(rank_)));
-    cuda::DeviceGuard on(deviceComm()->device());
+    if (!b->token || mapped_.count({peer, b->allocId})) continue;
+    CHORUS_ASSIGN_OR_RETURN(UniqueFd fd,
+                            comm_.bootstrap().importFd(peer, server, b->token + static_cast<uint64_t>(me)));
+    cuda::DeviceGuard on(dev.device());
     CHORUS_TRY(on.status());
-    CHORUS_ASSIGN_OR_RETURN(void* mem, cuda::importShareable(fd.get(), b->allocBytes, deviceComm()->device()));
-    deviceComm()->adoptMapping(mem);
-    oneCopyMapped_[{peer, b->allocId}] = static_cast<char*>(mem);
+    CHORUS_ASSIGN_OR_RETURN(void* mem, cuda::importShareable(fd.get(), b->allocBytes, dev.device()));
+    dev.adoptMapping(mem);
+    mapped_[{peer, b->allocId}] = static_cast<char*>(mem);
   }
   return Status::ok();
 }
 
-Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op,
-                                                                const std::vector<OneCopyRecord>& all) {
-  if (!oneCopyAgreed(peers_, all)) return nullptr;
-  DeviceComm& dev = *deviceComm();
+Result<const device::OneCopyArgs*> OneCopyExchange::argsFor(const OpInfo& op, const std::vector<OneCopyRecord>& all) {
+  const std::vector<PeerInfo>& peers = comm_.peers();
+  if (!oneCopyAgreed(peers, all)) return nullptr;
+  DeviceComm& dev = *comm_.deviceComm();
+  const int me = comm_.rank();
+  const int nranks = comm_.nranks();
   device::OneCopyArgs a;
-  a.nranks = static_cast<uint32_t>(nranks_);
-  a.rank = static_cast<uint32_t>(rank_);
-  a.parts = oneCopyParts(op.coll, op.count * typeSize(op.type), nranks_);
+  a.nranks = static_cast<uint32_t>(nranks);
+  a.rank = static_cast<uint32_t>(me);
+  a.parts = oneCopyParts(op.coll, op.count * typeSize(op.type), nranks);
   a.coll = static_cast<uint8_t>(op.coll);
   a.root = static_cast<uint8_t>(op.root);
   a.count = op.count;
-  for (int q = 0; q < nranks_; ++q) {
+  for (int q = 0; q < nranks; ++q) {
     const OneCopyRecord& r = all[q];
-    if (sameProcess(peers_[rank_], peers_[q])) {
+    if (sameProcess(peers[me], peers[q])) {
       // This GPU (oneCopyAgreed): its addresses as they are.
       a.input[q] = reinterpret_cast<const char*>(r.send.addr);
       a.output[q] = reinterpret_cast<char*>(r.recv.addr);
@@ -206,9 +219,9 @@ Result<const device::OneCopyArgs*> Communicator::oneCopyArgsFor(const OpInfo& op
     }
     auto at = [&](const OneCopyBuffer& b) -> Result<char*> {
       if (!b.addr) return nullptr;  // not one the kernel touches
-      auto it = oneCopyMapped_.find({q, b.allocId});
-      if (it == oneCopyMapped_.end()) {
-        return internalError(describePeer(q) + " named device memory it never offered here (allocation " +
+      auto it = mapped_.find({q, b.allocId});
+      if (it == mapped_.end()) {
+        return internalError(comm_.describePeer(q) + " named device memory it never offered here (allocation " +
                              std::to_string(b.allocId) + ")");
       }
       return it->second + b.offset;

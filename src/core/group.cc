@@ -363,7 +363,7 @@ Status launchDevice(std::vector<CommOps>& work) {
   std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>> ops;
   for (auto& w : work) ops.emplace_back(w.comm, &w.ops);
   std::vector<std::vector<const device::OneCopyArgs*>> oneCopy;
-  if (Status s = Communicator::exchangeOneCopy(ops, &oneCopy); !s.isOk()) {
+  if (Status s = OneCopyExchange::exchange(ops, &oneCopy); !s.isOk()) {
     for (auto& w : work) w.comm->setAsyncError(s);
     return s;
   }

@@ -65,7 +65,7 @@ inline DeviceConnector deviceConnector(const FifoView& f, int peer) {
                          fifoSlotLines128(f.slotBytes)};
 }
 
-// The LL protocol's slot (src/device/lane_exec.h): kLineHeaderLines lines of header (commId, seq,
+// The LL protocol's slot (src/device/lane_protocols.h): kLineHeaderLines lines of header (commId, seq,
 // then step and bytes), then the piece, 8 bytes a line.
 constexpr uint32_t kLineHeaderLines = 3;
 inline uint32_t lineSlotDataBytes(uint32_t slotBytes) { return (fifoSlotLines(slotBytes) - kLineHeaderLines) * 8; }
@@ -120,7 +120,7 @@ struct DeviceError {
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
 
-// A one-copy collective (src/device/lane_exec.h, OneCopy): every rank's buffers and signal area
+// A one-copy collective (src/device/one_copy_exec.h, OneCopy): every rank's buffers and signal area
 // as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
 // captured graph keeps it). Rank r's block k (of `parts`) moves its part of rank r's share:
 //   all-reduce, reduce, broadcast: part r * parts + k of the message (nranks * parts parts),

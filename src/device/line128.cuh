@@ -1,4 +1,4 @@
-// LL128's line accesses on the GPU (src/device/lane_exec.h): the eight threads of a group move a
+// LL128's line accesses on the GPU (src/device/lane_protocols.h): the eight threads of a group move a
 // 128-byte line (FifoLine128) in one warp-wide access, 16 bytes each, volatile so that a polled
 // line is read from memory every time. The protocol rests on each such warp-wide 128-byte store
 // reaching a 128-byte load whole; tests/device_test.cc's torn-line probe checks that on the GPU
