@@ -1,7 +1,7 @@
-// A communicator's settings: the environment's snapshot (src/common/settings.h; every CHORUS_*
-// variable is declared there beside the code that reads it) and, for the settings of this file's
-// declarations, their typed values. docs/environment.md lists them; a bad value is an error that
-// names the variable.
+// A communicator's settings: the environment's snapshot (every CHORUS_* variable is declared
+// beside the code that reads it, with src/common/settings.h's kinds) and typed copies of the
+// settings config.cc declares, which several parts of a communicator read. docs/environment.md
+// lists them all; a bad value is an error that names the variable.
 #pragma once
 
 #include <cstdint>

@@ -49,7 +49,6 @@ class Communicator;
 class Stream;
 
 // One call, as recorded when it is issued (validated already).
-
 struct OpInfo {
   CollType coll;
   const void* sendbuff;
