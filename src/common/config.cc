@@ -1,9 +1,7 @@
 #include "src/common/config.h"
 
 #include <strings.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -15,23 +13,9 @@
 
 namespace chorus {
 
-const char* envValue(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 Status readEnvInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
   const char* v = envValue(name);
-  if (!v) return Status::ok();
-  char* end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v, &end, 10);
-  if (errno != 0 || *end != '\0' || x < lo || x > hi) {
-    return invalidArgument(std::string(name) + "=" + v + " is not an integer in [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "]; unset it or give such a number");
-  }
-  *out = x;
-  return Status::ok();
+  return v ? parseIntInRange(name, v, lo, hi, out) : Status::ok();
 }
 
 namespace {

@@ -15,8 +15,6 @@
 
 namespace chorus {
 
-// A variable's value; null when it is unset or empty (both mean "not given").
-const char* envValue(const char* name);
 // An integer variable in [lo, hi] into *out; unset leaves *out alone. Anything else is an error
 // that names the variable, its value and the range: the one parser of integer variables.
 Status readEnvInt(const char* name, int64_t lo, int64_t hi, int64_t* out);

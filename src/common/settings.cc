@@ -19,11 +19,6 @@ std::vector<const Setting*>& registry() {
   return r;
 }
 
-const char* envText(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -40,6 +35,23 @@ size_t editDistance(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+const char* envValue(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+Status parseIntInRange(const char* name, const char* text, int64_t lo, int64_t hi, int64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || x < lo || x > hi) {
+    return invalidArgument(std::string(name) + "=" + text + " is not an integer in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]; unset it or give such a number");
+  }
+  *out = x;
+  return Status::ok();
+}
 
 Setting::Setting(const char* name, SettingScope scope, const char* doc)
     : name_(name), scope_(scope), doc_(doc), index_(static_cast<int>(registry().size())) {
@@ -74,13 +86,8 @@ Status powerOfTwo(const char* name, int64_t value) {
 // ---- integers ----
 
 Status IntSetting::check(const char* value, int64_t* out) const {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(value, &end, 10);
-  if (errno != 0 || *end != '\0' || x < lo_ || x > hi_) {
-    return invalidArgument(std::string(name()) + "=" + value + " is not an integer in [" + std::to_string(lo_) + ", " +
-                           std::to_string(hi_) + "]; unset it or give such a number");
-  }
+  int64_t x = 0;
+  CHORUS_TRY(parseIntInRange(name(), value, lo_, hi_, &x));
   if (rule_) CHORUS_TRY(rule_(name(), x));
   *out = x;
   return Status::ok();
@@ -96,7 +103,7 @@ int64_t IntSetting::get(const EnvSnapshot& s) const {
 
 Result<int64_t> IntSetting::current() const {
   int64_t x = default_;
-  if (const char* v = envText(name())) CHORUS_TRY(check(v, &x));
+  if (const char* v = envValue(name())) CHORUS_TRY(check(v, &x));
   return x;
 }
 
@@ -129,12 +136,12 @@ const std::string& TextSetting::get(const EnvSnapshot& s) const {
 
 Result<std::string> TextSetting::current() const {
   std::string out;
-  if (const char* v = envText(name())) CHORUS_TRY(check(v, &out));
+  if (const char* v = envValue(name())) CHORUS_TRY(check(v, &out));
   return out;
 }
 
 std::string TextSetting::raw() const {
-  const char* v = envText(name());
+  const char* v = envValue(name());
   return v ? v : "";
 }
 
@@ -152,7 +159,7 @@ EnvSnapshot::EnvSnapshot() : ints_(registry().size(), 0), texts_(registry().size
 Result<EnvSnapshot> EnvSnapshot::fromEnv() {
   EnvSnapshot snap;
   for (const Setting* s : settingRegistry()) {
-    const char* v = envText(s->name());
+    const char* v = envValue(s->name());
     if (!v) continue;
     snap.given_[s->index()] = true;
     // A secret's value is never written anywhere: whoever reads it could join the job.

@@ -126,6 +126,12 @@ class TextSetting : public Setting {
   bool lower_;
 };
 
+// A variable's value; null when it is unset or empty (both mean "not given").
+const char* envValue(const char* name);
+// `text` as an integer in [lo, hi] into *out; anything else is an error that names the variable,
+// its value and the range: the one parser of integer variables (IntSetting, readEnvInt).
+Status parseIntInRange(const char* name, const char* text, int64_t lo, int64_t hi, int64_t* out);
+
 // Rules shared by several settings.
 Status multipleOf64(const char* name, int64_t value);
 Status powerOfTwo(const char* name, int64_t value);
@@ -149,8 +155,8 @@ class EnvSnapshot {
   std::string planText() const;
   // "NAME set by environment to VALUE" for every setting given (a secret's value redacted), and a
   // warning for every CHORUS_* variable that no declaration has (with the nearest name).
-  std::vector<std::string> setLines() const { return setLines_; }
-  std::vector<std::string> unknownWarnings() const { return unknown_; }
+  const std::vector<std::string>& setLines() const { return setLines_; }
+  const std::vector<std::string>& unknownWarnings() const { return unknown_; }
 
  private:
   friend class IntSetting;

@@ -258,9 +258,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     if (plan.size() >= sizeof(PlanText::text)) return internalError("the plan settings' text outgrew its record");
     std::memcpy(texts[rank_].text, plan.data(), plan.size());
     CHORUS_TRY(bootstrap_->allGather(texts.data(), sizeof(PlanText)));
+    for (PlanText& t : texts) t.text[sizeof(PlanText::text) - 1] = 0;  // from other processes
     for (int r = 1; r < nranks_; ++r) {
-      texts[r].text[sizeof(PlanText::text) - 1] = 0;
-      texts[0].text[sizeof(PlanText::text) - 1] = 0;
       const std::vector<PlanDifference> d = comparePlans(texts[0].text, texts[r].text);
       if (d.empty()) continue;
       return invalidUsage(d[0].name + " differs between ranks: rank 0 has " + d[0].first + ", rank " +
