@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "src/device/lane_exec.h"
+#include "src/device/launch_desc.h"
 
 namespace chorus::device {
 
@@ -101,10 +101,11 @@ class HostBlock {
 };
 
 // Each rank's launches in order on a thread of its own (ranks with runs[r] false never run);
-// each launch's blocks as `threads` host threads each, all at once. Defined once, in
-// device_lane_test.cc: the whole executor is instantiated for every type there, and compiling it
-// in a second file would double the sanitizer builds' longest compile.
+// each launch's blocks as `threads` host threads each, all at once. These two are defined in
+// tests/host_lanes.cc, the one file of the tests that instantiates the executor.
 void runOnHostThreads(const std::vector<std::vector<LaunchParams>>& launches, unsigned threads,
                       const std::vector<bool>& runs = {});
+// Block b of launch p run by the executor's build without LL128 (runBlock<HostBlock, false>).
+void runBlockWithoutLL128(HostBlock& b, const LaunchParams& p);
 
 }  // namespace chorus::device

@@ -16,7 +16,7 @@ constexpr uint32_t kPollsPerCheck = 1024;
 // Why a wait must end now (DeviceFault), or 0: the host's abort word, another block's failure,
 // or the deadline, counted from the first look (*since, 0 before it).
 template <class Block>
-CHORUS_HD uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) {
+CHORUS_HD_EXEC uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) {
   if (b.acquire(const_cast<uint32_t*>(p.abortFlag))) return static_cast<uint32_t>(DeviceFault::kAborted);
   if (b.acquire(&p.error->status)) return static_cast<uint32_t>(DeviceFault::kPeerFault);
   const uint64_t now = b.nowNs();
@@ -25,7 +25,7 @@ CHORUS_HD uint32_t stopReason(Block& b, const LaunchParams& p, uint64_t* since) 
 }
 
 // The counter that numbers a lane's operations (DeviceCommState).
-CHORUS_HD uint64_t* laneSeqWord(const LaunchParams& p, const DeviceLane& lane) {
+CHORUS_HD_EXEC uint64_t* laneSeqWord(const LaunchParams& p, const DeviceLane& lane) {
   DeviceCommState& st = *p.state;
   return lane.seqKind == SeqKind::kColl      ? &st.collSeq[lane.seqIndex]
          : lane.seqKind == SeqKind::kP2pSend ? &st.p2pSendSeq[lane.seqIndex]
@@ -35,8 +35,8 @@ CHORUS_HD uint64_t* laneSeqWord(const LaunchParams& p, const DeviceLane& lane) {
 // The leader records lane `li`'s failure in the launch's error record, unless another block's
 // failure claimed it first (a block stopped by it, kPeerFault, records nothing).
 template <class Block>
-CHORUS_HD void recordFault(Block& b, const LaunchParams& p, uint32_t li, DeviceFault why, uint32_t step, int32_t peer,
-                           uint32_t waiting, uint64_t seq, uint32_t bytes) {
+CHORUS_HD_EXEC void recordFault(Block& b, const LaunchParams& p, uint32_t li, DeviceFault why, uint32_t step,
+                                int32_t peer, uint32_t waiting, uint64_t seq, uint32_t bytes) {
   DeviceError* e = p.error;
   if (why == DeviceFault::kPeerFault || !b.claim(&e->claimed)) return;
   e->block = b.index();

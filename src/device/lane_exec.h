@@ -2,8 +2,8 @@
 // threads: LaneExec<Block, T> runs one lane of a LaunchParams (src/device/launch_desc.h) with
 // the block's threads, and runBlock runs every lane of one block in order. The kernel
 // (prims_device.cu) instantiates it with CudaBlock (a CUDA thread block); the tests instantiate it
-// with a block of host threads (tests/device_lane_test.cc), so everything here but the CUDA
-// memory model itself is checked on every machine, TSan included.
+// with a block of host threads (tests/host_lanes.cc, run by tests/device_lane_*_test.cc), so everything here but the
+// CUDA memory model itself is checked on every machine, TSan included.
 //
 // Block provides, as CHORUS_HD members:
 //   unsigned tid(), nthreads(), index();     this thread, the block's size, which block
@@ -52,7 +52,7 @@ namespace chorus::device {
 // The lane's protocol. kWithLL128 false: a build of the executor without LL128 (the launch kernel
 // for launches that have no LL128 lane, launchHasLL128), where such a lane is refused.
 template <class Block, typename T, bool kWithLL128>
-CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
+CHORUS_HD_EXEC bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
   if (p.lanes[li].oneCopy) return OneCopy<Block, T>(b, p, li).run();
   switch (p.lanes[li].proto) {
     case ProtoKind::kLL:
@@ -72,7 +72,7 @@ CHORUS_HD bool runLaneOf(Block& b, const LaunchParams& p, uint32_t li) {
 
 // The lane's element type, from its chorusDataType_t.
 template <class Block, bool kWithLL128 = true>
-CHORUS_HD bool runLane(Block& b, const LaunchParams& p, uint32_t li) {
+CHORUS_HD_EXEC bool runLane(Block& b, const LaunchParams& p, uint32_t li) {
   switch (p.lanes[li].type) {
     case 0:
       return runLaneOf<Block, int8_t, kWithLL128>(b, p, li);
@@ -102,7 +102,7 @@ CHORUS_HD bool runLane(Block& b, const LaunchParams& p, uint32_t li) {
 }
 
 // Whether any lane of the launch runs LL128: it then needs the executor built with it.
-CHORUS_HD bool launchHasLL128(const LaunchParams& p) {
+CHORUS_HD_EXEC bool launchHasLL128(const LaunchParams& p) {
   const uint32_t n = p.laneBegin[p.nblocks];
   for (uint32_t li = 0; li < n; ++li) {
     if (p.lanes[li].proto == ProtoKind::kLL128 && !p.lanes[li].oneCopy) return true;
@@ -112,7 +112,7 @@ CHORUS_HD bool launchHasLL128(const LaunchParams& p) {
 
 // Every lane of block b.index(), in order; stops at the first that fails.
 template <class Block, bool kWithLL128 = true>
-CHORUS_HD void runBlock(Block& b, const LaunchParams& p) {
+CHORUS_HD_EXEC void runBlock(Block& b, const LaunchParams& p) {
   const uint32_t i = b.index();
   if (i >= p.nblocks) return;
   for (uint32_t li = p.laneBegin[i]; li < p.laneBegin[i + 1]; ++li) {

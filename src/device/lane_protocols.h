@@ -61,7 +61,7 @@ namespace chorus::device {
 // to 0, the flag of lines never written (the line area starts zeroed), which would make a slot's
 // first piece after the wrap look arrived before it is sent. That position is the last slot's
 // (slot counts are powers of two), whose flags are otherwise multiples of the count, never 1.
-CHORUS_HD constexpr uint32_t lineFlag(uint32_t pos) { return pos + 1 == 0 ? 1u : pos + 1; }
+CHORUS_HD_EXEC constexpr uint32_t lineFlag(uint32_t pos) { return pos + 1 == 0 ? 1u : pos + 1; }
 
 template <class Block, typename T, ProtoKind kProto = ProtoKind::kSimple>
 class LaneExec {
@@ -72,7 +72,7 @@ class LaneExec {
   static_assert(8 % Block::kLineGroup == 0 && Block::kWarp % Block::kLineGroup == 0);
 
  public:
-  CHORUS_HD LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane)
+  CHORUS_HD_EXEC LaneExec(Block& blk, const LaunchParams& p, const DeviceLane& lane)
       : b_(blk), p_(p), lane_(lane), spec_(lane.spec) {
     // A scalar in device memory, read now: the stream's earlier work (which may write it) is done.
     if (spec_.scalePtr) setScale(spec_, lane.type, spec_.scalePtr);
@@ -83,14 +83,14 @@ class LaneExec {
     }
   }
 
-  CHORUS_HD void select(int sendTo, int recvFrom) {
+  CHORUS_HD_EXEC void select(int sendTo, int recvFrom) {
     curSend_ = sendTo;
     curRecv_ = recvFrom;
   }
 
   // Simple: the tail counter decides (ready words are not polled on the device). LL: the
   // header's lines do, and every thread gets the header the leader read.
-  CHORUS_HD bool waitData(bool) {
+  CHORUS_HD_EXEC bool waitData(bool) {
     uint32_t ok = 1;
     const DeviceConnector& c = recvConn();
     if constexpr (kLL128) {
@@ -116,7 +116,7 @@ class LaneExec {
       return b_.share(ok) != 0;
     }
   }
-  CHORUS_HD bool waitSpace() {
+  CHORUS_HD_EXEC bool waitSpace() {
     uint32_t ok = 1;
     if (leader()) {
       const DeviceConnector& c = sendConn();
@@ -124,11 +124,11 @@ class LaneExec {
     }
     return b_.share(ok) != 0;
   }
-  CHORUS_HD const SlotHeader* recvHeader() const {
+  CHORUS_HD_EXEC const SlotHeader* recvHeader() const {
     if constexpr (kLL || kLL128) return &rxHdr_;
     return header(recvConn(), recvPos_[curRecv_]);
   }
-  CHORUS_HD const char* recvPayload(char*) {
+  CHORUS_HD_EXEC const char* recvPayload(char*) {
     if constexpr (kLL128) {
       const FifoLine128* data = slotLines128(recvConn(), recvPos_[curRecv_]) + 1;
       const int i = rx128_[0].at ? 1 : 0;
@@ -143,11 +143,11 @@ class LaneExec {
     }
     return reinterpret_cast<const char*>(header(recvConn(), recvPos_[curRecv_]) + 1);
   }
-  CHORUS_HD SlotHeader* sendHeader() {
+  CHORUS_HD_EXEC SlotHeader* sendHeader() {
     if constexpr (kLL || kLL128) return &txHdr_;
     return header(sendConn(), sendPos_[curSend_]);
   }
-  CHORUS_HD char* sendPayload(Prim, const char*, const char*) {
+  CHORUS_HD_EXEC char* sendPayload(Prim, const char*, const char*) {
     if constexpr (kLL128) {
       tx128_ = slotLines128(sendConn(), sendPos_[curSend_]) + 1;
       return reinterpret_cast<char*>(tx128_);
@@ -158,14 +158,14 @@ class LaneExec {
     return reinterpret_cast<char*>(header(sendConn(), sendPos_[curSend_]) + 1);
   }
 
-  CHORUS_HD bool move(const PieceMove& m, size_t n) {
+  CHORUS_HD_EXEC bool move(const PieceMove& m, size_t n) {
     if constexpr (kLL128) return moveLines128(m, n);
     if constexpr (kLL) return moveLines(m, n);
     moveSlots(m, n);
     return true;
   }
-  CHORUS_HD bool leader() const { return b_.tid() == 0; }
-  CHORUS_HD void publish(bool) {
+  CHORUS_HD_EXEC bool leader() const { return b_.tid() == 0; }
+  CHORUS_HD_EXEC void publish(bool) {
     const uint32_t pos = ++sendPos_[curSend_];
     if constexpr (kLL128) {
       // The header line, written by the first group as one line (every thread stamped txHdr_),
@@ -203,11 +203,11 @@ class LaneExec {
     h->ready = slotReadyFlag(h->seq, pos - 1);
     b_.release(sendConn().tail, pos);
   }
-  CHORUS_HD void release() {
+  CHORUS_HD_EXEC void release() {
     const uint32_t pos = ++recvPos_[curRecv_];
     if (leader()) b_.release(recvConn().head, pos);
   }
-  CHORUS_HD void moved() {
+  CHORUS_HD_EXEC void moved() {
     rxLines_[0] = rxLines_[1] = {};
     txLines_ = nullptr;
     rx128_[0] = rx128_[1] = {};
@@ -215,11 +215,11 @@ class LaneExec {
   }
   // Device buffers travel as bytes: a peer reading this GPU's memory in place needs CUDA IPC
   // handles, which device lanes do not exchange. An offer from a peer is refused.
-  CHORUS_HD uint32_t offer(int, bool, char*, size_t) const { return 0; }
-  CHORUS_HD bool accept(int, bool, const char*, uint32_t, size_t) const { return false; }
-  CHORUS_HD bool exposed(int) const { return false; }
-  CHORUS_HD bool reads(int) const { return false; }
-  CHORUS_HD const char* peerBuffer(int, bool) const { return nullptr; }
+  CHORUS_HD_EXEC uint32_t offer(int, bool, char*, size_t) const { return 0; }
+  CHORUS_HD_EXEC bool accept(int, bool, const char*, uint32_t, size_t) const { return false; }
+  CHORUS_HD_EXEC bool exposed(int) const { return false; }
+  CHORUS_HD_EXEC bool reads(int) const { return false; }
+  CHORUS_HD_EXEC const char* peerBuffer(int, bool) const { return nullptr; }
 
   // Why the last wait failed (DeviceFault), the peer and what it waited for.
   uint32_t fault = 0;
@@ -228,7 +228,7 @@ class LaneExec {
 
  private:
   // Simple: the piece through the slot's payload, 16 bytes at a time where every operand allows.
-  CHORUS_HD void moveSlots(const PieceMove& m, size_t n) const {
+  CHORUS_HD_EXEC void moveSlots(const PieceMove& m, size_t n) const {
     ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
     // A copy, or a pre-op without its scalar (one() then gives each element as it is): the bytes
@@ -258,7 +258,7 @@ class LaneExec {
 
   // LL: the piece 8 bytes a line; an operand that is a received slot's lines is read when its
   // flags are current, one that is the sent slot's lines is written with the new flag.
-  CHORUS_HD bool moveLines(const PieceMove& m, size_t n) {
+  CHORUS_HD_EXEC bool moveLines(const PieceMove& m, size_t n) {
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     ReduceSpec spec = spec_;
     if (m.noPre) spec.hasPre = false;
@@ -306,7 +306,7 @@ class LaneExec {
     const FifoLine128* at = nullptr;  // null: not a received slot's lines
     uint32_t flag = 0;
   };
-  CHORUS_HD Line128Ref lines128Of(const char* p) const {
+  CHORUS_HD_EXEC Line128Ref lines128Of(const char* p) const {
     for (const Line128Ref& r : rx128_) {
       if (r.at && p == reinterpret_cast<const char*>(r.at)) return r;
     }
@@ -314,7 +314,7 @@ class LaneExec {
   }
   // 32-bit indices throughout (a piece is at most a slot): the launch kernel's registers are the
   // most any of its paths needs, and 64-bit ones here made all of it spill.
-  CHORUS_HD bool moveLines128(const PieceMove& m, size_t n) {
+  CHORUS_HD_EXEC bool moveLines128(const PieceMove& m, size_t n) {
     constexpr unsigned G = Block::kLineGroup;
     const bool toDst = m.dst && !(m.fold == Fold::kCopy && m.dst == m.a);
     ReduceSpec spec = spec_;
@@ -373,15 +373,15 @@ class LaneExec {
     return false;
   }
   // Bytes of word w (0..14) of a line holding `lineBytes`: 8, fewer at the end, 0 past it.
-  CHORUS_HD static uint32_t word128Len(uint32_t lineBytes, unsigned w) {
+  CHORUS_HD_EXEC static uint32_t word128Len(uint32_t lineBytes, unsigned w) {
     const uint32_t off = w * 8;
     return off >= lineBytes ? 0 : lineBytes - off < 8 ? lineBytes - off : 8;
   }
   // This thread's words of line j of operand p (a received slot's lines when l.at, else memory):
   // w[2q + h] is word h of part k + q * kLineGroup. false: a wait gave up (the abort word,
   // another block's failure, the deadline), for the whole warp alike.
-  CHORUS_HD bool loadLine128(const char* p, const Line128Ref& l, uint32_t j, bool active, uint32_t lineBytes,
-                             uint64_t* w, uint64_t* since) {
+  CHORUS_HD_EXEC bool loadLine128(const char* p, const Line128Ref& l, uint32_t j, bool active, uint32_t lineBytes,
+                                  uint64_t* w, uint64_t* since) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
     if (!l.at) {
@@ -403,7 +403,7 @@ class LaneExec {
   // the flag its line's flag thread saw. After the warp's vote every flag is known current, so a
   // fresh load of every part gets the line whole (NCCL reloads the same way, prims_ll128.h). Runs
   // 6 and 7 found lines whose first 16 to 32 bytes were the last lap's, under MPS only.
-  CHORUS_HD bool pollLine128(const FifoLine128* line, uint32_t flag, bool active, uint64_t* w, uint64_t* since) {
+  CHORUS_HD_EXEC bool pollLine128(const FifoLine128* line, uint32_t flag, bool active, uint64_t* w, uint64_t* since) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
     for (uint32_t polls = 1;; ++polls) {
@@ -426,8 +426,8 @@ class LaneExec {
   }
   // This thread's words of line j to p: the sent slot's lines (`lines`), whole and flagged, or
   // memory, word by word.
-  CHORUS_HD void storeLine128(char* p, FifoLine128* lines, uint32_t j, uint32_t lineBytes, const uint64_t* w,
-                              uint32_t flag) {
+  CHORUS_HD_EXEC void storeLine128(char* p, FifoLine128* lines, uint32_t j, uint32_t lineBytes, const uint64_t* w,
+                                   uint32_t flag) {
     constexpr unsigned G = Block::kLineGroup;
     const unsigned k = b_.tid() % G;
     for (unsigned q = 0; q < kParts; ++q) {
@@ -444,7 +444,7 @@ class LaneExec {
   }
   // LL128's waitData: the leader polls the header line's flag part; then the first warp reads the
   // line as a line (its first group holds it) and the block learns its three words.
-  CHORUS_HD bool waitHeader128(const DeviceConnector& c) {
+  CHORUS_HD_EXEC bool waitHeader128(const DeviceConnector& c) {
     const uint32_t pos = recvPos_[curRecv_];
     const FifoLine128* h = slotLines128(c, pos);
     const uint32_t flag = lineFlag(pos);
@@ -476,7 +476,7 @@ class LaneExec {
   }
   // Whether an LL piece is at `pos` of c's FIFO: its header lines carry that position's flags
   // (their words into w). LL's receiver waits for it; LL128's takes it for the other protocol.
-  CHORUS_HD bool lineAt(const DeviceConnector& c, uint32_t pos, uint64_t* w) {
+  CHORUS_HD_EXEC bool lineAt(const DeviceConnector& c, uint32_t pos, uint64_t* w) {
     for (uint32_t i = 0; i < kLineHeaderLines; ++i) {
       if (!lineData(b_.loadLine(slotLines(c, pos) + i), lineFlag(pos), &w[i])) return false;
     }
@@ -484,12 +484,12 @@ class LaneExec {
   }
   // Whether an LL128 piece is at `pos`: its header line's flag is that position's (an LL
   // receiver's sign that the other end chose LL128).
-  CHORUS_HD bool line128At(const DeviceConnector& c, uint32_t pos) {
+  CHORUS_HD_EXEC bool line128At(const DeviceConnector& c, uint32_t pos) {
     return b_.loadPart(slotLines128(c, pos), 7).word[1] == lineFlag(pos);
   }
   // After a line wait gave up: why. The leader, which may not be the thread that gave up, looks
   // at the abort word and the error record itself; otherwise it was the deadline.
-  CHORUS_HD void noteLineFault() {
+  CHORUS_HD_EXEC void noteLineFault() {
     fault = static_cast<uint32_t>(DeviceFault::kTimeout);
     if (b_.acquire(const_cast<uint32_t*>(p_.abortFlag))) {
       fault = static_cast<uint32_t>(DeviceFault::kAborted);
@@ -499,7 +499,7 @@ class LaneExec {
     faultPeer = recvConn().peer;
     faultWaiting = 1;
   }
-  CHORUS_HD LineRef linesOf(const char* p) const {
+  CHORUS_HD_EXEC LineRef linesOf(const char* p) const {
     for (const LineRef& r : rxLines_) {
       if (r.at && p == reinterpret_cast<const char*>(r.at)) return r;
     }
@@ -507,7 +507,7 @@ class LaneExec {
   }
   // Bytes [8j, 8j + len) of an operand: from line j once its flags are current (a wait that
   // gives up at the abort word, a failure or the deadline returns false), or from memory.
-  CHORUS_HD bool loadWord(const char* p, const LineRef& l, size_t j, size_t len, uint64_t* w, uint64_t* since) {
+  CHORUS_HD_EXEC bool loadWord(const char* p, const LineRef& l, size_t j, size_t len, uint64_t* w, uint64_t* since) {
     if (!l.at) {
       if (len == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
         *w = *reinterpret_cast<const uint64_t*>(p + j * 8);
@@ -522,7 +522,7 @@ class LaneExec {
       if (polls % kPollsPerCheck == 0 && stopReason(since)) return false;
     }
   }
-  CHORUS_HD void putWord(char* p, bool lines, size_t j, size_t len, uint64_t w, uint32_t flag) {
+  CHORUS_HD_EXEC void putWord(char* p, bool lines, size_t j, size_t len, uint64_t w, uint32_t flag) {
     if (lines) {
       storeWord(reinterpret_cast<FifoLine*>(p) + j, w, flag);
     } else if (len == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
@@ -532,30 +532,30 @@ class LaneExec {
     }
   }
   // A line's 8 data bytes when both its flags are `flag`.
-  CHORUS_HD static bool lineData(const FifoLine& v, uint32_t flag, uint64_t* w) {
+  CHORUS_HD_EXEC static bool lineData(const FifoLine& v, uint32_t flag, uint64_t* w) {
     if (static_cast<uint32_t>(v.word[0] >> 32) != flag || static_cast<uint32_t>(v.word[1] >> 32) != flag) return false;
     *w = (v.word[0] & 0xffffffffull) | (v.word[1] << 32);
     return true;
   }
-  CHORUS_HD void storeWord(FifoLine* l, uint64_t w, uint32_t flag) {
+  CHORUS_HD_EXEC void storeWord(FifoLine* l, uint64_t w, uint32_t flag) {
     b_.storeLine(l, (w & 0xffffffffull) | uint64_t(flag) << 32, (w >> 32) | uint64_t(flag) << 32);
   }
-  CHORUS_HD static FifoLine* slotLines(const DeviceConnector& c, uint32_t pos) {
+  CHORUS_HD_EXEC static FifoLine* slotLines(const DeviceConnector& c, uint32_t pos) {
     return c.lines + size_t(pos % c.nslots) * c.slotLines;
   }
-  CHORUS_HD static FifoLine128* slotLines128(const DeviceConnector& c, uint32_t pos) {
+  CHORUS_HD_EXEC static FifoLine128* slotLines128(const DeviceConnector& c, uint32_t pos) {
     return c.lines128 + size_t(pos % c.nslots) * c.slotLines128;
   }
-  CHORUS_HD const DeviceConnector& sendConn() const { return p_.connectors[lane_.send[curSend_]]; }
-  CHORUS_HD const DeviceConnector& recvConn() const { return p_.connectors[lane_.recv[curRecv_]]; }
-  CHORUS_HD static SlotHeader* header(const DeviceConnector& c, uint32_t pos) {
+  CHORUS_HD_EXEC const DeviceConnector& sendConn() const { return p_.connectors[lane_.send[curSend_]]; }
+  CHORUS_HD_EXEC const DeviceConnector& recvConn() const { return p_.connectors[lane_.recv[curRecv_]]; }
+  CHORUS_HD_EXEC static SlotHeader* header(const DeviceConnector& c, uint32_t pos) {
     return reinterpret_cast<SlotHeader*>(c.slots + size_t(pos % c.nslots) * (sizeof(SlotHeader) + c.slotBytes));
   }
   // One element of the piece (primMove's fold); `spec` without the pre-op when m.noPre.
-  CHORUS_HD T one(const PieceMove& m, const ReduceSpec& spec, T a, T b) const {
+  CHORUS_HD_EXEC T one(const PieceMove& m, const ReduceSpec& spec, T a, T b) const {
     return foldElem<T>(elemFold(m, spec), a, b);
   }
-  CHORUS_HD ElemFold elemFold(const PieceMove& m, const ReduceSpec& spec) const {
+  CHORUS_HD_EXEC ElemFold elemFold(const PieceMove& m, const ReduceSpec& spec) const {
     return ElemFold{m.fold, m.preA && spec_.hasPre, spec};
   }
   // Whether the piece at `pos` of c's FIFO is a Simple one: the tail is past it and the slot's
@@ -564,20 +564,20 @@ class LaneExec {
   // an LL sender's tail store is relaxed and may be seen before its lines, and its slot header is
   // then an older position's, or never written (seq 0). No writer races these reads: the slot's
   // next piece waits for this position to be freed.
-  CHORUS_HD bool simpleAt(const DeviceConnector& c, uint32_t pos) {
+  CHORUS_HD_EXEC bool simpleAt(const DeviceConnector& c, uint32_t pos) {
     if (static_cast<int32_t>(b_.acquire(c.tail) - pos) <= 0) return false;
     const SlotHeader* h = header(c, pos);
     return h->seq != 0 && h->ready == slotReadyFlag(h->seq, pos);
   }
-  CHORUS_HD uint32_t stopReason(uint64_t* since) { return device::stopReason(b_, p_, since); }
+  CHORUS_HD_EXEC uint32_t stopReason(uint64_t* since) { return device::stopReason(b_, p_, since); }
   // The leader's poll until ready() or a reason to stop; 1: ready. With each look at the stop
   // reasons, foreign() may say that what arrived is not this protocol's piece (kMismatch).
   template <typename F>
-  CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready) {
+  CHORUS_HD_EXEC uint32_t spin(uint32_t waiting, int32_t peer, F ready) {
     return spin(waiting, peer, ready, [] { return false; });
   }
   template <typename F, typename G>
-  CHORUS_HD uint32_t spin(uint32_t waiting, int32_t peer, F ready, G foreign) {
+  CHORUS_HD_EXEC uint32_t spin(uint32_t waiting, int32_t peer, F ready, G foreign) {
     uint64_t since = 0;
     for (uint32_t polls = 1;; ++polls) {
       if (ready()) return 1;
@@ -614,7 +614,7 @@ class LaneExec {
 // Runs lane `li` of `p` with the block's threads. Returns false when it failed (the launch's
 // error record then says why, unless another block's failure claimed it first).
 template <class Block, typename T, ProtoKind kProto>
-CHORUS_HD bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
+CHORUS_HD_EXEC bool runLaneAs(Block& b, const LaunchParams& p, uint32_t li) {
   const DeviceLane& lane = p.lanes[li];
   uint64_t* seqWord = laneSeqWord(p, lane);
   // Only this block advances this counter in this launch; the leader reads it and every thread

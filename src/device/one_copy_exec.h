@@ -98,10 +98,10 @@ CHORUS_HD_OUTLINE void oneCopyPart(const OneCopyArgs* args, int32_t k, ReduceSpe
 template <class Block, typename T>
 class OneCopy {
  public:
-  CHORUS_HD OneCopy(Block& blk, const LaunchParams& p, uint32_t li)
+  CHORUS_HD_EXEC OneCopy(Block& blk, const LaunchParams& p, uint32_t li)
       : b_(blk), p_(p), li_(li), lane_(p.lanes[li]), a_(*lane_.oneCopy) {}
 
-  CHORUS_HD bool run() {
+  CHORUS_HD_EXEC bool run() {
     uint64_t* seqWord = laneSeqWord(p_, lane_);
     const uint64_t seq = b_.share(b_.tid() == 0 ? *seqWord + 1 : 0);
     if (!barrier(0, seq)) return false;
@@ -116,7 +116,7 @@ class OneCopy {
  private:
   // Signals this rank's block into every rank's area, then waits for every rank's signal in its
   // own. The leader does both; the block learns whether it may go on.
-  CHORUS_HD bool barrier(int done, uint64_t seq) {
+  CHORUS_HD_EXEC bool barrier(int done, uint64_t seq) {
     const int k = lane_.seqIndex;
     uint32_t why = 0;
     int32_t late = -1;

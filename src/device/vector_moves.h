@@ -18,12 +18,12 @@ struct alignas(16) Vec16 {
 };
 
 // Whether `p` may take a 16-byte access (null does: a destination not written).
-CHORUS_HD bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+CHORUS_HD_EXEC bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // 16 bytes at a 16-byte aligned address, in one access: on the device a 128-bit load or store
 // (a memcpy from a char pointer compiles to sixteen byte loads there, the compiler knowing no
 // alignment); on the host a memcpy, which the compiler makes one vector move.
-CHORUS_HD Vec16 load16(const char* p) {
+CHORUS_HD_EXEC Vec16 load16(const char* p) {
 #ifdef __CUDA_ARCH__
   const uint4 v = *reinterpret_cast<const uint4*>(p);
   return Vec16{{v.x, v.y, v.z, v.w}};
@@ -33,7 +33,7 @@ CHORUS_HD Vec16 load16(const char* p) {
   return v;
 #endif
 }
-CHORUS_HD void store16(char* p, const Vec16& v) {
+CHORUS_HD_EXEC void store16(char* p, const Vec16& v) {
 #ifdef __CUDA_ARCH__
   *reinterpret_cast<uint4*>(p) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
 #else
@@ -56,7 +56,7 @@ struct ElemFold {
 
 // One element of a piece.
 template <typename T>
-CHORUS_HD T foldElem(const ElemFold& f, T a, T b) {
+CHORUS_HD_EXEC T foldElem(const ElemFold& f, T a, T b) {
   switch (f.fold) {
     case Fold::kCopy:
       return a;
@@ -89,7 +89,7 @@ struct VecMove {
 
 // kFold: each element through foldElem; else the vector is copied as it is.
 template <typename T, bool kFold>
-CHORUS_HD void moveVectorGroups(const VecMove& o, const ElemFold& f) {
+CHORUS_HD_EXEC void moveVectorGroups(const VecMove& o, const ElemFold& f) {
   const size_t stride = o.nthreads;
   size_t v = o.tid;
   for (; v + (kMoveUnroll - 1) * stride < o.nvec; v += kMoveUnroll * stride) {
@@ -157,7 +157,7 @@ struct VecReduce {
 
 // M vectors at byte offsets off[0, M) past reduceVectors' inAt and outAt.
 template <typename T, size_t M>
-CHORUS_HD void reduceGroup(const VecReduce& o, const ReduceSpec& spec, const size_t (&off)[M]) {
+CHORUS_HD_EXEC void reduceGroup(const VecReduce& o, const ReduceSpec& spec, const size_t (&off)[M]) {
   constexpr size_t kPer = 16 / sizeof(T);
   Vec16 acc[M];
 #pragma unroll
