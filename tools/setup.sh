@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Chorus's one entry point for a fresh Debian 12 machine:
 #
-#   bash tools/setup.sh run    install what is missing, build, run the main job (an all-reduce across
-#                              4 local ranks printing an nccl-tests table)
+#   bash tools/setup.sh run    install what is missing, build what the main job needs, run it (an
+#                              all-reduce with a rank per core printing an nccl-tests table, then
+#                              memcpy's rates on this machine)
 #   bash tools/setup.sh test   install what is missing, build, run the default test tier
 #                              (CHORUS_TEST_TIER=extended runs everything)
 #   bash tools/setup.sh deps   install what is missing, nothing more
@@ -10,7 +11,8 @@
 #   bash tools/setup.sh plots  install matplotlib for tools/plot_perf.py (not needed to build or test)
 #   bash tools/setup.sh bench  install iperf3 and Gloo for tools/bench_netns.sh and tools/compare_peers.py
 #
-# Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc), CHORUS_TORCH_VENV
+# Environment: BUILD_DIR (default build), CHORUS_JOBS (build jobs, default nproc),
+# CHORUS_CUDA_ARCHITECTURES (the device code's GPU architectures; default: below), CHORUS_TORCH_VENV
 # (where build and test put PyTorch 2.11 from PyPI for the backend, default .torch-venv; an empty
 # value skips PyTorch and the backend).
 set -euo pipefail
@@ -63,16 +65,54 @@ fi
 
 build=${BUILD_DIR:-build}
 jobs=${CHORUS_JOBS:-$(nproc)}
-echo "== configuring and building in $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" > "$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
+
+# The device code is the longest compile (minutes of one core per GPU architecture), so the build
+# compiles what this machine runs. With a GPU: device code for it (cmake/cuda.cmake asks
+# nvidia-smi). Without one, `run` builds for host memory only (its all-reduce is on host memory)
+# and `test` and `build` compile the device code to PTX for sm_90 without ptxas: the check that it
+# compiles, which is all a machine without a GPU can do with it. CHORUS_CUDA_ARCHITECTURES names
+# others ("75;80;90": a library for those GPUs).
+cuda_args=()
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  cuda_args=(-DCHORUS_ENABLE_CUDA=ON "-DCHORUS_CUDA_ARCHITECTURES=${CHORUS_CUDA_ARCHITECTURES-}")
+  device_note="device code for this machine's GPUs"
+elif [ "$mode" = run ] && [ -z "${CHORUS_CUDA_ARCHITECTURES-}" ]; then
+  cuda_args=(-DCHORUS_ENABLE_CUDA=OFF)
+  device_note="no GPU here: host memory only"
+else
+  cuda_args=(-DCHORUS_ENABLE_CUDA=ON "-DCHORUS_CUDA_ARCHITECTURES=${CHORUS_CUDA_ARCHITECTURES-90-virtual}")
+  device_note="no GPU here: device code for ${CHORUS_CUDA_ARCHITECTURES-90-virtual} (90-virtual: PTX only, the compile check)"
+fi
+# What `run` runs, and no more; `test` and `build` build everything.
+targets=()
+what="every target"
+if [ "$mode" = run ]; then
+  targets=(--target chorusrun all_reduce_perf copy_paths)
+  what="the library, chorusrun, all_reduce_perf and copy_paths"
+fi
+
+echo "== configuring and building in $build: $what ($device_note)"
+case "$mode" in
+  run) echo "   (about 5 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
+  *) echo "   (about 15 minutes on 2 cores from nothing, the device code the longest part; ccache makes a rebuild seconds)" ;;
+esac
+start=$(date +%s)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_args[@]}" "${torch_args[@]}" \
+  > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 rm -f "$build.configure.log"
-cmake --build "$build" -j "$jobs"
+cmake --build "$build" -j "$jobs" "${targets[@]}"
+echo "   (built in $(($(date +%s) - start)) s)"
 [ "$mode" = build ] && exit 0
 
+# The main job: an all-reduce with a rank per core (2 to 8), then what memcpy does on this machine
+# at the same sizes, the rate the all-reduce's copies run at (README, "The main job").
 if [ "$mode" = run ]; then
-  echo "== all-reduce, 4 local ranks (chorusrun), float sum, 8 B to 64 MiB"
-  exec "$build/chorusrun" -n 4 -- "$build/perf/all_reduce_perf" -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
+  ranks=$(nproc)
+  ranks=$((ranks < 2 ? 2 : ranks > 8 ? 8 : ranks))
+  echo "== all-reduce, $ranks local ranks (a rank per core, chorusrun), float sum, 8 B to 64 MiB"
+  "$build/chorusrun" -n "$ranks" -- "$build/perf/all_reduce_perf" -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
+  echo "== the copy limit: memcpy within a process, and process_vm_readv from another, 64 KiB to 64 MiB"
+  exec "$build/perf/copy_paths" -b 65536 -e 67108864 -n 20
 fi
 
 # Runs a command (ctest) in a build tree; when it fails, the output ends with each failed test's
@@ -116,7 +156,7 @@ sanitized "${build}-asan" address,undefined ON unit_test api_test ddp_test grid_
 # the whole run, it stays reachable.
 in_tree "${build}-asan" env LD_PRELOAD="$(ls /usr/lib/*/libpciaccess.so.0 | head -1)" \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$" \
+  ctest -j 2 --output-on-failure -R "^(unit_test(_avx2|_avx512|_f16c)?|device_lane|net_threads|api_test:.*|ddp_test|strangers|strangers_flood|$threads|fuzz_.*)\$" \
   -E "^api_test:running out of descriptors"
 
 sanitized "${build}-tsan" thread OFF unit_test api_test ddp_test grid_test
