@@ -169,13 +169,16 @@ Result<EnvSnapshot> EnvSnapshot::fromEnv() {
     if (s->scope() != SettingScope::kLaunch) CHORUS_TRY(s->parse(v, &snap));
   }
   // CHORUS_* names no declaration has (a typo such as CHORUS_ALG), with the nearest known name.
-  // Test programs' own variables (CHORUS_TEST_*, CHORUS_GRID*) are theirs.
+  // Test programs' own variables (CHORUS_TEST_*, CHORUS_GRID*) are theirs, and tools/setup.sh's
+  // (docs/environment.md, "Read by the build") its own.
+  static constexpr std::string_view kBuildScript[] = {"CHORUS_JOBS", "CHORUS_TORCH_VENV", "CHORUS_CUDA_ARCHITECTURES"};
   const std::vector<const Setting*> all = settingRegistry();
   for (char** e = environ; e && *e; ++e) {
     const std::string_view entry(*e);
     if (entry.rfind("CHORUS_", 0) != 0) continue;
     const std::string name(entry.substr(0, entry.find('=')));
     if (name.rfind("CHORUS_TEST_", 0) == 0 || name.rfind("CHORUS_GRID", 0) == 0) continue;
+    if (std::find(std::begin(kBuildScript), std::end(kBuildScript), name) != std::end(kBuildScript)) continue;
     if (findSetting(name)) continue;
     const char* nearest = nullptr;
     size_t best = 4;
