@@ -68,5 +68,6 @@ function(chorus_cuda_objects name)
   set_target_properties(${name} PROPERTIES CUDA_ARCHITECTURES "${CHORUS_CUDA_ARCHITECTURES}" POSITION_INDEPENDENT_CODE ON
                                            CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
   target_include_directories(${name} PRIVATE ${PROJECT_BINARY_DIR}/layers/device)
-  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffp-contract=off --fmad=false>)
+  # --threads=0: a file's architectures compiled side by side, one per core.
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffp-contract=off --fmad=false --threads=0>)
 endfunction()

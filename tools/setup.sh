@@ -81,7 +81,8 @@ elif [ "$mode" = run ] && [ -z "${CHORUS_CUDA_ARCHITECTURES-}" ]; then
   device_note="no GPU here: host memory only"
 else
   cuda_args=(-DCHORUS_ENABLE_CUDA=ON "-DCHORUS_CUDA_ARCHITECTURES=${CHORUS_CUDA_ARCHITECTURES-90-virtual}")
-  device_note="no GPU here: device code for ${CHORUS_CUDA_ARCHITECTURES-90-virtual} (90-virtual: PTX only, the compile check)"
+  device_note="no GPU here: device code as PTX for sm_90, the check that it compiles"
+  [ -n "${CHORUS_CUDA_ARCHITECTURES-}" ] && device_note="device code for $CHORUS_CUDA_ARCHITECTURES"
 fi
 # What `run` runs, and no more; `test` and `build` build everything.
 targets=()

@@ -64,7 +64,7 @@ struct OpInfo {
   // A device collective's tuner choice, made once when the call was made (chosen): connecting,
   // the one-copy offer and planning read it (Communicator::deviceChoice).
   bool chosen = false;
-  Tuner::Choice choice;
+  Tuner::Choice choice{};
 };
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
