@@ -10,6 +10,7 @@
 # GPU. A library for other machines names them: -DCHORUS_CUDA_ARCHITECTURES="75;80;90" (SASS and
 # PTX for each), or "90-virtual" for PTX alone (no ptxas: what a machine without a GPU needs to
 # check that the device code compiles; the driver compiles it at first launch).
+
 # chorus_local_cuda_architectures(OUT): the compute capabilities of this machine's GPUs ("90" for
 # 9.0), each once, or 90 where nvidia-smi is missing or lists none.
 function(chorus_local_cuda_architectures out)

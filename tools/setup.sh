@@ -94,8 +94,8 @@ fi
 
 echo "== configuring and building in $build: $what ($device_note)"
 case "$mode" in
-  run) echo "   (about 5 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
-  *) echo "   (about 15 minutes on 2 cores from nothing, the device code the longest part; ccache makes a rebuild seconds)" ;;
+  run) echo "   (about 4 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
+  *) echo "   (about 14 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
 esac
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_args[@]}" "${torch_args[@]}" \
