@@ -20,8 +20,8 @@
 // includes): inlined into the kernel on the device, as CHORUS_HD; on the host, where only the
 // tests run the executor (on blocks of host threads), inlined as the compiler likes. Forced
 // inlining there put the whole executor, every type, operator and protocol, into one function:
-// the device lane tests (then one file) took 14 to 30 minutes of one core to compile under ASan and UBSan, and
-// a minute and a half without it.
+// the device lane tests (then one file) took 14 to 30 minutes of one core to compile under ASan
+// and UBSan, and a minute and a half without it.
 #if defined(__CUDACC__)
 #define CHORUS_HD_EXEC __host__ __device__ __forceinline__
 #else
