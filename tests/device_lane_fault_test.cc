@@ -69,12 +69,7 @@ TEST_CASE("a device lane waiting on a rank that never comes ends at the deadline
     }
     uint32_t abortWord = 0;
     std::thread aborter;
-    if (byAbort) {
-      aborter = std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        std::atomic_ref<uint32_t>(abortWord).store(1, std::memory_order_release);
-      });
-    }
+    if (byAbort) aborter = abortAfter(&abortWord, std::chrono::milliseconds(100));
     AlgoCall call{CollType::kAllReduce, count, sizeof(float), 0, false};
     const auto start = std::chrono::steady_clock::now();
     // Rank 2 never runs; ranks 0 and 1 wait for it.

@@ -100,6 +100,15 @@ class HostBlock {
   unsigned index_;
 };
 
+// A thread that sets the abort word *word after `delay`, as a host aborting its communicator does
+// while the kernels wait; join it after the launch.
+inline std::thread abortAfter(uint32_t* word, std::chrono::milliseconds delay) {
+  return std::thread([word, delay] {
+    std::this_thread::sleep_for(delay);
+    std::atomic_ref<uint32_t>(*word).store(1, std::memory_order_release);
+  });
+}
+
 // Each rank's launches in order on a thread of its own (ranks with runs[r] false never run);
 // each launch's blocks as `threads` host threads each, all at once. These two are defined in
 // tests/host_lanes.cc, the one file of the tests that instantiates the executor.

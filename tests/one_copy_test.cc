@@ -356,12 +356,7 @@ TEST_CASE("a one-copy all-reduce waiting on a rank that never comes ends at the 
     }
     uint32_t abortWord = 0;
     std::thread aborter;
-    if (byAbort) {
-      aborter = std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        std::atomic_ref<uint32_t>(abortWord).store(1, std::memory_order_release);
-      });
-    }
+    if (byAbort) aborter = abortAfter(&abortWord, std::chrono::milliseconds(100));
     const auto start = std::chrono::steady_clock::now();
     // Rank 1 never runs; ranks 0 and 2 wait for it to arrive.
     const auto errors = ranks.allReduce(chorusFloat32, ReduceSpec(), count, ip, op, 2, {true, false, true},
