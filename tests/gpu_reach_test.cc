@@ -13,7 +13,7 @@ using chorus::cuda::MachineGpu;
 
 namespace {
 
-// cudaDeviceProp::uuid's 16 bytes for "GPU-00112233-4455-6677-8899-aabbccddeeff", as ensureDevice
+// cudaDeviceProp::uuid's 16 bytes for "GPU-00112233-4455-6677-8899-aabbccddeeff", as DevicePath::ensure
 // copies them into the two words of a GpuIdentity.
 void uuidOfBytes(const unsigned char (&bytes)[16], uint64_t out[2]) { std::memcpy(out, bytes, 16); }
 

@@ -333,7 +333,7 @@ TEST_CASE("ranks exchange GPU records before their first device connection and c
   std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> work;
   for (int r = 0; r < 3; ++r) {
     Communicator* c = handles[r]->impl.get();
-    c->setGpuInfo(records[r]);
+    c->devicePath().setGpuInfo(records[r]);
     std::vector<Communicator::ConnNeed> needs;
     for (int p = 0; p < 3; ++p) {
       if (p == r) continue;
@@ -345,8 +345,8 @@ TEST_CASE("ranks exchange GPU records before their first device connection and c
     }
     work.emplace_back(c, std::move(needs));
   }
-  REQUIRE(Communicator::exchangeGpuInfo(work).isOk());
-  auto name = [&](int r, int p) { return std::string(handles[r]->impl->deviceTransport(p)->name()); };
+  REQUIRE(DevicePath::exchangeInfo(work).isOk());
+  auto name = [&](int r, int p) { return std::string(handles[r]->impl->devicePath().transport(p)->name()); };
   CHECK(name(0, 1) == "inproc");
   CHECK(name(1, 0) == "inproc");
   for (int r : {0, 1}) {
@@ -354,8 +354,8 @@ TEST_CASE("ranks exchange GPU records before their first device connection and c
     CHECK(name(2, r) == "shm");
   }
   // Chosen once: a second exchange asks nothing and changes nothing.
-  handles[0]->impl->setGpuInfo(gpu(9, {9}));
-  REQUIRE(Communicator::exchangeGpuInfo(work).isOk());
+  handles[0]->impl->devicePath().setGpuInfo(gpu(9, {9}));
+  REQUIRE(DevicePath::exchangeInfo(work).isOk());
   CHECK(name(0, 1) == "inproc");
   for (auto& h : handles) h->impl.reset();
 }

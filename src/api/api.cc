@@ -222,7 +222,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s), false, ReduceSpec{}};
   info.device = device;
   if (reduces(coll)) info.spec = c->redOps().spec(op, type, device);
-  c->chooseDevice(info);
+  c->devicePath().choose(info);
   return submitOp(info);
 }
 
@@ -403,8 +403,8 @@ chorusResult_t chorusCommFinalize(chorusComm_t comm) {
     Status s = c->waitIdle();
     // Kernels already enqueued on the caller's streams are part of what finalize waits for, as
     // NCCL's synchronises the stream its launches join.
-    if (c->deviceComm()) {
-      Status d = waitDevice({c.get()}, true);
+    if (c->devicePath().deviceComm()) {
+      Status d = DevicePath::wait({c.get()}, true);
       if (s.isOk()) s = d;
     }
     return s;
@@ -596,7 +596,7 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
   return guard("chorusCommCuDevice", [&]() -> Status {
     if (!device) return invalidArgument("device is NULL");
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    *device = c->cudaDevice();
+    *device = c->devicePath().cudaDevice();
     return Status::ok();
   });
 }

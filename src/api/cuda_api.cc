@@ -60,7 +60,7 @@ Result<bool> onDevice(Communicator& c, const BufUse* bufs, int n, const Stream* 
                         " but this build of Chorus has no CUDA (the toolkit was not found when it was built, or "
                         "CHORUS_ENABLE_CUDA was OFF): rebuild it with the CUDA toolkit");
   }
-  const int bound = c.bindCudaDevice(first.ordinal);
+  const int bound = c.devicePath().bindCudaDevice(first.ordinal);
   if (bound != first.ordinal) {
     return invalidArgument(std::string(firstName) + " is " + where(first) + " but the communicator's device is " +
                            std::to_string(bound) + " (chorusCommCuDevice): pass buffers of device " +

@@ -2,7 +2,7 @@
 // each collective runs (the tuner's algorithm and protocol, and the algorithm's lanes), the
 // transfers each point-to-point operation makes with other ranks, the copies to self, and the
 // numbers and labels the flight recorder and the log give them. The host lowers a plan into a
-// task of lanes (Communicator::plan), the device path into kernel launches (planDevice); neither
+// task of lanes (Communicator::plan), the device path into kernel launches (DevicePath::plan); neither
 // chooses, numbers or expands anything of its own.
 #pragma once
 

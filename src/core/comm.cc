@@ -43,19 +43,6 @@ Result<CommOptions> readUserConfig(const chorusConfig_t* config) {
   return o;
 }
 
-Status Communicator::chooseCudaDevice(const CommOptions& options) {
-  if (options.cudaDevice >= 0) {
-    CHORUS_TRY(cuda::checkDevice(options.cudaDevice, "config->cudaDevice"));
-    cudaDevice_.store(options.cudaDevice, std::memory_order_release);
-  } else if (options.deviceFromCurrent && cuda::built() && cuda::driverLoaded()) {
-    // As NCCL binds a communicator to the device current at init. A program that loaded CUDA
-    // without a device (or a driver without one) leaves it to the first device buffer.
-    Result<int> d = cuda::currentDevice();
-    if (d.isOk()) cudaDevice_.store(d.value(), std::memory_order_release);
-  }
-  return Status::ok();
-}
-
 namespace {
 
 Status cpuIsaRule(const char* name, const std::string& v) {
@@ -107,40 +94,13 @@ Communicator::~Communicator() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  if (device_) {
-    // Kernels still enqueued read the FIFOs and state freed below: wait for them (as long as a
-    // wait may last), else stop them.
-    const int64_t deadline = nowNs() + config_.timeoutNs;
-    if (!device_->drain(deadline)) device_->stop();
-    // Pieces a kernel published to a socket may still wait for the proxy (a host-staged FIFO's
-    // counters are host memory): until the proxy has sent them all.
-    auto pending = [this] {
-      for (const FifoView& f : deviceProxySends_) {
-        if (!f.closed() &&
-            f.ctrl->head.load(std::memory_order_acquire) != f.ctrl->tail.load(std::memory_order_acquire)) {
-          return true;
-        }
-      }
-      return false;
-    };
-    while (!aborted() && !failed_.load(std::memory_order_acquire) && nowNs() < deadline && pending()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  // The watchdog ran through the waits above: a kernel waiting on a dead peer still ends within
-  // seconds rather than at the deadline.
-  deviceWatch_.stop();
-  if (device_) {
-    std::lock_guard<std::mutex> g(deviceMu_);
-    deviceRaw_.store(nullptr, std::memory_order_release);
-    device_.reset();
-  }
+  device_.shutdown();
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   stopFlight();
   // Order matters: transports' threads move bytes of connections; the connections' FIFOs belong
   // to lanes that are all done by now; the bootstrap serves descriptors for connections and memory.
   transports_.clear();
-  deviceConnections_.clear();
+  device_.dropConnections();
   connections_.clear();
   memShare_.reset();
   bootstrap_.reset();
@@ -164,7 +124,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   if (options.timeoutNs > 0) config_.timeoutNs = options.timeoutNs;
   blocking_ = options.blocking;
   name_ = options.name;
-  CHORUS_TRY(chooseCudaDevice(options));
+  CHORUS_TRY(device_.chooseCudaDevice(options));
   rank_ = rank;
   nranks_ = nranks;
   if (forcedAlgo_ && nranks > algorithm(*forcedAlgo_).maxRanks()) {
@@ -220,9 +180,9 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   me.version = CHORUS_VERSION_CODE;
   const std::string plan = config_.env.planText();
   me.planDigest = fnv1a(plan.data(), plan.size());
-  if (cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) {
+  if (device_.cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) {
     // Unknown when it cannot be asked: the device side's own creation then says why.
-    if (auto id = cuda::gpuIdentity(cudaDevice()); id.isOk()) {
+    if (auto id = cuda::gpuIdentity(device_.cudaDevice()); id.isOk()) {
       me.gpuSms = id.value().sms;
       std::memcpy(me.gpuUuid, id.value().uuid, sizeof(me.gpuUuid));
     }
@@ -293,7 +253,6 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
     }
     if (!peerTransport_[r]) return internalError("no transport can connect to " + describePeer(r));
   }
-  deviceTransport_.assign(nranks_, nullptr);
 
   {
     // Memory is shared as the FIFOs are: the transport to each peer says how.
@@ -314,20 +273,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       seats[r].sms = all[r].gpuSms;
       std::memcpy(seats[r].uuid, all[r].gpuUuid, sizeof(seats[r].uuid));
     }
-    deviceChannels_ = deviceChannelLimit(config_.deviceChannels, seats, singleHost_);
-    oneGpu_ = true;
-    for (const GpuSeat& s : seats) {
-      oneGpu_ = oneGpu_ && s.sms > 0 && s.uuid[0] == seats[0].uuid[0] && s.uuid[1] == seats[0].uuid[1];
-    }
-    const GpuSeat& mine = seats[rank_];
-    for (int r = 0; r < nranks_; ++r) {
-      const bool sameGpu = mine.sms > 0 && seats[r].uuid[0] == mine.uuid[0] && seats[r].uuid[1] == mine.uuid[1];
-      if (r != rank_ && sameGpu && sameProcess(peers_[rank_], peers_[r])) ++gpuThreadSharers_;
-    }
-    // Once per process: every communicator of such a clique would say the same.
-    static std::atomic<bool> warned{false};
-    const std::string w = sharedGpuWarning(gpuThreadSharers_, config_.cudaConnections);
-    if (!w.empty() && !warned.exchange(true)) log_.warn(kSubsysInit, "{}", w);
+    device_.placeRanks(seats, singleHost_);
   }
   std::vector<topo::TopoRecord> topoRecords(nranks_);
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
@@ -336,8 +282,8 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
   laneScratch_.resize(std::max<size_t>(config_.slotBytes, config_.peerSlots()));
   if (const int64_t w = kWorkersPerChannel.get(config_.env); w > 1) workers_ = std::make_unique<WorkerGroup>(int(w));
-  seq_.p2pSend.assign(nranks_, 0);
-  seq_.p2pRecv.assign(nranks_, 0);
+  seq_.ops.p2pSend.assign(nranks_, 0);
+  seq_.ops.p2pRecv.assign(nranks_, 0);
   startFlight();
   redOps_.reset(nranks_);
 
@@ -358,7 +304,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   // collective then allocates nothing and loads no kernel, either of which can wait for work
   // already queued on the device (lazy module loading waits for every running kernel), so no
   // collective call waits behind the user's stream.
-  if (cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) CHORUS_TRY(ensureDevice());
+  if (device_.cudaDevice() >= 0 && cuda::built() && cuda::driverLoaded()) CHORUS_TRY(device_.ensure());
   setState(State::kReady);
   return Status::ok();
 }
@@ -375,9 +321,9 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
   c->name_ = options.name;
   // A child keeps its parent's device unless its config names one.
   if (options.cudaDevice >= 0) {
-    CHORUS_TRY(c->chooseCudaDevice(options));
+    CHORUS_TRY(c->device_.chooseCudaDevice(options));
   } else {
-    c->cudaDevice_.store(parent.cudaDevice(), std::memory_order_release);
+    c->device_.inheritCudaDevice(parent.device_.cudaDevice());
   }
   c->rank_ = rank;
   c->nranks_ = static_cast<int>(peers.size());
@@ -409,14 +355,7 @@ void Communicator::abort() {
   }
   stopTraffic();
   // Kernels see the abort word at their next check: abort returns once they are gone.
-  if (DeviceComm* d = deviceComm()) {
-    d->stop();
-    if (!d->drain(nowNs() + 10'000'000'000)) {
-      log_.warn(kSubsysAll,
-                "chorusCommAbort: a kernel of this communicator is still queued after 10 s (work "
-                "before it on its stream has not finished)");
-    }
-  }
+  device_.stop(10'000'000'000);
 }
 
 }  // namespace chorus

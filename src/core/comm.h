@@ -28,6 +28,7 @@
 #include "src/core/call_plan.h"
 #include "src/core/conn_table.h"
 #include "src/core/device_comm.h"
+#include "src/core/device_path.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
 #include "src/core/lane.h"
@@ -62,7 +63,7 @@ struct OpInfo {
   bool device = false;             // the buffers are device memory (the device path)
   ReduceSpec spec;                 // a reduction's operator, resolved when the call was made
   // A device collective's tuner choice, made once when the call was made (chosen): connecting,
-  // the one-copy offer and planning read it (Communicator::deviceChoice).
+  // the one-copy offer and planning read it (DevicePath::choice).
   bool chosen = false;
   Tuner::Choice choice{};
 };
@@ -133,13 +134,6 @@ class Communicator : public TaskOwner {
   State state() const { return state_.load(std::memory_order_acquire); }
   void setState(State s) { state_.store(s, std::memory_order_release); }
   bool blocking() const { return blocking_; }
-  // The CUDA device of this communicator's device buffers; -1 while none is bound.
-  int cudaDevice() const { return cudaDevice_.load(std::memory_order_acquire); }
-  // Binds device `d` unless another is bound already; then that one.
-  int bindCudaDevice(int d) {
-    int expected = -1;
-    return cudaDevice_.compare_exchange_strong(expected, d, std::memory_order_acq_rel) ? d : expected;
-  }
 
   // TaskOwner.
   bool aborted() const override { return abort_.load(std::memory_order_acquire); }
@@ -194,10 +188,6 @@ class Communicator : public TaskOwner {
   Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
-  // What a device collective of protocol `proto` is planned in: the channels the tuner gives its
-  // size (device::laneContext); the second, `channels` of them. Device FIFOs' slot sizes.
-  AlgoContext deviceContext(const OpInfo& op, ProtoKind proto) const;
-  AlgoContext deviceContext(int channels, ProtoKind proto) const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
@@ -208,9 +198,6 @@ class Communicator : public TaskOwner {
   Result<int> firstSender();
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
-  // Before connect()'s phases: device records to and from each peer a device connection needs for
-  // the first time, and the transport chosen from them.
-  static Status exchangeGpuInfo(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
   // The fast path of a lone host collective whose algorithm runs inline (Algorithm::runsInline:
   // the direct all-reduce): its one lane runs on the calling thread, with no task, queue or
   // latch. *ran is false (and nothing happened) when the op does not qualify, its plan is not one
@@ -245,56 +232,13 @@ class Communicator : public TaskOwner {
   // (a stream's worker, or the caller); plans of one communicator are serialised by planMu_.
   Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
 
-  // The device path (src/core/comm_device.cc). Makes the device side on first use (on the bound
-  // device).
-  Status ensureDevice();
-  DeviceComm* deviceComm() const { return deviceRaw_.load(std::memory_order_acquire); }
-  // The transport of device connections to `peer`: chosen from both ranks' DevicePeer records,
-  // which the two exchange before their first device connection (connect()); null until then.
-  Transport* deviceTransport(int peer) const { return deviceTransport_[peer]; }
-  // The device lowering of planCalls: the kernel launches of device ops, in the order they must
-  // run (src/device/launch_pack.h);
-  // `oneCopy` (empty, or one per op): the one-copy arguments where the op takes it.
-  // `flight`, when given, gets each op's flight recorder entry (for enqueueDevice).
-  Result<std::vector<device::LaunchParams>> planDevice(const std::vector<OpInfo>& ops,
-                                                       const std::vector<const device::OneCopyArgs*>& oneCopy = {},
-                                                       std::vector<FlightEntry>* flight = nullptr);
-  // The one-copy collectives' host side (src/core/onecopy.h).
-  OneCopyExchange& oneCopy() { return *oneCopy_; }
-  // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
-  double estimateUs(const OpInfo& op) const;
-  // The lanes of a collective of a one-rank communicator: none in place (unless the operator
-  // multiplies), else a copy over up to deviceChannels_ blocks, parts of at least kOneRankPartBytes.
-  std::vector<LanePlan> planOneRank(const OpInfo& op) const;
-  static constexpr size_t kOneRankPartBytes = size_t(64) << 10;
-  // Enqueues launches on a CUDA stream (null: the communicator's own) under deviceMu_, and records
-  // their ops' entries (planDevice) in the flight recorder as enqueued, or captured when the
-  // stream is capturing a graph. Never waits on the device. `viaOwn`: on the own stream, between
-  // forkDevice and joinDevice on `cudaStream` (DeviceComm::forkFrom), which the entries name.
-  Status enqueueDevice(const std::vector<device::LaunchParams>& launches, void* cudaStream,
-                       std::vector<FlightEntry> flight = {}, bool viaOwn = false);
-  Status forkDevice(void* cudaStream);
-  Status joinDevice(void* cudaStream);
-  // Marks the flight entries of device launches that the host can tell are over (done, failed,
-  // stopped: LaunchTracker) without waiting on the device. Takes deviceMu_; the device watchdog
-  // does this every 50 ms, a call on the NULL stream when its launch is done.
-  void lookAtDevice();
-  // The error a kernel recorded, as a sentence (DeviceComm::faulted() holds).
-  Status deviceFault() const;
-  // A device connection end made by connect(): into the device's connector table, and logged.
-  Status addDeviceEnd(const ConnNeed& n, const Connection& conn, const char* transport);
-  // This rank's side of a device connection: its GPU's record, which ensureDevice fills from
-  // CUDA (a test may set a made-up one before the first exchange).
-  DevicePeer devicePeer() const { return DevicePeer{peers_[rank_], gpuInfo_}; }
   // What this rank learnt of every rank at init (rank order), its bootstrap, and its registered
-  // buffers: for the communicator's parts (OneCopyExchange).
+  // buffers: for the communicator's parts (DevicePath, OneCopyExchange).
   const std::vector<PeerInfo>& peers() const { return peers_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   MemShare& memShare() { return *memShare_; }
-  void setGpuInfo(const GpuInfo& g) { gpuInfo_ = g; }
-  // Chooses the device transport to `peer` from the two records (the first of the registry that
-  // connects them, as both sides choose).
-  Status chooseDeviceTransport(int peer, const GpuInfo& theirs);
+  // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
+  double estimateUs(const OpInfo& op) const;
   Engine& engine() { return *engine_; }
   const IdlePolicy& idlePolicy() const { return idlePolicy_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
@@ -307,25 +251,20 @@ class Communicator : public TaskOwner {
     return asyncError();
   }
 
+  // Everything about its operations on device memory (src/core/device_path.h).
+  DevicePath& devicePath() { return device_; }
+  const DevicePath& devicePath() const { return device_; }
+
   // Ends the communicator's life: stop (abort) or wait (destroy), then free.
   void abort();
   // chorusCommRevoke: fails the communicator without telling peers and waits until no operation
   // of it runs.
   void revoke();
-  // The tuner's choice for a device collective (algorithm and protocol): the call's own when it
-  // was made at submission (chooseDevice), else the tuner's now (the same: the tuner never changes).
-  Tuner::Choice deviceChoice(const OpInfo& op) const {
-    return op.chosen ? op.choice : tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);
-  }
-  // Makes a device collective's choice once, at submission: the device tuner takes about 150 ns a
-  // choice (every algorithm and protocol estimated), which a call used to pay three times.
-  void chooseDevice(OpInfo& op) const {
-    if (!op.device || !runsOnChannels(op.coll)) return;
-    op.choice = deviceChoice(op);
-    op.chosen = true;
-  }
 
  private:
+  // A part of the communicator: it reads its identity, configuration, transports and flight
+  // recorder, plans through planCalls and fails it through fail().
+  friend class DevicePath;
   Communicator() = default;
   // create's work on a communicator already made (and enrolled with its clique's InitCancel).
   Status build(const BootstrapId& id, int rank, int nranks, const CommOptions& options, std::shared_ptr<Engine> engine);
@@ -351,9 +290,6 @@ class Communicator : public TaskOwner {
   Logger log_;
   bool blocking_ = true;
   std::string name_;
-  std::atomic<int> cudaDevice_{-1};
-  // The device of options.cudaDevice, else the current one when the program has loaded CUDA.
-  Status chooseCudaDevice(const CommOptions& options);
   int rank_ = -1;
   int nranks_ = 0;
   uint64_t commId_ = 0;
@@ -391,45 +327,13 @@ class Communicator : public TaskOwner {
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
   const char* inlineLabel_ = "";
-  bool singleHost_ = false;   // every rank on this rank's host
-  int deviceChannels_ = 1;    // the most channels a device collective runs (deviceChannelLimit)
-  bool oneGpu_ = false;       // every rank's kernels run on one GPU (the same UUID)
-  int gpuThreadSharers_ = 0;  // other ranks of this process on this rank's GPU (sharedGpuWarning)
+  bool singleHost_ = false;  // every rank on this rank's host
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;
   std::unique_ptr<FlightRecorder> flight_;
-  // The device side (made on the first device op) and its connections, which host code never
-  // closes or reads (their FIFOs are device memory).
-  std::unique_ptr<DeviceComm> device_;
-  std::atomic<DeviceComm*> deviceRaw_{nullptr};
-  std::vector<std::unique_ptr<Connection>> deviceConnections_;
-  std::vector<FifoView> deviceProxySends_;  // of those, the send FIFOs a socket proxy empties
-  // Serialises device_'s calls (DeviceComm is thread-compatible: its launch tracker, events) and
-  // with them the marking of its launches' flight entries. Held while errMu_ and the flight
-  // recorder's mutex are taken, never the other way round. fail() only tries it: an enqueue
-  // blocked on a full launch queue may hold it while fail() must stop the kernels.
-  std::mutex deviceMu_;
-  GpuInfo gpuInfo_;                          // this rank's GPU (ensureDevice)
-  std::vector<Transport*> deviceTransport_;  // per peer, once chosen (connect(), one thread at a time)
-  // The device watchdog: while kernels of this communicator run, it turns what they cannot see (a
-  // peer's process gone, the socket under a host-staged FIFO closed) into the communicator's
-  // failure, which sets their abort word (fail()).
-  Ticker deviceWatch_;
-  // One look of the device watchdog (every 50 ms), and since when what it found has lasted
-  // (-1: nothing found; the watchdog's thread only).
-  void watchDevice();
-  int64_t deviceTroubleSince_ = -1;
-  // lookAtDevice with deviceMu_ held; returns the ranks the launches still in flight wait on.
-  std::vector<int> lookAtDeviceLocked();
-  // What the watchdog fails the communicator for while kernels run: a peer process gone, a FIFO
-  // for kernels broken, where about no rank in particular or a rank in `inFlight`.
-  Status deviceTrouble(const std::vector<int>& inFlight);
   // The peers whose processes this rank watches (peerPidfd_) and that have exited.
   std::vector<int> exitedPeers() const;
-  bool sharedGpuLogged_ = false;
-  std::unique_ptr<OneCopyExchange> oneCopy_ = std::make_unique<OneCopyExchange>(*this);
-  mutable std::atomic<uint32_t> connectedDevAlgos_{0};
   std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
   void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set
   void stopFlight();             // the trace (CHORUS_FLIGHT_TRACE); leaves the signal dump
@@ -453,19 +357,10 @@ class Communicator : public TaskOwner {
   // the slots of each operation (SlotHeader::seq) and the bootstrap exchanges of split, shrink
   // and CHORUS_CHECK.
   struct Sequences {
-    // Collectives: atomic, as the inline path numbers its call without planMu_.
-    std::atomic<uint64_t> coll{0};
-    std::vector<uint64_t> p2pSend;  // per peer
-    std::vector<uint64_t> p2pRecv;
+    OpCounters ops;  // host memory's (the device path has its own)
     uint64_t split = 0;
     uint64_t shrink = 0;
     uint64_t check = 0;  // collectives compared under CHORUS_CHECK
-    // Device operations, for the flight recorder only (kernels number slots by counters of their
-    // own, DeviceCommState): collectives, and point-to-point per peer and direction (planDevice,
-    // under planMu_; sized there).
-    std::atomic<uint64_t> deviceColl{0};
-    std::vector<uint64_t> deviceP2pSend;
-    std::vector<uint64_t> deviceP2pRecv;
   } seq_;
 
   RedOpTable redOps_;
@@ -478,6 +373,8 @@ class Communicator : public TaskOwner {
   std::atomic<bool> failed_{false};  // set (under errMu_) with asyncError_
 
   WorkCount work_;
+  // Last: made after everything it reads, gone (its watchdog stopped) before.
+  DevicePath device_{*this};
 };
 
 }  // namespace chorus

@@ -1,8 +1,8 @@
 // Connections a communicator's calls need, and making them: which connections a set of ops still
-// lacks (each algorithm's, and point-to-point per peer and channel); the GPU records a first device
-// connection to a peer exchanges, from which both sides choose its transport alike; and the three
-// phases (receivers set up and send their handles, senders attach, receivers finish) run over the
-// needs of several communicators together, every receiver's setup before any sender waits.
+// lacks (each algorithm's, and point-to-point per peer and channel), and the three phases
+// (receivers set up and send their handles, senders attach, receivers finish) run over the needs
+// of several communicators together, every receiver's setup before any sender waits. A device
+// connection's transport is chosen before them (DevicePath::exchangeInfo).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -31,9 +31,9 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     }
     if (nranks_ < 2) continue;
     if (device) {
-      const Tuner::Choice c = deviceChoice(op);
+      const Tuner::Choice c = device_.choice(op);
       algos |= algoBit(c.algo);
-      deviceChannels = std::max(deviceChannels, deviceContext(op, c.proto).nChannels);
+      deviceChannels = std::max(deviceChannels, device_.context(op, c.proto).nChannels);
       continue;
     }
     algos |= hostConnectionBits(choose(op));
@@ -57,7 +57,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   }
   std::vector<ConnNeed> needs;
   std::set<std::tuple<ConnFamily, int, bool>> seen;  // two algorithms may want one connection
-  const DeviceComm* dev = device ? deviceComm() : nullptr;
+  const DeviceComm* dev = device ? device_.deviceComm() : nullptr;
   auto has = [&](const ConnKey& k) { return dev ? dev->has(k.family, k.index, k.send) : conns_.has(k); };
   auto want = [&](ConnKey k) {
     k.device = device;
@@ -65,13 +65,13 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   };
   // An algorithm whose connections all exist needs no look again: connections are only added
   // while the communicator lives, so a launch after the first asks nothing of the registry.
-  std::atomic<uint32_t>& connected = device ? connectedDevAlgos_ : connectedAlgos_;
+  std::atomic<uint32_t>& connected = device ? device_.connectedAlgos() : connectedAlgos_;
   const uint32_t todo = algos & ~connected.load(std::memory_order_relaxed);
   if (todo) {
     // Device collectives connect the channels they run, up to the most the tuner gives any size
-    // (deviceChannels_); an algorithm counts as connected once it has those.
-    const AlgoContext all = device ? deviceContext(deviceChannels_, ProtoKind::kSimple) : algoContext();
-    const AlgoContext now = device ? deviceContext(deviceChannels, ProtoKind::kSimple) : all;
+    // (DevicePath::channels); an algorithm counts as connected once it has those.
+    const AlgoContext all = device ? device_.context(device_.channels(), ProtoKind::kSimple) : algoContext();
+    const AlgoContext now = device ? device_.context(deviceChannels, ProtoKind::kSimple) : all;
     std::vector<ConnKey> keys;
     for (int a = 0; a < algorithmCount(); ++a) {
       if (!(todo & algoBit(static_cast<Algo>(a)))) continue;
@@ -107,42 +107,6 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   return needs;
 }
 
-Status Communicator::exchangeGpuInfo(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work) {
-  // A device connection here means its peer has the matching one in this launch: the two
-  // exchange their records now, both before any setup, and choose alike.
-  std::vector<std::pair<Communicator*, std::vector<int>>> ask;
-  for (auto& [c, needs] : work) {
-    std::vector<int> peers;
-    for (const auto& n : needs) {
-      if (n.device && !c->deviceTransport_[n.peer] && std::find(peers.begin(), peers.end(), n.peer) == peers.end()) {
-        peers.push_back(n.peer);
-      }
-    }
-    if (!peers.empty()) ask.emplace_back(c, std::move(peers));
-  }
-  const uint64_t tag = makeTag(TagSpace::kDeviceInfo, 0);
-  for (auto& [c, peers] : ask) {
-    for (int p : peers) {
-      if (p != c->rank_) CHORUS_TRY(c->bootstrap_->send(p, tag, &c->gpuInfo_, sizeof(GpuInfo)));
-    }
-  }
-  for (auto& [c, peers] : ask) {
-    for (int p : peers) {
-      GpuInfo theirs = c->gpuInfo_;
-      if (p != c->rank_) {
-        CHORUS_ASSIGN_OR_RETURN(std::vector<char> bytes, c->bootstrap_->recv(p, tag));
-        if (bytes.size() != sizeof(GpuInfo)) {
-          return internalError(c->describePeer(p) + " sent a GPU record of " + std::to_string(bytes.size()) +
-                               " bytes, not " + std::to_string(sizeof(GpuInfo)) + " (another build of Chorus?)");
-        }
-        std::memcpy(&theirs, bytes.data(), sizeof(theirs));
-      }
-      CHORUS_TRY(c->chooseDeviceTransport(p, theirs));
-    }
-  }
-  return Status::ok();
-}
-
 Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work) {
   struct PendingRecv {
     Communicator* comm;
@@ -162,18 +126,19 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     ctx.slotBytes = static_cast<uint32_t>(need.device ? (ring ? cf.deviceSlotBytes : cf.devicePeerSlots())
                                                       : (ring ? cf.slotBytes : cf.peerSlots()));
     ctx.forKernels = need.device;
-    ctx.cudaDevice = need.device ? c->cudaDevice() : -1;
+    ctx.cudaDevice = need.device ? c->device_.cudaDevice() : -1;
     return ctx;
   };
   auto transportOf = [](Communicator* c, const ConnNeed& n) -> Transport& {
-    return n.device ? *c->deviceTransport_[n.peer] : *c->peerTransport_[n.peer];
+    return n.device ? *c->device_.transport(n.peer) : *c->peerTransport_[n.peer];
   };
-  CHORUS_TRY(exchangeGpuInfo(work));
+  CHORUS_TRY(DevicePath::exchangeInfo(work));
   auto tagOf = [](const ConnNeed& n) { return makeTag(TagSpace::kConnect, connTag(n.family, n.index, n.device)); };
   // Device connections are kept apart: host code never closes or reads their FIFOs.
   auto keep = [](Communicator* c, const ConnNeed& n, std::unique_ptr<Connection> conn) {
+    if (n.device) return c->device_.keep(std::move(conn));
     std::lock_guard<std::mutex> g(c->connMu_);
-    (n.device ? c->deviceConnections_ : c->connections_).push_back(std::move(conn));
+    c->connections_.push_back(std::move(conn));
   };
   // Phase 1: every receiver prepares its FIFO and tells the sender how to reach it.
   for (auto& [c, needs] : work) {
@@ -200,8 +165,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
         // Kept first: a proxy may serve its FIFO already, and must not outlive it if this fails.
         const Connection& kept = *conn;
         keep(c, n, std::move(conn));
-        CHORUS_TRY(c->addDeviceEnd(n, kept, t.name()));
-        if (kept.viaProxy()) c->deviceProxySends_.push_back(kept.fifo());
+        CHORUS_TRY(c->device_.addEnd(n, kept, t.name()));
         continue;
       }
       auto cursor = std::make_unique<SendCursor>();
@@ -228,7 +192,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
     Transport& t = transportOf(c, p.need);
     CHORUS_TRY(t.finishRecv(ctx, *p.conn, p.need.peer, tagOf(p.need)));
     if (p.need.device) {
-      CHORUS_TRY(c->addDeviceEnd(p.need, *p.conn, t.name()));
+      CHORUS_TRY(c->device_.addEnd(p.need, *p.conn, t.name()));
       continue;
     }
     auto cursor = std::make_unique<RecvCursor>();

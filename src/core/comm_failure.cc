@@ -20,9 +20,9 @@ Status Communicator::asyncError() const {
   if (!failed_.load(std::memory_order_acquire)) {
     // A kernel's failure becomes the communicator's when someone asks (it is in mapped memory:
     // reading it costs a load).
-    const DeviceComm* d = deviceComm();
+    const DeviceComm* d = device_.deviceComm();
     if (!d || !d->faulted()) return Status::ok();  // every call asks: keep it lock-free
-    const_cast<Communicator*>(this)->fail(deviceFault(), true);
+    const_cast<Communicator*>(this)->fail(device_.fault(), true);
   }
   std::lock_guard<std::mutex> g(errMu_);
   return asyncError_;
@@ -40,15 +40,12 @@ void Communicator::fail(const Status& s, bool tellPeers, bool requested) {
   } else {
     log_.warn(kSubsysAll, "communicator failed: {}", s.message());
   }
-  if (deviceComm()) {
-    // The device entries as far as the host can tell now, before the log and the dump show them
-    // (a kernel's fault marks its launch's entries failed), and before the abort word below makes
-    // a launch that finishes from now on indistinguishable from one it stopped. Only tried: an
-    // enqueue may hold deviceMu_ while blocked on kernels that only the abort word below ends.
-    // No caller holds deviceMu_ (try_lock on a mutex this thread holds would be undefined).
-    std::unique_lock<std::mutex> g(deviceMu_, std::try_to_lock);
-    if (g.owns_lock() && device_) (void)lookAtDeviceLocked();
-  }
+  // The device entries as far as the host can tell now, before the log and the dump show them
+  // (a kernel's fault marks its launch's entries failed), and before the abort word below makes
+  // a launch that finishes from now on indistinguishable from one it stopped. Only tried: an
+  // enqueue may hold the device path's lock while blocked on kernels that only the abort word
+  // below ends.
+  device_.look(/*tryOnly=*/true);
   if (!requested && flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
     const auto entries = flight_->snapshot();
     if (!entries.empty()) {
@@ -62,7 +59,7 @@ void Communicator::fail(const Status& s, bool tellPeers, bool requested) {
   // ranks are up or gone, and never longer than kNoticeNs (a host that does not answer at all).
   if (tellPeers && bootstrap_ && nranks_ > 1 && !aborted()) tellFailure(s);
   // Kernels of this communicator stop at their next check and run nothing more.
-  if (DeviceComm* d = deviceComm()) d->stop();
+  device_.stop();
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
     std::lock_guard<std::mutex> g(connMu_);

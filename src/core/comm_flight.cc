@@ -193,7 +193,7 @@ std::string Communicator::dumpState() const {
   if (!e.isOk()) s += fmt::format(", failed: {}", e.message());
   if (aborted()) s += ", aborted";
   s += fmt::format("\n  launches outstanding: {}\n", work_.outstanding());
-  if (const DeviceComm* d = deviceComm()) {
+  if (const DeviceComm* d = device_.deviceComm()) {
     // As of the device watchdog's last look (every 50 ms): no wait on the device here.
     s += fmt::format("  device path on GPU {}: {} kernel launches not yet seen finished{}\n", d->device(),
                      d->launchesInFlight(), d->faulted() ? ", a kernel recorded a fault" : "");

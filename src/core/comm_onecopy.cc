@@ -50,14 +50,14 @@ static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm
 bool OneCopyExchange::candidate(const OpInfo& op) const {
   // The tuner offers it (a device collective on channels, 2 to 8 ranks of one host, CHORUS_ONECOPY).
   return op.device && runsOnChannels(op.coll) && comm_.tuner().mayOfferOneCopy() &&
-         comm_.deviceChoice(op).oneCopyIfAgreed;
+         comm_.devicePath().choice(op).oneCopyIfAgreed;
 }
 
 Status OneCopyExchange::describe(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,
                                  OneCopyBuffer* out) {
   out->addr = reinterpret_cast<uintptr_t>(ptr);
   auto where = cuda::memInfo(ptr);
-  if (!where.isOk() || !where.value().device || where.value().ordinal != comm_.deviceComm()->device()) {
+  if (!where.isOk() || !where.value().device || where.value().ordinal != comm_.devicePath().deviceComm()->device()) {
     *offers = false;
     return Status::ok();
   }
@@ -101,7 +101,7 @@ Status OneCopyExchange::exchange(std::vector<std::pair<Communicator*, const std:
     const std::vector<OpInfo>& ops = *work[w].second;
     (*args)[w].assign(ops.size(), nullptr);
     for (size_t i = 0; i < ops.size(); ++i) {
-      OneCopyExchange& x = c->oneCopy();
+      OneCopyExchange& x = c->devicePath().oneCopy();
       if (!x.candidate(ops[i])) continue;
       Pending p{c, w, i, makeTag(TagSpace::kOneCopy, x.calls_++), OneCopyRecord()};
       CHORUS_TRY(x.record(ops[i], &p.mine));
@@ -113,7 +113,7 @@ Status OneCopyExchange::exchange(std::vector<std::pair<Communicator*, const std:
   }
   for (Pending& p : pending) {
     Communicator* c = p.c;
-    OneCopyExchange& x = c->oneCopy();
+    OneCopyExchange& x = c->devicePath().oneCopy();
     std::vector<OneCopyRecord> all(c->nranks());
     all[c->rank()] = p.mine;
     for (int q = 0; q < c->nranks(); ++q) {
@@ -150,7 +150,7 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
   r->scaleF = spec.scaleF;
   r->scaleI = spec.scaleI;
   r->divisor = spec.divisor;
-  r->gpu = comm_.devicePeer().gpu;
+  r->gpu = comm_.devicePath().self().gpu;
   std::snprintf(r->server, sizeof(r->server), "%s", comm_.bootstrap().fdServerName().c_str());
   // A scalar the kernel reads from device memory is no value the ranks can agree on here.
   bool offers = bytes > 0 && !spec.scalePtr;
@@ -165,7 +165,7 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
         describe(op.recvbuff, op.coll == CollType::kAllGather ? blocks : bytes, crossProcess, true, &offers, &r->recv));
   }
   if (offers) {
-    CHORUS_ASSIGN_OR_RETURN(uint64_t * area, comm_.deviceComm()->oneCopySignal());
+    CHORUS_ASSIGN_OR_RETURN(uint64_t * area, comm_.devicePath().deviceComm()->oneCopySignal());
     CHORUS_TRY(describe(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
   }
   r->offers = offers ? 1 : 0;
@@ -173,7 +173,7 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
 }
 
 Status OneCopyExchange::map(int peer, const OneCopyRecord& r) {
-  DeviceComm& dev = *comm_.deviceComm();
+  DeviceComm& dev = *comm_.devicePath().deviceComm();
   const int me = comm_.rank();
   if (sameProcess(comm_.peers()[me], comm_.peers()[peer])) {
     // A thread of this process: its addresses as they are, and its signal area kept while this
@@ -198,7 +198,7 @@ Status OneCopyExchange::map(int peer, const OneCopyRecord& r) {
 Result<const device::OneCopyArgs*> OneCopyExchange::argsFor(const OpInfo& op, const std::vector<OneCopyRecord>& all) {
   const std::vector<PeerInfo>& peers = comm_.peers();
   if (!oneCopyAgreed(peers, all)) return nullptr;
-  DeviceComm& dev = *comm_.deviceComm();
+  DeviceComm& dev = *comm_.devicePath().deviceComm();
   const int me = comm_.rank();
   const int nranks = comm_.nranks();
   device::OneCopyArgs a;

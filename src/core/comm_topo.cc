@@ -103,7 +103,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   }
 
   // Rings for the host path's channels and the device path's, whichever is more.
-  channels_ = topo::buildChannels(places, hosts, std::max(config_.nChannels, deviceChannels_));
+  channels_ = topo::buildChannels(places, hosts, std::max(config_.nChannels, device_.channels()));
   rings_.clear();
   ringPos_.clear();
   for (const auto& ch : channels_) {
@@ -128,9 +128,9 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   // session to check NVLink (docs/GPU.md).
   bool staged = false;
   for (const PeerInfo& p : peers_) staged = staged || (p.flags & PeerInfo::kP2pDisabled);
-  facts.deviceLL128Safe = facts.deviceLL && oneGpu_ && !staged;
+  facts.deviceLL128Safe = facts.deviceLL && device_.oneGpu() && !staged;
   facts.deviceLL128 = facts.deviceLL128Safe && config_.ll128;
-  facts.deviceChannels = deviceChannels_;
+  facts.deviceChannels = device_.channels();
   facts.oneCopy = config_.oneCopy < 0    ? OneCopyMode::kByTable
                   : config_.oneCopy == 0 ? OneCopyMode::kNever
                                          : OneCopyMode::kAlways;
@@ -163,9 +163,9 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 "us; {} GB/s)",
                 tuner_.describeHostAllReduce(), m.ringLatencyUs, m.treeLatencyUs, m.bwGBs);
     }
-    if (cudaDevice() >= 0) {
+    if (device_.cudaDevice() >= 0) {
       log_.info(kSubsysInit, "Tuner: device collectives run up to {} channels ({}), fewer below {} B a channel",
-                deviceChannels_,
+                device_.channels(),
                 config_.deviceChannels > 0 ? "half of each GPU's multiprocessors shared by the ranks on it, at most "
                                              "CHORUS_DEVICE_NCHANNELS"
                                            : "half of each GPU's multiprocessors, shared by the ranks on it",
@@ -231,7 +231,7 @@ Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const
                    {"ringLatencyUs", m.ringLatencyUs},
                    {"treeLatencyUs", m.treeLatencyUs},
                    {"bwGBs", m.bwGBs},
-                   {"deviceChannels", deviceChannels_}};
+                   {"deviceChannels", device_.channels()}};
   makePrivateFile(kTopoDumpFile.get(config_.env));
   std::ofstream f(kTopoDumpFile.get(config_.env));
   f << dump.dump(2) << "\n";

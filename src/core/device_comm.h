@@ -11,7 +11,7 @@
 //     event recorded after each launch: the last one orders a launch on one stream after the last
 //     one on another, and each tells the host, without waiting, when its launch is over
 //     (LaunchTracker: the flight recorder's device entries, the peers of launches in flight).
-// Calls are serialised by the caller (Communicator::deviceMu_) but faulted(), stop() and
+// Calls are serialised by the caller (DevicePath::mu_) but faulted(), stop() and
 // launchesInFlight(), which any thread may call.
 #pragma once
 
@@ -62,7 +62,7 @@ std::string sharedGpuStallHint(int sharers, int connections);
 // the fault record and the abort word after: a fault or a stop that a completion shows is seen in
 // the same look, so a launch that a fault or stop ended is never taken as done.
 //
-// Thread-compatible: DeviceComm's owner serialises its calls (Communicator::deviceMu_).
+// Thread-compatible: DeviceComm's owner serialises its calls (DevicePath::mu_).
 class LaunchTracker {
  public:
   // Flight recorder ids [first, last] (0: none recorded).
@@ -216,7 +216,7 @@ class DeviceComm {
   bool anyLaunch_ = false;
   // Events recorded after launches: all of them (destroyed with this), those free (their launch
   // left the tracker), and the launches they track. Like every member, serialised by the owner
-  // (Communicator::deviceMu_); tracked_ mirrors tracker_.size() for readers without it.
+  // (DevicePath::mu_); tracked_ mirrors tracker_.size() for readers without it.
   std::vector<void*> events_;
   std::vector<void*> freeEvents_;
   LaunchTracker tracker_;

@@ -6,7 +6,6 @@
 #include "src/common/guard.h"
 #include "src/common/os.h"
 #include "src/core/stream.h"
-#include "src/device/cuda.h"
 
 namespace chorus {
 namespace {
@@ -220,10 +219,6 @@ Status twoStreams(const OpInfo& op) {
       " used a host stream or the NULL stream and another); CUDA streams are joined, as in NCCL");
 }
 
-// The CUDA stream a wrapper launches on: its own, or the legacy default stream for 0, as NCCL
-// takes it (never the communicator's own stream, which nothing of the caller's waits for).
-void* launchStreamOf(const Stream& s) { return s.cudaStream() ? s.cudaStream() : cuda::legacyDefaultStream(); }
-
 // tasks[i] belongs to work[i].comm.
 void submitToEngines(std::vector<CommOps>& work, std::vector<std::unique_ptr<Task>>& tasks) {
   for (size_t i = 0; i < tasks.size(); ++i) work[i].comm->engine().submit(std::move(tasks[i]));
@@ -314,133 +309,21 @@ Status checkAndConnect(std::vector<CommOps>& work) {
 
 }  // namespace
 
-// Waits for the launches of `comms` on their own CUDA streams (the NULL stream and host streams),
-// or with `everyStream` for every launch of theirs (the last one on any stream): until each is
-// done, the communicator is aborted, or the timeout (plus a grace for the kernel's own deadline
-// to fire first) passes. Then each kernel's failure, if any, as the call's error.
-Status waitDevice(const std::vector<Communicator*>& comms, bool everyStream) {
-  const int64_t start = nowNs();
-  for (int polls = 0;; ++polls) {
-    bool done = true;
-    for (Communicator* c : comms) {
-      done = done && (everyStream ? !c->deviceComm()->busy() : c->deviceComm()->ownDone());
-    }
-    if (done) break;
-    for (Communicator* c : comms) {
-      const int64_t limit = c->timeoutNs() + 5'000'000'000;
-      if (c->aborted() || nowNs() - start > limit) {
-        // The kernels see the abort word at their next check.
-        c->deviceComm()->stop();
-      }
-    }
-    if (polls < 2000) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  // Their flight entries done (or failed, for a kernel's fault) now, not at the watchdog's next look.
-  for (Communicator* c : comms) c->lookAtDevice();
-  for (Communicator* c : comms) {
-    if (c->aborted()) return remoteError("the communicator was aborted");
-    CHORUS_TRY(c->asyncError());  // a kernel's failure (DeviceComm::faulted) becomes the communicator's
-  }
-  return Status::ok();
-}
-
 namespace {
 
-// Device operations: checked, connected and planned on the calling thread; enqueued on the CUDA
-// stream (returning at once), or on each communicator's own stream and waited for (the NULL
-// stream here; a host stream on its worker).
+// Device operations: checked and connected on the calling thread, for every communicator together;
+// the rest is the device path's (DevicePath::launch).
 Status launchDevice(std::vector<CommOps>& work) {
   for (auto& w : work) {
     CHORUS_TRY(w.comm->asyncError());
     if (w.comm->aborted()) return remoteError("the communicator was aborted");
-    CHORUS_TRY(w.comm->ensureDevice());
+    CHORUS_TRY(w.comm->devicePath().ensure());
   }
   CHORUS_TRY(checkAndConnect(work));
-  std::vector<std::pair<Communicator*, const std::vector<OpInfo>*>> ops;
-  for (auto& w : work) ops.emplace_back(w.comm, &w.ops);
-  std::vector<std::vector<const device::OneCopyArgs*>> oneCopy;
-  if (Status s = OneCopyExchange::exchange(ops, &oneCopy); !s.isOk()) {
-    for (auto& w : work) w.comm->setAsyncError(s);
-    return s;
-  }
-  std::vector<std::vector<device::LaunchParams>> launches(work.size());
-  std::vector<std::vector<FlightEntry>> flight(work.size());  // recorded when enqueued
-  for (size_t i = 0; i < work.size(); ++i) {
-    auto r = work[i].comm->planDevice(work[i].ops, oneCopy[i], &flight[i]);
-    if (!r.isOk()) {
-      work[i].comm->setAsyncError(r.status());
-      return r.status();
-    }
-    launches[i] = r.take();
-  }
-  // CUDA streams (launchStreamOf). Communicators of this launch that share a CUDA stream, and
-  // one whose ops came on several, run on their own streams, forked from every stream concerned
-  // and joined back, all forks before any launch and every join after (DeviceComm::forkFrom).
-  std::vector<void*> cudaStream(work.size(), nullptr);
-  std::vector<char> viaOwn(work.size(), 0);
-  for (size_t i = 0; i < work.size(); ++i) {
-    const std::shared_ptr<Stream>& s = work[i].stream;
-    if (s && s->isCuda()) cudaStream[i] = launchStreamOf(*s);
-    viaOwn[i] = !work[i].also.empty();
-  }
-  for (size_t i = 0; i < work.size(); ++i) {
-    for (size_t j = 0; j < work.size() && cudaStream[i]; ++j) {
-      if (j != i && cudaStream[j] == cudaStream[i]) viaOwn[i] = 1;
-    }
-  }
-  // Every stream communicator i's launch joins.
-  auto streamsOf = [&](size_t i) {
-    std::vector<void*> all{cudaStream[i]};
-    for (const auto& s : work[i].also) all.push_back(launchStreamOf(*s));
-    return all;
-  };
-  size_t forked = 0;
-  Status failed;
-  for (; forked < work.size() && failed.isOk(); ++forked) {
-    if (!viaOwn[forked]) continue;
-    for (void* s : streamsOf(forked)) {
-      if (failed.isOk()) failed = work[forked].comm->forkDevice(s);
-    }
-  }
-  std::vector<Communicator*> waitHere;
-  for (size_t i = 0; i < work.size() && failed.isOk(); ++i) {
-    Communicator* c = work[i].comm;
-    const std::shared_ptr<Stream>& s = work[i].stream;
-    if (cudaStream[i]) {
-      failed = c->enqueueDevice(launches[i], cudaStream[i], std::move(flight[i]), viaOwn[i]);
-      continue;
-    }
-    if (s) {
-      c->work().started();
-      s->enqueue([c, l = std::move(launches[i]), f = std::move(flight[i])]() mutable {
-        Status st = c->enqueueDevice(l, nullptr, std::move(f));
-        if (st.isOk()) st = waitDevice({c});
-        c->work().finished();
-        return st;
-      });
-      continue;
-    }
-    // The NULL stream is synchronous, as a CUDA call without a stream is: its kernels start after
-    // the legacy default stream's work so far (a cudaMemcpy from pageable memory may return before
-    // its bytes arrive, and the own stream is non-blocking).
-    failed = c->forkDevice(cuda::legacyDefaultStream());
-    if (failed.isOk()) failed = c->enqueueDevice(launches[i], nullptr, std::move(flight[i]));
-    if (failed.isOk()) waitHere.push_back(c);
-  }
-  // Joined back even after a failure: a capture must end with every forked stream joined.
-  for (size_t i = 0; i < forked; ++i) {
-    if (!viaOwn[i]) continue;
-    for (void* s : streamsOf(i)) {
-      Status j = work[i].comm->joinDevice(s);
-      if (failed.isOk()) failed = j;
-    }
-  }
-  CHORUS_TRY(failed);
-  return waitHere.empty() ? Status::ok() : waitDevice(waitHere);
+  std::vector<DeviceWork> device;
+  device.reserve(work.size());
+  for (const CommOps& w : work) device.push_back(DeviceWork{w.comm, w.stream, &w.ops, &w.also});
+  return DevicePath::launch(device);
 }
 
 // The ops of a launch by communicator, in issue order (one stream per communicator).

@@ -50,8 +50,5 @@ Status launch(std::vector<OpInfo>& ops);
 // Launches a lone host collective that Communicator::loneInlineAlgo gave `algo`, with no
 // grouping or connection checks: on the calling thread (the NULL stream) or the stream's worker.
 Status launchInline(const OpInfo& op, Algo algo);
-// Waits for the device launches of `comms`: those on their own streams, or with `everyStream`
-// every launch of theirs on any stream (chorusCommFinalize); see group.cc.
-Status waitDevice(const std::vector<Communicator*>& comms, bool everyStream = false);
 
 }  // namespace chorus

@@ -1,5 +1,6 @@
-// Turning a communicator's recorded ops into a plan: a Task of lanes on host memory, kernel launches
-// on device memory (the connections they need: comm_connect.cc).
+// Turning a communicator's recorded ops into a plan (planCalls, for both memory kinds) and the
+// plan into a Task of lanes on host memory (kernel launches on device memory: device_plan.cc; the
+// connections both need: comm_connect.cc).
 //
 // Ring collectives use one ring per channel: the count is cut into nChannels contiguous parts
 // and each channel runs the schedule of src/algo/schedule.h on its part, over its own pair of
@@ -19,8 +20,6 @@
 #include "src/device/launch_pack.h"
 
 namespace chorus {
-
-static_assert(kMaxDeviceChannels == device::DeviceCommState::kMaxChannels, "the tuner's channels are the kernels'");
 
 void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out) {
   const size_t bytes = op.count * typeSize(op.type);
@@ -76,17 +75,6 @@ AlgoContext Communicator::algoContext() const {
   ctx.peerSlotBytes = config_.peerSlots();
   ctx.slots = config_.slots;
   return ctx;
-}
-
-AlgoContext Communicator::deviceContext(int channels, ProtoKind proto) const {
-  AlgoContext base = algoContext();
-  base.slotBytes = config_.deviceSlotBytes;
-  base.peerSlotBytes = config_.devicePeerSlots();
-  return device::laneContext(base, channels, proto);
-}
-
-AlgoContext Communicator::deviceContext(const OpInfo& op, ProtoKind proto) const {
-  return deviceContext(tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
 }
 
 Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
@@ -254,10 +242,6 @@ const char* inlineLabel(Algo a) {
   return labels[static_cast<size_t>(a)].c_str();
 }
 
-// Whether a one-rank collective multiplies its input (a pre-multiplied sum, or a scalar in
-// device memory): then it runs the launch kernel, else it is a copy or nothing.
-bool oneRankScales(const OpInfo& op) { return reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr); }
-
 }  // namespace
 
 uint32_t Communicator::hostConnectionBits(const Tuner::Choice& c) {
@@ -320,7 +304,7 @@ Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
   }
   *ran = true;
   LaneArgs a = collArgs(op);
-  a.seq = seq_.coll.fetch_add(1, std::memory_order_relaxed) + 1;
+  a.seq = seq_.ops.coll.fetch_add(1, std::memory_order_relaxed) + 1;
   if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
     log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), a.seq, op.count,
               typeName(op.type), inlineLabel_);
@@ -376,13 +360,14 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
   cp.ops.reserve(ops.size());
   // Numbered per communicator (collectives) and per peer and direction (point-to-point), on the
   // counters of the memory kind's path: kernels number their slots by counters of their own.
-  if (device && seq_.deviceP2pSend.size() != static_cast<size_t>(nranks_)) {
-    seq_.deviceP2pSend.assign(nranks_, 0);
-    seq_.deviceP2pRecv.assign(nranks_, 0);
+  OpCounters& counters = device ? device_.counters() : seq_.ops;
+  if (counters.p2pSend.size() != static_cast<size_t>(nranks_)) {
+    counters.p2pSend.assign(nranks_, 0);
+    counters.p2pRecv.assign(nranks_, 0);
   }
-  std::atomic<uint64_t>& collSeq = device ? seq_.deviceColl : seq_.coll;
-  std::vector<uint64_t>& sendSeq = device ? seq_.deviceP2pSend : seq_.p2pSend;
-  std::vector<uint64_t>& recvSeq = device ? seq_.deviceP2pRecv : seq_.p2pRecv;
+  std::atomic<uint64_t>& collSeq = counters.coll;
+  std::vector<uint64_t>& sendSeq = counters.p2pSend;
+  std::vector<uint64_t>& recvSeq = counters.p2pRecv;
   std::vector<P2pPart> selfSends;
   std::vector<P2pPart> selfRecvs;
   std::vector<P2pPart> parts;
@@ -421,19 +406,19 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     po.seq = collSeq.fetch_add(1, std::memory_order_relaxed) + 1;
     const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
     if (device && nranks_ == 1) {
-      po.lanes = planOneRank(op);
+      po.lanes = device_.planOneRank(op);
       // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
-      po.label = po.lanes.empty() || oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
+      po.label = po.lanes.empty() || DevicePath::oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
     } else if (device) {
       const bool agreed = oi < oneCopy.size() && oneCopy[oi];
-      const Tuner::Choice choice = deviceChoice(op);
+      const Tuner::Choice choice = device_.choice(op);
       po.algo = agreed ? Algo::kOneCopy : choice.algo;
       po.label = algoName(po.algo);
       if (!agreed) {  // one-copy's blocks have no protocol
         po.lanesProto = choice.proto;
         po.proto = protoName(choice.proto);
       }
-      algorithm(po.algo).plan(deviceContext(op, choice.proto), call, &po.lanes);
+      algorithm(po.algo).plan(device_.context(op, choice.proto), call, &po.lanes);
     } else {
       const Tuner::Choice choice = choose(op);
       po.algo = algoFor(op, choice);
@@ -456,7 +441,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
       } else {
         log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}{}{} lanes {} (device, GPU {})",
                   collName(op.coll), po.seq, op.count, typeName(op.type), po.label, *po.proto ? " proto " : "",
-                  po.proto, po.lanes.size(), deviceComm()->device());
+                  po.proto, po.lanes.size(), device_.cudaDevice());
       }
     }
     cp.ops.push_back(std::move(po));
@@ -561,139 +546,6 @@ double Communicator::estimateUs(const OpInfo& op) const {
     default:  // a send or a receive
       return hopUs + bytes * perByteUs;
   }
-}
-
-std::vector<LanePlan> Communicator::planOneRank(const OpInfo& op) const {
-  // A rank's own contribution is the result, as NCCL's one-rank path has it: nothing moves in
-  // place unless the operator pre-multiplies; otherwise a copy (with the multiplication) split
-  // into parts of whole 16-byte vectors, one block (channel) each. Without a multiplication it is
-  // one part, enqueued as cudaMemcpyAsync (DeviceComm::enqueue): on an H200, 2 MiB planned in 32
-  // parts took 28 us a call where 8 B in one took 14 and a memcpy of 2 MiB 5.5.
-  const size_t elem = typeSize(op.type);
-  const bool scales = oneRankScales(op);
-  const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
-  std::vector<LanePlan> plans;
-  if (!moves) return plans;
-  const size_t parts = scales ? static_cast<size_t>(deviceChannels_) : 1;
-  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, parts)) {
-    LanePlan lp;
-    lp.steps = {part};
-    lp.channel = static_cast<int>(plans.size());
-    lp.slotBytes = config_.deviceSlotBytes;  // as deviceContext() gives a ring's lanes
-    plans.push_back(std::move(lp));
-  }
-  return plans;
-}
-
-Result<std::vector<device::LaunchParams>> Communicator::planDevice(
-    const std::vector<OpInfo>& ops, const std::vector<const device::OneCopyArgs*>& oneCopy,
-    std::vector<FlightEntry>* flight) {
-  using device::DeviceLane;
-  using device::SeqKind;
-  std::lock_guard<std::mutex> planLock(planMu_);
-  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, MemKind::kDevice, oneCopy));
-  DeviceComm& dev = *deviceComm();
-  device::LaunchPacker packer(dev.base(commId_, static_cast<uint64_t>(config_.timeoutNs)));
-  const auto peerSlotBytes = static_cast<uint32_t>(config_.devicePeerSlots());
-  auto bytesLane = [&](const P2pPart& p, Prim prim, ProtoKind proto) {
-    DeviceLane l;
-    l.nsteps = p.bytes ? 1 : 0;
-    l.step = Step{prim, 0, 0, p.bytes};
-    l.type = chorusUint8;
-    l.seqKind = p.send ? SeqKind::kP2pSend : SeqKind::kP2pRecv;
-    l.seqIndex = p.peer;
-    l.proto = proto;
-    l.slotBytes = device::protoSlotDataBytes(proto, peerSlotBytes);
-    l.input = p.src;
-    l.output = p.dst;
-    return l;
-  };
-  // Point-to-point lanes by queue (a peer, a direction and a channel: index peer * channels +
-  // channel), in issue order. A transfer is cut into one part per channel planCalls gave it, each
-  // a lane of its queue.
-  const int p2pMax = tuner_.p2pChannelMax();
-  std::vector<std::vector<DeviceLane>> sendQ(static_cast<size_t>(nranks_ * p2pMax));
-  std::vector<std::vector<DeviceLane>> recvQ(static_cast<size_t>(nranks_ * p2pMax));
-  std::vector<DeviceLane> lanes;
-  for (size_t oi = 0; oi < cp.ops.size(); ++oi) {
-    const PlannedOp& po = cp.ops[oi];
-    const OpInfo& op = *po.op;
-    // Each op's flight entry, recorded when its launch is enqueued (enqueueDevice).
-    if (flight && flight_ && flight_->enabled()) {
-      FlightEntry e = flightEntry(op, po.seq, po.label);
-      e.proto = po.proto;
-      e.blocks = po.collective && po.label != kOneRankCopyLabel ? static_cast<int>(po.lanes.size()) : 0;
-      for (const PlannedTransfer& t : po.transfers) e.blocks += t.channels;
-      flight->push_back(e);
-    }
-    if (!po.collective) {
-      for (const PlannedTransfer& t : po.transfers) {
-        for (int ch = 0; ch < t.channels; ++ch) {
-          const device::P2pSlice slice = device::p2pSlice(t.part.bytes, t.channels, ch);
-          P2pPart part = t.part;
-          part.bytes = slice.bytes;
-          if (part.src) part.src += slice.offset;
-          if (part.dst) part.dst += slice.offset;
-          DeviceLane l = bytesLane(part, part.send ? Prim::kSend : Prim::kRecv, t.proto);
-          l.seqIndex = device::p2pSeqIndex(part.peer, ch, nranks_);
-          const uint16_t conn = dev.connector(ConnFamily::kP2p, p2pIndex(part.peer, ch), part.send);
-          (part.send ? l.send : l.recv)[0] = conn;
-          (part.send ? sendQ : recvQ)[static_cast<size_t>(part.peer * p2pMax + ch)].push_back(l);
-        }
-      }
-      continue;
-    }
-    lanes.clear();
-    for (const LanePlan& lp : po.lanes) {
-      DeviceLane l;
-      l.nsteps = static_cast<uint32_t>(lp.steps.size());
-      if (lp.steps.size() == 1) {
-        l.step = lp.steps[0];
-      } else if (!lp.steps.empty()) {
-        CHORUS_ASSIGN_OR_RETURN(l.steps, dev.steps(lp.steps));
-      }
-      l.type = static_cast<uint8_t>(op.type);
-      l.seqKind = SeqKind::kColl;
-      l.proto = po.lanesProto;
-      l.seqIndex = lp.channel;
-      l.slotBytes = static_cast<uint32_t>(lp.slotBytes);
-      l.input = static_cast<const char*>(op.sendbuff);
-      l.output = static_cast<char*>(op.recvbuff);
-      l.scratch = lp.scratch ? dev.scratch(lp.channel) : nullptr;
-      // A one-copy collective's blocks read and write the buffers its arguments name.
-      if (lp.oneCopy) l.oneCopy = oneCopy[oi];
-      if (reduces(op.coll)) l.spec = op.spec;
-      for (int i = 0; i < kMaxLanePeers; ++i) {
-        if (lp.send[i].index >= 0) l.send[i] = dev.connector(lp.send[i].family, lp.send[i].index, true);
-        if (lp.recv[i].index >= 0) l.recv[i] = dev.connector(lp.recv[i].family, lp.recv[i].index, false);
-      }
-      lanes.push_back(l);
-    }
-    // The spans are this rank's buffers; peers' buffers (one-copy) are theirs to order: their
-    // launches wait for this kernel's "done" signal before anything after it.
-    const size_t elem = typeSize(op.type);
-    const size_t inBytes = op.count * elem * (op.coll == CollType::kReduceScatter ? nranks_ : 1);
-    const size_t outBytes = op.count * elem * (op.coll == CollType::kAllGather ? nranks_ : 1);
-    const auto* in = static_cast<const char*>(op.sendbuff);
-    const auto* out = static_cast<const char*>(op.recvbuff);
-    packer.addCollective(lanes, device::Span{in, in ? in + inBytes : nullptr},
-                         device::Span{out, out ? out + outBytes : nullptr});
-  }
-  std::vector<DeviceLane> self;
-  for (const P2pPart& copy : cp.selfCopies) self.push_back(bytesLane(copy, Prim::kLocal, tuner_.p2pProto(copy.bytes)));
-  // By round: the send to rank + d and the receive from rank - d (round 0: the copies to self),
-  // channel by channel. Queues are numbered 2 * nranks * channel + peer (sends) and + nranks +
-  // peer (receives); the copies to self take rank's, which no send uses.
-  packer.addP2pRound(self, rank_, {}, 0);
-  for (int d = 1; d < nranks_; ++d) {
-    const int to = (rank_ + d) % nranks_;
-    const int from = (rank_ - d + nranks_) % nranks_;
-    for (int ch = 0; ch < p2pMax; ++ch) {
-      packer.addP2pRound(sendQ[static_cast<size_t>(to * p2pMax + ch)], 2 * nranks_ * ch + to,
-                         recvQ[static_cast<size_t>(from * p2pMax + ch)], 2 * nranks_ * ch + nranks_ + from);
-    }
-  }
-  return packer.finish();
 }
 
 }  // namespace chorus
