@@ -233,7 +233,7 @@ std::vector<std::vector<float>> allReduceOnOneThread(Sched sched, int n, size_t 
       const bool yes = p != r && (reads == Reads::kAll || (reads == Reads::kSome && (r + p) % 3 != 0));
       if (yes) reach[p] = MemShare::Reach::kAddressSpace;
     }
-    shares.push_back(std::make_unique<MemShare>(nullptr, r, reach));
+    shares.push_back(std::make_unique<MemShare>(nullptr, reach));
   }
   std::vector<std::vector<float>> in(n), out(n);
   std::vector<std::vector<char>> scratch(n, std::vector<char>(slotBytes));

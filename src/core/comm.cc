@@ -262,7 +262,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
       reach[r] = peerTransport_[r]->memoryReach();
       oneProcess_ = oneProcess_ && sameProcess(peers_[rank_], peers_[r]);
     }
-    memShare_ = std::make_unique<MemShare>(bootstrap_.get(), rank_, std::move(reach));
+    memShare_ = std::make_unique<MemShare>(bootstrap_.get(), std::move(reach));
   }
   int ranksOnHost = 0;
   for (int r = 0; r < nranks_; ++r) ranksOnHost += peers_[r].hostHash == peers_[rank_].hostHash ? 1 : 0;

@@ -58,8 +58,8 @@ Status sharedFree(void* ptr) {
   return Status::ok();
 }
 
-MemShare::MemShare(Bootstrap* bootstrap, int rank, std::vector<Reach> reach)
-    : bootstrap_(bootstrap), rank_(rank), reach_(std::move(reach)), peers_(reach_.size()) {}
+MemShare::MemShare(Bootstrap* bootstrap, std::vector<Reach> reach)
+    : bootstrap_(bootstrap), reach_(std::move(reach)), peers_(reach_.size()) {}
 
 MemShare::~MemShare() {
   for (auto& p : peers_) {

@@ -56,7 +56,7 @@ class MemShare {
   // pointer (threads of this process), by mapping memory from chorusMemAlloc (a process of this
   // host), or not at all.
   using Reach = Transport::MemoryReach;
-  MemShare(Bootstrap* bootstrap, int rank, std::vector<Reach> reach);
+  MemShare(Bootstrap* bootstrap, std::vector<Reach> reach);
   ~MemShare();
 
   // chorusCommRegister / chorusCommDeregister. The handle is opaque to the user.
@@ -103,7 +103,6 @@ class MemShare {
   static bool allocLive(const char* p, size_t bytes, uint64_t allocId);
 
   Bootstrap* bootstrap_;
-  int rank_;
   std::vector<Reach> reach_;
   std::mutex mu_;
   std::map<uint64_t, Registration> regs_;  // by handle id

@@ -129,7 +129,7 @@ class DeviceGuard {
   const Status& status() const { return status_; }
 
  private:
-  int prev_ = -1;
+  [[maybe_unused]] int prev_ = -1;  // read by the CUDA build only
   Status status_;
 };
 

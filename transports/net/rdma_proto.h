@@ -128,7 +128,7 @@ class Wire {
 // The protocol state of one comm: a send comm uses the Send half, a receive comm the Recv half.
 // Requests are the comm's own (kSlots of them); not thread-safe (the network's rule: one comm,
 // one caller at a time).
-class Proto : private Wire::Sink {
+class Proto final : private Wire::Sink {
  public:
   // `mem`: this side's ProtoMem, registered as `memRef`; the peer's at (peerMem, peerKey).
   Proto(Wire* wire, ProtoMem* mem, MemRef memRef, bool send);
