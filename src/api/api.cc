@@ -803,7 +803,7 @@ chorusResult_t chorusRecvAny(void* recvbuff, size_t count, chorusDataType_t data
     }
     // Chooses the source, then receives from it as chorusRecv does, on the calling thread.
     auto run = [comm = c.get(), recvbuff, count, datatype, source]() -> Status {
-      CHORUS_ASSIGN_OR_RETURN(int peer, comm->firstSender());
+      CHORUS_ASSIGN_OR_RETURN(int peer, comm->hostPath().firstSender());
       CHORUS_TRY(submitOp(OpInfo{CollType::kRecv, nullptr, recvbuff, count, datatype, chorusSum, peer, comm, nullptr,
                                  false, ReduceSpec{}}));
       *source = peer;

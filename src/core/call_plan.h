@@ -6,6 +6,7 @@
 // chooses, numbers or expands anything of its own.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -56,6 +57,15 @@ struct PlannedOp {
   bool chosenAlone = false;
   std::vector<LanePlan> lanes;             // a collective's
   std::vector<PlannedTransfer> transfers;  // a point-to-point op's, with other ranks
+};
+
+// The counters that number a memory kind's operations alike on every rank: collectives, and
+// point-to-point per peer and direction (the host path's number slots; the device path's, the
+// flight recorder only, as kernels keep counters of their own, DeviceCommState).
+struct OpCounters {
+  std::atomic<uint64_t> coll{0};  // atomic: the host path's inline calls number theirs without planMu_
+  std::vector<uint64_t> p2pSend;  // per peer
+  std::vector<uint64_t> p2pRecv;
 };
 
 struct CallPlan {

@@ -56,12 +56,6 @@ Status cpuIsaRule(const char* name, const std::string& v) {
 
 const TextSetting kCpuIsa{"CHORUS_CPU_ISA", SettingScope::kRank, "the host reductions' instruction set", cpuIsaRule,
                           true};
-const IntSetting kWorkersPerChannel{"CHORUS_WORKERS_PER_CHANNEL",
-                                    1,
-                                    1,
-                                    64,
-                                    SettingScope::kRank,
-                                    "threads that move each piece of a ring or chain schedule"};
 
 // Everything each rank tells the others at init.
 struct InitRecord {
@@ -85,15 +79,7 @@ struct PlanText {
 Communicator::~Communicator() {
   // A finished send over a socket may still sit in its FIFO: let the proxy put it on the wire
   // before it stops (unless aborted, or the connection failed, or the timeout passes).
-  if (!aborted()) {
-    const int64_t deadline = nowNs() + config_.timeoutNs;
-    auto unsent = [](const SendCursor& c) {
-      return c.viaProxy && !c.fifo.closed() && c.fifo.ctrl->head.load(std::memory_order_acquire) != c.tail;
-    };
-    while (nowNs() < deadline && conns_.anySend(unsent)) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
+  host_.flushSends();
   device_.shutdown();
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
   stopFlight();
@@ -101,7 +87,7 @@ Communicator::~Communicator() {
   // to lanes that are all done by now; the bootstrap serves descriptors for connections and memory.
   transports_.clear();
   device_.dropConnections();
-  connections_.clear();
+  host_.dropConnections();
   memShare_.reset();
   bootstrap_.reset();
 }
@@ -233,7 +219,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
 
   const std::optional<CpuIsa> forcedIsa = parseCpuIsa(kCpuIsa.get(config_.env));
   const CpuIsa isa = forcedIsa ? *forcedIsa : bestCpuIsa();
-  kernels_ = *hostKernelsFor(isa);
+  const HostKernels kernels = *hostKernelsFor(isa);
 
   // The first transport of the registry that can connect a pair does, on both sides alike.
   TransportEnv env;
@@ -278,20 +264,14 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   std::vector<topo::TopoRecord> topoRecords(nranks_);
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
   CHORUS_TRY(buildTopology(machine, topoRecords));
-  conns_.init(nranks_, config_.nChannels);
-  channelStatus_ = std::make_unique<ChannelStatus[]>(config_.nChannels + 1);
-  laneScratch_.resize(std::max<size_t>(config_.slotBytes, config_.peerSlots()));
-  if (const int64_t w = kWorkersPerChannel.get(config_.env); w > 1) workers_ = std::make_unique<WorkerGroup>(int(w));
-  seq_.ops.p2pSend.assign(nranks_, 0);
-  seq_.ops.p2pRecv.assign(nranks_, 0);
+  CHORUS_TRY(host_.init(kernels, ranksOnHost));
   startFlight();
   redOps_.reset(nranks_);
 
-  idlePolicy_ = IdlePolicy(config_, ranksOnHost, usableCpus());
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
   log_.info(kSubsysInit,
             "comm {:#x} rank {} nranks {} pid {} host {} cpu-isa {} slots {}x{} channels {} - Init COMPLETE", commId_,
-            rank_, nranks_, peers_[rank_].pid, peers_[rank_].host, cpuIsaName(kernels_.isa), config_.slots,
+            rank_, nranks_, peers_[rank_].pid, peers_[rank_].host, cpuIsaName(host_.kernels().isa), config_.slots,
             config_.slotBytes, config_.nChannels);
   if (log_.enabled(LogLevel::kInfo, kSubsysInit)) {
     for (int r = 0; r < nranks_; ++r) {
@@ -349,10 +329,7 @@ void Communicator::logEnvironment() const {
 void Communicator::abort() {
   if (!abort_.exchange(true, std::memory_order_acq_rel)) (void)writeDump("chorusCommAbort");
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
-  {
-    std::lock_guard<std::mutex> g(connMu_);
-    for (auto& c : connections_) c->fifo().close();
-  }
+  host_.closeAll();
   stopTraffic();
   // Kernels see the abort word at their next check: abort returns once they are gone.
   device_.stop(10'000'000'000);

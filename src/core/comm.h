@@ -31,6 +31,7 @@
 #include "src/core/device_path.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
+#include "src/core/host_path.h"
 #include "src/core/lane.h"
 #include "src/core/memshare.h"
 #include "src/core/onecopy.h"
@@ -183,39 +184,13 @@ class Communicator : public TaskOwner {
   const Tuner& tuner() const { return tuner_; }
   // The algorithm of a collective on channels, as every rank picks it (the tuner's choice).
   Tuner::Choice choose(const OpInfo& op) const { return tuner_.choose(op.coll, op.count * typeSize(op.type)); }
-  // The algorithm this rank runs: the tuner's choice, or the slice all-reduce where the tuner
-  // leaves it to this rank's registered buffers (then its neighbours check that they agree).
-  Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
   static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
-  // chorusRecvAny: the rank whose point-to-point message to this rank is first to wait, without
-  // taking it (src/core/comm_anysource.cc). A peer not yet connected asks to connect when it first
-  // sends here; that request is answered here as a receive from it would. Ends at the timeout, on
-  // abort or when the communicator fails.
-  Result<int> firstSender();
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
-  // The fast path of a lone host collective whose algorithm runs inline (Algorithm::runsInline:
-  // the direct all-reduce): its one lane runs on the calling thread, with no task, queue or
-  // latch. *ran is false (and nothing happened) when the op does not qualify, its plan is not one
-  // lane over connections made, or another thread holds the execution token; the caller then
-  // takes the general path.
-  Status runInlineNow(const OpInfo& op, bool* ran);
-  // The same for an algorithm that runs inline, already chosen (by loneInlineAlgo, on the
-  // thread that issued the op).
-  Status runInlineNow(const OpInfo& op, Algo algo, bool* ran);
-  // The algorithm that runs `op` inline under the tuner's choice `c`, if one does (a host
-  // collective of an algorithm that runsInline(), two ranks or more).
-  std::optional<Algo> inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const;
-  // The algorithms whose connections a host collective of choice `c` needs (algoBit each).
-  static uint32_t hostConnectionBits(const Tuner::Choice& c);
-  // The algorithm a lone collective would run inline, when nothing else of the general launch
-  // would change anything: host memory, CHORUS_CHECK off, an inline algorithm chosen and every
-  // connection the tuner's choice asks for made (connectionsNeeded() would ask for none).
-  std::optional<Algo> loneInlineAlgo(const OpInfo& op) const;
   // What plan() would refuse, checked on the launching thread so the error reaches the call.
   Status checkOps(const std::vector<OpInfo>& ops) const;
   // CHORUS_CHECK=1: every collective among `ops` (not sends and receives) is compared with the
@@ -228,10 +203,6 @@ class Communicator : public TaskOwner {
   // one per op): where a one-copy collective's records agreed, its arguments.
   Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, MemKind mem,
                              const std::vector<const device::OneCopyArgs*>& oneCopy = {});
-  // The host lowering of planCalls: a task of lanes. Runs on the thread that will run the task
-  // (a stream's worker, or the caller); plans of one communicator are serialised by planMu_.
-  Result<std::unique_ptr<Task>> plan(const std::vector<OpInfo>& ops);
-
   // What this rank learnt of every rank at init (rank order), its bootstrap, and its registered
   // buffers: for the communicator's parts (DevicePath, OneCopyExchange).
   const std::vector<PeerInfo>& peers() const { return peers_; }
@@ -240,7 +211,6 @@ class Communicator : public TaskOwner {
   // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
   double estimateUs(const OpInfo& op) const;
   Engine& engine() { return *engine_; }
-  const IdlePolicy& idlePolicy() const { return idlePolicy_; }
   const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
 
   // Work accounting so destroy/finalize wait for what was launched.
@@ -251,7 +221,9 @@ class Communicator : public TaskOwner {
     return asyncError();
   }
 
-  // Everything about its operations on device memory (src/core/device_path.h).
+  // Everything about its operations on host memory once planned (src/core/host_path.h), and on
+  // device memory (src/core/device_path.h).
+  HostPath& hostPath() { return host_; }
   DevicePath& devicePath() { return device_; }
   const DevicePath& devicePath() const { return device_; }
 
@@ -265,6 +237,7 @@ class Communicator : public TaskOwner {
   // A part of the communicator: it reads its identity, configuration, transports and flight
   // recorder, plans through planCalls and fails it through fail().
   friend class DevicePath;
+  friend class HostPath;
   Communicator() = default;
   // create's work on a communicator already made (and enrolled with its clique's InitCancel).
   Status build(const BootstrapId& id, int rank, int nranks, const CommOptions& options, std::shared_ptr<Engine> engine);
@@ -278,14 +251,6 @@ class Communicator : public TaskOwner {
   void stopTraffic();
   Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
                       const std::vector<int>& localRank) const;
-  // A collective's lane arguments but its sequence number and slot size.
-  LaneArgs collArgs(const OpInfo& op) const;
-  // The connectors plan `lp` names, from this communicator's connection table.
-  LaneConnectors connectorsOf(const LanePlan& lp) const;
-  // The lane of plan `lp` over `conns` (planMu_ or the execution token held). `keepPlan`: the
-  // lane borrows the plan's steps (the plan outlives it); else it takes them.
-  Lane makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conns, bool keepPlan);
-
   Config config_;
   Logger log_;
   bool blocking_ = true;
@@ -299,11 +264,7 @@ class Communicator : public TaskOwner {
   // One of each transport (they own their threads), and the one that reaches each peer.
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<Transport*> peerTransport_;
-  HostKernels kernels_{};
 
-  // Connections and this rank's positions in them.
-  std::vector<std::unique_ptr<Connection>> connections_;  // appended under connMu_
-  std::mutex connMu_;  // connections_ against abort() and a failure closing them from another thread
   // Per channel: the ring order of ranks (src/topo buildRing) and this rank's index in it.
   std::vector<std::vector<int>> rings_;
   std::vector<int> ringPos_;
@@ -312,21 +273,7 @@ class Communicator : public TaskOwner {
   std::optional<Algo> forcedAlgo_;        // CHORUS_ALGO, parsed when the communicator is created
   std::optional<ProtoKind> forcedProto_;  // CHORUS_PROTO, likewise
   Tuner tuner_;                           // which algorithm each call runs (built with the topology)
-  IdlePolicy idlePolicy_;                 // how threads running this communicator's work wait
-  // The threads that move each piece with the progress thread (CHORUS_WORKERS_PER_CHANNEL > 1).
-  std::unique_ptr<WorkerGroup> workers_;
-  // Per channel, then one record for point-to-point (the last); read by hang reports.
-  std::unique_ptr<ChannelStatus[]> channelStatus_;
-  ConnTable conns_;
   std::unique_ptr<MemShare> memShare_;
-  std::vector<char> laneScratch_;  // one slot of either size, for lanes that stash pieces (LanePlan::scratch)
-  // runInlineNow's last plan, the algorithm and call it was made for, its connectors and its label
-  // ("direct (inline)", static) (the execution token guards them).
-  std::unique_ptr<LanePlan> inlinePlan_;
-  Algo inlineAlgo_ = Algo::kRing;
-  AlgoCall inlineCall_;
-  LaneConnectors inlineConns_;
-  const char* inlineLabel_ = "";
   bool singleHost_ = false;  // every rank on this rank's host
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
@@ -347,17 +294,12 @@ class Communicator : public TaskOwner {
   void watchPeers();
   bool oneProcess_ = false;  // every rank a thread of this process
   std::mutex planMu_;        // plan() may run on several streams' workers
-  // Algorithms (a bit each, algoBit) whose connections all exist: connectionsNeeded skips them.
-  mutable std::atomic<uint32_t> connectedAlgos_{0};
   // Per peer, whether its point-to-point connections (every channel, both directions) all exist:
   // bit 0 on host memory, bit 1 on device memory; connectionsNeeded skips such peers.
   mutable std::vector<std::atomic<uint8_t>> p2pConnected_;
-  std::atomic<int> anyNext_{0};  // where firstSender's next scan starts
-  // Operation counters, advanced alike on every rank (point-to-point under planMu_): they number
-  // the slots of each operation (SlotHeader::seq) and the bootstrap exchanges of split, shrink
-  // and CHORUS_CHECK.
+  // Exchange counters, advanced alike on every rank: they number the bootstrap exchanges of split,
+  // shrink and CHORUS_CHECK (operations are numbered on each path's OpCounters).
   struct Sequences {
-    OpCounters ops;  // host memory's (the device path has its own)
     uint64_t split = 0;
     uint64_t shrink = 0;
     uint64_t check = 0;  // collectives compared under CHORUS_CHECK
@@ -373,7 +315,8 @@ class Communicator : public TaskOwner {
   std::atomic<bool> failed_{false};  // set (under errMu_) with asyncError_
 
   WorkCount work_;
-  // Last: made after everything it reads, gone (its watchdog stopped) before.
+  // Last: made after everything they read, gone before.
+  HostPath host_{*this};
   DevicePath device_{*this};
 };
 

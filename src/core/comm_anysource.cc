@@ -1,4 +1,4 @@
-// chorusRecvAny's first half: which rank sent first.
+// chorusRecvAny's first half (HostPath::firstSender): which rank sent first.
 //
 // A receive from any source cannot be planned like a receive from one peer: the peer is known
 // only once its data waits. This looks, turn by turn, at every peer: one already connected for
@@ -15,37 +15,41 @@
 #include <vector>
 
 #include "src/core/comm.h"
+#include "src/core/host_path.h"
 
 namespace chorus {
 
-Result<int> Communicator::firstSender() {
+Result<int> HostPath::firstSender() {
+  const Config& config = comm_.config();
+  const int rank = comm_.rank();
+  const int nranks = comm_.nranks();
   const uint64_t connectTag = makeTag(TagSpace::kConnect, connTag(ConnFamily::kP2p, 0));
   const int64_t start = nowNs();
-  const int64_t deadline = start + config_.timeoutNs;
-  int64_t nextWarn = start + config_.stallWarnNs();
+  const int64_t deadline = start + config.timeoutNs;
+  int64_t nextWarn = start + config.stallWarnNs();
   int64_t pauseNs = 0;
   while (true) {
-    if (failed_.load(std::memory_order_acquire)) {
-      Status broken = asyncError();
+    if (comm_.failed_.load(std::memory_order_acquire)) {
+      Status broken = comm_.asyncError();
       return Status(broken.code(), "the communicator failed earlier: " + broken.message());
     }
-    if (aborted()) return remoteError("the communicator was aborted");
+    if (comm_.aborted()) return remoteError("the communicator was aborted");
     const int first = anyNext_.load(std::memory_order_relaxed);
-    for (int k = 0; k < nranks_; ++k) {
-      const int p = (first + k) % nranks_;
-      if (p == rank_) continue;
+    for (int k = 0; k < nranks; ++k) {
+      const int p = (first + k) % nranks;
+      if (p == rank) continue;
       if (const RecvCursor* rc = conns_.recv(ConnFamily::kP2p, p)) {
         if (rc->fifo.hasData(rc->head)) {
-          anyNext_.store((p + 1) % nranks_, std::memory_order_relaxed);
+          anyNext_.store((p + 1) % nranks, std::memory_order_relaxed);
           return p;
         }
-      } else if (bootstrap_->pending(p, connectTag)) {
-        std::vector<std::pair<Communicator*, std::vector<ConnNeed>>> work;
-        work.emplace_back(
-            this, std::vector<ConnNeed>{ConnKey{ConnFamily::kP2p, p, p, true}, ConnKey{ConnFamily::kP2p, p, p, false}});
-        Status s = connect(work);
+      } else if (comm_.bootstrap().pending(p, connectTag)) {
+        std::vector<std::pair<Communicator*, std::vector<ConnKey>>> work;
+        work.emplace_back(&comm_, std::vector<ConnKey>{ConnKey{ConnFamily::kP2p, p, p, true},
+                                                       ConnKey{ConnFamily::kP2p, p, p, false}});
+        Status s = Communicator::connect(work);
         if (!s.isOk()) {
-          setAsyncError(s);
+          comm_.setAsyncError(s);
           return s;
         }
         pauseNs = 0;
@@ -54,14 +58,14 @@ Result<int> Communicator::firstSender() {
     const int64_t now = nowNs();
     if (now >= deadline) {
       return Status(chorusSystemError,
-                    "chorusRecvAny: no rank sent to rank " + std::to_string(rank_) + " within the timeout (" +
-                        std::to_string(config_.timeoutNs / 1000000000) +
+                    "chorusRecvAny: no rank sent to rank " + std::to_string(rank) + " within the timeout (" +
+                        std::to_string(config.timeoutNs / 1000000000) +
                         " s, CHORUS_TIMEOUT or config.timeoutSeconds); a receive from any source waits for a "
                         "chorusSend to this rank from another rank");
     }
     if (nextWarn > start && now >= nextWarn) {
-      log_.warn(kSubsysP2p, "chorusRecvAny on rank {} has waited {:.1f} s and no rank has sent to it yet", rank_,
-                static_cast<double>(now - start) / 1e9);
+      comm_.log().warn(kSubsysP2p, "chorusRecvAny on rank {} has waited {:.1f} s and no rank has sent to it yet", rank,
+                       static_cast<double>(now - start) / 1e9);
       nextWarn = now + 2 * (now - start);
     }
     // Looks again at once (a send often follows at once), then after 2 us, doubling up to 1 ms.

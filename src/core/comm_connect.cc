@@ -36,7 +36,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       deviceChannels = std::max(deviceChannels, device_.context(op, c.proto).nChannels);
       continue;
     }
-    algos |= hostConnectionBits(choose(op));
+    algos |= HostPath::connectionBits(choose(op));
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops. On device
   // memory every channel a transfer may take (Tuner::p2pChannelMax), whatever this one's size:
@@ -58,14 +58,14 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
   std::vector<ConnNeed> needs;
   std::set<std::tuple<ConnFamily, int, bool>> seen;  // two algorithms may want one connection
   const DeviceComm* dev = device ? device_.deviceComm() : nullptr;
-  auto has = [&](const ConnKey& k) { return dev ? dev->has(k.family, k.index, k.send) : conns_.has(k); };
+  auto has = [&](const ConnKey& k) { return dev ? dev->has(k.family, k.index, k.send) : host_.has(k); };
   auto want = [&](ConnKey k) {
     k.device = device;
     if (!has(k) && seen.emplace(k.family, k.index, k.send).second) needs.push_back(k);
   };
   // An algorithm whose connections all exist needs no look again: connections are only added
   // while the communicator lives, so a launch after the first asks nothing of the registry.
-  std::atomic<uint32_t>& connected = device ? device_.connectedAlgos() : connectedAlgos_;
+  std::atomic<uint32_t>& connected = device ? device_.connectedAlgos() : host_.connectedAlgos();
   const uint32_t todo = algos & ~connected.load(std::memory_order_relaxed);
   if (todo) {
     // Device collectives connect the channels they run, up to the most the tuner gives any size
@@ -137,8 +137,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
   // Device connections are kept apart: host code never closes or reads their FIFOs.
   auto keep = [](Communicator* c, const ConnNeed& n, std::unique_ptr<Connection> conn) {
     if (n.device) return c->device_.keep(std::move(conn));
-    std::lock_guard<std::mutex> g(c->connMu_);
-    c->connections_.push_back(std::move(conn));
+    c->host_.keep(std::move(conn));
   };
   // Phase 1: every receiver prepares its FIFO and tells the sender how to reach it.
   for (auto& [c, needs] : work) {
@@ -168,20 +167,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
         CHORUS_TRY(c->device_.addEnd(n, kept, t.name()));
         continue;
       }
-      auto cursor = std::make_unique<SendCursor>();
-      cursor->fifo = conn->fifo();
-      cursor->tail = conn->fifo().ctrl->tail.load(std::memory_order_acquire);
-      cursor->headSeen = conn->fifo().ctrl->head.load(std::memory_order_acquire);
-      cursor->peer = n.peer;
-      cursor->viaProxy = conn->viaProxy();
-      cursor->link = conn->proxyLink();
-      if (n.family == ConnFamily::kRing) {
-        c->log_.info(kSubsysInit, "Channel {:02d} : {} -> {} via {}", n.index, c->rank_, n.peer, t.name());
-      } else {
-        c->log_.info(n.family == ConnFamily::kP2p ? kSubsysP2p : kSubsysInit, "{} : {} -> {} via {}",
-                     connFamilyName(n.family), c->rank_, n.peer, t.name());
-      }
-      c->conns_.put(n.family, n.index, std::move(cursor));
+      c->host_.addSend(n, *conn, t.name());
       keep(c, n, std::move(conn));
     }
   }
@@ -195,13 +181,7 @@ Status Communicator::connect(std::vector<std::pair<Communicator*, std::vector<Co
       CHORUS_TRY(c->device_.addEnd(p.need, *p.conn, t.name()));
       continue;
     }
-    auto cursor = std::make_unique<RecvCursor>();
-    cursor->fifo = p.conn->fifo();
-    cursor->head = p.conn->fifo().ctrl->head.load(std::memory_order_acquire);
-    cursor->peer = p.need.peer;
-    cursor->headerPublishes = p.conn->headerPublishes();
-    cursor->link = p.conn->proxyLink();
-    c->conns_.put(p.need.family, p.need.index, std::move(cursor));
+    c->host_.addRecv(p.need, *p.conn);
   }
   return Status::ok();
 }

@@ -62,8 +62,7 @@ void Communicator::fail(const Status& s, bool tellPeers, bool requested) {
   device_.stop();
   {
     // A peer waiting on this rank over shared memory sees its connection close at once.
-    std::lock_guard<std::mutex> g(connMu_);
-    for (auto& c : connections_) c->fifo().close();
+    host_.closeAll();
   }
   stopTraffic();
 }
@@ -176,14 +175,6 @@ int64_t Communicator::timeoutGraceNs(int peer) const {
   return std::min<int64_t>(2000000000, config_.timeoutNs / 4);
 }
 
-std::string Communicator::describeChannels() const {
-  std::string s;
-  for (int c = 0; c <= config_.nChannels; ++c) {
-    if (!s.empty()) s += "; ";
-    s += (c < config_.nChannels ? "channel " + std::to_string(c) : std::string("p2p")) + ": " +
-         channelStatus_[c].describe();
-  }
-  return s;
-}
+std::string Communicator::describeChannels() const { return host_.describeChannels(); }
 
 }  // namespace chorus

@@ -198,7 +198,7 @@ std::string Communicator::dumpState() const {
     s += fmt::format("  device path on GPU {}: {} kernel launches not yet seen finished{}\n", d->device(),
                      d->launchesInFlight(), d->faulted() ? ", a kernel recorded a fault" : "");
   }
-  if (channelStatus_) s += "  channels: " + describeChannels() + "\n";
+  if (const std::string channels = host_.describeChannels(); !channels.empty()) s += "  channels: " + channels + "\n";
   if (!flight_ || !flight_->enabled()) return s + "  flight recorder off (CHORUS_FLIGHT_ENTRIES=0)\n";
   const auto entries = flight_->snapshot();
   s += fmt::format("  last {} operations (oldest first; CHORUS_FLIGHT_ENTRIES={}):\n", entries.size(),

@@ -23,6 +23,7 @@
 #include "src/algo/connections.h"
 #include "src/algo/tuner.h"
 #include "src/common/status.h"
+#include "src/core/call_plan.h"
 #include "src/core/device_comm.h"
 #include "src/core/flight.h"
 #include "src/core/onecopy.h"
@@ -36,15 +37,6 @@ class Communicator;
 class Stream;
 struct OpInfo;
 struct CommOptions;
-
-// The counters that number a memory kind's operations alike on every rank: collectives, and
-// point-to-point per peer and direction (the host path's number slots; the device path's, the
-// flight recorder only, as kernels keep counters of their own, DeviceCommState).
-struct OpCounters {
-  std::atomic<uint64_t> coll{0};  // atomic: the host path's inline calls number theirs without planMu_
-  std::vector<uint64_t> p2pSend;  // per peer
-  std::vector<uint64_t> p2pRecv;
-};
 
 // One communicator's share of a device launch: its ops, in issue order, on `stream` (null: the
 // NULL stream) and the other CUDA streams `also` (see group.cc's CommOps).

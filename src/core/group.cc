@@ -46,7 +46,7 @@ Status submitOp(const OpInfo& op) {
   }
   // A lone host collective that runs inline over connections already made skips launch()'s
   // grouping and connection checks: there is nothing for them to do.
-  if (const std::optional<Algo> algo = op.comm->loneInlineAlgo(op)) return launchInline(op, *algo);
+  if (const std::optional<Algo> algo = op.comm->hostPath().loneInlineAlgo(op)) return launchInline(op, *algo);
   std::vector<OpInfo> ops{op};
   return launch(ops);
 }
@@ -234,7 +234,7 @@ Status planAndRun(std::vector<CommOps>& work) {
   tasks.reserve(work.size());
   Status failed;
   for (auto& w : work) {
-    auto r = w.comm->plan(w.ops);
+    auto r = w.comm->hostPath().plan(w.ops);
     if (!r.isOk()) {
       failed = r.status();
       break;
@@ -256,7 +256,7 @@ Status planAndRun(std::vector<CommOps>& work) {
       c->work().finished();
     });
   }
-  if (!runInline(tasks, work[0].comm->idlePolicy())) submitToEngines(work, tasks);
+  if (!runInline(tasks, work[0].comm->hostPath().idlePolicy())) submitToEngines(work, tasks);
   return latch.wait();
 }
 
@@ -352,7 +352,7 @@ Status byComm(std::vector<OpInfo>& ops, std::vector<CommOps>* work) {
 Status runLone(const OpInfo& op, std::optional<Algo> algo) {
   Communicator* c = op.comm;
   bool ran = false;
-  Status st = algo ? c->runInlineNow(op, *algo, &ran) : c->runInlineNow(op, &ran);
+  Status st = algo ? c->hostPath().runInlineNow(op, *algo, &ran) : c->hostPath().runInlineNow(op, &ran);
   if (ran) {
     c->work().finished();
     return st;

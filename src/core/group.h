@@ -47,7 +47,7 @@ void groupFail(const Status& s);
 Status runInit(const InitJob& job);
 // Launches ops now (a group's worth).
 Status launch(std::vector<OpInfo>& ops);
-// Launches a lone host collective that Communicator::loneInlineAlgo gave `algo`, with no
+// Launches a lone host collective that HostPath::loneInlineAlgo gave `algo`, with no
 // grouping or connection checks: on the calling thread (the NULL stream) or the stream's worker.
 Status launchInline(const OpInfo& op, Algo algo);
 

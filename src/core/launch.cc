@@ -55,13 +55,6 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
   }
 }
 
-Algo Communicator::algoFor(const OpInfo& op, const Tuner::Choice& c) const {
-  if (!c.sliceIfRegistered) return c.algo;
-  const size_t bytes = op.count * typeSize(op.type);
-  const bool registered = memShare_->registered(op.sendbuff, bytes) && memShare_->registered(op.recvbuff, bytes);
-  return registered ? Algo::kSlice : c.algo;
-}
-
 AlgoContext Communicator::algoContext() const {
   AlgoContext ctx;
   ctx.rank = rank_;
@@ -176,182 +169,6 @@ Status Communicator::checkAgreement(const std::vector<OpInfo>& ops) {
   return Status::ok();
 }
 
-LaneArgs Communicator::collArgs(const OpInfo& op) const {
-  LaneArgs a;
-  a.input = static_cast<const char*>(op.sendbuff);
-  a.output = static_cast<char*>(op.recvbuff);
-  a.elemSize = typeSize(op.type);
-  a.type = op.type;
-  a.kernels = &kernels_;
-  a.workers = workers_.get();
-  a.commId = commId_;
-  if (reduces(op.coll)) a.spec = op.spec;
-  a.sendByRef = true;
-  a.share = memShare_.get();
-  return a;
-}
-
-LaneConnectors Communicator::connectorsOf(const LanePlan& lp) const {
-  LaneConnectors conns;
-  for (int i = 0; i < kMaxLanePeers; ++i) {
-    if (lp.send[i].index >= 0) conns.send[i] = conns_.send(lp.send[i].family, lp.send[i].index);
-    if (lp.recv[i].index >= 0) conns.recv[i] = conns_.recv(lp.recv[i].family, lp.recv[i].index);
-  }
-  return conns;
-}
-
-Lane Communicator::makeLane(LaneArgs a, LanePlan& lp, const LaneConnectors& conns, bool keepPlan) {
-  a.slotBytes = lp.slotBytes;
-  a.status = &channelStatus_[lp.channel];
-  a.proto = lp.proto;
-  if (!lp.byReference) a.sendByRef = false;
-  if (lp.scratch) {
-    // One slot, shared by the lanes of every task: the execution token runs them one at a time.
-    CHORUS_CHECK(lp.slotBytes <= laneScratch_.size());
-    a.scratch = laneScratch_.data();
-  }
-  if (keepPlan) return Lane(a, StepsRef{lp.steps.data(), lp.steps.size()}, conns);
-  return Lane(a, std::move(lp.steps), conns);
-}
-
-namespace {
-
-// Whether any registered algorithm that runs inline runs `coll` (on channels), looked up once.
-bool inlineRuns(CollType coll) {
-  static const std::vector<char> table = [] {
-    std::vector<char> t(static_cast<size_t>(CollType::kReduceScatter) + 1, 0);
-    for (size_t c = 0; c < t.size(); ++c) {
-      for (int i = 0; i < algorithmCount(); ++i) {
-        const Algorithm& a = algorithm(static_cast<Algo>(i));
-        t[c] = t[c] || (a.runsInline() && a.runs(static_cast<CollType>(c)) && a.runsOn(MemKind::kHost));
-      }
-    }
-    return t;
-  }();
-  const auto c = static_cast<size_t>(coll);
-  return c < table.size() && table[c];
-}
-
-// "direct (inline)": the log's and the flight recorder's label (which keeps the pointer).
-const char* inlineLabel(Algo a) {
-  static const std::vector<std::string> labels = [] {
-    std::vector<std::string> all;
-    for (int i = 0; i < algorithmCount(); ++i) all.push_back(std::string(algoName(static_cast<Algo>(i))) + " (inline)");
-    return all;
-  }();
-  return labels[static_cast<size_t>(a)].c_str();
-}
-
-}  // namespace
-
-uint32_t Communicator::hostConnectionBits(const Tuner::Choice& c) {
-  uint32_t algos = algoBit(c.algo);
-  if (c.ringConnections) algos |= algoBit(Algo::kRing);
-  if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
-  return algos;
-}
-
-std::optional<Algo> Communicator::inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const {
-  if (op.device || !inlineRuns(op.coll) || nranks_ < 2) return std::nullopt;
-  const Algo algo = algoFor(op, c);
-  if (!algorithm(algo).runsInline()) return std::nullopt;
-  return algo;
-}
-
-std::optional<Algo> Communicator::loneInlineAlgo(const OpInfo& op) const {
-  if (config_.check) return std::nullopt;
-  // The connections connectionsNeeded() would ask for this op, all made already.
-  const Tuner::Choice c = choose(op);
-  const uint32_t algos = hostConnectionBits(c);
-  if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
-  return inlineAlgo(op, c);
-}
-
-Status Communicator::runInlineNow(const OpInfo& op, bool* ran) {
-  *ran = false;
-  const std::optional<Algo> algo = inlineAlgo(op, choose(op));
-  return algo ? runInlineNow(op, *algo, ran) : Status::ok();
-}
-
-Status Communicator::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
-  *ran = false;
-  if (!tryAcquireExec()) return Status::ok();
-  // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
-  const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
-  if (!inlinePlan_ || algo != inlineAlgo_ || call.coll != inlineCall_.coll || call.count != inlineCall_.count ||
-      call.elemSize != inlineCall_.elemSize || call.root != inlineCall_.root || call.inPlace != inlineCall_.inPlace) {
-    inlinePlan_.reset();
-    std::vector<LanePlan> plans;
-    algorithm(algo).plan(algoContext(), call, &plans);
-    LaneConnectors conns;
-    bool connected = plans.size() == 1;
-    if (connected) {
-      conns = connectorsOf(plans[0]);
-      for (int i = 0; i < kMaxLanePeers; ++i) {
-        connected =
-            connected && (plans[0].send[i].index < 0 || conns.send[i]) && (plans[0].recv[i].index < 0 || conns.recv[i]);
-      }
-    }
-    if (!connected) {  // more than one lane, or a connection not made yet: the general path runs it
-      releaseExec();
-      return Status::ok();
-    }
-    inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
-    inlineAlgo_ = algo;
-    inlineCall_ = call;
-    inlineConns_ = conns;  // connections, once made, stay until the end
-    inlineLabel_ = inlineLabel(algo);
-  }
-  *ran = true;
-  LaneArgs a = collArgs(op);
-  a.seq = seq_.ops.coll.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), a.seq, op.count,
-              typeName(op.type), inlineLabel_);
-  }
-  Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
-  const uint64_t flight = recordFlight(op, a.seq, inlineLabel_, nowNs(), true);
-  int64_t nextWarn = 0;
-  // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
-  IdleLoop idle(idlePolicy_);
-  Status s;
-  while (true) {
-    if (failed_.load(std::memory_order_acquire)) {
-      Status broken = asyncError();
-      s = Status(broken.code(), "the communicator failed earlier: " + broken.message());
-      break;
-    }
-    if (aborted()) {
-      s = remoteError("the communicator was aborted");
-      break;
-    }
-    WaitInfo w;
-    bool moved = false;
-    s = lane.progress(&w, &moved);
-    if (!s.inProgress()) {
-      if (!s.isOk()) s = explainFailure(*this, s, w);
-      break;
-    }
-    // Nothing has moved since the idle spell began: past a while, check the peers and warn;
-    // past the timeout, give up.
-    const int64_t stalled = idle.idleSince() == 0 ? 0 : idle.now() - idle.idleSince();
-    if (!moved && stalled > kPeerCheckAfterNs) {
-      s = checkPeers(idle.now());
-      if (!s.isOk()) break;
-      noteStall(w, stalled, &nextWarn);
-      if (stalled > config_.timeoutNs) {
-        s = systemError(describeStall(*this, w, stalled));
-        break;
-      }
-    }
-    idle.after(moved, w);
-  }
-  releaseExec();
-  flightMark(flight, flight, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed, s.code());
-  if (!s.isOk()) setAsyncError(s);
-  return s;
-}
-
 Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind mem,
                                          const std::vector<const device::OneCopyArgs*>& oneCopy) {
   const bool device = mem == MemKind::kDevice;
@@ -360,7 +177,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
   cp.ops.reserve(ops.size());
   // Numbered per communicator (collectives) and per peer and direction (point-to-point), on the
   // counters of the memory kind's path: kernels number their slots by counters of their own.
-  OpCounters& counters = device ? device_.counters() : seq_.ops;
+  OpCounters& counters = device ? device_.counters() : host_.counters();
   if (counters.p2pSend.size() != static_cast<size_t>(nranks_)) {
     counters.p2pSend.assign(nranks_, 0);
     counters.p2pRecv.assign(nranks_, 0);
@@ -421,7 +238,7 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
       algorithm(po.algo).plan(device_.context(op, choice.proto), call, &po.lanes);
     } else {
       const Tuner::Choice choice = choose(op);
-      po.algo = algoFor(op, choice);
+      po.algo = host_.algoFor(op, choice);
       po.label = algoName(po.algo);
       po.chosenAlone = po.algo == Algo::kSlice && choice.sliceIfRegistered;
       AlgoCall alone = call;
@@ -455,73 +272,6 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     cp.selfCopies.push_back(copy);
   }
   return cp;
-}
-
-Result<std::unique_ptr<Task>> Communicator::plan(const std::vector<OpInfo>& ops) {
-  std::lock_guard<std::mutex> planLock(planMu_);
-  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, MemKind::kHost));
-  auto task = std::make_unique<Task>(this);
-  task->reserveStages(ops.size());
-
-  // Point-to-point queues: one per (peer, direction), plus one for copies to self.
-  std::map<std::pair<int, bool>, size_t> queueOf;
-  auto queueFor = [&](int peer, bool send) {
-    auto key = std::make_pair(peer, send);
-    auto it = queueOf.find(key);
-    if (it != queueOf.end()) return it->second;
-    size_t q = queueOf.size();
-    queueOf[key] = q;
-    return q;
-  };
-  LaneArgs bytesArgs;
-  bytesArgs.elemSize = 1;
-  bytesArgs.type = chorusUint8;
-  bytesArgs.kernels = &kernels_;
-  bytesArgs.workers = workers_.get();
-  bytesArgs.commId = commId_;
-  bytesArgs.slotBytes = config_.peerSlots();
-  bytesArgs.status = &channelStatus_[config_.nChannels];
-
-  uint64_t flightFirst = 0;
-  uint64_t flightLast = 0;
-  const int64_t issued = nowNs();
-  for (PlannedOp& po : cp.ops) {
-    const uint64_t flight = recordFlight(*po.op, po.seq, po.label, issued);
-    if (!flightFirst) flightFirst = flight;
-    flightLast = flight;
-    if (!po.collective) {
-      for (const PlannedTransfer& t : po.transfers) {
-        const P2pPart& p = t.part;
-        LaneArgs a = bytesArgs;
-        a.input = p.src;
-        a.output = p.dst;
-        a.seq = t.seq;
-        std::vector<Step> steps;
-        if (p.bytes) steps.push_back(Step{p.send ? Prim::kSend : Prim::kRecv, 0, 0, p.bytes});
-        task->addToQueue(queueFor(p.peer, p.send),
-                         Lane(a, std::move(steps), p.send ? conns_.send(ConnFamily::kP2p, p.peer) : nullptr,
-                              p.send ? nullptr : conns_.recv(ConnFamily::kP2p, p.peer)));
-      }
-      continue;
-    }
-    // The lanes the algorithm named, over the connections it asked for (connectionsNeeded made
-    // them).
-    LaneArgs a = collArgs(*po.op);
-    a.seq = po.seq;
-    std::vector<Lane> lanes;
-    for (LanePlan& lp : po.lanes) lanes.push_back(makeLane(a, lp, connectorsOf(lp), false));
-    if (!lanes.empty() || po.lanes.empty()) task->addStage(std::move(lanes), flight);
-  }
-  for (const P2pPart& copy : cp.selfCopies) {
-    LaneArgs a = bytesArgs;
-    a.input = copy.src;
-    a.output = copy.dst;
-    std::vector<Step> steps;
-    if (copy.bytes) steps.push_back(Step{Prim::kLocal, 0, 0, copy.bytes});
-    task->addToQueue(queueFor(rank_, true), Lane(a, std::move(steps), nullptr, nullptr));
-  }
-  task->setFlight(flightFirst, flightLast);
-  return task;
 }
 
 double Communicator::estimateUs(const OpInfo& op) const {
