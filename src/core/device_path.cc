@@ -32,6 +32,9 @@ Status DevicePath::chooseCudaDevice(const CommOptions& options) {
 
 void DevicePath::placeRanks(const std::vector<GpuSeat>& seats, bool singleHost) {
   const Communicator& c = comm_;
+  transport_.assign(c.nranks_, nullptr);
+  counters_.p2pSend.assign(c.nranks_, 0);
+  counters_.p2pRecv.assign(c.nranks_, 0);
   channels_ = deviceChannelLimit(c.config_.deviceChannels, seats, singleHost);
   oneGpu_ = true;
   for (const GpuSeat& s : seats) {
@@ -89,7 +92,6 @@ Status DevicePath::ensure() {
 Status DevicePath::chooseTransport(int peer, const GpuInfo& theirs) {
   const DevicePeer mine = self();
   const DevicePeer other{comm_.peers_[peer], theirs};
-  if (transport_.empty()) transport_.assign(comm_.nranks_, nullptr);
   for (auto& t : comm_.transports_) {
     if (!t->canConnectDevice(mine, other)) continue;
     transport_[peer] = t.get();

@@ -66,7 +66,7 @@ class DevicePath {
 
   // At init, from every rank's GPU (`seats`, rank order): how many channels a device collective
   // runs, whether every rank's kernels run on one GPU, and how many other ranks of this process
-  // share this rank's (warned about once per process).
+  // share this rank's (warned about once per process); the per-peer tables sized.
   void placeRanks(const std::vector<GpuSeat>& seats, bool singleHost);
   int channels() const { return channels_; }
   bool oneGpu() const { return oneGpu_; }
@@ -99,7 +99,7 @@ class DevicePath {
   std::atomic<uint32_t>& connectedAlgos() const { return connectedAlgos_; }
   // The transport of device connections to `peer`: chosen from both ranks' DevicePeer records,
   // which the two exchange before their first device connection; null until then.
-  Transport* transport(int peer) const { return transport_.empty() ? nullptr : transport_[peer]; }
+  Transport* transport(int peer) const { return transport_[peer]; }
   // Before the connection phases: each rank's GPU record to and from each peer a device
   // connection in `needs` is the first to, and the transport chosen from them (both sides alike).
   static Status exchangeInfo(std::vector<std::pair<Communicator*, std::vector<ConnKey>>>& needs);

@@ -29,7 +29,7 @@ const IntSetting kWorkersPerChannel{"CHORUS_WORKERS_PER_CHANNEL",
 
 }  // namespace
 
-Status HostPath::init(const HostKernels& kernels, int ranksOnHost) {
+void HostPath::init(const HostKernels& kernels, int ranksOnHost) {
   const Config& config = comm_.config();
   kernels_ = kernels;
   nChannels_ = config.nChannels;
@@ -40,7 +40,6 @@ Status HostPath::init(const HostKernels& kernels, int ranksOnHost) {
   counters_.p2pRecv.assign(comm_.nranks(), 0);
   idlePolicy_ = IdlePolicy(config, ranksOnHost, usableCpus());
   if (const int64_t w = kWorkersPerChannel.get(config.env); w > 1) workers_ = std::make_unique<WorkerGroup>(int(w));
-  return Status::ok();
 }
 
 void HostPath::keep(std::unique_ptr<Connection> conn) {

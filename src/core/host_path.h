@@ -44,7 +44,7 @@ class HostPath {
   // At init, once the configuration is known: the reductions' kernels (of the CPU's instruction
   // set), the connection table, the channels' status records, scratch, the worker threads, and how
   // threads running this communicator's work wait (`ranksOnHost` of them on this host).
-  Status init(const HostKernels& kernels, int ranksOnHost);
+  void init(const HostKernels& kernels, int ranksOnHost);
   const HostKernels& kernels() const { return kernels_; }
   const IdlePolicy& idlePolicy() const { return idlePolicy_; }
 

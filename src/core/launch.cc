@@ -1,23 +1,14 @@
-// Turning a communicator's recorded ops into a plan (planCalls, for both memory kinds) and the
-// plan into a Task of lanes on host memory (kernel launches on device memory: device_plan.cc; the
-// connections both need: comm_connect.cc).
-//
-// Ring collectives use one ring per channel: the count is cut into nChannels contiguous parts
-// and each channel runs the schedule of src/algo/schedule.h on its part, over its own pair of
-// connections. All-to-all, gather and scatter are sends and receives; point-to-point lanes to one
-// peer run in issue order (one connection each way), lanes to different peers concurrently.
+// Turning a communicator's recorded ops into a plan, for both memory kinds (planCalls): what
+// each collective runs and the transfers of each point-to-point op, numbered on the path's
+// counters; what a launch would refuse (checkOps), CHORUS_CHECK's comparison across ranks, and the
+// tuner's estimate of a call. Each path lowers the plan (HostPath::plan, DevicePath::plan); the
+// connections both need are made in comm_connect.cc.
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <set>
-#include <tuple>
 
 #include "src/common/os.h"
 #include "src/core/call_plan.h"
 #include "src/core/comm.h"
-#include "src/core/engine.h"
-#include "src/core/onecopy.h"
-#include "src/device/launch_pack.h"
 
 namespace chorus {
 
@@ -178,10 +169,6 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
   // Numbered per communicator (collectives) and per peer and direction (point-to-point), on the
   // counters of the memory kind's path: kernels number their slots by counters of their own.
   OpCounters& counters = device ? device_.counters() : host_.counters();
-  if (counters.p2pSend.size() != static_cast<size_t>(nranks_)) {
-    counters.p2pSend.assign(nranks_, 0);
-    counters.p2pRecv.assign(nranks_, 0);
-  }
   std::atomic<uint64_t>& collSeq = counters.coll;
   std::vector<uint64_t>& sendSeq = counters.p2pSend;
   std::vector<uint64_t>& recvSeq = counters.p2pRecv;
