@@ -14,6 +14,7 @@
 #include "src/algo/schedule.h"
 #include "src/core/host_exec.h"
 #include "src/core/lane.h"
+#include "src/core/lane_wait.h"
 #include "src/core/memshare.h"
 #include "src/core/workers.h"
 
@@ -324,6 +325,36 @@ ReduceSpec kindSpec(RedKind k) {
 }
 
 }  // namespace
+
+// A lane looks for its piece, finds none, and only then asks why: a peer that published its last
+// piece and closed its connection in between (its call done, its communicator destroyed) left
+// that piece to take; only an empty FIFO that is closed is a failure.
+TEST_CASE("a closed connection is an error only once what the peer sent before closing is taken", "[prims]") {
+  AlignedFifo fifo(2, 1024);
+  SendCursor send;
+  send.fifo = fifo.view;
+  send.peer = 0;
+  RecvCursor recv;
+  recv.fifo = fifo.view;
+  recv.peer = 1;
+  WaitInfo w;
+
+  Status s = lanes::waitForData(&recv, &w, Prim::kRecv, 0, 1);
+  CHECK(s.inProgress());
+  CHECK_FALSE(w.closed);
+
+  send.publish();
+  fifo.view.close();
+  s = lanes::waitForData(&recv, &w, Prim::kRecv, 0, 1);
+  CHECK(s.inProgress());
+  CHECK_FALSE(w.closed);
+
+  recv.consume();
+  s = lanes::waitForData(&recv, &w, Prim::kRecv, 1, 1);
+  CHECK(s.code() == chorusRemoteError);
+  CHECK(w.closed);
+  CHECK(s.message().find("rank 1 closed its connection") != std::string::npos);
+}
 
 TEST_CASE("primitives: the direct all-reduce folds in rank order, the same bits on every rank", "[prims]") {
   WorkerGroup two(2);

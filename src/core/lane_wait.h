@@ -12,7 +12,9 @@ namespace chorus::lanes {
 // for hang reports.
 inline Status waitForData(RecvCursor* rc, WaitInfo* wait, Prim prim, size_t step, uint64_t seq) {
   *wait = WaitInfo{&rc->fifo.ctrl->tail, rc->head, &rc->fifo.ctrl->consumerWaiting, rc->peer, true, prim, step, seq};
-  if (rc->fifo.closed()) {
+  // A peer that published its last piece and then closed (its operation done, its communicator
+  // destroyed) between this lane's look and this one: the piece is there to take, not an error.
+  if (rc->fifo.closed() && !rc->fifo.hasData(rc->head)) {
     wait->closed = true;
     return remoteError("rank " + std::to_string(rc->peer) + " closed its connection to this rank");
   }
