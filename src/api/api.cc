@@ -568,7 +568,7 @@ chorusResult_t chorusCommDumpState(chorusComm_t comm, const char* path) {
   return guard("chorusCommDumpState", [&]() -> Status {
     // A failed communicator can still be dumped: that is when a dump is wanted most.
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    const std::string text = c->dumpState();
+    const std::string text = c->diagnostics().state();
     if (!path) {
       std::fputs(text.c_str(), stderr);
       std::fflush(stderr);

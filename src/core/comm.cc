@@ -82,7 +82,7 @@ Communicator::~Communicator() {
   host_.flushSends();
   device_.shutdown();
   if (bootstrap_) bootstrap_->setNoticeHandler(nullptr);
-  stopFlight();
+  diag_.stop();
   // Order matters: transports' threads move bytes of connections; the connections' FIFOs belong
   // to lanes that are all done by now; the bootstrap serves descriptors for connections and memory.
   transports_.clear();
@@ -123,7 +123,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
                            " asks for the one-copy algorithm and CHORUS_ONECOPY=0 forbids it: unset one of them");
   }
   log_ = Logger(config_.logLevel, config_.logSubsys, rank);
-  logEnvironment();
+  diag_.logEnvironment();
   commId_ = id.cliqueId;
   const Bootstrap::JoinTiming timing{config_.initTimeout(), config_.initWarnNs()};
   CHORUS_ASSIGN_OR_RETURN(
@@ -265,7 +265,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   for (int r = 0; r < nranks_; ++r) topoRecords[r] = all[r].topo;
   CHORUS_TRY(buildTopology(machine, topoRecords));
   host_.init(kernels, ranksOnHost);
-  startFlight();
+  diag_.start();
   redOps_.reset(nranks_);
 
   engine_ = engine ? std::move(engine) : std::make_shared<Engine>(config_);
@@ -316,18 +316,8 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
   return c;
 }
 
-void Communicator::logEnvironment() const {
-  if (config_.printVersion && rank_ == 0) {
-    // Not through the level filter: CHORUS_DEBUG=VERSION prints this line and nothing else.
-    Logger(LogLevel::kInfo, kSubsysAll, rank_)
-        .info(kSubsysAll, "Chorus version {}.{}.{}", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
-  }
-  for (const std::string& w : config_.envWarnings) log_.warn(kSubsysEnv, "{}", w);
-  for (const std::string& line : config_.envSettings) log_.info(kSubsysEnv, "{}", line);
-}
-
 void Communicator::abort() {
-  if (!abort_.exchange(true, std::memory_order_acq_rel)) (void)writeDump("chorusCommAbort");
+  if (!abort_.exchange(true, std::memory_order_acq_rel)) (void)diag_.writeDump("chorusCommAbort");
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
   host_.closeAll();
   stopTraffic();

@@ -29,6 +29,7 @@
 #include "src/core/conn_table.h"
 #include "src/core/device_comm.h"
 #include "src/core/device_path.h"
+#include "src/core/diagnostics.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
 #include "src/core/host_path.h"
@@ -148,23 +149,12 @@ class Communicator : public TaskOwner {
   int64_t timeoutGraceNs(int peer) const override;
   // Sends every other rank a failure notice for `s` (best effort, at most kNoticeNs).
   void tellFailure(const Status& s);
-  // The version line, the settings the environment could not use, and every CHORUS_* set.
-  void logEnvironment() const;
   void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
-    if (flight_) flight_->mark(first, last, state, result, nowNs());
+    diag_.mark(first, last, state, result);
   }
-  void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override;
-  // Records an operation in the flight recorder, issued at `now` (and running from then when it
-  // starts at once: the inline path); returns its id (0: recorder off).
-  uint64_t recordFlight(const OpInfo& op, uint64_t seq, const char* algo, int64_t now, bool running = false);
-  // The flight recorder's entry for `op`, but its state and times.
-  static FlightEntry flightEntry(const OpInfo& op, uint64_t seq, const char* algo);
-  // What this communicator is and was doing: identity, state, channels, the flight recorder.
-  std::string dumpState() const;
-  // With CHORUS_FLIGHT_DUMP: writes dumpState() (and, with CHORUS_FLIGHT_TRACE, the Chrome trace)
-  // to <prefix>.<comm>.<rank>.txt/.json, saying `why`. Returns what it could not write.
-  Status writeDump(const std::string& why) const;
-  Status writeTrace(const std::string& path) const;
+  void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override {
+    diag_.noteStall(w, waitedNs, nextWarnNs);
+  }
   bool tryAcquireExec() override {
     bool expected = false;
     return exec_.compare_exchange_strong(expected, true, std::memory_order_acquire);
@@ -221,6 +211,8 @@ class Communicator : public TaskOwner {
     return asyncError();
   }
 
+  // What it tells about itself: flight recorder, stall warnings, dumps (src/core/diagnostics.h).
+  const Diagnostics& diagnostics() const { return diag_; }
   // Everything about its operations on host memory once planned (src/core/host_path.h), and on
   // device memory (src/core/device_path.h).
   HostPath& hostPath() { return host_; }
@@ -237,6 +229,7 @@ class Communicator : public TaskOwner {
   // A part of the communicator: it reads its identity, configuration, transports and flight
   // recorder, plans through planCalls and fails it through fail().
   friend class DevicePath;
+  friend class Diagnostics;
   friend class HostPath;
   Communicator() = default;
   // create's work on a communicator already made (and enrolled with its clique's InitCancel).
@@ -249,8 +242,6 @@ class Communicator : public TaskOwner {
   Status buildTopology(const std::string& mine, const std::vector<topo::TopoRecord>& records);
   // Has every transport stop moving data and let go of the callers' buffers (comm.cc).
   void stopTraffic();
-  Status dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
-                      const std::vector<int>& localRank) const;
   Config config_;
   Logger log_;
   bool blocking_ = true;
@@ -278,12 +269,8 @@ class Communicator : public TaskOwner {
   // Failure handling: pidfds of the peers that are other processes of this machine (invalid
   // elsewhere), and when they were last polled.
   std::vector<UniqueFd> peerPidfd_;
-  std::unique_ptr<FlightRecorder> flight_;
   // The peers whose processes this rank watches (peerPidfd_) and that have exited.
   std::vector<int> exitedPeers() const;
-  std::string dumpName() const;  // <prefix>.<name or comm id>.<rank>
-  void startFlight();            // the recorder, and the signal dump when CHORUS_FLIGHT_DUMP is set
-  void stopFlight();             // the trace (CHORUS_FLIGHT_TRACE); leaves the signal dump
   std::atomic<int64_t> lastPeerCheckNs_{0};
   std::atomic<int64_t> lastRemoteProbeNs_{0};
   // Marks the communicator failed (once; later errors are dropped), closes every connection so
@@ -316,6 +303,7 @@ class Communicator : public TaskOwner {
 
   WorkCount work_;
   // Last: made after everything they read, gone before.
+  Diagnostics diag_{*this};
   HostPath host_{*this};
   DevicePath device_{*this};
 };

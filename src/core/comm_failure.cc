@@ -46,13 +46,12 @@ void Communicator::fail(const Status& s, bool tellPeers, bool requested) {
   // enqueue may hold the device path's lock while blocked on kernels that only the abort word
   // below ends.
   device_.look(/*tryOnly=*/true);
-  if (!requested && flight_ && flight_->enabled() && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
-    const auto entries = flight_->snapshot();
-    if (!entries.empty()) {
-      log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", FlightRecorder::text(entries, 8));
+  if (!requested && log_.enabled(LogLevel::kWarn, kSubsysAll)) {
+    if (const std::string last = diag_.lastOps(8); !last.empty()) {
+      log_.warn(kSubsysAll, "its last operations (oldest first):\n{}", last);
     }
   }
-  if (!requested) (void)writeDump("failure: " + s.message());
+  if (!requested) (void)diag_.writeDump("failure: " + s.message());
   // The notice goes before the connections close: a peer that sees a connection to this rank
   // close then finds the reason already told, instead of blaming this rank for the closing. On
   // the failing thread itself: one poll over every rank's connection, over at once where the

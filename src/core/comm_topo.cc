@@ -38,6 +38,74 @@ std::string treeLine(const topo::DoubleTree& t, int k, int rank) {
          std::to_string(rank) + "->" + std::to_string(t.parent[k][rank]);
 }
 
+// CHORUS_TOPO_DUMP_FILE: what rank 0 found and built, as JSON (docs/topology.md).
+Status writeTopology(const Communicator& comm, const std::vector<topo::Machine>& hosts,
+                     const std::vector<topo::RankPlace>& places, const std::vector<int>& localRank,
+                     const std::vector<topo::ChannelPlan>& channels, const topo::DoubleTree& trees) {
+  const int nranks = comm.nranks();
+  const std::string path = kTopoDumpFile.get(comm.config().env);
+  using Json = nlohmann::ordered_json;
+  Json dump;
+  dump["nranks"] = nranks;
+  dump["hosts"] = Json::array();
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const topo::Machine& m = hosts[h];
+    std::vector<int> ranks;
+    for (int r = 0; r < nranks; ++r) {
+      if (places[r].host == static_cast<int>(h)) ranks.push_back(r);
+    }
+    std::vector<std::string> gpus;
+    for (const auto& g : m.gpus) gpus.push_back(g.busId);
+    std::vector<std::string> nics;
+    for (const auto& n : m.nics) nics.push_back(n.names.empty() ? n.busId : n.names.front());
+    // "machine" is the description CHORUS_TOPO_FILE reads back (topo::serialize's text).
+    dump["hosts"].push_back({{"name", comm.peers()[ranks.front()].host},
+                             {"ranks", ranks},
+                             {"packages", m.packages},
+                             {"numaNodes", m.numaNodes},
+                             {"cores", m.cores},
+                             {"pus", m.pus},
+                             {"caches", m.caches},
+                             {"cacheBytes", m.cacheBytes},
+                             {"gpus", gpus},
+                             {"nics", nics},
+                             {"machine", topo::serialize(m)}});
+  }
+  dump["ranks"] = Json::array();
+  for (int r = 0; r < nranks; ++r) {
+    const topo::RankPlace& p = places[r];
+    dump["ranks"].push_back({{"rank", r},
+                             {"host", p.host},
+                             {"localRank", localRank[r]},
+                             {"gpu", p.gpu},
+                             {"numa", p.numa},
+                             {"nearestNic", topo::nearestNic(hosts[p.host], p)}});
+  }
+  dump["channels"] = Json::array();
+  for (const auto& ch : channels) {
+    dump["channels"].push_back({{"ring", ch.ring},
+                                {"bottleneck", ch.bottleneck},
+                                {"busBwGBs", ch.busBwGBs},
+                                {"hopLatencyUs", ch.hopLatencyUs},
+                                {"nicOfRank", ch.nicOfRank}});
+  }
+  dump["trees"] = Json::array();
+  for (int k = 0; k < 2; ++k) dump["trees"].push_back({{"root", trees.root[k]}, {"parent", trees.parent[k]}});
+  const AllReduceModel& m = comm.tuner().model();
+  dump["tuner"] = {{"allReduceDirectMaxBytes", comm.tuner().directMaxBytes()},
+                   {"allReduceTreeMaxBytes", comm.tuner().treeMaxBytes()},
+                   {"ringLatencyUs", m.ringLatencyUs},
+                   {"treeLatencyUs", m.treeLatencyUs},
+                   {"bwGBs", m.bwGBs},
+                   {"deviceChannels", comm.devicePath().channels()}};
+  makePrivateFile(path);
+  std::ofstream f(path);
+  f << dump.dump(2) << "\n";
+  if (!f) return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + path + ": check the path");
+  comm.log().info(kSubsysInit, "topology written to {}", path);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status Communicator::detectMachine(std::string* description, topo::TopoRecord* record) {
@@ -172,72 +240,8 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
                 Tuner::kSimpleChannelBytes);
     }
   }
-  if (rank_ == 0 && !kTopoDumpFile.get(config_.env).empty()) CHORUS_TRY(dumpTopology(hosts, places, localRank));
-  return Status::ok();
-}
-
-Status Communicator::dumpTopology(const std::vector<topo::Machine>& hosts, const std::vector<topo::RankPlace>& places,
-                                  const std::vector<int>& localRank) const {
-  using Json = nlohmann::ordered_json;
-  Json dump;
-  dump["nranks"] = nranks_;
-  dump["hosts"] = Json::array();
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    const topo::Machine& m = hosts[h];
-    std::vector<int> ranks;
-    for (int r = 0; r < nranks_; ++r) {
-      if (places[r].host == static_cast<int>(h)) ranks.push_back(r);
-    }
-    std::vector<std::string> gpus;
-    for (const auto& g : m.gpus) gpus.push_back(g.busId);
-    std::vector<std::string> nics;
-    for (const auto& n : m.nics) nics.push_back(n.names.empty() ? n.busId : n.names.front());
-    // "machine" is the description CHORUS_TOPO_FILE reads back (topo::serialize's text).
-    dump["hosts"].push_back({{"name", peers_[ranks.front()].host},
-                             {"ranks", ranks},
-                             {"packages", m.packages},
-                             {"numaNodes", m.numaNodes},
-                             {"cores", m.cores},
-                             {"pus", m.pus},
-                             {"caches", m.caches},
-                             {"cacheBytes", m.cacheBytes},
-                             {"gpus", gpus},
-                             {"nics", nics},
-                             {"machine", topo::serialize(m)}});
-  }
-  dump["ranks"] = Json::array();
-  for (int r = 0; r < nranks_; ++r) {
-    const topo::RankPlace& p = places[r];
-    dump["ranks"].push_back({{"rank", r},
-                             {"host", p.host},
-                             {"localRank", localRank[r]},
-                             {"gpu", p.gpu},
-                             {"numa", p.numa},
-                             {"nearestNic", topo::nearestNic(hosts[p.host], p)}});
-  }
-  dump["channels"] = Json::array();
-  for (const auto& ch : channels_) {
-    dump["channels"].push_back({{"ring", ch.ring},
-                                {"bottleneck", ch.bottleneck},
-                                {"busBwGBs", ch.busBwGBs},
-                                {"hopLatencyUs", ch.hopLatencyUs},
-                                {"nicOfRank", ch.nicOfRank}});
-  }
-  dump["trees"] = Json::array();
-  for (int k = 0; k < 2; ++k) dump["trees"].push_back({{"root", trees_.root[k]}, {"parent", trees_.parent[k]}});
-  const AllReduceModel& m = tuner_.model();
-  dump["tuner"] = {{"allReduceDirectMaxBytes", tuner_.directMaxBytes()},
-                   {"allReduceTreeMaxBytes", tuner_.treeMaxBytes()},
-                   {"ringLatencyUs", m.ringLatencyUs},
-                   {"treeLatencyUs", m.treeLatencyUs},
-                   {"bwGBs", m.bwGBs},
-                   {"deviceChannels", device_.channels()}};
-  makePrivateFile(kTopoDumpFile.get(config_.env));
-  std::ofstream f(kTopoDumpFile.get(config_.env));
-  f << dump.dump(2) << "\n";
-  if (!f)
-    return systemError("cannot write CHORUS_TOPO_DUMP_FILE " + kTopoDumpFile.get(config_.env) + ": check the path");
-  log_.info(kSubsysInit, "topology written to {}", kTopoDumpFile.get(config_.env));
+  if (rank_ == 0 && !kTopoDumpFile.get(config_.env).empty())
+    CHORUS_TRY(writeTopology(*this, hosts, places, localRank, channels_, trees_));
   return Status::ok();
 }
 

@@ -154,7 +154,7 @@ void DevicePath::look(bool tryOnly) {
 
 std::vector<int> DevicePath::lookLocked() {
   const LaunchTracker::Found f = dev_->look();
-  FlightRecorder* flight = comm_.flight_.get();
+  FlightRecorder* flight = comm_.diag_.recorder();
   if (flight && flight->enabled()) {
     const int64_t now = nowNs();
     auto mark = [&](const std::vector<LaunchTracker::Span>& spans, FlightEntry::State state, int result,
@@ -225,7 +225,7 @@ Status DevicePath::join(void* cudaStream) {
 Status DevicePath::enqueue(const std::vector<device::LaunchParams>& launches, void* cudaStream,
                            std::vector<FlightEntry> flight, bool viaOwn) {
   std::lock_guard<std::mutex> g(mu_);
-  FlightRecorder* recorder = comm_.flight_.get();
+  FlightRecorder* recorder = comm_.diag_.recorder();
   // The entries go in first, under mu_ with the launch: the watchdog's look, which marks
   // them, waits for both.
   LaunchTracker::Span span;

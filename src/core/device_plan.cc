@@ -59,7 +59,7 @@ Result<std::vector<device::LaunchParams>> DevicePath::plan(const std::vector<OpI
   const int rank = comm_.rank_;
   const int nranks = comm_.nranks_;
   const Tuner& tuner = comm_.tuner_;
-  FlightRecorder* recorder = comm_.flight_.get();
+  FlightRecorder* recorder = comm_.diag_.recorder();
   device::LaunchPacker packer(dev.base(comm_.commId_, static_cast<uint64_t>(config.timeoutNs)));
   const auto peerSlotBytes = static_cast<uint32_t>(config.devicePeerSlots());
   auto bytesLane = [&](const P2pPart& p, Prim prim, ProtoKind proto) {
@@ -87,7 +87,7 @@ Result<std::vector<device::LaunchParams>> DevicePath::plan(const std::vector<OpI
     const OpInfo& op = *po.op;
     // Each op's flight entry, recorded when its launch is enqueued (enqueue).
     if (flight && recorder && recorder->enabled()) {
-      FlightEntry e = Communicator::flightEntry(op, po.seq, po.label);
+      FlightEntry e = Diagnostics::entry(op, po.seq, po.label);
       e.proto = po.proto;
       e.blocks = po.collective && po.label != kOneRankCopyLabel ? static_cast<int>(po.lanes.size()) : 0;
       for (const PlannedTransfer& t : po.transfers) e.blocks += t.channels;

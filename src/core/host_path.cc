@@ -244,7 +244,7 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
              typeName(op.type), inlineLabel_);
   }
   Lane lane = makeLane(a, *inlinePlan_, inlineConns_, true);
-  const uint64_t flight = comm_.recordFlight(op, a.seq, inlineLabel_, nowNs(), true);
+  const uint64_t flight = comm_.diag_.record(op, a.seq, inlineLabel_, nowNs(), true);
   int64_t nextWarn = 0;
   // The same turn as Task::advance: fail fast when broken or aborted, give up after the timeout.
   IdleLoop idle(idlePolicy_);
@@ -315,7 +315,7 @@ Result<std::unique_ptr<Task>> HostPath::plan(const std::vector<OpInfo>& ops) {
   uint64_t flightLast = 0;
   const int64_t issued = nowNs();
   for (PlannedOp& po : cp.ops) {
-    const uint64_t flight = comm_.recordFlight(*po.op, po.seq, po.label, issued);
+    const uint64_t flight = comm_.diag_.record(*po.op, po.seq, po.label, issued);
     if (!flightFirst) flightFirst = flight;
     flightLast = flight;
     if (!po.collective) {

@@ -1,5 +1,7 @@
-// What a communicator tells about itself when something goes wrong: the flight recorder, stall
-// warnings, state dumps (on request, on failure, on abort, on a signal) and Chrome traces.
+// What a communicator tells about itself (src/core/diagnostics.h): the flight recorder, stall
+// warnings, the settings it runs with, state dumps and Chrome traces.
+#include "src/core/diagnostics.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -38,7 +40,7 @@ const IntSetting kFlightSignal{"CHORUS_FLIGHT_SIGNAL",
 // under the registry's mutex, which a communicator's destructor takes to leave.
 struct DumpRegistry {
   std::mutex mu;
-  std::set<const Communicator*> comms;
+  std::set<const Diagnostics*> comms;
   int pipe[2] = {-1, -1};
   bool started = false;
 };
@@ -76,7 +78,7 @@ void startDumpThread(int sig) {
       while (::read(r.pipe[0], buf, sizeof(buf)) > 0) {
       }
       std::lock_guard<std::mutex> g(r.mu);
-      for (const Communicator* c : r.comms) (void)c->writeDump("signal");
+      for (const Diagnostics* d : r.comms) (void)d->writeDump("signal");
     }
   }).detach();
   struct sigaction sa {};
@@ -102,22 +104,35 @@ const char* stateName(Communicator::State s) {
 
 }  // namespace
 
-void Communicator::startFlight() {
-  flight_ = std::make_unique<FlightRecorder>(static_cast<size_t>(kFlightEntries.get(config_.env)));
-  if (kFlightDump.get(config_.env).empty()) return;
+void Diagnostics::logEnvironment() const {
+  const Config& config = comm_.config();
+  if (config.printVersion && comm_.rank() == 0) {
+    // Not through the level filter: CHORUS_DEBUG=VERSION prints this line and nothing else.
+    Logger(LogLevel::kInfo, kSubsysAll, comm_.rank())
+        .info(kSubsysAll, "Chorus version {}.{}.{}", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  }
+  for (const std::string& w : config.envWarnings) comm_.log().warn(kSubsysEnv, "{}", w);
+  for (const std::string& line : config.envSettings) comm_.log().info(kSubsysEnv, "{}", line);
+}
+
+void Diagnostics::start() {
+  const Config& config = comm_.config();
+  flight_ = std::make_unique<FlightRecorder>(static_cast<size_t>(kFlightEntries.get(config.env)));
+  if (kFlightDump.get(config.env).empty()) return;
   DumpRegistry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
-  startDumpThread(static_cast<int>(kFlightSignal.get(config_.env)));
+  startDumpThread(static_cast<int>(kFlightSignal.get(config.env)));
   r.comms.insert(this);
 }
 
-void Communicator::stopFlight() {
+void Diagnostics::stop() {
   if (!flight_) return;
-  if (kFlightTrace.get(config_.env)) {
+  const Config& config = comm_.config();
+  if (kFlightTrace.get(config.env)) {
     Status s = writeTrace(dumpName() + ".json");
-    if (!s.isOk()) log_.warn(kSubsysAll, "{}", s.message());
+    if (!s.isOk()) comm_.log().warn(kSubsysAll, "{}", s.message());
   }
-  if (!kFlightDump.get(config_.env).empty()) {
+  if (!kFlightDump.get(config.env).empty()) {
     DumpRegistry& r = registry();
     std::lock_guard<std::mutex> g(r.mu);
     r.comms.erase(this);
@@ -140,7 +155,7 @@ FlightRecorder::HostOp hostOpOf(const OpInfo& op, uint64_t seq, const char* algo
 
 }  // namespace
 
-FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char* algo) {
+FlightEntry Diagnostics::entry(const OpInfo& op, uint64_t seq, const char* algo) {
   const FlightRecorder::HostOp h = hostOpOf(op, seq, algo);
   FlightEntry e;
   e.seq = h.seq;
@@ -153,13 +168,24 @@ FlightEntry Communicator::flightEntry(const OpInfo& op, uint64_t seq, const char
   return e;
 }
 
-uint64_t Communicator::recordFlight(const OpInfo& op, uint64_t seq, const char* algo, int64_t now, bool running) {
+uint64_t Diagnostics::record(const OpInfo& op, uint64_t seq, const char* algo, int64_t now, bool running) {
   if (!flight_ || !flight_->enabled()) return 0;
   return flight_->issueHost(hostOpOf(op, seq, algo), running, now);
 }
 
-void Communicator::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) {
-  const int64_t first = config_.stallWarnNs();
+void Diagnostics::mark(uint64_t first, uint64_t last, FlightEntry::State state, int result) {
+  if (flight_) flight_->mark(first, last, state, result, nowNs());
+}
+
+std::string Diagnostics::lastOps(size_t n) const {
+  if (!flight_ || !flight_->enabled()) return {};
+  const auto entries = flight_->snapshot();
+  return entries.empty() ? std::string() : FlightRecorder::text(entries, n);
+}
+
+void Diagnostics::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) const {
+  const Config& config = comm_.config();
+  const int64_t first = config.stallWarnNs();
   if (waitedNs < first) {
     *nextWarnNs = first;  // progress since the last warning: start over
     return;
@@ -179,63 +205,67 @@ void Communicator::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextW
       }
     }
   }
-  log_.warn(kSubsysAll, "{} has made no progress for {:.1f} s: waiting for {} {} at step {} ({}). Channels: {}. {}",
-            what, static_cast<double>(waitedNs) / 1e9, w.forData ? "data from" : "free space at", describePeer(w.peer),
-            w.step, primName(w.prim), describeChannels(), config_.deadlineText());
+  comm_.log().warn(
+      kSubsysAll, "{} has made no progress for {:.1f} s: waiting for {} {} at step {} ({}). Channels: {}. {}", what,
+      static_cast<double>(waitedNs) / 1e9, w.forData ? "data from" : "free space at", comm_.describePeer(w.peer),
+      w.step, primName(w.prim), comm_.describeChannels(), config.deadlineText());
 }
 
-std::string Communicator::dumpState() const {
-  std::string s =
-      fmt::format("Chorus communicator {:#x}{} rank {} of {} on host {} pid {}: {}", commId_,
-                  name_.empty() ? "" : " (" + name_ + ")", rank_, nranks_,
-                  peers_.empty() ? hostName() : std::string(peers_[rank_].host), ::getpid(), stateName(state()));
-  Status e = asyncError();
+std::string Diagnostics::state() const {
+  const Communicator& c = comm_;
+  std::string s = fmt::format("Chorus communicator {:#x}{} rank {} of {} on host {} pid {}: {}", c.commId_,
+                              c.name_.empty() ? "" : " (" + c.name_ + ")", c.rank_, c.nranks_,
+                              c.peers_.empty() ? hostName() : std::string(c.peers_[c.rank_].host), ::getpid(),
+                              stateName(c.state()));
+  Status e = c.asyncError();
   if (!e.isOk()) s += fmt::format(", failed: {}", e.message());
-  if (aborted()) s += ", aborted";
-  s += fmt::format("\n  launches outstanding: {}\n", work_.outstanding());
-  if (const DeviceComm* d = device_.deviceComm()) {
+  if (c.aborted()) s += ", aborted";
+  s += fmt::format("\n  launches outstanding: {}\n", c.work_.outstanding());
+  if (const DeviceComm* d = c.device_.deviceComm()) {
     // As of the device watchdog's last look (every 50 ms): no wait on the device here.
     s += fmt::format("  device path on GPU {}: {} kernel launches not yet seen finished{}\n", d->device(),
                      d->launchesInFlight(), d->faulted() ? ", a kernel recorded a fault" : "");
   }
-  if (const std::string channels = host_.describeChannels(); !channels.empty()) s += "  channels: " + channels + "\n";
+  if (const std::string channels = c.host_.describeChannels(); !channels.empty()) s += "  channels: " + channels + "\n";
   if (!flight_ || !flight_->enabled()) return s + "  flight recorder off (CHORUS_FLIGHT_ENTRIES=0)\n";
   const auto entries = flight_->snapshot();
   s += fmt::format("  last {} operations (oldest first; CHORUS_FLIGHT_ENTRIES={}):\n", entries.size(),
-                   static_cast<size_t>(kFlightEntries.get(config_.env)));
+                   static_cast<size_t>(kFlightEntries.get(c.config().env)));
   return s + FlightRecorder::text(entries);
 }
 
-std::string Communicator::dumpName() const {
-  const std::string prefix = kFlightDump.get(config_.env).empty() ? "chorus-flight" : kFlightDump.get(config_.env);
-  std::string name = name_.empty() ? fmt::format("{:x}", commId_) : name_;
+std::string Diagnostics::dumpName() const {
+  const Communicator& c = comm_;
+  const std::string& prefix = kFlightDump.get(c.config().env);
+  std::string name = c.name_.empty() ? fmt::format("{:x}", c.commId_) : c.name_;
   for (char& ch : name) {
     if (ch == '/' || static_cast<unsigned char>(ch) < 0x20) ch = '_';  // a file name, not a path
   }
-  return fmt::format("{}.{}.{}", prefix, name, rank_);
+  return fmt::format("{}.{}.{}", prefix.empty() ? "chorus-flight" : prefix, name, c.rank_);
 }
 
-Status Communicator::writeTrace(const std::string& path) const {
+Status Diagnostics::writeTrace(const std::string& path) const {
   if (!flight_ || !flight_->enabled()) return Status::ok();
   makePrivateFile(path);
   std::ofstream f(path, std::ios::trunc);
-  f << FlightRecorder::chromeTrace(flight_->snapshot(), rank_,
-                                   name_.empty() ? fmt::format("comm {:x}", commId_) : name_);
+  f << FlightRecorder::chromeTrace(flight_->snapshot(), comm_.rank_,
+                                   comm_.name_.empty() ? fmt::format("comm {:x}", comm_.commId_) : comm_.name_);
   f.close();
   if (!f) return systemError("could not write the flight recorder's trace to " + path);
   return Status::ok();
 }
 
-Status Communicator::writeDump(const std::string& why) const {
-  if (kFlightDump.get(config_.env).empty()) return Status::ok();
+Status Diagnostics::writeDump(const std::string& why) const {
+  const Config& config = comm_.config();
+  if (kFlightDump.get(config.env).empty()) return Status::ok();
   const std::string path = dumpName() + ".txt";
   makePrivateFile(path);
   std::ofstream f(path, std::ios::app);
-  f << "== " << why << "\n" << dumpState();
+  f << "== " << why << "\n" << state();
   f.close();
   if (!f) return systemError("could not write the state dump to " + path + " (CHORUS_FLIGHT_DUMP)");
-  if (kFlightTrace.get(config_.env)) CHORUS_TRY(writeTrace(dumpName() + ".json"));
-  log_.warn(kSubsysAll, "state dumped to {} ({})", path, why);
+  if (kFlightTrace.get(config.env)) CHORUS_TRY(writeTrace(dumpName() + ".json"));
+  comm_.log().warn(kSubsysAll, "state dumped to {} ({})", path, why);
   return Status::ok();
 }
 
