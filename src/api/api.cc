@@ -100,14 +100,14 @@ Result<CommRef> usableComm(chorusComm_t comm) {
     if (h && h->initDone.load(std::memory_order_acquire) && h->initStatus.isOk()) {
       CommRef ref(std::move(h));
       const Communicator* c = ref.get();
-      if (c->state() != Communicator::State::kFinalized && c->asyncError().isOk()) return ref;
+      if (c->state() != Communicator::State::kFinalized && c->health().asyncError().isOk()) return ref;
     }
   }
   CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
   if (c->state() == Communicator::State::kFinalized) {
     return invalidUsage("the communicator was finalized; only chorusCommDestroy may follow");
   }
-  Status e = c->asyncError();
+  Status e = c->health().asyncError();
   if (!e.isOk()) return Status(e.code(), "the communicator failed earlier: " + e.message());
   return c;
 }
@@ -557,7 +557,7 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncE
       lastError() = "init failed: " + userMessage(h->initStatus.message());
       return Status::ok();
     }
-    Status e = ref->asyncError();
+    Status e = ref->health().asyncError();
     *asyncError = e.code();
     if (!e.isOk()) lastError() = userMessage(e.message());
     return Status::ok();

@@ -95,9 +95,9 @@ Communicator::~Communicator() {
 Result<std::unique_ptr<Communicator>> Communicator::create(const BootstrapId& id, int rank, int nranks,
                                                            const CommOptions& options, std::shared_ptr<Engine> engine) {
   std::unique_ptr<Communicator> c(new Communicator());
-  if (options.cancel) options.cancel->enroll(&c->abort_);
+  if (options.cancel) options.cancel->enroll(c->health_.abortFlag());
   Status s = c->build(id, rank, nranks, options, std::move(engine));
-  if (options.cancel) options.cancel->leave(&c->abort_);
+  if (options.cancel) options.cancel->leave(c->health_.abortFlag());
   if (!s.isOk()) return s;
   return c;
 }
@@ -126,14 +126,14 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
   diag_.logEnvironment();
   commId_ = id.cliqueId;
   const Bootstrap::JoinTiming timing{config_.initTimeout(), config_.initWarnNs()};
-  CHORUS_ASSIGN_OR_RETURN(
-      auto boot, Bootstrap::join(id, rank, nranks, config_.socketIfname, config_.timeoutNs, timing, log_, &abort_));
+  CHORUS_ASSIGN_OR_RETURN(auto boot, Bootstrap::join(id, rank, nranks, config_.socketIfname, config_.timeoutNs, timing,
+                                                     log_, health_.abortFlag()));
   Status s = initCommon(std::move(boot), std::move(engine));
   // The others may be waiting for this rank inside init: tell them why it stops, unless it stops
   // because of what they told it, or its clique stopped it (the others are stopped too).
-  if (!s.isOk() && bootstrap_ && nranks_ > 1 && bootstrap_->earlyNotice().empty() && !failed_.load() &&
+  if (!s.isOk() && bootstrap_ && nranks_ > 1 && bootstrap_->earlyNotice().empty() && !health_.failed() &&
       !(options.cancel && options.cancel->cancelled())) {
-    tellFailure(s);
+    health_.tellFailure(s);
   }
   return s;
 }
@@ -215,7 +215,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   }
   peers_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r) peers_[r] = all[r].peer;
-  watchPeers();
+  health_.watchPeers();
 
   const std::optional<CpuIsa> forcedIsa = parseCpuIsa(kCpuIsa.get(config_.env));
   const CpuIsa isa = forcedIsa ? *forcedIsa : bestCpuIsa();
@@ -309,15 +309,37 @@ Result<std::unique_ptr<Communicator>> Communicator::child(Communicator& parent, 
   c->nranks_ = static_cast<int>(peers.size());
   c->log_ = Logger(c->config_.logLevel, c->config_.logSubsys, rank);
   c->commId_ = commId;
-  CHORUS_ASSIGN_OR_RETURN(auto boot,
-                          Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), rank, std::move(peers),
-                                               std::move(listener), c->config_.timeoutNs, c->log_, &c->abort_));
+  CHORUS_ASSIGN_OR_RETURN(
+      auto boot, Bootstrap::fromTable(c->commId_, parent.bootstrap_->secret(), rank, std::move(peers),
+                                      std::move(listener), c->config_.timeoutNs, c->log_, c->health_.abortFlag()));
   CHORUS_TRY(c->initCommon(std::move(boot), parent.engine_));
   return c;
 }
 
+void Communicator::revoke() {
+  // As chorusCommShrink's CHORUS_SHRINK_ABORT: the operations in flight fail at once, later ones
+  // are refused, and the peers are not told (each survivor revokes its own).
+  health_.fail(remoteError("the communicator was revoked (chorusCommRevoke): operations in flight were stopped and new "
+                           "ones are refused; shrink or destroy it"),
+               /*tellPeers=*/false, /*requested=*/true);
+  (void)waitIdle();
+}
+
+void Communicator::stopTraffic() {
+  // A transport's threads may send from and receive into the caller's buffers (by reference):
+  // once an operation has failed or been aborted, they stop, so the caller may free its buffers
+  // when the failed call returns.
+  for (auto& t : transports_) t->stopTraffic();
+}
+
+std::string Communicator::describePeer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
+  return "rank " + std::to_string(peer) + " (host " + peers_[peer].host + ", pid " + std::to_string(peers_[peer].pid) +
+         ")";
+}
+
 void Communicator::abort() {
-  if (!abort_.exchange(true, std::memory_order_acq_rel)) (void)diag_.writeDump("chorusCommAbort");
+  if (health_.setAborted()) (void)diag_.writeDump("chorusCommAbort");
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
   host_.closeAll();
   stopTraffic();

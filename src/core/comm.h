@@ -2,8 +2,8 @@
 // (configuration, logger, bootstrap, transports, connections, a share of a progress engine).
 //
 // Thread-compatible for the calls a user makes on one communicator (as NCCL: one thread issues a
-// communicator's calls at a time); the TaskOwner side (abort flag, async error) is thread-safe
-// because engine threads use it.
+// communicator's calls at a time); its failure handling (Health: abort flag, async error) is
+// thread-safe because engine threads use it.
 #pragma once
 
 #include <atomic>
@@ -32,6 +32,7 @@
 #include "src/core/diagnostics.h"
 #include "src/core/engine.h"
 #include "src/core/flight.h"
+#include "src/core/health.h"
 #include "src/core/host_path.h"
 #include "src/core/lane.h"
 #include "src/core/memshare.h"
@@ -105,11 +106,11 @@ struct CommOptions {
 };
 Result<CommOptions> readUserConfig(const chorusConfig_t* config);
 
-class Communicator : public TaskOwner {
+class Communicator {
  public:
   enum class State { kInitializing, kReady, kFailed, kFinalized };
 
-  ~Communicator() override;
+  ~Communicator();
 
   // Joins the clique of `id`. `engine` may be shared (InitAll, split); null makes a new one.
   static Result<std::unique_ptr<Communicator>> create(const BootstrapId& id, int rank, int nranks,
@@ -128,7 +129,7 @@ class Communicator : public TaskOwner {
   static Result<std::unique_ptr<Communicator>> child(Communicator& parent, const CommOptions& options, uint64_t commId,
                                                      int rank, std::vector<SockAddr> peers, UniqueFd listener);
 
-  int rank() const override { return rank_; }
+  int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   uint64_t commId() const { return commId_; }
   const Config& config() const { return config_; }
@@ -137,29 +138,8 @@ class Communicator : public TaskOwner {
   void setState(State s) { state_.store(s, std::memory_order_release); }
   bool blocking() const { return blocking_; }
 
-  // TaskOwner.
-  bool aborted() const override { return abort_.load(std::memory_order_acquire); }
-  Status asyncError() const override;
-  void setAsyncError(const Status& s) override { fail(s, true); }
-  Status checkPeers(int64_t now, bool force = false, int waited = -1) override;
-  int64_t timeoutNs() const override { return config_.timeoutNs; }
-  std::string describePeer(int peer) const override;
-  std::string describeChannels() const override;
-  std::string stoppedPeers() const override;
-  int64_t timeoutGraceNs(int peer) const override;
-  // Sends every other rank a failure notice for `s` (best effort, at most kNoticeNs).
-  void tellFailure(const Status& s);
-  void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override {
-    diag_.mark(first, last, state, result);
-  }
-  void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override {
-    diag_.noteStall(w, waitedNs, nextWarnNs);
-  }
-  bool tryAcquireExec() override {
-    bool expected = false;
-    return exec_.compare_exchange_strong(expected, true, std::memory_order_acquire);
-  }
-  void releaseExec() override { exec_.store(false, std::memory_order_release); }
+  // "rank 3 (host h, pid 42)" for messages.
+  std::string describePeer(int peer) const;
 
   // Custom reduction operators.
   RedOpTable& redOps() { return redOps_; }
@@ -208,9 +188,13 @@ class Communicator : public TaskOwner {
   // Until every launch has finished; then the communicator's error, if any.
   Status waitIdle() {
     work_.waitNone();
-    return asyncError();
+    return health_.asyncError();
   }
 
+  // Its failure handling, what its tasks answer to (src/core/health.h): the error that broke it,
+  // the abort flag, notices, the watch on its peers.
+  Health& health() { return health_; }
+  const Health& health() const { return health_; }
   // What it tells about itself: flight recorder, stall warnings, dumps (src/core/diagnostics.h).
   const Diagnostics& diagnostics() const { return diag_; }
   // Everything about its operations on host memory once planned (src/core/host_path.h), and on
@@ -230,6 +214,7 @@ class Communicator : public TaskOwner {
   // recorder, plans through planCalls and fails it through fail().
   friend class DevicePath;
   friend class Diagnostics;
+  friend class Health;
   friend class HostPath;
   Communicator() = default;
   // create's work on a communicator already made (and enrolled with its clique's InitCancel).
@@ -243,6 +228,8 @@ class Communicator : public TaskOwner {
   // Has every transport stop moving data and let go of the callers' buffers (comm.cc).
   void stopTraffic();
   Config config_;
+  // First: made before, and gone after, everything that holds its abort flag or reports to it.
+  Health health_{*this};
   Logger log_;
   bool blocking_ = true;
   std::string name_;
@@ -266,19 +253,6 @@ class Communicator : public TaskOwner {
   Tuner tuner_;                           // which algorithm each call runs (built with the topology)
   std::unique_ptr<MemShare> memShare_;
   bool singleHost_ = false;  // every rank on this rank's host
-  // Failure handling: pidfds of the peers that are other processes of this machine (invalid
-  // elsewhere), and when they were last polled.
-  std::vector<UniqueFd> peerPidfd_;
-  // The peers whose processes this rank watches (peerPidfd_) and that have exited.
-  std::vector<int> exitedPeers() const;
-  std::atomic<int64_t> lastPeerCheckNs_{0};
-  std::atomic<int64_t> lastRemoteProbeNs_{0};
-  // Marks the communicator failed (once; later errors are dropped), closes every connection so
-  // peers on this host see it, stops socket traffic, and, when `tellPeers`, sends a failure
-  // notice to every other rank (Bootstrap::noticeAll). A failure the program asked for
-  // (`requested`: chorusCommRevoke) is said at INFO, without the last operations or a dump.
-  void fail(const Status& s, bool tellPeers, bool requested = false);
-  void watchPeers();
   bool oneProcess_ = false;  // every rank a thread of this process
   std::mutex planMu_;        // plan() may run on several streams' workers
   // Per peer, whether its point-to-point connections (every channel, both directions) all exist:
@@ -295,11 +269,6 @@ class Communicator : public TaskOwner {
   RedOpTable redOps_;
 
   std::atomic<State> state_{State::kInitializing};
-  std::atomic<bool> abort_{false};
-  std::atomic<bool> exec_{false};  // the execution token (see TaskOwner)
-  mutable std::mutex errMu_;
-  Status asyncError_;                // guarded by errMu_
-  std::atomic<bool> failed_{false};  // set (under errMu_) with asyncError_
 
   WorkCount work_;
   // Last: made after everything they read, gone before.

@@ -29,11 +29,11 @@ Result<int> HostPath::firstSender() {
   int64_t nextWarn = start + config.stallWarnNs();
   int64_t pauseNs = 0;
   while (true) {
-    if (comm_.failed_.load(std::memory_order_acquire)) {
-      Status broken = comm_.asyncError();
+    if (comm_.health_.failed()) {
+      Status broken = comm_.health_.asyncError();
       return Status(broken.code(), "the communicator failed earlier: " + broken.message());
     }
-    if (comm_.aborted()) return remoteError("the communicator was aborted");
+    if (comm_.health_.aborted()) return remoteError("the communicator was aborted");
     const int first = anyNext_.load(std::memory_order_relaxed);
     for (int k = 0; k < nranks; ++k) {
       const int p = (first + k) % nranks;
@@ -49,7 +49,7 @@ Result<int> HostPath::firstSender() {
                                                        ConnKey{ConnFamily::kP2p, p, p, false}});
         Status s = Communicator::connect(work);
         if (!s.isOk()) {
-          comm_.setAsyncError(s);
+          comm_.health_.setAsyncError(s);
           return s;
         }
         pauseNs = 0;

@@ -101,7 +101,8 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(Communicator& parent,
   }
   // The parent's operations: stopped (they fail at once) or waited for.
   if (abortParent) {
-    parent.fail(remoteError("chorusCommShrink with CHORUS_SHRINK_ABORT stopped this communicator's operations"), false);
+    parent.health().fail(
+        remoteError("chorusCommShrink with CHORUS_SHRINK_ABORT stopped this communicator's operations"), false);
   }
   (void)parent.waitIdle();
 

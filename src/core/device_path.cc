@@ -119,20 +119,20 @@ void DevicePath::watch() {
     }
   }
   Status s;
-  if (busy && !comm_.failed_.load(std::memory_order_acquire)) s = trouble(inFlight);
+  if (busy && !comm_.health_.failed()) s = trouble(inFlight);
   if (s.isOk()) {
     troubleSince_ = -1;
   } else if (troubleSince_ < 0) {
     troubleSince_ = nowNs();
   } else if (nowNs() - troubleSince_ >= kGraceNs) {
-    comm_.fail(s, true);
+    comm_.health_.fail(s, true);
     troubleSince_ = -1;
   }
 }
 
 Status DevicePath::trouble(const std::vector<int>& inFlight) {
   std::vector<Status> found;
-  for (int r : comm_.exitedPeers()) {
+  for (int r : comm_.health_.exitedPeers()) {
     found.push_back(remoteError(comm_.describePeer(r) + " is gone: its process exited or was killed").about(r));
   }
   for (auto& t : comm_.transports_) {
@@ -170,10 +170,7 @@ std::vector<int> DevicePath::lookLocked() {
     }
     if (!f.stopped.empty()) {
       chorusResult_t code = chorusRemoteError;  // aborted, when the communicator has no error
-      {
-        std::lock_guard<std::mutex> e(comm_.errMu_);
-        if (!comm_.asyncError_.isOk()) code = comm_.asyncError_.code();
-      }
+      if (const Status e = comm_.health_.recordedError(); !e.isOk()) code = e.code();
       mark(f.stopped, FlightEntry::State::kFailed, code,
            "stopped: the communicator failed or was aborted before its launch was seen finished (it may have "
            "finished just before)");
@@ -367,7 +364,7 @@ Status DevicePath::launch(const std::vector<DeviceWork>& work) {
   for (const DeviceWork& w : work) ops.emplace_back(w.comm, w.ops);
   std::vector<std::vector<const device::OneCopyArgs*>> oneCopy;
   if (Status s = OneCopyExchange::exchange(ops, &oneCopy); !s.isOk()) {
-    for (const DeviceWork& w : work) w.comm->setAsyncError(s);
+    for (const DeviceWork& w : work) w.comm->health().setAsyncError(s);
     return s;
   }
   std::vector<std::vector<device::LaunchParams>> launches(work.size());
@@ -375,7 +372,7 @@ Status DevicePath::launch(const std::vector<DeviceWork>& work) {
   for (size_t i = 0; i < work.size(); ++i) {
     auto r = work[i].comm->devicePath().plan(*work[i].ops, oneCopy[i], &flight[i]);
     if (!r.isOk()) {
-      work[i].comm->setAsyncError(r.status());
+      work[i].comm->health().setAsyncError(r.status());
       return r.status();
     }
     launches[i] = r.take();
@@ -457,8 +454,8 @@ Status DevicePath::wait(const std::vector<Communicator*>& comms, bool everyStrea
     }
     if (done) break;
     for (Communicator* c : comms) {
-      const int64_t limit = c->timeoutNs() + 5'000'000'000;
-      if (c->aborted() || nowNs() - start > limit) {
+      const int64_t limit = c->config().timeoutNs + 5'000'000'000;
+      if (c->health().aborted() || nowNs() - start > limit) {
         // The kernels see the abort word at their next check.
         c->devicePath().deviceComm()->stop();
       }
@@ -472,8 +469,8 @@ Status DevicePath::wait(const std::vector<Communicator*>& comms, bool everyStrea
   // Their flight entries done (or failed, for a kernel's fault) now, not at the watchdog's next look.
   for (Communicator* c : comms) c->devicePath().look();
   for (Communicator* c : comms) {
-    if (c->aborted()) return remoteError("the communicator was aborted");
-    CHORUS_TRY(c->asyncError());  // a kernel's failure (DeviceComm::faulted) becomes the communicator's
+    if (c->health().aborted()) return remoteError("the communicator was aborted");
+    CHORUS_TRY(c->health().asyncError());  // a kernel's failure (DeviceComm::faulted) becomes the communicator's
   }
   return Status::ok();
 }
@@ -507,7 +504,7 @@ void DevicePath::shutdown() {
       }
       return false;
     };
-    while (!comm_.aborted() && !comm_.failed_.load(std::memory_order_acquire) && nowNs() < deadline && pending()) {
+    while (!comm_.health_.aborted() && !comm_.health_.failed() && nowNs() < deadline && pending()) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

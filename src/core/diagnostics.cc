@@ -208,7 +208,7 @@ void Diagnostics::noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWa
   comm_.log().warn(
       kSubsysAll, "{} has made no progress for {:.1f} s: waiting for {} {} at step {} ({}). Channels: {}. {}", what,
       static_cast<double>(waitedNs) / 1e9, w.forData ? "data from" : "free space at", comm_.describePeer(w.peer),
-      w.step, primName(w.prim), comm_.describeChannels(), config.deadlineText());
+      w.step, primName(w.prim), comm_.host_.describeChannels(), config.deadlineText());
 }
 
 std::string Diagnostics::state() const {
@@ -217,9 +217,9 @@ std::string Diagnostics::state() const {
                               c.name_.empty() ? "" : " (" + c.name_ + ")", c.rank_, c.nranks_,
                               c.peers_.empty() ? hostName() : std::string(c.peers_[c.rank_].host), ::getpid(),
                               stateName(c.state()));
-  Status e = c.asyncError();
+  Status e = c.health_.asyncError();
   if (!e.isOk()) s += fmt::format(", failed: {}", e.message());
-  if (c.aborted()) s += ", aborted";
+  if (c.health_.aborted()) s += ", aborted";
   s += fmt::format("\n  launches outstanding: {}\n", c.work_.outstanding());
   if (const DeviceComm* d = c.device_.deviceComm()) {
     // As of the device watchdog's last look (every 50 ms): no wait on the device here.

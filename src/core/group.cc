@@ -243,7 +243,7 @@ Status planAndRun(std::vector<CommOps>& work) {
   }
   if (!failed.isOk()) {
     for (auto& w : work) {
-      w.comm->setAsyncError(failed);
+      w.comm->health().setAsyncError(failed);
       w.comm->work().finished();
     }
     return failed;
@@ -278,7 +278,7 @@ Status checkAgreement(std::vector<CommOps>& work) {
     for (auto& t : threads) t.join();
   }
   for (size_t i = 0; i < work.size(); ++i) {
-    if (!result[i].isOk()) work[i].comm->setAsyncError(result[i]);
+    if (!result[i].isOk()) work[i].comm->health().setAsyncError(result[i]);
   }
   for (const Status& s : result) {
     if (!s.isOk()) return s;
@@ -302,7 +302,7 @@ Status checkAndConnect(std::vector<CommOps>& work) {
   if (needs.empty()) return Status::ok();
   Status s = Communicator::connect(needs);
   if (!s.isOk()) {
-    for (auto& n : needs) n.first->setAsyncError(s);
+    for (auto& n : needs) n.first->health().setAsyncError(s);
   }
   return s;
 }
@@ -315,8 +315,8 @@ namespace {
 // the rest is the device path's (DevicePath::launch).
 Status launchDevice(std::vector<CommOps>& work) {
   for (auto& w : work) {
-    CHORUS_TRY(w.comm->asyncError());
-    if (w.comm->aborted()) return remoteError("the communicator was aborted");
+    CHORUS_TRY(w.comm->health().asyncError());
+    if (w.comm->health().aborted()) return remoteError("the communicator was aborted");
     CHORUS_TRY(w.comm->devicePath().ensure());
   }
   CHORUS_TRY(checkAndConnect(work));

@@ -81,7 +81,7 @@ void HostPath::closeAll() {
 }
 
 void HostPath::flushSends() {
-  if (comm_.aborted()) return;
+  if (comm_.health_.aborted()) return;
   const int64_t deadline = nowNs() + comm_.config().timeoutNs;
   auto unsent = [](const SendCursor& c) {
     return c.viaProxy && !c.fifo.closed() && c.fifo.ctrl->head.load(std::memory_order_acquire) != c.tail;
@@ -208,7 +208,7 @@ Status HostPath::runInlineNow(const OpInfo& op, bool* ran) {
 
 Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
   *ran = false;
-  if (!comm_.tryAcquireExec()) return Status::ok();
+  if (!comm_.health_.tryAcquireExec()) return Status::ok();
   // The plan of the last inline call, kept: a loop of one size plans once (the token is held).
   const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
   if (!inlinePlan_ || algo != inlineAlgo_ || call.coll != inlineCall_.coll || call.count != inlineCall_.count ||
@@ -226,7 +226,7 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
       }
     }
     if (!connected) {  // more than one lane, or a connection not made yet: the general path runs it
-      comm_.releaseExec();
+      comm_.health_.releaseExec();
       return Status::ok();
     }
     inlinePlan_ = std::make_unique<LanePlan>(std::move(plans[0]));
@@ -250,12 +250,12 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
   IdleLoop idle(idlePolicy_);
   Status s;
   while (true) {
-    if (comm_.failed_.load(std::memory_order_acquire)) {
-      Status broken = comm_.asyncError();
+    if (comm_.health_.failed()) {
+      Status broken = comm_.health_.asyncError();
       s = Status(broken.code(), "the communicator failed earlier: " + broken.message());
       break;
     }
-    if (comm_.aborted()) {
+    if (comm_.health_.aborted()) {
       s = remoteError("the communicator was aborted");
       break;
     }
@@ -263,33 +263,33 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
     bool moved = false;
     s = lane.progress(&w, &moved);
     if (!s.inProgress()) {
-      if (!s.isOk()) s = explainFailure(comm_, s, w);
+      if (!s.isOk()) s = explainFailure(comm_.health_, s, w);
       break;
     }
     // Nothing has moved since the idle spell began: past a while, check the peers and warn;
     // past the timeout, give up.
     const int64_t stalled = idle.idleSince() == 0 ? 0 : idle.now() - idle.idleSince();
     if (!moved && stalled > kPeerCheckAfterNs) {
-      s = comm_.checkPeers(idle.now());
+      s = comm_.health_.checkPeers(idle.now());
       if (!s.isOk()) break;
-      comm_.noteStall(w, stalled, &nextWarn);
+      comm_.diag_.noteStall(w, stalled, &nextWarn);
       if (stalled > comm_.config().timeoutNs) {
-        s = systemError(describeStall(comm_, w, stalled));
+        s = systemError(describeStall(comm_.health_, w, stalled));
         break;
       }
     }
     idle.after(moved, w);
   }
-  comm_.releaseExec();
-  comm_.flightMark(flight, flight, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed, s.code());
-  if (!s.isOk()) comm_.setAsyncError(s);
+  comm_.health_.releaseExec();
+  comm_.diag_.mark(flight, flight, s.isOk() ? FlightEntry::State::kDone : FlightEntry::State::kFailed, s.code());
+  if (!s.isOk()) comm_.health_.setAsyncError(s);
   return s;
 }
 
 Result<std::unique_ptr<Task>> HostPath::plan(const std::vector<OpInfo>& ops) {
   std::lock_guard<std::mutex> planLock(comm_.planMu_);
   CHORUS_ASSIGN_OR_RETURN(CallPlan cp, comm_.planCalls(ops, MemKind::kHost));
-  auto task = std::make_unique<Task>(&comm_);
+  auto task = std::make_unique<Task>(&comm_.health_);
   task->reserveStages(ops.size());
 
   // Point-to-point queues: one per (peer, direction), plus one for copies to self.
