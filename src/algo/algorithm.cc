@@ -24,7 +24,7 @@ const Algorithm& (*const kRegistry[])() = {CHORUS_ALGORITHMS(CHORUS_ALGORITHM_EN
 #undef CHORUS_ALGORITHM_ENTRY
 }  // namespace
 
-// The core keeps a bit per algorithm (Communicator::algoBit).
+// The core keeps a bit per algorithm (algoBit).
 static_assert(sizeof(kRegistry) / sizeof(kRegistry[0]) <= 32, "at most 32 algorithms");
 
 int algorithmCount() { return static_cast<int>(sizeof(kRegistry) / sizeof(kRegistry[0])); }

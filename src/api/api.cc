@@ -637,7 +637,7 @@ chorusResult_t chorusCommRegister(const chorusComm_t comm, void* buff, size_t si
       return invalidArgument("buff + size wraps around the address space");
     }
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    CHORUS_ASSIGN_OR_RETURN(*handle, c->registerBuffer(buff, size));
+    CHORUS_ASSIGN_OR_RETURN(*handle, c->memShare().registerRange(buff, size));
     return Status::ok();
   });
 }
@@ -646,7 +646,7 @@ chorusResult_t chorusCommDeregister(const chorusComm_t comm, void* handle) {
   return guard("chorusCommDeregister", [&]() -> Status {
     if (!handle) return invalidArgument("handle is NULL");
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    return c->deregisterBuffer(handle);
+    return c->memShare().deregister(handle);
   });
 }
 
@@ -664,7 +664,7 @@ chorusResult_t chorusCommWindowRegister(chorusComm_t comm, void* buff, size_t si
       return invalidArgument("buff + size wraps around the address space");
     }
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    CHORUS_ASSIGN_OR_RETURN(void* handle, c->registerBuffer(buff, size));
+    CHORUS_ASSIGN_OR_RETURN(void* handle, c->memShare().registerRange(buff, size));
     *win = static_cast<chorusWindow_t>(handle);
     return Status::ok();
   });
@@ -674,7 +674,7 @@ chorusResult_t chorusCommWindowDeregister(chorusComm_t comm, chorusWindow_t win)
   return guard("chorusCommWindowDeregister", [&]() -> Status {
     if (!win) return invalidArgument("win is NULL");
     CHORUS_ASSIGN_OR_RETURN(CommRef c, liveComm(comm));
-    return c->deregisterBuffer(win);
+    return c->memShare().deregister(win);
   });
 }
 

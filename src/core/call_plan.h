@@ -1,9 +1,10 @@
-// One launch's operations as planned, for either memory kind (Communicator::planCalls): what
-// each collective runs (the tuner's algorithm and protocol, and the algorithm's lanes), the
-// transfers each point-to-point operation makes with other ranks, the copies to self, and the
-// numbers and labels the flight recorder and the log give them. The host lowers a plan into a
-// task of lanes (Communicator::plan), the device path into kernel launches (DevicePath::plan); neither
-// chooses, numbers or expands anything of its own.
+// One launch's operations as planned, for either memory kind (planCalls): what each collective
+// runs (the tuner's algorithm and protocol, and the algorithm's lanes), the transfers each
+// point-to-point operation makes with other ranks, the copies to self, and the numbers and labels
+// the flight recorder and the log give them. The one planner numbers and expands; what differs
+// between the memory kinds (a collective's algorithm and lanes, a transfer's protocol) each path
+// supplies (PathChoices). The host path lowers a plan into a task of lanes (HostPath::plan), the
+// device path into kernel launches (DevicePath::plan).
 #pragma once
 
 #include <atomic>
@@ -13,10 +14,13 @@
 
 #include "src/algo/algorithm.h"
 #include "src/algo/cost.h"
+#include "src/common/status.h"
 
 namespace chorus {
 
 struct OpInfo;
+class Logger;
+class Tuner;
 
 // A byte transfer between this rank and `peer`, from expanding one point-to-point op.
 struct P2pPart {
@@ -69,11 +73,35 @@ struct OpCounters {
 };
 
 struct CallPlan {
-  MemKind mem = MemKind::kHost;
   std::vector<PlannedOp> ops;
   // Copies to self: a send to this rank and the receive it pairs with, in issue order (checkOps
   // made sure they pair up), from the send's buffer into the receive's.
   std::vector<P2pPart> selfCopies;
 };
+
+// What a memory kind's path decides for the planner, and the counters it numbers on.
+class PathChoices {
+ public:
+  virtual ~PathChoices() = default;
+  virtual OpCounters& counters() = 0;
+  // A collective's algorithm, label, protocol and lanes; po->op and po->seq are set. `index`: the
+  // op's place among the launch's ops.
+  virtual Status planCollective(size_t index, PlannedOp* po) = 0;
+  // A transfer with another rank: its protocol and channels, where the path has them.
+  virtual void planTransfer(PlannedTransfer* t, PlannedOp* po) {}
+  // The log line of a planned collective (CHORUS_DEBUG_SUBSYS=COLL).
+  virtual void logCollective(const PlannedOp& po) const = 0;
+};
+
+// The one planner (under the communicator's plan lock): each collective numbered and planned by
+// `path`, each point-to-point op expanded into transfers numbered per peer and direction, and the
+// sends to self paired with the receives from self (checkOps made sure they pair up).
+Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, int rank, int nranks, const Logger& log, PathChoices& path);
+// What a plan would refuse, checked on the launching thread so the error reaches the call: sends
+// to self that do not pair up with receives from self.
+Status checkOps(const std::vector<OpInfo>& ops, int rank, int nranks);
+// The tuner's estimate of `op`'s time on `nranks` ranks, from its all-reduce model
+// (chorusGroupSimulateEnd).
+double estimateUs(const OpInfo& op, const Tuner& tuner, int nranks);
 
 }  // namespace chorus

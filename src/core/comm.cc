@@ -325,13 +325,6 @@ void Communicator::revoke() {
   (void)waitIdle();
 }
 
-void Communicator::stopTraffic() {
-  // A transport's threads may send from and receive into the caller's buffers (by reference):
-  // once an operation has failed or been aborted, they stop, so the caller may free its buffers
-  // when the failed call returns.
-  for (auto& t : transports_) t->stopTraffic();
-}
-
 std::string Communicator::describePeer(int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size())) return "rank " + std::to_string(peer);
   return "rank " + std::to_string(peer) + " (host " + peers_[peer].host + ", pid " + std::to_string(peers_[peer].pid) +
@@ -342,7 +335,7 @@ void Communicator::abort() {
   if (health_.setAborted()) (void)diag_.writeDump("chorusCommAbort");
   // Wake anything that waits on a FIFO of this communicator so it sees the flag.
   host_.closeAll();
-  stopTraffic();
+  health_.stopTraffic();
   // Kernels see the abort word at their next check: abort returns once they are gone.
   device_.stop(10'000'000'000);
 }

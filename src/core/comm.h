@@ -1,5 +1,9 @@
 // The Communicator: one rank's membership in a clique, and the owner of everything it uses
-// (configuration, logger, bootstrap, transports, connections, a share of a progress engine).
+// (configuration, logger, bootstrap, topology and tuner, transports, a share of a progress
+// engine) and of its parts: the host path and the device path (operations on each memory kind
+// once planned), Health (failure handling) and Diagnostics (flight recorder, dumps). It is what
+// the C API holds; it inits, splits, connects and ends; the planner is a function over it
+// (planCalls).
 //
 // Thread-compatible for the calls a user makes on one communicator (as NCCL: one thread issues a
 // communicator's calls at a time); its failure handling (Health: abort flag, async error) is
@@ -143,45 +147,27 @@ class Communicator {
 
   // Custom reduction operators.
   RedOpTable& redOps() { return redOps_; }
-  const RedOpTable& redOps() const { return redOps_; }
 
-  // chorusCommRegister / chorusCommDeregister.
-  Result<void*> registerBuffer(const void* ptr, size_t bytes) { return memShare_->registerRange(ptr, bytes); }
-  Status deregisterBuffer(void* handle) { return memShare_->deregister(handle); }
-
-  // Launch support (src/core/launch.cc): connections a set of ops still needs, and the task.
+  // Launch support: connections a set of ops still needs (comm_connect.cc); the planner is
+  // planCalls (src/core/call_plan.h), over what follows.
   using ConnNeed = ConnKey;
   const Tuner& tuner() const { return tuner_; }
-  // The algorithm of a collective on channels, as every rank picks it (the tuner's choice).
-  Tuner::Choice choose(const OpInfo& op) const { return tuner_.choose(op.coll, op.count * typeSize(op.type)); }
   // What the algorithms plan from (src/algo/algorithm.h); set once the topology is built.
   AlgoContext algoContext() const;
-  static uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
   // Device ops (OpInfo::device) need device connections (ConnKey::device); a launch holds one kind.
   std::vector<ConnNeed> connectionsNeeded(const std::vector<OpInfo>& ops) const;
   // Runs the three connection phases for the needs of several communicators together.
   static Status connect(std::vector<std::pair<Communicator*, std::vector<ConnNeed>>>& work);
-  // What plan() would refuse, checked on the launching thread so the error reaches the call.
-  Status checkOps(const std::vector<OpInfo>& ops) const;
   // CHORUS_CHECK=1: every collective among `ops` (not sends and receives) is compared with the
   // other ranks' (one bootstrap allgather each, in issue order); a difference is an error on
   // every rank that names the ranks and their calls. Blocks until every rank has issued it.
   Status checkAgreement(const std::vector<OpInfo>& ops);
-  // One planner for both memory kinds (planMu_ held): the tuner's choice for each collective and
-  // the algorithm's lanes for it, the point-to-point transfers and copies to self, numbered on the
-  // memory kind's counters and logged (src/core/call_plan.h). `oneCopy` (device memory; empty, or
-  // one per op): where a one-copy collective's records agreed, its arguments.
-  Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, MemKind mem,
-                             const std::vector<const device::OneCopyArgs*>& oneCopy = {});
   // What this rank learnt of every rank at init (rank order), its bootstrap, and its registered
-  // buffers: for the communicator's parts (DevicePath, OneCopyExchange).
+  // buffers (chorusCommRegister): for the communicator's parts and the API.
   const std::vector<PeerInfo>& peers() const { return peers_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   MemShare& memShare() { return *memShare_; }
-  // The tuner's estimate of `op`'s time, from its all-reduce model (chorusGroupSimulateEnd).
-  double estimateUs(const OpInfo& op) const;
   Engine& engine() { return *engine_; }
-  const std::shared_ptr<Engine>& sharedEngine() const { return engine_; }
 
   // Work accounting so destroy/finalize wait for what was launched.
   WorkCount& work() { return work_; }
@@ -210,8 +196,8 @@ class Communicator {
   void revoke();
 
  private:
-  // A part of the communicator: it reads its identity, configuration, transports and flight
-  // recorder, plans through planCalls and fails it through fail().
+  // The parts of the communicator: each reads its identity, configuration, topology and
+  // transports, and reaches the others through it (a failure through Health::fail).
   friend class DevicePath;
   friend class Diagnostics;
   friend class Health;
@@ -225,8 +211,6 @@ class Communicator {
   // the rings (one per channel) and trees (comm_topo.cc).
   Status detectMachine(std::string* description, topo::TopoRecord* record);
   Status buildTopology(const std::string& mine, const std::vector<topo::TopoRecord>& records);
-  // Has every transport stop moving data and let go of the callers' buffers (comm.cc).
-  void stopTraffic();
   Config config_;
   // First: made before, and gone after, everything that holds its abort flag or reports to it.
   Health health_{*this};

@@ -36,7 +36,7 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
       deviceChannels = std::max(deviceChannels, device_.context(op, c.proto).nChannels);
       continue;
     }
-    algos |= HostPath::connectionBits(choose(op));
+    algos |= HostPath::connectionBits(host_.choice(op));
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops. On device
   // memory every channel a transfer may take (Tuner::p2pChannelMax), whatever this one's size:

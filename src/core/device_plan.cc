@@ -1,7 +1,8 @@
-// The device path's planning (device_path.h): the plan of a launch's ops (Communicator::planCalls,
-// shared with the host path) lowered into kernel launches, the lanes of a one-rank communicator,
-// and the context device lanes are planned in.
+// The device path's planning (device_path.h): its choices for the one planner (planCalls, shared
+// with the host path), the plan lowered into kernel launches, the lanes of a one-rank
+// communicator, and the context device lanes are planned in.
 #include <algorithm>
+#include <cstring>
 
 #include "src/core/call_plan.h"
 #include "src/core/comm.h"
@@ -13,6 +14,72 @@ namespace chorus {
 static_assert(kMaxDeviceChannels == device::DeviceCommState::kMaxChannels, "the tuner's channels are the kernels'");
 
 bool DevicePath::oneRankScales(const OpInfo& op) { return reduces(op.coll) && (op.spec.hasPre || op.spec.scalePtr); }
+
+namespace {
+
+// What the device path decides for planCalls: the algorithm (one-copy where the ranks' records
+// agreed), protocol and channels the tuner chose, one-rank lanes, a transfer's protocol.
+class DeviceChoices final : public PathChoices {
+ public:
+  DeviceChoices(DevicePath& path, const std::vector<const device::OneCopyArgs*>& oneCopy, const Tuner& tuner,
+                const Logger& log, int nranks)
+      : path_(path), oneCopy_(oneCopy), tuner_(tuner), log_(log), nranks_(nranks) {}
+
+  OpCounters& counters() override { return path_.counters(); }
+
+  Status planCollective(size_t index, PlannedOp* po) override {
+    const OpInfo& op = *po->op;
+    const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+    if (nranks_ == 1) {
+      po->lanes = path_.planOneRank(op);
+      // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
+      po->label = po->lanes.empty() || DevicePath::oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
+    } else {
+      const bool agreed = index < oneCopy_.size() && oneCopy_[index];
+      const Tuner::Choice choice = path_.choice(op);
+      po->algo = agreed ? Algo::kOneCopy : choice.algo;
+      po->label = algoName(po->algo);
+      if (!agreed) {  // one-copy's blocks have no protocol
+        po->lanesProto = choice.proto;
+        po->proto = protoName(choice.proto);
+      }
+      algorithm(po->algo).plan(path_.context(op, choice.proto), call, &po->lanes);
+    }
+    for (const LanePlan& lp : po->lanes) {
+      if (lp.channel >= device::DeviceCommState::kMaxChannels) {
+        return internalError("a device lane on channel " + std::to_string(lp.channel) + ": kernels keep " +
+                             std::to_string(device::DeviceCommState::kMaxChannels) + " channels");
+      }
+    }
+    return Status::ok();
+  }
+
+  void planTransfer(PlannedTransfer* t, PlannedOp* po) override {
+    // A send and the receive that matches it move the same bytes, so both ends choose alike
+    // (protocol and channels); a receive of another size may choose otherwise, and still fails
+    // the header check of its first part (src/device/lane_protocols.h).
+    t->proto = tuner_.p2pProto(t->part.bytes);
+    t->channels = tuner_.p2pChannels(t->part.bytes);
+    const char* l = protoName(t->proto);
+    po->proto = !*po->proto || std::strcmp(po->proto, l) == 0 ? l : "Simple and LL";
+  }
+
+  void logCollective(const PlannedOp& po) const override {
+    const OpInfo& op = *po.op;
+    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}{}{} lanes {} (device, GPU {})",
+              collName(op.coll), po.seq, op.count, typeName(op.type), po.label, *po.proto ? " proto " : "", po.proto,
+              po.lanes.size(), path_.cudaDevice());
+  }
+
+ private:
+  DevicePath& path_;
+  const std::vector<const device::OneCopyArgs*>& oneCopy_;
+  const Tuner& tuner_;
+  const Logger& log_;
+  const int nranks_;
+};
+
+}  // namespace
 
 AlgoContext DevicePath::context(int channels, ProtoKind proto) const {
   AlgoContext base = comm_.algoContext();
@@ -53,7 +120,8 @@ Result<std::vector<device::LaunchParams>> DevicePath::plan(const std::vector<OpI
   using device::DeviceLane;
   using device::SeqKind;
   std::lock_guard<std::mutex> planLock(comm_.planMu_);
-  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, comm_.planCalls(ops, MemKind::kDevice, oneCopy));
+  DeviceChoices choices(*this, oneCopy, comm_.tuner_, comm_.log_, comm_.nranks_);
+  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, comm_.rank_, comm_.nranks_, comm_.log_, choices));
   DeviceComm& dev = *deviceComm();
   const Config& config = comm_.config_;
   const int rank = comm_.rank_;

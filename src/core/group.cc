@@ -101,7 +101,7 @@ Result<double> groupSimulateEnd() {
   for (const OpInfo& op : g.ops) {
     auto it = std::find_if(perComm.begin(), perComm.end(), [&](const auto& p) { return p.first == op.comm; });
     if (it == perComm.end()) it = perComm.insert(perComm.end(), {op.comm, 0.0});
-    it->second += op.comm->estimateUs(op);
+    it->second += estimateUs(op, op.comm->tuner(), op.comm->nranks());
   }
   double slowest = 0;
   for (const auto& [c, us] : perComm) slowest = std::max(slowest, us);
@@ -293,7 +293,7 @@ Status checkAgreement(std::vector<CommOps>& work) {
 Status checkAndConnect(std::vector<CommOps>& work) {
   std::vector<std::pair<Communicator*, std::vector<Communicator::ConnNeed>>> needs;
   for (auto& w : work) {
-    CHORUS_TRY(w.comm->checkOps(w.ops));
+    CHORUS_TRY(checkOps(w.ops, w.comm->rank(), w.comm->nranks()));
     auto n = w.comm->connectionsNeeded(w.ops);
     if (n.empty()) continue;
     needs.emplace_back(w.comm, std::move(n));

@@ -72,7 +72,14 @@ void Health::fail(const Status& s, bool tellPeers, bool requested) {
   comm_.device_.stop();
   // A peer waiting on this rank over shared memory sees its connection close at once.
   comm_.host_.closeAll();
-  comm_.stopTraffic();
+  stopTraffic();
+}
+
+void Health::stopTraffic() {
+  // A transport's threads may send from and receive into the caller's buffers (by reference):
+  // once an operation has failed or been aborted, they stop, so the caller may free its buffers
+  // when the failed call returns.
+  for (auto& t : comm_.transports_) t->stopTraffic();
 }
 
 void Health::tellFailure(const Status& s) {

@@ -63,6 +63,9 @@ class Health final : public TaskOwner {
   // notice to every other rank (Bootstrap::noticeAll). A failure the program asked for
   // (`requested`: chorusCommRevoke) is said at INFO, without the last operations or a dump.
   void fail(const Status& s, bool tellPeers, bool requested = false);
+  // Has every transport stop moving data and let go of the callers' buffers (a failure, an
+  // abort).
+  void stopTraffic();
   // Sends every other rank a failure notice for `s` (best effort, at most two seconds).
   void tellFailure(const Status& s);
   // At the end of init: opens pidfds of the peers that are processes of this host, and takes the

@@ -175,13 +175,50 @@ const char* inlineLabel(Algo a) {
   return labels[static_cast<size_t>(a)].c_str();
 }
 
+// What the host path decides for planCalls: the tuner's algorithm, or the slice all-reduce this
+// rank takes on its own (its buffers are registered); a transfer has nothing to choose.
+class HostChoices final : public PathChoices {
+ public:
+  HostChoices(HostPath& path, const AlgoContext& context, const Logger& log)
+      : path_(path), context_(context), log_(log) {}
+
+  OpCounters& counters() override { return path_.counters(); }
+
+  Status planCollective(size_t, PlannedOp* po) override {
+    const OpInfo& op = *po->op;
+    const Tuner::Choice choice = path_.choice(op);
+    po->algo = path_.algoFor(op, choice);
+    po->label = algoName(po->algo);
+    po->chosenAlone = po->algo == Algo::kSlice && choice.sliceIfRegistered;
+    AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+    call.chosenAlone = po->chosenAlone;
+    algorithm(po->algo).plan(context_, call, &po->lanes);
+    return Status::ok();
+  }
+
+  void logCollective(const PlannedOp& po) const override {
+    const OpInfo& op = *po.op;
+    log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), po.seq, op.count,
+              typeName(op.type), po.chosenAlone ? "slice (buffers registered)" : po.label);
+  }
+
+ private:
+  HostPath& path_;
+  const AlgoContext context_;
+  const Logger& log_;
+};
+
 }  // namespace
 
 uint32_t HostPath::connectionBits(const Tuner::Choice& c) {
-  uint32_t algos = Communicator::algoBit(c.algo);
-  if (c.ringConnections) algos |= Communicator::algoBit(Algo::kRing);
-  if (c.sliceConnections) algos |= Communicator::algoBit(Algo::kSlice);
+  uint32_t algos = algoBit(c.algo);
+  if (c.ringConnections) algos |= algoBit(Algo::kRing);
+  if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
   return algos;
+}
+
+Tuner::Choice HostPath::choice(const OpInfo& op) const {
+  return comm_.tuner_.choose(op.coll, op.count * typeSize(op.type));
 }
 
 std::optional<Algo> HostPath::inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const {
@@ -194,7 +231,7 @@ std::optional<Algo> HostPath::inlineAlgo(const OpInfo& op, const Tuner::Choice& 
 std::optional<Algo> HostPath::loneInlineAlgo(const OpInfo& op) const {
   if (comm_.config().check) return std::nullopt;
   // The connections connectionsNeeded() would ask for this op, all made already.
-  const Tuner::Choice c = comm_.choose(op);
+  const Tuner::Choice c = choice(op);
   const uint32_t algos = connectionBits(c);
   if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
   return inlineAlgo(op, c);
@@ -202,7 +239,7 @@ std::optional<Algo> HostPath::loneInlineAlgo(const OpInfo& op) const {
 
 Status HostPath::runInlineNow(const OpInfo& op, bool* ran) {
   *ran = false;
-  const std::optional<Algo> algo = inlineAlgo(op, comm_.choose(op));
+  const std::optional<Algo> algo = inlineAlgo(op, choice(op));
   return algo ? runInlineNow(op, *algo, ran) : Status::ok();
 }
 
@@ -288,7 +325,8 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
 
 Result<std::unique_ptr<Task>> HostPath::plan(const std::vector<OpInfo>& ops) {
   std::lock_guard<std::mutex> planLock(comm_.planMu_);
-  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, comm_.planCalls(ops, MemKind::kHost));
+  HostChoices choices(*this, comm_.algoContext(), comm_.log_);
+  CHORUS_ASSIGN_OR_RETURN(CallPlan cp, planCalls(ops, comm_.rank_, comm_.nranks_, comm_.log_, choices));
   auto task = std::make_unique<Task>(&comm_.health_);
   task->reserveStages(ops.size());
 

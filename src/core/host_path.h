@@ -70,6 +70,8 @@ class HostPath {
   // Every channel's status record, then point-to-point's, as one line ("" before init).
   std::string describeChannels() const;
 
+  // A host collective's algorithm as every rank picks it (the tuner's choice).
+  Tuner::Choice choice(const OpInfo& op) const;
   // The algorithm this rank runs: the tuner's choice, or the slice all-reduce where the tuner
   // leaves it to this rank's registered buffers (then its neighbours check that they agree).
   Algo algoFor(const OpInfo& op, const Tuner::Choice& c) const;

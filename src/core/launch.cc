@@ -1,8 +1,9 @@
-// Turning a communicator's recorded ops into a plan, for both memory kinds (planCalls): what
-// each collective runs and the transfers of each point-to-point op, numbered on the path's
-// counters; what a launch would refuse (checkOps), CHORUS_CHECK's comparison across ranks, and the
-// tuner's estimate of a call. Each path lowers the plan (HostPath::plan, DevicePath::plan); the
-// connections both need are made in comm_connect.cc.
+// The one planner of both memory kinds (planCalls, src/core/call_plan.h): the transfers of each
+// point-to-point op and the numbers of every op, on the path's counters, each collective planned by
+// the path's choices; what a launch would refuse (checkOps), CHORUS_CHECK's comparison across
+// ranks (Communicator::checkAgreement), the context algorithms plan in, and the tuner's estimate
+// of a call. Each path lowers the plan (HostPath::plan, DevicePath::plan); the connections both
+// need are made in comm_connect.cc.
 #include <algorithm>
 #include <cstring>
 
@@ -61,21 +62,21 @@ AlgoContext Communicator::algoContext() const {
   return ctx;
 }
 
-Status Communicator::checkOps(const std::vector<OpInfo>& ops) const {
+Status checkOps(const std::vector<OpInfo>& ops, int rank, int nranks) {
   std::vector<P2pPart> parts;
   std::vector<size_t> sendBytes;
   std::vector<size_t> recvBytes;
   for (const auto& op : ops) {
     if (runsOnChannels(op.coll)) continue;
     parts.clear();
-    expandP2p(op, rank_, nranks_, &parts);
+    expandP2p(op, rank, nranks, &parts);
     for (const auto& p : parts) {
-      if (p.peer == rank_) (p.send ? sendBytes : recvBytes).push_back(p.bytes);
+      if (p.peer == rank) (p.send ? sendBytes : recvBytes).push_back(p.bytes);
     }
   }
   // A send to self meets the receive from self issued in the same order.
   if (sendBytes.size() != recvBytes.size()) {
-    return invalidUsage("rank " + std::to_string(rank_) + " issued " + std::to_string(sendBytes.size()) +
+    return invalidUsage("rank " + std::to_string(rank) + " issued " + std::to_string(sendBytes.size()) +
                         " sends to itself but " + std::to_string(recvBytes.size()) +
                         " receives from itself in one group; they must pair up");
   }
@@ -160,18 +161,12 @@ Status Communicator::checkAgreement(const std::vector<OpInfo>& ops) {
   return Status::ok();
 }
 
-Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind mem,
-                                         const std::vector<const device::OneCopyArgs*>& oneCopy) {
-  const bool device = mem == MemKind::kDevice;
+Result<CallPlan> planCalls(const std::vector<OpInfo>& ops, int rank, int nranks, const Logger& log, PathChoices& path) {
   CallPlan cp;
-  cp.mem = mem;
   cp.ops.reserve(ops.size());
   // Numbered per communicator (collectives) and per peer and direction (point-to-point), on the
   // counters of the memory kind's path: kernels number their slots by counters of their own.
-  OpCounters& counters = device ? device_.counters() : host_.counters();
-  std::atomic<uint64_t>& collSeq = counters.coll;
-  std::vector<uint64_t>& sendSeq = counters.p2pSend;
-  std::vector<uint64_t>& recvSeq = counters.p2pRecv;
+  OpCounters& counters = path.counters();
   std::vector<P2pPart> selfSends;
   std::vector<P2pPart> selfRecvs;
   std::vector<P2pPart> parts;
@@ -182,72 +177,26 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
     if (!runsOnChannels(op.coll)) {
       po.label = "p2p";
       parts.clear();
-      expandP2p(op, rank_, nranks_, &parts);
+      expandP2p(op, rank, nranks, &parts);
       for (const P2pPart& p : parts) {
-        if (p.peer == rank_) {
+        if (p.peer == rank) {
           (p.send ? selfSends : selfRecvs).push_back(p);
           continue;
         }
         PlannedTransfer t;
         t.part = p;
-        t.seq = ++(p.send ? sendSeq : recvSeq)[p.peer];
+        t.seq = ++(p.send ? counters.p2pSend : counters.p2pRecv)[p.peer];
         if (!po.seq) po.seq = t.seq;
-        if (device) {
-          // A send and the receive that matches it move the same bytes, so both ends choose
-          // alike (protocol and channels); a receive of another size may choose otherwise, and
-          // still fails the header check of its first part (src/device/lane_protocols.h).
-          t.proto = tuner_.p2pProto(p.bytes);
-          t.channels = tuner_.p2pChannels(p.bytes);
-          const char* l = protoName(t.proto);
-          po.proto = !*po.proto || std::strcmp(po.proto, l) == 0 ? l : "Simple and LL";
-        }
+        path.planTransfer(&t, &po);
         po.transfers.push_back(t);
       }
       cp.ops.push_back(std::move(po));
       continue;
     }
     po.collective = true;
-    po.seq = collSeq.fetch_add(1, std::memory_order_relaxed) + 1;
-    const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
-    if (device && nranks_ == 1) {
-      po.lanes = device_.planOneRank(op);
-      // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
-      po.label = po.lanes.empty() || DevicePath::oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
-    } else if (device) {
-      const bool agreed = oi < oneCopy.size() && oneCopy[oi];
-      const Tuner::Choice choice = device_.choice(op);
-      po.algo = agreed ? Algo::kOneCopy : choice.algo;
-      po.label = algoName(po.algo);
-      if (!agreed) {  // one-copy's blocks have no protocol
-        po.lanesProto = choice.proto;
-        po.proto = protoName(choice.proto);
-      }
-      algorithm(po.algo).plan(device_.context(op, choice.proto), call, &po.lanes);
-    } else {
-      const Tuner::Choice choice = choose(op);
-      po.algo = host_.algoFor(op, choice);
-      po.label = algoName(po.algo);
-      po.chosenAlone = po.algo == Algo::kSlice && choice.sliceIfRegistered;
-      AlgoCall alone = call;
-      alone.chosenAlone = po.chosenAlone;
-      algorithm(po.algo).plan(algoContext(), alone, &po.lanes);
-    }
-    for (const LanePlan& lp : po.lanes) {
-      if (device && lp.channel >= device::DeviceCommState::kMaxChannels) {
-        return internalError("a device lane on channel " + std::to_string(lp.channel) + ": kernels keep " +
-                             std::to_string(device::DeviceCommState::kMaxChannels) + " channels");
-      }
-    }
-    if (log_.enabled(LogLevel::kInfo, kSubsysColl)) {
-      if (!device) {
-        log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}", collName(op.coll), po.seq, op.count,
-                  typeName(op.type), po.chosenAlone ? "slice (buffers registered)" : po.label);
-      } else {
-        log_.info(kSubsysColl, "{} opCount {} count {} datatype {} algo {}{}{} lanes {} (device, GPU {})",
-                  collName(op.coll), po.seq, op.count, typeName(op.type), po.label, *po.proto ? " proto " : "",
-                  po.proto, po.lanes.size(), device_.cudaDevice());
-      }
-    }
+    po.seq = counters.coll.fetch_add(1, std::memory_order_relaxed) + 1;
+    CHORUS_TRY(path.planCollective(oi, &po));
+    if (log.enabled(LogLevel::kInfo, kSubsysColl)) path.logCollective(po);
     cp.ops.push_back(std::move(po));
   }
   // checkOps() made sure sends and receives to self pair up: each pair is one copy.
@@ -261,17 +210,17 @@ Result<CallPlan> Communicator::planCalls(const std::vector<OpInfo>& ops, MemKind
   return cp;
 }
 
-double Communicator::estimateUs(const OpInfo& op) const {
-  const AllReduceModel& m = tuner_.model();
-  if (nranks_ < 2 || m.bwGBs <= 0) return 0;
-  const double n = nranks_;
+double estimateUs(const OpInfo& op, const Tuner& tuner, int nranks) {
+  const AllReduceModel& m = tuner.model();
+  if (nranks < 2 || m.bwGBs <= 0) return 0;
+  const double n = nranks;
   const double bytes = static_cast<double>(op.count * typeSize(op.type));
   const double perByteUs = 1.0 / (m.bwGBs * 1e3);
   const double hopUs = m.ringLatencyUs / (2.0 * (n - 1));  // one hop of the ring
   if (runsOnChannels(op.coll)) {
     // The tuner's own estimate of its choice (a forced algorithm past its means: the ring's).
     const double us =
-        tuner_.estimateUs(op.coll, op.count * typeSize(op.type), op.device ? MemKind::kDevice : MemKind::kHost);
+        tuner.estimateUs(op.coll, op.count * typeSize(op.type), op.device ? MemKind::kDevice : MemKind::kHost);
     if (us != kNever) return us;
     return ringAllReduceUs(m, bytes);
   }
