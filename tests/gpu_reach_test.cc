@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "src/device/gpu_reach.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 using namespace chorus;
 using chorus::cuda::MachineGpu;

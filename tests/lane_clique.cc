@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "transports/registry.h"
+
 namespace chorus::device::lanetest {
 
 Clique::Clique(int n, int nch, uint32_t slotBytes, uint32_t slots, Wiring wiring, int p2pChannels)

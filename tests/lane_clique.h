@@ -25,7 +25,7 @@
 #include "src/device/launch_desc.h"
 #include "src/device/launch_pack.h"
 #include "tests/host_block.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus::device::lanetest {
 

@@ -8,15 +8,17 @@ build=$(cd "$1" && pwd)
 cxx=${CXX:-c++}
 declare -A header=(
   [common]=src/common/status.h [kernels]=kernels/reduce_host.h [algo]=src/algo/schedule.h
-  [bootstrap]=src/bootstrap/bootstrap.h [topo]=src/topo/topo.h [transports]=transports/transport.h
+  [bootstrap]=src/bootstrap/bootstrap.h [topo]=src/topo/topo.h [transport]=src/transport/transport.h
+  [transports]=transports/net/socket_net.h
   [core]=src/core/comm.h [api]=src/api/streams.h [ddp]=src/ddp/reducer.h
   [device]=src/device/cuda.h)
 # What each layer may use besides itself.
 declare -A may=(
   [common]="" [kernels]="common" [algo]="common kernels" [bootstrap]="common kernels algo"
-  [topo]="common kernels algo" [transports]="common kernels algo bootstrap topo device"
-  [core]="common kernels algo bootstrap topo transports device"
-  [api]="common kernels algo bootstrap topo transports device core"
+  [topo]="common kernels algo" [transport]="common kernels algo bootstrap device"
+  [transports]="common kernels algo bootstrap topo transport device"
+  [core]="common kernels algo bootstrap topo transport device"
+  [api]="common kernels algo bootstrap topo transport device core"
   [ddp]="common kernels device" [device]="common kernels algo")
 failures=0
 checks=0

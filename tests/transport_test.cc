@@ -1,4 +1,4 @@
-// The transports as units (transports/transport.h): which one connects which peers, what each
+// The transports as units (src/transport/transport.h): which one connects which peers, what each
 // says about sharing memory, the net transport's stop after a failed setup, and the failures of
 // its FIFOs for kernels, one per peer.
 #include <sys/eventfd.h>
@@ -16,9 +16,10 @@
 #include "src/common/log.h"
 #include "src/core/clique.h"
 #include "src/core/device_comm.h"
+#include "src/transport/transport.h"
 #include "tests/fake_verbs.h"
 #include "transports/ib/ib_net.h"
-#include "transports/transport.h"
+#include "transports/registry.h"
 
 using namespace chorus;
 

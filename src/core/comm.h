@@ -49,7 +49,7 @@
 #include "src/device/launch_desc.h"
 #include "src/device/launch_pack.h"
 #include "src/topo/topo.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

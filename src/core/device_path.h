@@ -29,7 +29,7 @@
 #include "src/core/onecopy.h"
 #include "src/core/ticker.h"
 #include "src/device/launch_desc.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

@@ -27,7 +27,7 @@
 #include "src/core/engine.h"
 #include "src/core/lane.h"
 #include "src/core/workers.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

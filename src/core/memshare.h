@@ -20,7 +20,7 @@
 
 #include "src/common/os.h"
 #include "src/common/status.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "src/common/status.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

@@ -19,7 +19,8 @@
 
 #include "src/common/os.h"
 #include "src/device/cuda.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 namespace {

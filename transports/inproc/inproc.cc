@@ -14,7 +14,8 @@
 #include <new>
 
 #include "src/device/cuda.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 namespace {

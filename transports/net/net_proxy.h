@@ -38,7 +38,7 @@
 #include "src/algo/fifo.h"
 #include "src/common/log.h"
 #include "src/common/os.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
 
 namespace chorus {
 

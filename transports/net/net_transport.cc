@@ -34,11 +34,12 @@
 #include <vector>
 
 #include "src/common/os.h"
+#include "src/transport/transport.h"
 #include "transports/ib/ib_net.h"
 #include "transports/net/net_plugin.h"
 #include "transports/net/net_proxy.h"
 #include "transports/net/socket_net.h"
-#include "transports/transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 namespace {

@@ -13,7 +13,8 @@
 #include <memory>
 
 #include "src/common/os.h"
-#include "transports/transport.h"
+#include "src/transport/transport.h"
+#include "transports/registry.h"
 
 namespace chorus {
 namespace {

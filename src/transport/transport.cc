@@ -1,4 +1,6 @@
-#include "transports/transport.h"
+// The transport interface (transport.h): the records every rank tells the others, and the mapping
+// of host-staged FIFOs for kernels.
+#include "src/transport/transport.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -98,15 +100,6 @@ void unmapForKernels(void* base, int device) {
   if (device < 0) return;
   cuda::DeviceGuard on(device);
   cuda::hostUnregister(base);
-}
-
-std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env) {
-  std::vector<std::unique_ptr<Transport>> all;
-  all.push_back(makeInProcTransport(env));
-  all.push_back(makeCudaIpcTransport(env));
-  all.push_back(makeShmTransport(env));
-  all.push_back(makeNetTransport(env));
-  return all;
 }
 
 }  // namespace chorus

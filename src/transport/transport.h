@@ -163,13 +163,10 @@ class Transport {
   virtual std::vector<Status> kernelFifoErrors() const { return {}; }
 };
 
-// The registry: one instance of each transport, in the order they are preferred (in-process,
-// CUDA IPC, shared memory, network). Adding a transport is a factory here and its file.
+// One instance of each transport, in the order they are preferred (in-process, CUDA IPC, shared
+// memory, network): the transports' registry (transports/registry.cc), which the core sees only
+// through this function.
 std::vector<std::unique_ptr<Transport>> makeTransports(const TransportEnv& env);
-std::unique_ptr<Transport> makeInProcTransport(const TransportEnv& env);
-std::unique_ptr<Transport> makeCudaIpcTransport(const TransportEnv& env);
-std::unique_ptr<Transport> makeShmTransport(const TransportEnv& env);
-std::unique_ptr<Transport> makeNetTransport(const TransportEnv& env);
 
 // Host memory of a FIFO for kernels (host-staged transports): pinned and mapped for `device`, and
 // the view kernels use; with device -1 (host threads stand in for the kernel) the host's view.
