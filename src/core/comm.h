@@ -11,43 +11,28 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "include/chorus/chorus.h"
 #include "src/algo/coll.h"
-#include "src/algo/connections.h"
 #include "src/algo/tuner.h"
 #include "src/bootstrap/bootstrap.h"
 #include "src/common/config.h"
 #include "src/common/log.h"
 #include "src/common/types.h"
-#include "src/core/call_plan.h"
-#include "src/core/conn_table.h"
-#include "src/core/device_comm.h"
 #include "src/core/device_path.h"
 #include "src/core/diagnostics.h"
 #include "src/core/engine.h"
-#include "src/core/flight.h"
 #include "src/core/health.h"
 #include "src/core/host_path.h"
-#include "src/core/lane.h"
 #include "src/core/memshare.h"
-#include "src/core/onecopy.h"
 #include "src/core/redops.h"
-#include "src/core/task.h"
-#include "src/core/ticker.h"
 #include "src/core/work_count.h"
-#include "src/core/workers.h"
-#include "src/device/launch_desc.h"
-#include "src/device/launch_pack.h"
 #include "src/topo/topo.h"
 #include "src/transport/transport.h"
 
