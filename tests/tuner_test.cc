@@ -12,6 +12,9 @@ using namespace chorus;
 
 namespace {
 
+// Whether a call of choice `c` needs algorithm `a`'s connections.
+bool needs(const Tuner::Choice& c, Algo a) { return (c.connections() & algoBit(a)) != 0; }
+
 TunerFacts oneHost(int n) {
   TunerFacts f;
   f.nranks = n;
@@ -115,15 +118,15 @@ TEST_CASE("the least estimate wins, at every size, for every memory kind and ran
                 want = bruteForce(f, t, coll, bytes, mem, false);
                 CHECK(t.estimateUs(coll, bytes, mem) == Approx(want.us));
                 CHECK(c.algo == want.algo);
-                CHECK(c.sliceIfRegistered == (want.algo == Algo::kRing));
-                CHECK(c.sliceConnections == (want.algo == Algo::kRing));
-                CHECK(c.ringConnections == (want.algo == Algo::kRing));
+                CHECK((c.alone == Algo::kSlice) == (want.algo == Algo::kRing));
+                CHECK(needs(c, Algo::kSlice) == (want.algo == Algo::kRing));
+                CHECK(needs(c, Algo::kRing) == (want.algo == Algo::kRing));
               } else {
                 CHECK(t.estimateUs(coll, bytes, mem) == Approx(want.us));
                 CHECK(c.algo == want.algo);
-                CHECK_FALSE(c.sliceIfRegistered);
-                CHECK(c.sliceConnections == (want.algo == Algo::kSlice));
-                CHECK(c.ringConnections == (want.algo == Algo::kRing));
+                CHECK_FALSE(c.alone);
+                CHECK(needs(c, Algo::kSlice) == (want.algo == Algo::kSlice));
+                CHECK(needs(c, Algo::kRing) == (want.algo == Algo::kRing));
               }
               if (mem == MemKind::kDevice) CHECK(c.proto == want.proto);
             }
@@ -146,7 +149,7 @@ TEST_CASE("the direct all-reduce: never past its share of CHORUS_DIRECT_MAX_BYTE
   const Tuner t(f);
   CHECK(t.directMaxBytes() == 65536 / 3);
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3).algo == Algo::kDirect);
-  CHECK_FALSE(t.choose(CollType::kAllReduce, 65536 / 3).ringConnections);
+  CHECK_FALSE(needs(t.choose(CollType::kAllReduce, 65536 / 3), Algo::kRing));
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3 + 1).algo != Algo::kDirect);
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3, MemKind::kDevice).algo == Algo::kDirect);
   TunerFacts across = f;
@@ -168,9 +171,9 @@ TEST_CASE("CHORUS_ALGO forces the all-reduce algorithm and nothing else", "[tune
     for (size_t bytes : {size_t(8), size_t(1) << 20}) {
       const Tuner::Choice c = t.choose(CollType::kAllReduce, bytes);
       CHECK(c.algo == a);
-      CHECK_FALSE(c.sliceIfRegistered);
-      CHECK(c.sliceConnections == (a == Algo::kSlice));
-      CHECK(c.ringConnections == (a == Algo::kRing));
+      CHECK_FALSE(c.alone);
+      CHECK(needs(c, Algo::kSlice) == (a == Algo::kSlice));
+      CHECK(needs(c, Algo::kRing) == (a == Algo::kRing));
     }
     for (CollType other : {CollType::kBroadcast, CollType::kReduce, CollType::kAllGather, CollType::kReduceScatter}) {
       CHECK(t.choose(other, 8).algo == Algo::kRing);
@@ -320,16 +323,16 @@ TEST_CASE("the slice all-reduce: threads of one process take it, processes only 
   threads.oneProcess = true;
   const Tuner::Choice agreed = Tuner(threads).choose(CollType::kAllReduce, big);
   CHECK(agreed.algo == Algo::kSlice);
-  CHECK(agreed.sliceConnections);
-  CHECK_FALSE(agreed.ringConnections);
+  CHECK(needs(agreed, Algo::kSlice));
+  CHECK_FALSE(needs(agreed, Algo::kRing));
   const Tuner::Choice own = Tuner(oneHost(4)).choose(CollType::kAllReduce, big);
   CHECK(own.algo == Algo::kRing);
-  CHECK(own.sliceIfRegistered);
-  CHECK(own.sliceConnections);
-  CHECK(own.ringConnections);
+  CHECK(own.alone == Algo::kSlice);
+  CHECK(needs(own, Algo::kSlice));
+  CHECK(needs(own, Algo::kRing));
   TunerFacts across = oneHost(4);
   across.singleHost = false;
-  CHECK_FALSE(Tuner(across).choose(CollType::kAllReduce, big).sliceConnections);
+  CHECK_FALSE(needs(Tuner(across).choose(CollType::kAllReduce, big), Algo::kSlice));
   // Kernels never run it.
   CHECK(Tuner(threads).choose(CollType::kAllReduce, big, MemKind::kDevice).algo != Algo::kSlice);
 }
@@ -435,8 +438,8 @@ TEST_CASE("the one-copy collectives: offered beside the choice where the row win
     TunerFacts off = f;
     off.oneCopy = OneCopyMode::kNever;
     const Tuner never(off);
-    CHECK(t.mayOfferOneCopy() == (n <= kOneCopyMaxRanks));
-    CHECK_FALSE(never.mayOfferOneCopy());
+    CHECK(t.mayOfferIfAgreed(Algo::kOneCopy) == (n <= kOneCopyMaxRanks));
+    CHECK_FALSE(never.mayOfferIfAgreed(Algo::kOneCopy));
     const CollType colls[] = {CollType::kAllReduce, CollType::kBroadcast, CollType::kReduce, CollType::kAllGather,
                               CollType::kReduceScatter};
     for (CollType coll : colls) {
@@ -446,7 +449,7 @@ TEST_CASE("the one-copy collectives: offered beside the choice where the row win
         const Tuner::Choice o = never.choose(coll, bytes, MemKind::kDevice);
         CHECK(c.algo == o.algo);  // what runs where the records disagree
         CHECK(c.proto == o.proto);
-        CHECK_FALSE(o.oneCopyIfAgreed);
+        CHECK_FALSE(o.ifAgreed.has_value());
         CHECK(c.algo != Algo::kOneCopy);
         // Its own estimate against the rest's.
         CostQuery q;
@@ -459,15 +462,15 @@ TEST_CASE("the one-copy collectives: offered beside the choice where the row win
         const double mine = algorithm(Algo::kOneCopy).estimateUs(q);
         const double rest = never.estimateUs(coll, bytes, MemKind::kDevice);
         CHECK(mine < kNever);
-        CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks && mine < rest));
-        CHECK(t.estimateUs(coll, bytes, MemKind::kDevice) == Approx(c.oneCopyIfAgreed ? mine : rest));
+        CHECK((c.ifAgreed == Algo::kOneCopy) == (n <= kOneCopyMaxRanks && mine < rest));
+        CHECK(t.estimateUs(coll, bytes, MemKind::kDevice) == Approx(c.ifAgreed.has_value() ? mine : rest));
         // Never on host memory, nor for what runs point to point.
-        CHECK_FALSE(t.choose(coll, bytes, MemKind::kHost).oneCopyIfAgreed);
-        CHECK_FALSE(t.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).oneCopyIfAgreed);
+        CHECK_FALSE(t.choose(coll, bytes, MemKind::kHost).ifAgreed.has_value());
+        CHECK_FALSE(t.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).ifAgreed.has_value());
       }
       if (n <= kOneCopyMaxRanks) {
-        CHECK_FALSE(t.choose(coll, small, MemKind::kDevice).oneCopyIfAgreed);
-        CHECK(t.choose(coll, big, MemKind::kDevice).oneCopyIfAgreed);
+        CHECK_FALSE(t.choose(coll, small, MemKind::kDevice).ifAgreed.has_value());
+        CHECK(t.choose(coll, big, MemKind::kDevice).ifAgreed == Algo::kOneCopy);
       }
     }
     // Per byte of the call, the all-gather and reduce-scatter move n - 1 blocks, the all-reduce
@@ -508,10 +511,10 @@ TEST_CASE("the one-copy collectives: offered beside the choice where the row win
       for (size_t bytes : {small, big}) {
         for (CollType coll : colls) {
           const Tuner::Choice c = always.choose(coll, bytes, MemKind::kDevice);
-          CHECK(c.oneCopyIfAgreed == (n <= kOneCopyMaxRanks));
+          CHECK((c.ifAgreed == Algo::kOneCopy) == (n <= kOneCopyMaxRanks));
           CHECK(c.algo == never.choose(coll, bytes, MemKind::kDevice).algo);
         }
-        CHECK_FALSE(always.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).oneCopyIfAgreed);
+        CHECK_FALSE(always.choose(CollType::kAlltoAll, bytes, MemKind::kDevice).ifAgreed.has_value());
         CHECK(always.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo ==
               never.choose(CollType::kAllReduce, bytes, MemKind::kHost).algo);
       }
@@ -520,16 +523,16 @@ TEST_CASE("the one-copy collectives: offered beside the choice where the row win
     TunerFacts hosts = f;
     hosts.singleHost = false;
     hosts.oneCopy = OneCopyMode::kAlways;
-    CHECK_FALSE(Tuner(hosts).choose(CollType::kAllReduce, big, MemKind::kDevice).oneCopyIfAgreed);
-    CHECK_FALSE(Tuner(hosts).mayOfferOneCopy());
+    CHECK_FALSE(Tuner(hosts).choose(CollType::kAllReduce, big, MemKind::kDevice).ifAgreed.has_value());
+    CHECK_FALSE(Tuner(hosts).mayOfferIfAgreed(Algo::kOneCopy));
   }
   {
     // By a table without a one-copy row: nothing to offer, no call asks.
     ScopedTuningTable none(&kRows);
-    CHECK_FALSE(Tuner(oneHost(2)).mayOfferOneCopy());
+    CHECK_FALSE(Tuner(oneHost(2)).mayOfferIfAgreed(Algo::kOneCopy));
     TunerFacts always = oneHost(2);
     always.oneCopy = OneCopyMode::kAlways;
-    CHECK(Tuner(always).mayOfferOneCopy());
+    CHECK(Tuner(always).mayOfferIfAgreed(Algo::kOneCopy));
   }
 }
 

@@ -105,6 +105,21 @@ class Algorithm {
   virtual void connections(const AlgoContext& ctx, std::vector<ConnKey>* out) const = 0;
   // The lanes of one call, appended to *lanes (runs(call.coll) holds).
   virtual void plan(const AlgoContext& ctx, const AlgoCall& call, std::vector<LanePlan>* lanes) const = 0;
+
+  // How a call comes to run it (the tuner, Tuner::Choice):
+  //   kChosen    the tuner chooses it where its estimate is the least, and only then;
+  //   kAlone     its estimate assumes what only each rank knows (its buffers are registered):
+  //              where it is least between processes, the best of the rest runs, and where that
+  //              is aloneBeside() a registered rank takes this one on its own instead (its
+  //              neighbours check that they agree); both algorithms' connections are made;
+  //   kIfAgreed  it runs where every rank's records agree at enqueue (the device path's
+  //              exchange), offered beside the choice where its estimate is the least; it needs
+  //              no connections of its own. Forcing it (CHORUS_ALGO) offers it on every call.
+  enum class Taken : uint8_t { kChosen, kAlone, kIfAgreed };
+  virtual Taken taken() const { return Taken::kChosen; }
+  // kAlone: the choice beside which a rank may take it on its own (the connections that carry
+  // its first slot to its neighbours).
+  virtual std::optional<Algo> aloneBeside() const { return std::nullopt; }
 };
 
 // Both ends of the per-peer connection of family `f` with `peer` (per-peer families are indexed

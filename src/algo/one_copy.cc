@@ -7,7 +7,7 @@
 // input into every output. It runs only where every rank's record agrees at enqueue
 // (src/core/comm_onecopy.cc: every buffer on its GPU, registered between processes, the same
 // call), so the tuner offers it beside the algorithm that runs otherwise
-// (Tuner::Choice::oneCopyIfAgreed). docs/GPU.md, "One-copy collectives".
+// (Algorithm::Taken::kIfAgreed, Tuner::Choice::ifAgreed). docs/GPU.md, "One-copy collectives".
 #include <algorithm>
 
 #include "src/algo/algorithm.h"
@@ -29,6 +29,7 @@ class OneCopy final : public Algorithm {
   bool runs(CollType coll) const override { return runsOnChannels(coll); }
   bool runsOn(MemKind mem) const override { return mem == MemKind::kDevice; }
   int maxRanks() const override { return kOneCopyMaxRanks; }
+  Taken taken() const override { return Taken::kIfAgreed; }
 
   // A record to and from every peer at enqueue (in the row's cost per call), then one pass: a
   // signal round before and after (two hops) around each rank's share moved on its blocks

@@ -18,6 +18,10 @@ class Slice final : public Algorithm {
   int maxRanks() const override { return kMaxLanePeers + 1; }
   // It reads host buffers in place (threads of a process, registered memory); kernels run the ring.
   bool runsOn(MemKind mem) const override { return mem == MemKind::kHost; }
+  // Between processes only registered memory is readable in place: a rank whose buffers are
+  // registered takes it where the ring runs, and meets its ring neighbours' first slot.
+  Taken taken() const override { return Taken::kAlone; }
+  std::optional<Algo> aloneBeside() const override { return Algo::kRing; }
 
   // Three exchanges (descriptors, results, dones), each one hop; every rank reads n - 1 slices of
   // 1/n and sends its slice's result to n - 1 ranks. Only on one host.

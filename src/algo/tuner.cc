@@ -14,8 +14,10 @@ static_assert(static_cast<int>(CollType::kReduceScatter) == 4 && static_cast<int
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   nalgos_ = std::min(algorithmCount(), kAlgoSlots);
   for (int a = 0; a < nalgos_; ++a) algos_[a] = &algorithm(static_cast<Algo>(a));
-  // Forcing the one-copy algorithm offers it on every device collective on channels; the rest is chosen.
-  if (f_.forced == Algo::kOneCopy) {
+  // Forcing an algorithm taken where the ranks agree (one-copy) offers it on every device
+  // collective on channels; the rest is chosen.
+  if (f_.forced && static_cast<int>(*f_.forced) < nalgos_ &&
+      algos_[static_cast<int>(*f_.forced)]->taken() == Algorithm::Taken::kIfAgreed) {
     f_.forced.reset();
     if (f_.oneCopy != OneCopyMode::kNever) f_.oneCopy = OneCopyMode::kAlways;
   }
@@ -40,8 +42,7 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   // an interval). Calls then look their choice up instead of asking every algorithm.
   constexpr size_t kTop = size_t(1) << 46;
   auto same = [](const Choice& a, const Choice& b) {
-    return a.algo == b.algo && a.sliceIfRegistered == b.sliceIfRegistered && a.sliceConnections == b.sliceConnections &&
-           a.ringConnections == b.ringConnections && a.oneCopyIfAgreed == b.oneCopyIfAgreed;
+    return a.algo == b.algo && a.alone == b.alone && a.ifAgreed == b.ifAgreed;
   };
   for (int c = 0; c < kCollSlots; ++c) {
     const auto coll = static_cast<CollType>(c);
@@ -99,16 +100,16 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   q.oneProcess = f_.oneProcess;
   q.directMaxBytes = directCap_;
   q.model = f_.model;
-  // The least estimate over every candidate, and the least but the slice all-reduce's (which
-  // between processes runs only where a rank's buffers are registered).
+  // The least estimate over every candidate, and the least but those a rank takes alone (which
+  // between processes run only where a rank's buffers are registered: Algorithm::Taken::kAlone).
   bool found = false;
   bool foundOther = false;
   double otherUs = 0;
   Choice other;
   for (int i = 0; i < nalgos_; ++i) {
     const Algo a = static_cast<Algo>(i);
-    if (a == Algo::kOneCopy) continue;  // offered beside the choice, below
     const Algorithm& algo = *algos_[i];
+    if (algo.taken() == Algorithm::Taken::kIfAgreed) continue;  // offered beside the choice, below
     if (!algo.runs(coll) || !algo.runsOn(mem) || f_.nranks > algo.maxRanks()) continue;
     if (forcing && a != *f_.forced) continue;
     for (int pi = 0; pi < protos.n; ++pi) {
@@ -122,7 +123,7 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
       // A forced algorithm runs whatever its estimate; otherwise the least estimate wins, the
       // registry's order breaking ties.
       if (t == kNever && !forcing) continue;
-      if (a != Algo::kSlice && (!foundOther || t < otherUs)) {
+      if (algo.taken() != Algorithm::Taken::kAlone && (!foundOther || t < otherUs)) {
         foundOther = true;
         other.algo = a;
         other.proto = p;
@@ -143,37 +144,42 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     best.proto = q.proto;
     bestUs = ringCostUs(q);
   }
-  if (best.algo == Algo::kSlice && !f_.oneProcess && !forcing && foundOther) {
+  const Algorithm& won = *algos_[static_cast<int>(best.algo)];
+  if (won.taken() == Algorithm::Taken::kAlone && !f_.oneProcess && !forcing && foundOther) {
     // Between processes only registered memory is readable in place (the slice estimate assumes
     // it); without it the slice schedule moves as many bytes as the ring and was measured no
-    // faster (docs/PERFORMANCE.md). Where the ring is the best of the rest, it runs and a rank
-    // whose buffers are registered takes the slice all-reduce instead, as NCCL expects
-    // registration on every rank (a rank alone in it meets its ring neighbours' first slot, so
-    // both connect); where another is, that one runs.
+    // faster (docs/PERFORMANCE.md). Where the algorithm it goes beside is the best of the rest,
+    // that runs and a rank whose buffers are registered takes this one instead, as NCCL expects
+    // registration on every rank (a rank alone in it meets its neighbours' first slot, so both
+    // connect); where another is, that one runs.
+    const Algo alone = best.algo;
     best = other;
     bestUs = otherUs;
-    best.sliceIfRegistered = other.algo == Algo::kRing;
+    if (won.aloneBeside() == other.algo) best.alone = alone;
   }
-  // A one-copy collective runs only where every rank's buffers agree at enqueue: offered where
-  // it is estimated least (or CHORUS_ONECOPY=1), beside the choice that runs otherwise.
-  const Algorithm& oneCopy = *algos_[static_cast<int>(Algo::kOneCopy)];
-  if (!forcing && mayOfferOneCopy() && oneCopy.runs(coll) && oneCopy.runsOn(mem)) {
-    const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][static_cast<int>(Algo::kOneCopy)][0];
+  // An algorithm taken where the ranks agree runs only where every rank's buffers agree at
+  // enqueue: offered where it is estimated least (or CHORUS_ONECOPY=1), beside the choice that
+  // runs otherwise.
+  for (int i = 0; i < nalgos_ && !forcing; ++i) {
+    const Algorithm& agreed = *algos_[i];
+    if (agreed.taken() != Algorithm::Taken::kIfAgreed || !agreed.runs(coll) || !agreed.runsOn(mem) ||
+        !mayOfferIfAgreed(static_cast<Algo>(i))) {
+      continue;
+    }
+    const std::optional<TuningRow>& row = rows_[static_cast<int>(mem)][i][0];
     if (f_.oneCopy == OneCopyMode::kAlways) {
-      best.oneCopyIfAgreed = true;
+      best.ifAgreed = static_cast<Algo>(i);
     } else if (row) {
       q.proto = ProtoKind::kSimple;
       q.row = *row;
-      const double t = oneCopy.estimateUs(q);
+      const double t = agreed.estimateUs(q);
       if (t < bestUs) {
-        best.oneCopyIfAgreed = true;
+        best.ifAgreed = static_cast<Algo>(i);
         bestUs = t;
       }
     }
   }
   if (us) *us = bestUs;
-  best.sliceConnections = best.algo == Algo::kSlice || best.sliceIfRegistered;
-  best.ringConnections = best.algo == Algo::kRing;
   return best;
 }
 
@@ -192,7 +198,7 @@ ProtoKind Tuner::forcedDeviceProto() const {
 size_t Tuner::lastBytesOf(Algo a) const {
   size_t last = 0;
   for (const Segment& s : hostSegments()) {
-    if (s.choice.algo == a && !s.choice.sliceIfRegistered) last = s.maxBytes;
+    if (s.choice.algo == a && !s.choice.alone) last = s.maxBytes;
   }
   return last;
 }
@@ -207,7 +213,7 @@ std::string Tuner::describeHostAllReduce() const {
     const Choice& c = segments[i].choice;
     if (!s.empty()) s += ", ";
     s += algoName(c.algo);
-    if (c.sliceIfRegistered) s += " (slice where registered)";
+    if (c.alone) s += std::string(" (") + algoName(*c.alone) + " where registered)";
     if (segments[i].maxBytes != SIZE_MAX) {
       s += " up to " + std::to_string(segments[i].maxBytes) + " B";
     } else {
@@ -217,9 +223,9 @@ std::string Tuner::describeHostAllReduce() const {
   return s;
 }
 
-bool Tuner::mayOfferOneCopy() const {
+bool Tuner::mayOfferIfAgreed(Algo a) const {
+  const int i = static_cast<int>(a);
   if (f_.oneCopy == OneCopyMode::kNever || !f_.singleHost || f_.nranks < 2) return false;
-  const int i = static_cast<int>(Algo::kOneCopy);
   return f_.nranks <= algos_[i]->maxRanks() &&
          (f_.oneCopy == OneCopyMode::kAlways || rows_[static_cast<int>(MemKind::kDevice)][i][0].has_value());
 }

@@ -18,7 +18,7 @@ namespace chorus {
 
 // An all-reduce runs one of the registered algorithms (src/algo/algorithm.h); the other
 // collectives on channels run the ring (chain for the rooted ones). On device memory any of them
-// may be offered the one-copy algorithm beside that choice (Choice::oneCopyIfAgreed).
+// may be offered the one-copy algorithm beside that choice (Choice::ifAgreed).
 
 // CHORUS_ONECOPY: where the one-copy collectives (device memory) may run. kByTable (unset): where
 // the estimate is the least, from the one-copy tuning-table row; kAlways (1, or
@@ -82,26 +82,24 @@ class Tuner {
     Algo algo = Algo::kRing;
     // The protocol of device lanes (host lanes run their algorithm's own).
     ProtoKind proto = ProtoKind::kSimple;
-    // Ring chosen, but a rank whose buffers are registered between processes may run the slice
-    // all-reduce instead (it then checks that its neighbours did the same).
-    bool sliceIfRegistered = false;
-    // The slice all-reduce may run this call (forced, or estimated fastest): its connections are
-    // made whichever algorithm runs, so every rank connects alike.
-    bool sliceConnections = false;
-    // The ring's connections are needed: it runs, or a rank may run the slice all-reduce on its
-    // own (its hello to the next rank goes over the ring).
-    bool ringConnections = true;
-    // A device all-reduce: the one-copy algorithm runs it where every rank's record agrees at
-    // enqueue (OneCopyExchange::exchange), `algo` otherwise; its connections are `algo`'s.
-    bool oneCopyIfAgreed = false;
+    // An algorithm a rank whose buffers are registered runs in place of `algo` on its own
+    // (Algorithm::Taken::kAlone); it then checks that its neighbours did the same.
+    std::optional<Algo> alone;
+    // An algorithm every rank runs in place of `algo` where their records agree at enqueue
+    // (Algorithm::Taken::kIfAgreed; OneCopyExchange::exchange); its connections are `algo`'s.
+    std::optional<Algo> ifAgreed;
+    // The algorithms (a bit each) whose connections a call needs, whichever of them runs, so that
+    // every rank connects alike.
+    uint32_t connections() const { return algoBit(algo) | (alone ? algoBit(*alone) : 0u); }
   };
   // The algorithm (and on device memory the protocol) of a collective of `bytes` (one rank's
   // message) on channels (runsOnChannels(coll)): the least estimate over every registered
   // algorithm that runs it on that memory and every protocol the memory allows, each estimate
   // from its tuning-table row (src/algo/cost.h); an algorithm with no row is taken only when
   // forced. CHORUS_ALGO forces the all-reduce's algorithm on the memory it runs on (elsewhere the
-  // tuner chooses), CHORUS_PROTO the device protocol. The one-copy algorithm is offered beside
-  // the choice (Choice::oneCopyIfAgreed), as TunerFacts::oneCopy says. Host collectives are
+  // tuner chooses), CHORUS_PROTO the device protocol. An algorithm taken where the ranks agree
+  // (the one-copy collectives) is offered beside the choice (Choice::ifAgreed), as
+  // TunerFacts::oneCopy says. Host collectives are
   // looked up in segments computed once per collective (hostSegments: the all-reduce's).
   Choice choose(CollType coll, size_t bytes, MemKind mem = MemKind::kHost) const;
   // The chosen algorithm's estimate for the call (0 with one rank; kNever for a forced algorithm
@@ -138,9 +136,10 @@ class Tuner {
   static constexpr size_t kLL128ChannelBytes = 16 * 1024;
   int deviceChannels(size_t bytes, ProtoKind proto) const;
   int deviceChannelMax() const { return f_.deviceChannels; }
-  // Whether any device collective may be offered the one-copy algorithm (the setting, one host,
-  // its ranks, and under kByTable its row): where not, no call needs asking.
-  bool mayOfferOneCopy() const;
+  // Whether any device collective may be offered algorithm `a` (Algorithm::Taken::kIfAgreed: the
+  // one-copy collectives) where the ranks agree: the setting, one host, its ranks, and under
+  // kByTable its row.
+  bool mayOfferIfAgreed(Algo a) const;
 
   // The host all-reduce's choice by size: segment i holds sizes up to maxBytes (inclusive) past
   // the previous one's; the last reaches SIZE_MAX.

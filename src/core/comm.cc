@@ -118,7 +118,7 @@ Status Communicator::build(const BootstrapId& id, int rank, int nranks, const Co
                            std::to_string(algorithm(*forcedAlgo_).maxRanks()) + " ranks and this communicator has " +
                            std::to_string(nranks) + ": unset CHORUS_ALGO, or choose ring or tree");
   }
-  if (forcedAlgo_ == Algo::kOneCopy && config_.oneCopy == 0) {
+  if (forcedAlgo_ && algorithm(*forcedAlgo_).taken() == Algorithm::Taken::kIfAgreed && config_.oneCopy == 0) {
     return invalidArgument("CHORUS_ALGO=" + config_.algo +
                            " asks for the one-copy algorithm and CHORUS_ONECOPY=0 forbids it: unset one of them");
   }

@@ -32,11 +32,11 @@ std::vector<Communicator::ConnNeed> Communicator::connectionsNeeded(const std::v
     if (nranks_ < 2) continue;
     if (device) {
       const Tuner::Choice c = device_.choice(op);
-      algos |= algoBit(c.algo);
+      algos |= c.connections();
       deviceChannels = std::max(deviceChannels, device_.context(op, c.proto).nChannels);
       continue;
     }
-    algos |= HostPath::connectionBits(host_.choice(op));
+    algos |= host_.choice(op).connections();
   }
   // Point-to-point peers; only looked at (and allocated) when there are such ops. On device
   // memory every channel a transfer may take (Tuner::p2pChannelMax), whatever this one's size:

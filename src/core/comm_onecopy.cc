@@ -49,8 +49,7 @@ static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm
 
 bool OneCopyExchange::candidate(const OpInfo& op) const {
   // The tuner offers it (a device collective on channels, 2 to 8 ranks of one host, CHORUS_ONECOPY).
-  return op.device && runsOnChannels(op.coll) && comm_.tuner().mayOfferOneCopy() &&
-         comm_.devicePath().choice(op).oneCopyIfAgreed;
+  return op.device && runsOnChannels(op.coll) && comm_.devicePath().choice(op).ifAgreed == Algo::kOneCopy;
 }
 
 Status OneCopyExchange::describe(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,

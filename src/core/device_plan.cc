@@ -35,9 +35,9 @@ class DeviceChoices final : public PathChoices {
       // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
       po->label = po->lanes.empty() || DevicePath::oneRankScales(op) ? "one-rank" : kOneRankCopyLabel;
     } else {
-      const bool agreed = index < oneCopy_.size() && oneCopy_[index];
       const Tuner::Choice choice = path_.choice(op);
-      po->algo = agreed ? Algo::kOneCopy : choice.algo;
+      const bool agreed = index < oneCopy_.size() && oneCopy_[index] && choice.ifAgreed;
+      po->algo = agreed ? *choice.ifAgreed : choice.algo;
       po->label = algoName(po->algo);
       if (!agreed) {  // one-copy's blocks have no protocol
         po->lanesProto = choice.proto;

@@ -102,11 +102,11 @@ std::string HostPath::describeChannels() const {
 }
 
 Algo HostPath::algoFor(const OpInfo& op, const Tuner::Choice& c) const {
-  if (!c.sliceIfRegistered) return c.algo;
+  if (!c.alone) return c.algo;
   const size_t bytes = op.count * typeSize(op.type);
   MemShare& share = comm_.memShare();
   const bool registered = share.registered(op.sendbuff, bytes) && share.registered(op.recvbuff, bytes);
-  return registered ? Algo::kSlice : c.algo;
+  return registered ? *c.alone : c.algo;
 }
 
 LaneArgs HostPath::collArgs(const OpInfo& op) const {
@@ -189,7 +189,7 @@ class HostChoices final : public PathChoices {
     const Tuner::Choice choice = path_.choice(op);
     po->algo = path_.algoFor(op, choice);
     po->label = algoName(po->algo);
-    po->chosenAlone = po->algo == Algo::kSlice && choice.sliceIfRegistered;
+    po->chosenAlone = choice.alone && po->algo == *choice.alone;
     AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
     call.chosenAlone = po->chosenAlone;
     algorithm(po->algo).plan(context_, call, &po->lanes);
@@ -210,13 +210,6 @@ class HostChoices final : public PathChoices {
 
 }  // namespace
 
-uint32_t HostPath::connectionBits(const Tuner::Choice& c) {
-  uint32_t algos = algoBit(c.algo);
-  if (c.ringConnections) algos |= algoBit(Algo::kRing);
-  if (c.sliceConnections) algos |= algoBit(Algo::kSlice);
-  return algos;
-}
-
 Tuner::Choice HostPath::choice(const OpInfo& op) const {
   return comm_.tuner_.choose(op.coll, op.count * typeSize(op.type));
 }
@@ -232,7 +225,7 @@ std::optional<Algo> HostPath::loneInlineAlgo(const OpInfo& op) const {
   if (comm_.config().check) return std::nullopt;
   // The connections connectionsNeeded() would ask for this op, all made already.
   const Tuner::Choice c = choice(op);
-  const uint32_t algos = connectionBits(c);
+  const uint32_t algos = c.connections();
   if ((connectedAlgos_.load(std::memory_order_relaxed) & algos) != algos) return std::nullopt;
   return inlineAlgo(op, c);
 }

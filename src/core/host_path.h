@@ -52,9 +52,6 @@ class HostPath {
   // skips them.
   bool has(const ConnKey& k) const { return conns_.has(k); }
   std::atomic<uint32_t>& connectedAlgos() const { return connectedAlgos_; }
-  // The algorithms whose connections a host collective of the tuner's choice `c` needs (a bit
-  // each).
-  static uint32_t connectionBits(const Tuner::Choice& c);
   // A host connection made by the connection phases: kept (closed by closeAll, freed by
   // dropConnections after the transports), and this rank's cursor into its FIFO (`send`: the
   // sender's, logged with `transport`).
