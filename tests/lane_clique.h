@@ -24,8 +24,8 @@
 #include "src/common/log.h"
 #include "src/device/launch_desc.h"
 #include "src/device/launch_pack.h"
-#include "tests/host_block.h"
 #include "src/transport/transport.h"
+#include "tests/host_block.h"
 
 namespace chorus::device::lanetest {
 
