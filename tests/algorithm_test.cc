@@ -100,3 +100,89 @@ TEST_CASE("plans use only the connections their algorithm asked for, and cover t
     }
   }
 }
+
+// The descriptors (src/algo/coll.cc) against what NCCL's and MPI's calls take, written out here:
+// the root argument, who passes each buffer, and which hold a block per rank.
+TEST_CASE("each collective's descriptor says what its call takes", "[algorithm][coll]") {
+  using At = BufferUse::At;
+  using Root = Collective::Root;
+  struct Expect {
+    CollType c;
+    const char* name;
+    bool channels, reduces;
+    Root root;
+    At send;
+    bool sendBlocks;
+    At recv;
+    bool recvBlocks;
+  };
+  const Expect table[] = {
+      {CollType::kAllReduce, "AllReduce", true, true, Root::kNone, At::kEveryRank, false, At::kEveryRank, false},
+      {CollType::kBroadcast, "Broadcast", true, false, Root::kRoot, At::kRoot, false, At::kEveryRank, false},
+      {CollType::kReduce, "Reduce", true, true, Root::kRoot, At::kEveryRank, false, At::kRoot, false},
+      {CollType::kAllGather, "AllGather", true, false, Root::kNone, At::kEveryRank, false, At::kEveryRank, true},
+      {CollType::kReduceScatter, "ReduceScatter", true, true, Root::kNone, At::kEveryRank, true, At::kEveryRank, false},
+      {CollType::kAlltoAll, "AlltoAll", false, false, Root::kNone, At::kEveryRank, true, At::kEveryRank, true},
+      {CollType::kGather, "Gather", false, false, Root::kRoot, At::kEveryRank, false, At::kRoot, true},
+      {CollType::kScatter, "Scatter", false, false, Root::kRoot, At::kRoot, true, At::kEveryRank, false},
+      {CollType::kSend, "Send", false, false, Root::kPeer, At::kEveryRank, false, At::kNone, false},
+      {CollType::kRecv, "Recv", false, false, Root::kPeer, At::kNone, false, At::kEveryRank, false},
+  };
+  REQUIRE(sizeof(table) / sizeof(table[0]) == static_cast<size_t>(kCollCount));
+  for (const Expect& e : table) {
+    const Collective& d = collective(e.c);
+    INFO(e.name);
+    CHECK(d.type == e.c);
+    CHECK(std::string(collName(e.c)) == e.name);
+    CHECK(runsOnChannels(e.c) == e.channels);
+    CHECK(reduces(e.c) == e.reduces);
+    CHECK(d.root == e.root);
+    CHECK(d.send.at == e.send);
+    CHECK(d.send.perRank == e.sendBlocks);
+    CHECK(d.recv.at == e.recv);
+    CHECK(d.recv.perRank == e.recvBlocks);
+    CHECK((d.ring != nullptr) == e.channels);
+  }
+  // A root-only buffer is the root's alone; a buffer of every rank's is everyone's.
+  const BufferUse& bcastIn = collective(CollType::kBroadcast).send;
+  CHECK(bcastIn.usedBy(2, 2));
+  CHECK_FALSE(bcastIn.usedBy(1, 2));
+  CHECK(collective(CollType::kBroadcast).recv.usedBy(1, 2));
+  CHECK_FALSE(collective(CollType::kSend).recv.usedBy(0, 1));
+}
+
+// Each descriptor's ring schedule is the one its collective had by name: one channel's share of
+// the whole buffer counts from the share's offset, a rank block's is cut per block.
+TEST_CASE("the ring runs each collective on channels by its descriptor's schedule", "[algorithm][coll]") {
+  const int n = 4;
+  const std::vector<int> blockOf = {0, 1, 2, 3};
+  const size_t whole = 1000, offset = 250, count = 250, loop = 64;
+  auto same = [](const std::vector<Step>& a, const std::vector<Step>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].prim != b[i].prim || a[i].inOff != b[i].inOff || a[i].outOff != b[i].outOff ||
+          a[i].count != b[i].count || a[i].flags != b[i].flags) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto shifted = [](std::vector<Step> s, size_t by) {
+    for (Step& x : s) {
+      x.inOff += by;
+      x.outOff += by;
+    }
+    return s;
+  };
+  for (int pos = 0; pos < n; ++pos) {
+    const RingShare share{n, pos, 2, &blockOf, whole, offset, count, loop};
+    INFO("position " << pos);
+    CHECK(same(collective(CollType::kAllReduce).ring(share), shifted(ringAllReduce(n, pos, count, loop), offset)));
+    CHECK(same(collective(CollType::kBroadcast).ring(share), shifted(chainBroadcast(n, pos, 2, count, loop), offset)));
+    CHECK(same(collective(CollType::kReduce).ring(share), shifted(chainReduce(n, pos, 2, count, loop), offset)));
+    CHECK(
+        same(collective(CollType::kAllGather).ring(share), ringAllGather(n, pos, blockOf, whole, offset, count, loop)));
+    CHECK(same(collective(CollType::kReduceScatter).ring(share),
+               ringReduceScatter(n, pos, blockOf, whole, offset, count, loop)));
+  }
+}

@@ -59,7 +59,7 @@ class OneCopyRanks {
       k.args->nranks = static_cast<uint32_t>(n_);
       k.args->rank = static_cast<uint32_t>(r);
       k.args->parts = static_cast<uint32_t>(parts_);
-      k.args->coll = static_cast<uint8_t>(coll);
+      k.args->layout = oneCopyLayout(collective(coll));
       k.args->root = static_cast<uint8_t>(root);
       k.args->count = count;
       for (int q = 0; q < n_; ++q) {

@@ -143,11 +143,6 @@ constexpr int kOneCopyMaxRanks = 8;  // device::OneCopyArgs::kMaxRanks
 constexpr uint32_t kOneCopyMaxParts = 16;
 uint32_t oneCopyParts(CollType coll, size_t bytes, int nranks);
 inline uint32_t oneCopyParts(size_t bytes, int nranks) { return oneCopyParts(CollType::kAllReduce, bytes, nranks); }
-// Whether rank `rank`'s kernel reads its input (oneCopyReads) or writes its output
-// (oneCopyWrites) in one-copy collective `coll`: a broadcast reads only the root's input, a
-// reduce writes only the root's output; the others every rank's.
-constexpr bool oneCopyReads(CollType coll, int root, int rank) { return coll != CollType::kBroadcast || rank == root; }
-constexpr bool oneCopyWrites(CollType coll, int root, int rank) { return coll != CollType::kReduce || rank == root; }
 
 // The registry.
 int algorithmCount();

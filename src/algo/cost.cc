@@ -64,21 +64,11 @@ double costUs(const CostQuery& q, double steps, double latencyUs, double load) {
 double ringCostUs(const CostQuery& q) {
   const double n = q.nranks;
   if (q.nranks < 2) return costUs(q, 0, 0, 0);
-  switch (q.coll) {
-    case CollType::kAllReduce:
-      // Reduce-scatter then all-gather: 2(n-1) steps, each rank sending 2(n-1)/n of the message.
-      return costUs(q, 2 * (n - 1), q.model.ringLatencyUs, 2 * (n - 1) / n);
-    case CollType::kAllGather:
-    case CollType::kReduceScatter:
-      // Half of it, on n blocks of the message each: every rank sends n - 1 of them.
-      return costUs(q, n - 1, q.model.ringLatencyUs / 2, n - 1);
-    case CollType::kBroadcast:
-    case CollType::kReduce:
-      // A pipeline along the chain: its length once, then the message at the link's speed.
-      return costUs(q, n - 1, (n - 1) * q.hopUs(), 1);
-    default:
-      return kNever;  // not a collective on channels
-  }
+  const Collective& c = collective(q.coll);
+  if (!c.onChannels) return kNever;
+  const RingTraffic& t = c.ringTraffic;
+  return costUs(q, t.steps * (n - 1), t.latency * q.model.ringLatencyUs,
+                t.loadPerHopOverN * (n - 1) / n + t.loadPerHop * (n - 1) + t.loadFixed);
 }
 
 }  // namespace chorus

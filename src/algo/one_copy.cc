@@ -15,7 +15,10 @@
 namespace chorus {
 
 uint32_t oneCopyParts(CollType coll, size_t bytes, int nranks) {
-  const bool ownBlock = coll == CollType::kAllGather || coll == CollType::kReduceScatter;
+  // A rank's share is a whole block where a buffer holds a block per rank, else its part of the
+  // message.
+  const Collective& c = collective(coll);
+  const bool ownBlock = c.send.perRank || c.recv.perRank;
   const size_t share = ownBlock ? bytes : bytes / static_cast<size_t>(std::max(1, nranks));
   const size_t per = share / (256 * 1024);
   return static_cast<uint32_t>(std::clamp<size_t>(per, 1, kOneCopyMaxParts));
@@ -44,10 +47,11 @@ class OneCopy final : public Algorithm {
     const double n = q.nranks;
     CostQuery parts = q;
     parts.channels = static_cast<int>(oneCopyParts(q.coll, static_cast<size_t>(q.bytes), q.nranks));
+    const Collective& c = collective(q.coll);
     double load = 2 * (n - 1) / n;
-    if (q.coll == CollType::kReduce) load = 1;
-    if (q.coll == CollType::kBroadcast) load = (n - 1) / n;
-    if (q.coll == CollType::kAllGather || q.coll == CollType::kReduceScatter) load = n - 1;
+    if (c.recv.at == BufferUse::At::kRoot) load = 1;
+    if (c.send.at == BufferUse::At::kRoot) load = (n - 1) / n;
+    if (c.send.perRank || c.recv.perRank) load = n - 1;
     return costUs(parts, 1, 2 * q.hopUs(), load);
   }
 

@@ -1,7 +1,8 @@
 // The ring: every collective that runs on channels. Each channel takes its share of the elements
 // over its own ring (one connection to the next rank, one from the previous); the all-reduce is
 // reduce-scatter then all-gather, broadcast and reduce are chains that start or end at the root,
-// and all-gather and reduce-scatter move rank blocks along the ring (src/algo/schedule.h).
+// and all-gather and reduce-scatter move rank blocks along the ring (src/algo/schedule.h); each
+// collective's descriptor names its schedule (Collective::ring, src/algo/coll.cc).
 #include "src/algo/algorithm.h"
 
 namespace chorus {
@@ -33,33 +34,9 @@ class Ring final : public Algorithm {
       int rootPos = 0;
       while (rootPos < ctx.nranks && blockOf[rootPos] != call.root) ++rootPos;
       LanePlan lane;
-      switch (call.coll) {
-        case CollType::kAllReduce:
-          lane.steps = ringAllReduce(ctx.nranks, pos, b.count, loop);
-          break;
-        case CollType::kBroadcast:
-          lane.steps = chainBroadcast(ctx.nranks, pos, rootPos, b.count, loop);
-          break;
-        case CollType::kReduce:
-          lane.steps = chainReduce(ctx.nranks, pos, rootPos, b.count, loop);
-          break;
-        case CollType::kAllGather:
-          lane.steps = ringAllGather(ctx.nranks, pos, blockOf, call.count, b.offset, b.count, loop);
-          break;
-        case CollType::kReduceScatter:
-          lane.steps = ringReduceScatter(ctx.nranks, pos, blockOf, call.count, b.offset, b.count, loop);
-          break;
-        default:
-          // runs() takes the collectives on channels only: anything else here is a bug.
-          CHORUS_CHECK(!"the ring planned a collective that does not run on channels");
-      }
-      // The schedules of whole buffers count from the channel's share.
-      if (call.coll == CollType::kAllReduce || call.coll == CollType::kBroadcast || call.coll == CollType::kReduce) {
-        for (Step& s : lane.steps) {
-          s.inOff += b.offset;
-          s.outOff += b.offset;
-        }
-      }
+      // runs() takes the collectives on channels only, each with its ring schedule.
+      lane.steps = collective(call.coll).ring(
+          RingShare{ctx.nranks, pos, rootPos, &blockOf, call.count, b.offset, b.count, loop});
       if (ctx.nranks > 1) {
         lane.send[0] = ConnRef{ConnFamily::kRing, c};
         lane.recv[0] = ConnRef{ConnFamily::kRing, c};

@@ -8,9 +8,6 @@
 
 namespace chorus {
 
-static_assert(static_cast<int>(CollType::kReduceScatter) == 4 && static_cast<int>(CollType::kAlltoAll) == 5,
-              "the collectives on channels are CollType's first five values (Tuner::kCollSlots)");
-
 Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   nalgos_ = std::min(algorithmCount(), kAlgoSlots);
   for (int a = 0; a < nalgos_; ++a) algos_[a] = &algorithm(static_cast<Algo>(a));
@@ -44,7 +41,7 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
   auto same = [](const Choice& a, const Choice& b) {
     return a.algo == b.algo && a.alone == b.alone && a.ifAgreed == b.ifAgreed;
   };
-  for (int c = 0; c < kCollSlots; ++c) {
+  for (int c = 0; c < kChannelColls; ++c) {
     const auto coll = static_cast<CollType>(c);
     std::vector<Segment>& segments = hostSegments_[c];
     size_t from = 0;
@@ -70,7 +67,7 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
 
 Tuner::Choice Tuner::choose(CollType coll, size_t bytes, MemKind mem) const {
   const int c = static_cast<int>(coll);
-  if (mem == MemKind::kHost && c < kCollSlots && !hostSegments_[c].empty()) {
+  if (mem == MemKind::kHost && c < kChannelColls && !hostSegments_[c].empty()) {
     for (const Segment& s : hostSegments_[c]) {
       if (bytes <= s.maxBytes) return s.choice;
     }

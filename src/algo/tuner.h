@@ -173,9 +173,8 @@ class Tuner {
   TunerFacts f_;
   size_t directCap_ = 0;                 // CHORUS_DIRECT_MAX_BYTES over n - 1 (halved across hosts)
   static constexpr int kAlgoSlots = 32;  // algorithm.cc's bound on the registry
-  // Every host collective on channels by size (CollType's first kCollSlots values are those).
-  static constexpr int kCollSlots = 5;
-  std::vector<Segment> hostSegments_[kCollSlots];
+  // Every host collective on channels by size (CollType's first kChannelColls values are those).
+  std::vector<Segment> hostSegments_[kChannelColls];
   // The registry, looked up once: calls ask no function for an algorithm.
   const Algorithm* algos_[kAlgoSlots] = {};
   int nalgos_ = 0;

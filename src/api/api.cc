@@ -158,61 +158,23 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   const int n = c->nranks();
   const int me = c->rank();
   if (reduces(coll)) CHORUS_TRY(c->redOps().check(op, type));
-  const bool rooted = coll == CollType::kBroadcast || coll == CollType::kReduce || coll == CollType::kGather ||
-                      coll == CollType::kScatter;
-  if (rooted) CHORUS_TRY(checkRank(root, n, "root"));
-  if (coll == CollType::kSend || coll == CollType::kRecv) CHORUS_TRY(checkRank(root, n, "peer"));
-  const size_t wide = static_cast<size_t>(n);
-  // The buffers this rank uses, checked, for the memory-kind check below.
+  const Collective& what = collective(coll);
+  if (what.root == Collective::Root::kRoot) CHORUS_TRY(checkRank(root, n, "root"));
+  if (what.root == Collective::Root::kPeer) CHORUS_TRY(checkRank(root, n, "peer"));
+  // The buffers this rank uses (a root-only buffer at the root), checked, for the memory-kind
+  // check below; a buffer of one block per rank holds count x nranks elements.
+  CHORUS_TRY(checkBytes(count, what.send.perRank || what.recv.perRank ? static_cast<size_t>(n) : 1, type));
   BufUse used[2] = {};
   int nused = 0;
-  auto use = [&](const void* p, size_t elems, const char* name) -> Status {
-    CHORUS_TRY(checkPtr(p, elems, name));
-    if (elems > 0) used[nused++] = BufUse{p, name};
+  auto use = [&](const BufferUse& u, const void* p, const char* name, const char* rootName) -> Status {
+    if (!u.usedBy(me, root)) return Status::ok();
+    const char* label = u.at == BufferUse::At::kRoot ? rootName : name;
+    CHORUS_TRY(checkPtr(p, count, label));
+    if (count > 0) used[nused++] = BufUse{p, label};
     return Status::ok();
   };
-  switch (coll) {
-    case CollType::kAllReduce:
-      CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
-      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
-      break;
-    case CollType::kBroadcast:
-      CHORUS_TRY(checkBytes(count, 1, type));
-      if (me == root) CHORUS_TRY(use(sendbuff, count, "sendbuff (at the root)"));
-      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
-      break;
-    case CollType::kReduce:
-      CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
-      if (me == root) CHORUS_TRY(use(recvbuff, count, "recvbuff (at the root)"));
-      break;
-    case CollType::kAllGather:
-    case CollType::kReduceScatter:
-    case CollType::kAlltoAll:
-      CHORUS_TRY(checkBytes(count, wide, type));
-      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
-      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
-      break;
-    case CollType::kGather:
-      CHORUS_TRY(checkBytes(count, wide, type));
-      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
-      if (me == root) CHORUS_TRY(use(recvbuff, count, "recvbuff (at the root)"));
-      break;
-    case CollType::kScatter:
-      CHORUS_TRY(checkBytes(count, wide, type));
-      if (me == root) CHORUS_TRY(use(sendbuff, count, "sendbuff (at the root)"));
-      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
-      break;
-    case CollType::kSend:
-      CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(use(sendbuff, count, "sendbuff"));
-      break;
-    case CollType::kRecv:
-      CHORUS_TRY(checkBytes(count, 1, type));
-      CHORUS_TRY(use(recvbuff, count, "recvbuff"));
-      break;
-  }
+  CHORUS_TRY(use(what.send, sendbuff, "sendbuff", "sendbuff (at the root)"));
+  CHORUS_TRY(use(what.recv, recvbuff, "recvbuff", "recvbuff (at the root)"));
   if (c->config().logLevel >= LogLevel::kInfo) {
     c->log().info(kSubsysColl, "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} stream {}",
                   collName(coll), sendbuff, static_cast<void*>(recvbuff), count, typeName(type), static_cast<int>(op),

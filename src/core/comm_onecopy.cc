@@ -153,15 +153,14 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
   std::snprintf(r->server, sizeof(r->server), "%s", comm_.bootstrap().fdServerName().c_str());
   // A scalar the kernel reads from device memory is no value the ranks can agree on here.
   bool offers = bytes > 0 && !spec.scalePtr;
-  // Only the buffers the kernel touches here (oneCopyReads, oneCopyWrites), each of its size.
+  // Only the buffers the kernel touches here (a root-only buffer at the root), each of its size.
+  const Collective& c = collective(op.coll);
   const size_t blocks = bytes * static_cast<size_t>(nranks);
-  if (oneCopyReads(op.coll, op.root, me)) {
-    CHORUS_TRY(describe(op.sendbuff, op.coll == CollType::kReduceScatter ? blocks : bytes, crossProcess, true, &offers,
-                        &r->send));
+  if (c.send.usedBy(me, op.root)) {
+    CHORUS_TRY(describe(op.sendbuff, c.send.perRank ? blocks : bytes, crossProcess, true, &offers, &r->send));
   }
-  if (oneCopyWrites(op.coll, op.root, me)) {
-    CHORUS_TRY(
-        describe(op.recvbuff, op.coll == CollType::kAllGather ? blocks : bytes, crossProcess, true, &offers, &r->recv));
+  if (c.recv.usedBy(me, op.root)) {
+    CHORUS_TRY(describe(op.recvbuff, c.recv.perRank ? blocks : bytes, crossProcess, true, &offers, &r->recv));
   }
   if (offers) {
     CHORUS_ASSIGN_OR_RETURN(uint64_t * area, comm_.devicePath().deviceComm()->oneCopySignal());
@@ -204,7 +203,7 @@ Result<const device::OneCopyArgs*> OneCopyExchange::argsFor(const OpInfo& op, co
   a.nranks = static_cast<uint32_t>(nranks);
   a.rank = static_cast<uint32_t>(me);
   a.parts = oneCopyParts(op.coll, op.count * typeSize(op.type), nranks);
-  a.coll = static_cast<uint8_t>(op.coll);
+  a.layout = device::oneCopyLayout(collective(op.coll));
   a.root = static_cast<uint8_t>(op.root);
   a.count = op.count;
   for (int q = 0; q < nranks; ++q) {

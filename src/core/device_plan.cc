@@ -207,8 +207,9 @@ Result<std::vector<device::LaunchParams>> DevicePath::plan(const std::vector<OpI
     // The spans are this rank's buffers; peers' buffers (one-copy) are theirs to order: their
     // launches wait for this kernel's "done" signal before anything after it.
     const size_t elem = typeSize(op.type);
-    const size_t inBytes = op.count * elem * (op.coll == CollType::kReduceScatter ? nranks : 1);
-    const size_t outBytes = op.count * elem * (op.coll == CollType::kAllGather ? nranks : 1);
+    const Collective& c = collective(op.coll);
+    const size_t inBytes = op.count * elem * (c.send.perRank ? nranks : 1);
+    const size_t outBytes = op.count * elem * (c.recv.perRank ? nranks : 1);
     const auto* in = static_cast<const char*>(op.sendbuff);
     const auto* out = static_cast<const char*>(op.recvbuff);
     packer.addCollective(lanes, device::Span{in, in ? in + inBytes : nullptr},

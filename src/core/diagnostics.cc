@@ -142,8 +142,8 @@ void Diagnostics::stop() {
 namespace {
 
 FlightRecorder::HostOp hostOpOf(const OpInfo& op, uint64_t seq, const char* algo) {
-  const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
-                      op.coll == CollType::kScatter || op.coll == CollType::kSend || op.coll == CollType::kRecv;
+  // A send's or receive's peer shows as its root.
+  const bool rooted = collective(op.coll).root != Collective::Root::kNone;
   return FlightRecorder::HostOp{seq,
                                 collName(op.coll),
                                 algo,

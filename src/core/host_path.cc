@@ -152,7 +152,7 @@ namespace {
 // Whether any registered algorithm that runs inline runs `coll` (on channels), looked up once.
 bool inlineRuns(CollType coll) {
   static const std::vector<char> table = [] {
-    std::vector<char> t(static_cast<size_t>(CollType::kReduceScatter) + 1, 0);
+    std::vector<char> t(kChannelColls, 0);
     for (size_t c = 0; c < t.size(); ++c) {
       for (int i = 0; i < algorithmCount(); ++i) {
         const Algorithm& a = algorithm(static_cast<Algo>(i));

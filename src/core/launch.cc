@@ -43,7 +43,9 @@ void expandP2p(const OpInfo& op, int rank, int nranks, std::vector<P2pPart>* out
       out->push_back({false, op.root, nullptr, rb, bytes});
       break;
     default:
-      break;
+      // The collectives on channels are planned by their algorithm, never here; a collective
+      // that is neither is a bug, not a call with no transfers.
+      CHORUS_CHECK(!"expandP2p: a collective with no point-to-point plan");
   }
 }
 
@@ -110,9 +112,7 @@ CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
   r.op = !reduces(op.coll)      ? -1
          : op.op < chorusNumOps ? static_cast<int32_t>(op.op)
                                 : static_cast<int32_t>(chorusNumOps);
-  const bool rooted = op.coll == CollType::kBroadcast || op.coll == CollType::kReduce || op.coll == CollType::kGather ||
-                      op.coll == CollType::kScatter;
-  r.root = rooted ? op.root : -1;
+  r.root = collective(op.coll).root == Collective::Root::kRoot ? op.root : -1;
   return r;
 }
 
@@ -224,14 +224,11 @@ double estimateUs(const OpInfo& op, const Tuner& tuner, int nranks) {
     if (us != kNever) return us;
     return ringAllReduceUs(m, bytes);
   }
-  switch (op.coll) {
-    case CollType::kAlltoAll:
-    case CollType::kGather:
-    case CollType::kScatter:
-      return hopUs + (n - 1) * bytes * perByteUs;
-    default:  // a send or a receive
-      return hopUs + bytes * perByteUs;
-  }
+  // Point to point: a message to or from each peer where a buffer holds a block per rank (the
+  // root's, a gather's or scatter's), else one.
+  const Collective& c = collective(op.coll);
+  const double messages = c.send.perRank || c.recv.perRank ? n - 1 : 1;
+  return hopUs + messages * bytes * perByteUs;
 }
 
 }  // namespace chorus

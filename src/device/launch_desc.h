@@ -120,22 +120,39 @@ struct DeviceError {
 };
 static_assert(std::is_trivially_copyable_v<DeviceError>);
 
+// Where a one-copy collective's buffers are (OneCopyArgs::layout), from its descriptor's buffers
+// (Collective::send and recv, src/algo/coll.h): the kernel reads the layout, not the collective.
+enum OneCopyLayout : uint8_t {
+  kOneCopyFromRoot = 1,  // only the root's input (a broadcast)
+  kOneCopyToRoot = 2,    // only the root's output (a reduce)
+  kOneCopyInBlocks = 4,  // each input holds a block per rank (a reduce-scatter)
+  kOneCopyOutBlocks = 8  // each output holds a block per rank (an all-gather)
+};
+inline uint8_t oneCopyLayout(const Collective& c) {
+  return static_cast<uint8_t>((c.send.at == BufferUse::At::kRoot ? kOneCopyFromRoot : 0) |
+                              (c.recv.at == BufferUse::At::kRoot ? kOneCopyToRoot : 0) |
+                              (c.send.perRank ? kOneCopyInBlocks : 0) | (c.recv.perRank ? kOneCopyOutBlocks : 0));
+}
+
 // A one-copy collective (src/device/one_copy_exec.h, OneCopy): every rank's buffers and signal area
 // as this rank's kernel reaches them, in device memory (uploaded once per distinct set, so a
 // captured graph keeps it). Rank r's block k (of `parts`) moves its part of rank r's share:
-//   all-reduce, reduce, broadcast: part r * parts + k of the message (nranks * parts parts),
-//     from every input (the root's, broadcast) to every output (the root's, reduce);
-//   reduce-scatter: part k of block r, from block r of every input to rank r's output;
-//   all-gather: part k of rank r's input, to block r of every output.
+//   buffers of one block (all-reduce, reduce, broadcast): part r * parts + k of the message
+//     (nranks * parts parts), from every input (the root's only: kOneCopyFromRoot) to every
+//     output (the root's only: kOneCopyToRoot);
+//   inputs of a block per rank (reduce-scatter): part k of block r, from block r of every input
+//     to rank r's output;
+//   outputs of a block per rank (all-gather): part k of rank r's input, to block r of every
+//     output.
 struct OneCopyArgs {
   static constexpr int kMaxRanks = 8;
   uint32_t nranks = 0;
   uint32_t rank = 0;
   uint32_t parts = 0;  // blocks per rank (lane.seqIndex: which)
-  uint8_t coll = 0;    // CollType
-  uint8_t root = 0;    // broadcast, reduce
+  uint8_t layout = 0;  // OneCopyLayout
+  uint8_t root = 0;    // kOneCopyFromRoot, kOneCopyToRoot
   uint16_t pad = 0;
-  uint64_t count = 0;  // elements: the call's count (all-gather: each input's; reduce-scatter: each output's)
+  uint64_t count = 0;  // elements: the call's count (per block where a buffer holds a block per rank)
   const char* input[kMaxRanks] = {};
   char* output[kMaxRanks] = {};
   uint64_t* signal[kMaxRanks] = {};  // each rank's signal area (oneCopySignalBytes)

@@ -8,7 +8,6 @@
 
 #include "kernels/hd.h"
 #include "kernels/reduce.h"
-#include "src/algo/coll.h"
 #include "src/device/block_wait.h"
 #include "src/device/launch_desc.h"
 #include "src/device/vector_moves.h"
@@ -26,12 +25,12 @@ CHORUS_HD_OUTLINE void oneCopyPart(const OneCopyArgs* args, int32_t k, ReduceSpe
                                    unsigned nthreads) {
   const OneCopyArgs& a = *args;
   constexpr size_t kPer = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 1;
-  const auto coll = static_cast<CollType>(a.coll);
+  const uint8_t layout = a.layout;
   const uint32_t n = a.nranks;
   const uint32_t me = a.rank;
-  // Block `me` of a reduce-scatter's inputs and of an all-gather's outputs is this rank's share;
-  // the other collectives share the message out over every rank's blocks.
-  const bool ownBlock = coll == CollType::kReduceScatter || coll == CollType::kAllGather;
+  // Block `me` of inputs or outputs of a block per rank is this rank's share; buffers of one block
+  // share the message out over every rank's blocks.
+  const bool ownBlock = (layout & (kOneCopyInBlocks | kOneCopyOutBlocks)) != 0;
   const uint64_t nparts = ownBlock ? a.parts : uint64_t(n) * a.parts;
   const uint64_t part = (ownBlock ? 0 : uint64_t(me) * a.parts) + static_cast<uint64_t>(k);
   const uint64_t per = ((a.count + nparts - 1) / nparts + kPer - 1) / kPer * kPer;
@@ -39,29 +38,25 @@ CHORUS_HD_OUTLINE void oneCopyPart(const OneCopyArgs* args, int32_t k, ReduceSpe
   const uint64_t end = begin + per < a.count ? begin + per : a.count;
   const uint64_t block = uint64_t(me) * a.count * sizeof(T);
   VecReduce o{a.input, a.output, n, n, begin * sizeof(T), begin * sizeof(T), 0, tid, nthreads, -1};
-  switch (coll) {
-    case CollType::kBroadcast:
-      o.input = &a.input[a.root];
-      o.nin = 1;
-      if (a.output[a.root] == a.input[a.root]) o.skip = a.root;  // in place at the root
-      break;
-    case CollType::kReduce:
-      o.output = &a.output[a.root];
-      o.nout = 1;
-      break;
-    case CollType::kReduceScatter:
-      o.inAt += block;
-      o.output = &a.output[me];
-      o.nout = 1;
-      break;
-    case CollType::kAllGather:
-      o.input = &a.input[me];
-      o.nin = 1;
-      o.outAt += block;
-      if (a.output[me] + block == a.input[me]) o.skip = static_cast<int32_t>(me);  // in place
-      break;
-    default:  // all-reduce
-      break;
+  if (layout & kOneCopyFromRoot) {
+    o.input = &a.input[a.root];
+    o.nin = 1;
+    if (a.output[a.root] == a.input[a.root]) o.skip = a.root;  // in place at the root
+  }
+  if (layout & kOneCopyToRoot) {
+    o.output = &a.output[a.root];
+    o.nout = 1;
+  }
+  if (layout & kOneCopyInBlocks) {  // each rank's block `me` reduced into this rank's output
+    o.inAt += block;
+    o.output = &a.output[me];
+    o.nout = 1;
+  }
+  if (layout & kOneCopyOutBlocks) {  // this rank's input into block `me` of every output
+    o.input = &a.input[me];
+    o.nin = 1;
+    o.outAt += block;
+    if (a.output[me] + block == a.input[me]) o.skip = static_cast<int32_t>(me);  // in place
   }
   // Copies take no operator: a spec of none (an all-gather's or broadcast's lane carries the
   // call's, which is not theirs to apply).
