@@ -1,7 +1,5 @@
 #include "src/algo/coll.h"
 
-#include "src/common/status.h"
-
 namespace chorus {
 
 namespace {
@@ -48,8 +46,9 @@ constexpr RingTraffic kRingBlocks{1, 0.5, 0, 1, 0};
 // message at the link's speed.
 constexpr RingTraffic kChain{1, 0.5, 0, 0, 1};
 
-// Indexed by CollType.
-constexpr Collective kColls[] = {
+}  // namespace
+
+constexpr Collective kCollectives[kCollCount] = {
     {CollType::kAllReduce, "AllReduce", true, true, Root::kNone, kEvery, kEvery, ringAllReduceShare, kRingAllReduce},
     {CollType::kBroadcast, "Broadcast", true, false, Root::kRoot, kAtRoot, kEvery, chainBroadcastShare, kChain},
     {CollType::kReduce, "Reduce", true, true, Root::kRoot, kEvery, kAtRoot, chainReduceShare, kChain},
@@ -63,12 +62,13 @@ constexpr Collective kColls[] = {
     {CollType::kSend, "Send", false, false, Root::kPeer, kEvery, kNone, nullptr, {}},
     {CollType::kRecv, "Recv", false, false, Root::kPeer, kNone, kEvery, nullptr, {}},
 };
-static_assert(sizeof(kColls) / sizeof(kColls[0]) == kCollCount, "one row per collective");
+
+namespace {
 
 // Every row in its place, and a schedule exactly for those on channels.
 constexpr bool rowsInOrder() {
   for (int c = 0; c < kCollCount; ++c) {
-    const Collective& row = kColls[c];
+    const Collective& row = kCollectives[c];
     if (static_cast<int>(row.type) != c || row.onChannels != (c < kChannelColls)) return false;
     if (row.onChannels != (row.ring != nullptr)) return false;
   }
@@ -77,11 +77,5 @@ constexpr bool rowsInOrder() {
 static_assert(rowsInOrder(), "each collective's row at its CollType, the ones on channels first with a ring schedule");
 
 }  // namespace
-
-const Collective& collective(CollType c) {
-  const auto i = static_cast<int>(c);
-  CHORUS_CHECK(i >= 0 && i < kCollCount);
-  return kColls[i];
-}
 
 }  // namespace chorus

@@ -82,7 +82,9 @@ struct Collective {
   RingTraffic ringTraffic;
 };
 
-const Collective& collective(CollType c);
+// Indexed by CollType (src/algo/coll.cc); read inline, since every call reads it several times.
+extern const Collective kCollectives[kCollCount];
+inline const Collective& collective(CollType c) { return kCollectives[static_cast<int>(c)]; }
 
 inline const char* collName(CollType c) { return collective(c).name; }
 inline bool reduces(CollType c) { return collective(c).reduces; }

@@ -123,8 +123,10 @@ bool sameCall(const CheckRecord& a, const CheckRecord& b) {
 
 std::string describeCall(const CheckRecord& r) {
   static const char* const kOps[] = {"sum", "prod", "max", "min", "avg", "a custom operator"};
-  std::string s = std::string(collName(static_cast<CollType>(r.coll))) + " (count " + std::to_string(r.count) + ", " +
-                  typeName(static_cast<chorusDataType_t>(r.type));
+  // A peer's record: its collective checked before it names one.
+  const bool known = r.coll >= 0 && r.coll < kCollCount;
+  std::string s = std::string(known ? collName(static_cast<CollType>(r.coll)) : "an unknown collective") + " (count " +
+                  std::to_string(r.count) + ", " + typeName(static_cast<chorusDataType_t>(r.type));
   if (r.op >= 0) s += std::string(", op ") + kOps[r.op];
   if (r.root >= 0) s += ", root " + std::to_string(r.root);
   return s + ")";
