@@ -118,6 +118,21 @@ std::vector<Step> splitLocal(size_t count, size_t elemSize, size_t partBytes, si
 // `pos` is this rank's position on the ring of n ranks; the ring sends to position pos+1.
 // All-reduce over `count` elements: reduce-scatter then all-gather, in place in the output.
 std::vector<Step> ringAllReduce(int n, int pos, size_t count, size_t loopChunk);
+// Rank blocks of any sizes: rank r's block is count[r] elements at element at[r] of the buffer of
+// blocks (a reduce-scatter's input, an all-gather's output); this rank's own block lies at
+// element ownAt of its other buffer (the reduce-scatter's output, the all-gather's input). The
+// arrays are indexed by rank and hold one channel's share of each block.
+struct RankBlocks {
+  const size_t* at;
+  const size_t* count;
+  size_t ownAt;
+};
+// Reduce-scatter: ring position p ends with rank blockOf[p]'s block, every rank's reduced.
+std::vector<Step> ringReduceScatterBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
+                                          size_t loopChunk);
+// All-gather: position p's own block lands in rank blockOf[p]'s block of every output.
+std::vector<Step> ringAllGatherBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
+                                      size_t loopChunk);
 // Reduce-scatter of the elements [base, base+count) of each rank block (blocks are `stride`
 // elements apart in the input); ring position p ends with block `blockOf[p]` in its output.
 std::vector<Step> ringReduceScatter(int n, int pos, const std::vector<int>& blockOf, size_t stride, size_t base,
