@@ -122,6 +122,9 @@ TEST_CASE("each collective's descriptor says what its call takes", "[algorithm][
       {CollType::kReduce, "Reduce", true, true, Root::kRoot, At::kEveryRank, false, At::kRoot, false},
       {CollType::kAllGather, "AllGather", true, false, Root::kNone, At::kEveryRank, false, At::kEveryRank, true},
       {CollType::kReduceScatter, "ReduceScatter", true, true, Root::kNone, At::kEveryRank, true, At::kEveryRank, false},
+      {CollType::kAllGatherV, "AllGatherV", true, false, Root::kNone, At::kEveryRank, false, At::kEveryRank, true},
+      {CollType::kReduceScatterV, "ReduceScatterV", true, true, Root::kNone, At::kEveryRank, true, At::kEveryRank,
+       false},
       {CollType::kAlltoAll, "AlltoAll", false, false, Root::kNone, At::kEveryRank, true, At::kEveryRank, true},
       {CollType::kGather, "Gather", false, false, Root::kRoot, At::kEveryRank, false, At::kRoot, true},
       {CollType::kScatter, "Scatter", false, false, Root::kRoot, At::kRoot, true, At::kEveryRank, false},
@@ -142,6 +145,7 @@ TEST_CASE("each collective's descriptor says what its call takes", "[algorithm][
     CHECK(d.recv.at == e.recv);
     CHECK(d.recv.perRank == e.recvBlocks);
     CHECK((d.ring != nullptr) == e.channels);
+    CHECK(d.perRankCounts == (e.c == CollType::kAllGatherV || e.c == CollType::kReduceScatterV));
   }
   // A root-only buffer is the root's alone; a buffer of every rank's is everyone's.
   const BufferUse& bcastIn = collective(CollType::kBroadcast).send;

@@ -291,6 +291,20 @@ chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t 
                                    chorusRedOp_t op, chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
                                chorusComm_t comm, chorusStream_t stream);
+/** All-gather with a count per rank (MPI_Allgatherv): rank r contributes recvcounts[r] elements
+ *  (its sendcount; every rank passes the same recvcounts), which land in every rank's recvbuff at
+ *  element displs[r] (this rank's displacements; NULL: the blocks packed in rank order). Blocks
+ *  may be empty and must not overlap. In place when sendbuff == recvbuff + displs[rank]. */
+chorusResult_t chorusAllGatherV(const void* sendbuff, size_t sendcount, void* recvbuff, const size_t* recvcounts,
+                                const size_t* displs, chorusDataType_t datatype, chorusComm_t comm,
+                                chorusStream_t stream);
+/** Reduce-scatter with a count per rank (MPI_Reduce_scatter, with displacements): block r of
+ *  every rank's sendbuff (sendcounts[r] elements at element displs[r]; NULL: packed in rank order;
+ *  every rank passes the same sendcounts) is reduced with op into rank r's recvbuff, which holds
+ *  recvcount = sendcounts[r] elements. In place when recvbuff == sendbuff + displs[rank]. */
+chorusResult_t chorusReduceScatterV(const void* sendbuff, const size_t* sendcounts, const size_t* displs,
+                                    void* recvbuff, size_t recvcount, chorusDataType_t datatype, chorusRedOp_t op,
+                                    chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAlltoAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
                               chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,

@@ -51,7 +51,8 @@ struct AlgoCall {
   size_t count = 0;
   size_t elemSize = 1;
   int root = 0;
-  bool inPlace = false;  // the output is the input
+  bool inPlace = false;                 // the output is the input
+  const BlockLayout* blocks = nullptr;  // a v-collective's blocks (count: this rank's own)
   // This rank chose the algorithm on its own (its buffers are registered: the slice all-reduce)
   // and its ring neighbours may have chosen the ring: the plan greets them over the first ring's
   // connections, which every rank keeps for that case, so a disagreement fails at once.

@@ -22,6 +22,8 @@ enum class CollType {
   kReduce,
   kAllGather,
   kReduceScatter,
+  kAllGatherV,
+  kReduceScatterV,
   kAlltoAll,
   kGather,
   kScatter,
@@ -43,6 +45,17 @@ struct BufferUse {
   bool usedBy(int rank, int root) const { return at == At::kEveryRank || (at == At::kRoot && rank == root); }
 };
 
+// The blocks of a v-collective (all-gather-v, reduce-scatter-v): rank r's is counts[r] elements
+// at element displs[r] of the buffer of blocks, in this rank's layout; the counts are the same on
+// every rank, the displacements each rank's own.
+struct BlockLayout {
+  std::vector<size_t> counts;
+  std::vector<size_t> displs;
+  size_t longest() const;
+  size_t extent() const;  // elements the buffer of blocks spans
+  uint64_t countsHash() const;
+};
+
 // One channel's share of a collective on the ring (Ring::plan): this rank's position, the root's,
 // the ranks along the ring, and the channel's elements [offset, offset + count) of the call's
 // `whole` (a rank block's, where the buffers hold one block per rank).
@@ -55,6 +68,10 @@ struct RingShare {
   size_t offset = 0;
   size_t count = 0;
   size_t loopChunk = 0;
+  // A v-collective's blocks, cut per channel by the schedule (channel `channel` of `channels`).
+  const BlockLayout* blocks = nullptr;
+  int channels = 1;
+  int channel = 0;
 };
 
 // What the ring (the chain for rooted collectives) sends, for the tuner's estimate (costUs's
@@ -77,6 +94,9 @@ struct Collective {
   enum class Root : uint8_t { kNone, kRoot, kPeer } root;  // what the call's `root` argument is
   BufferUse send;
   BufferUse recv;
+  // Each rank's block has its own size (a v-collective: the call's BlockLayout); `count` is this
+  // rank's own block.
+  bool perRankCounts;
   // On channels: the ring's (chain's) steps for one channel's share, and their traffic.
   std::vector<Step> (*ring)(const RingShare&);
   RingTraffic ringTraffic;

@@ -29,7 +29,8 @@ namespace {
 class OneCopy final : public Algorithm {
  public:
   const char* name() const override { return "one-copy"; }
-  bool runs(CollType coll) const override { return runsOnChannels(coll); }
+  // Blocks of one size: a v-collective's are the ring's.
+  bool runs(CollType coll) const override { return runsOnChannels(coll) && !collective(coll).perRankCounts; }
   bool runsOn(MemKind mem) const override { return mem == MemKind::kDevice; }
   int maxRanks() const override { return kOneCopyMaxRanks; }
   Taken taken() const override { return Taken::kIfAgreed; }

@@ -26,7 +26,9 @@ class Ring final : public Algorithm {
   void plan(const AlgoContext& ctx, const AlgoCall& call, std::vector<LanePlan>* lanes) const override {
     const size_t loop = ringLoopChunk(ctx.slotBytes, ctx.slots, call.elemSize);
     for (int c = 0; c < ctx.nChannels; ++c) {
-      const Block b = partition(call.count, ctx.nChannels, c);
+      // A v-collective's channels are cut by its longest block (every rank's alike), each
+      // block's part by the schedule.
+      const Block b = partition(call.blocks ? call.blocks->longest() : call.count, ctx.nChannels, c);
       if (b.count == 0) continue;
       // Position p of this channel's ring holds rank blockOf[p]; its block is its rank's.
       const std::vector<int>& blockOf = (*ctx.rings)[c];
@@ -35,8 +37,8 @@ class Ring final : public Algorithm {
       while (rootPos < ctx.nranks && blockOf[rootPos] != call.root) ++rootPos;
       LanePlan lane;
       // runs() takes the collectives on channels only, each with its ring schedule.
-      lane.steps = collective(call.coll).ring(
-          RingShare{ctx.nranks, pos, rootPos, &blockOf, call.count, b.offset, b.count, loop});
+      lane.steps = collective(call.coll).ring(RingShare{ctx.nranks, pos, rootPos, &blockOf, call.count, b.offset,
+                                                        b.count, loop, call.blocks, ctx.nChannels, c});
       if (ctx.nranks > 1) {
         lane.send[0] = ConnRef{ConnFamily::kRing, c};
         lane.recv[0] = ConnRef{ConnFamily::kRing, c};

@@ -149,9 +149,57 @@ void waitForCalls(const CommHandle& h, int64_t deadlineNs) {
   }
 }
 
-// Validates and submits one operation.
+// A v-collective's blocks from the caller's arrays (counts: one per rank; displs: NULL for blocks
+// packed in rank order), checked: this rank's count is its own block's, nothing overflows, and
+// blocks this rank receives into do not overlap.
+Result<std::shared_ptr<const BlockLayout>> blockLayout(const Collective& what, const size_t* counts,
+                                                       const size_t* displs, int n, int me, size_t count,
+                                                       chorusDataType_t type) {
+  const char* countsName = what.recv.perRank ? "recvcounts" : "sendcounts";
+  const char* ownName = what.recv.perRank ? "sendcount" : "recvcount";
+  if (!counts) return invalidArgument(std::string(countsName) + " is NULL: it needs one count per rank");
+  auto l = std::make_shared<BlockLayout>();
+  l->counts.assign(counts, counts + n);
+  if (l->counts[me] != count) {
+    return invalidArgument(std::string(ownName) + " " + std::to_string(count) + " differs from " + countsName + "[" +
+                           std::to_string(me) + "] = " + std::to_string(l->counts[me]) +
+                           " (this rank's own block): every rank passes the same " + countsName);
+  }
+  l->displs.resize(n);
+  size_t next = 0;
+  for (int r = 0; r < n; ++r) {
+    l->displs[r] = displs ? displs[r] : next;
+    if (l->counts[r] > SIZE_MAX - l->displs[r]) {
+      return invalidArgument("block " + std::to_string(r) + " (displs " + std::to_string(l->displs[r]) + ", count " +
+                             std::to_string(l->counts[r]) + ") overflows a size");
+    }
+    next = l->displs[r] + l->counts[r];
+  }
+  CHORUS_TRY(checkBytes(l->extent(), 1, type));
+  if (what.recv.perRank) {
+    std::vector<int> order;
+    for (int r = 0; r < n; ++r) {
+      if (l->counts[r] > 0) order.push_back(r);
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return l->displs[a] < l->displs[b]; });
+    for (size_t i = 1; i < order.size(); ++i) {
+      const int a = order[i - 1], b = order[i];
+      if (l->displs[a] + l->counts[a] > l->displs[b]) {
+        return invalidArgument("the blocks of ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                               " overlap in recvbuff (displs " + std::to_string(l->displs[a]) + " count " +
+                               std::to_string(l->counts[a]) + ", displs " + std::to_string(l->displs[b]) +
+                               "): each rank's block needs its own elements");
+      }
+    }
+  }
+  return std::shared_ptr<const BlockLayout>(std::move(l));
+}
+
+// Validates and submits one operation (a v-collective's blocks: counts and displs, as the caller
+// passed them).
 Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t type,
-               chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream) {
+               chorusRedOp_t op, int root, chorusComm_t comm, chorusStream_t stream, const size_t* counts = nullptr,
+               const size_t* displs = nullptr) {
   CHORUS_ASSIGN_OR_RETURN(CommRef c, usableComm(comm));
   CHORUS_TRY(checkType(type));
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, lookupStream(stream));
@@ -162,15 +210,22 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   if (what.root == Collective::Root::kRoot) CHORUS_TRY(checkRank(root, n, "root"));
   if (what.root == Collective::Root::kPeer) CHORUS_TRY(checkRank(root, n, "peer"));
   // The buffers this rank uses (a root-only buffer at the root), checked, for the memory-kind
-  // check below; a buffer of one block per rank holds count x nranks elements.
-  CHORUS_TRY(checkBytes(count, what.send.perRank || what.recv.perRank ? static_cast<size_t>(n) : 1, type));
+  // check below; a buffer of one block per rank holds count x nranks elements (a v-collective's:
+  // as far as its blocks reach).
+  std::shared_ptr<const BlockLayout> blocks;
+  if (what.perRankCounts) {
+    CHORUS_ASSIGN_OR_RETURN(blocks, blockLayout(what, counts, displs, n, me, count, type));
+  } else {
+    CHORUS_TRY(checkBytes(count, what.send.perRank || what.recv.perRank ? static_cast<size_t>(n) : 1, type));
+  }
   BufUse used[2] = {};
   int nused = 0;
   auto use = [&](const BufferUse& u, const void* p, const char* name, const char* rootName) -> Status {
     if (!u.usedBy(me, root)) return Status::ok();
     const char* label = u.at == BufferUse::At::kRoot ? rootName : name;
-    CHORUS_TRY(checkPtr(p, count, label));
-    if (count > 0) used[nused++] = BufUse{p, label};
+    const size_t elems = u.perRank && blocks ? blocks->extent() : count;
+    CHORUS_TRY(checkPtr(p, elems, label));
+    if (elems > 0) used[nused++] = BufUse{p, label};
     return Status::ok();
   };
   CHORUS_TRY(use(what.send, sendbuff, "sendbuff", "sendbuff (at the root)"));
@@ -183,6 +238,7 @@ Status enqueue(CollType coll, const void* sendbuff, void* recvbuff, size_t count
   CHORUS_ASSIGN_OR_RETURN(bool device, onDevice(*c, used, nused, s.get()));
   OpInfo info{coll, sendbuff, recvbuff, count, type, op, root, c.get(), std::move(s), false, ReduceSpec{}};
   info.device = device;
+  info.blocks = std::move(blocks);
   if (reduces(coll)) info.spec = c->redOps().spec(op, type, device);
   c->devicePath().choose(info);
   return submitOp(info);
@@ -706,6 +762,24 @@ chorusResult_t chorusAlltoAll(const void* sendbuff, void* recvbuff, size_t count
                               chorusComm_t comm, chorusStream_t stream) {
   return guard("chorusAlltoAll", [&] {
     return enqueue(CollType::kAlltoAll, sendbuff, recvbuff, count, datatype, chorusSum, 0, comm, stream);
+  });
+}
+
+chorusResult_t chorusAllGatherV(const void* sendbuff, size_t sendcount, void* recvbuff, const size_t* recvcounts,
+                                const size_t* displs, chorusDataType_t datatype, chorusComm_t comm,
+                                chorusStream_t stream) {
+  return guard("chorusAllGatherV", [&] {
+    return enqueue(CollType::kAllGatherV, sendbuff, recvbuff, sendcount, datatype, chorusSum, 0, comm, stream,
+                   recvcounts, displs);
+  });
+}
+
+chorusResult_t chorusReduceScatterV(const void* sendbuff, const size_t* sendcounts, const size_t* displs,
+                                    void* recvbuff, size_t recvcount, chorusDataType_t datatype, chorusRedOp_t op,
+                                    chorusComm_t comm, chorusStream_t stream) {
+  return guard("chorusReduceScatterV", [&] {
+    return enqueue(CollType::kReduceScatterV, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream, sendcounts,
+                   displs);
   });
 }
 

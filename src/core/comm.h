@@ -54,11 +54,17 @@ struct OpInfo {
   std::shared_ptr<Stream> stream;  // null: the NULL stream
   bool device = false;             // the buffers are device memory (the device path)
   ReduceSpec spec;                 // a reduction's operator, resolved when the call was made
+  // A v-collective's blocks (Collective::perRankCounts), copied when the call was made; `count`
+  // is this rank's own block.
+  std::shared_ptr<const BlockLayout> blocks;
   // A device collective's tuner choice, made once when the call was made (chosen): connecting,
   // the one-copy offer and planning read it (DevicePath::choice).
   bool chosen = false;
   Tuner::Choice choice{};
 };
+
+// The count every rank's plan and choice read alike: a v-collective's longest block.
+inline size_t agreedCount(const OpInfo& op) { return op.blocks ? op.blocks->longest() : op.count; }
 
 // Reads the plan-changing fields of a user config (blocking, timeout) on top of the environment.
 // The inits of one clique (chorusCommInitAll), threads of one process: the first to fail ends

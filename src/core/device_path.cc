@@ -54,7 +54,7 @@ void DevicePath::placeRanks(const std::vector<GpuSeat>& seats, bool singleHost) 
 DevicePeer DevicePath::self() const { return DevicePeer{comm_.peers_[comm_.rank_], gpuInfo_}; }
 
 Tuner::Choice DevicePath::choice(const OpInfo& op) const {
-  return op.chosen ? op.choice : comm_.tuner_.choose(op.coll, op.count * typeSize(op.type), MemKind::kDevice);
+  return op.chosen ? op.choice : comm_.tuner_.choose(op.coll, agreedCount(op) * typeSize(op.type), MemKind::kDevice);
 }
 
 void DevicePath::choose(OpInfo& op) const {

@@ -29,7 +29,7 @@ class DeviceChoices final : public PathChoices {
 
   Status planCollective(size_t index, PlannedOp* po) override {
     const OpInfo& op = *po->op;
-    const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+    const AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff, op.blocks.get()};
     if (nranks_ == 1) {
       po->lanes = path_.planOneRank(op);
       // Lanes that copy as they are run as cudaMemcpyAsync (DeviceComm::enqueue, plainCopies).
@@ -89,7 +89,7 @@ AlgoContext DevicePath::context(int channels, ProtoKind proto) const {
 }
 
 AlgoContext DevicePath::context(const OpInfo& op, ProtoKind proto) const {
-  return context(comm_.tuner_.deviceChannels(op.count * typeSize(op.type), proto), proto);
+  return context(comm_.tuner_.deviceChannels(agreedCount(op) * typeSize(op.type), proto), proto);
 }
 
 std::vector<LanePlan> DevicePath::planOneRank(const OpInfo& op) const {
@@ -100,11 +100,17 @@ std::vector<LanePlan> DevicePath::planOneRank(const OpInfo& op) const {
   // parts took 28 us a call where 8 B in one took 14 and a memcpy of 2 MiB 5.5.
   const size_t elem = typeSize(op.type);
   const bool scales = oneRankScales(op);
-  const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || scales);
+  // A v-collective's one block lies at its displacement in the buffer of blocks.
+  const Collective& c = collective(op.coll);
+  const size_t inAt = op.blocks && c.send.perRank ? op.blocks->displs[0] : 0;
+  const size_t outAt = op.blocks && c.recv.perRank ? op.blocks->displs[0] : 0;
+  const bool moves = op.count > 0 && (op.sendbuff != op.recvbuff || inAt != outAt || scales);
   std::vector<LanePlan> plans;
   if (!moves) return plans;
   const size_t parts = scales ? static_cast<size_t>(channels_) : 1;
-  for (const Step& part : splitLocal(op.count, elem, kOneRankPartBytes, parts)) {
+  for (Step part : splitLocal(op.count, elem, kOneRankPartBytes, parts)) {
+    part.inOff += inAt;
+    part.outOff += outAt;
     LanePlan lp;
     lp.steps = {part};
     lp.channel = static_cast<int>(plans.size());
@@ -208,8 +214,9 @@ Result<std::vector<device::LaunchParams>> DevicePath::plan(const std::vector<OpI
     // launches wait for this kernel's "done" signal before anything after it.
     const size_t elem = typeSize(op.type);
     const Collective& c = collective(op.coll);
-    const size_t inBytes = op.count * elem * (c.send.perRank ? nranks : 1);
-    const size_t outBytes = op.count * elem * (c.recv.perRank ? nranks : 1);
+    const size_t blocks = op.blocks ? op.blocks->extent() : op.count * nranks;
+    const size_t inBytes = elem * (c.send.perRank ? blocks : op.count);
+    const size_t outBytes = elem * (c.recv.perRank ? blocks : op.count);
     const auto* in = static_cast<const char*>(op.sendbuff);
     const auto* out = static_cast<const char*>(op.recvbuff);
     packer.addCollective(lanes, device::Span{in, in ? in + inBytes : nullptr},

@@ -190,7 +190,7 @@ class HostChoices final : public PathChoices {
     po->algo = path_.algoFor(op, choice);
     po->label = algoName(po->algo);
     po->chosenAlone = choice.alone && po->algo == *choice.alone;
-    AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff};
+    AlgoCall call{op.coll, op.count, typeSize(op.type), op.root, op.sendbuff == op.recvbuff, op.blocks.get()};
     call.chosenAlone = po->chosenAlone;
     algorithm(po->algo).plan(context_, call, &po->lanes);
     return Status::ok();
@@ -211,11 +211,12 @@ class HostChoices final : public PathChoices {
 }  // namespace
 
 Tuner::Choice HostPath::choice(const OpInfo& op) const {
-  return comm_.tuner_.choose(op.coll, op.count * typeSize(op.type));
+  return comm_.tuner_.choose(op.coll, agreedCount(op) * typeSize(op.type));
 }
 
 std::optional<Algo> HostPath::inlineAlgo(const OpInfo& op, const Tuner::Choice& c) const {
-  if (op.device || !inlineRuns(op.coll) || comm_.nranks() < 2) return std::nullopt;
+  // A v-collective's plan depends on its blocks: the general path plans each.
+  if (op.device || op.blocks || !inlineRuns(op.coll) || comm_.nranks() < 2) return std::nullopt;
   const Algo algo = algoFor(op, c);
   if (!algorithm(algo).runsInline()) return std::nullopt;
   return algo;

@@ -96,7 +96,7 @@ namespace {
 // One collective as CHORUS_CHECK compares it across ranks.
 struct CheckRecord {
   uint64_t index;  // which collective of the communicator (counted by the check)
-  uint64_t count;
+  uint64_t count;  // a v-collective's: a hash of every rank's count (BlockLayout::countsHash)
   int32_t coll;
   int32_t type;
   int32_t op;    // -1: no reduction; chorusNumOps: any custom operator (handles are per rank)
@@ -106,7 +106,7 @@ struct CheckRecord {
 CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
   CheckRecord r{};
   r.index = index;
-  r.count = op.count;
+  r.count = op.blocks ? op.blocks->countsHash() : op.count;
   r.coll = static_cast<int32_t>(op.coll);
   r.type = op.type;
   r.op = !reduces(op.coll)      ? -1
@@ -125,8 +125,10 @@ std::string describeCall(const CheckRecord& r) {
   static const char* const kOps[] = {"sum", "prod", "max", "min", "avg", "a custom operator"};
   // A peer's record: its collective checked before it names one.
   const bool known = r.coll >= 0 && r.coll < kCollCount;
-  std::string s = std::string(known ? collName(static_cast<CollType>(r.coll)) : "an unknown collective") + " (count " +
-                  std::to_string(r.count) + ", " + typeName(static_cast<chorusDataType_t>(r.type));
+  const bool varies = known && collective(static_cast<CollType>(r.coll)).perRankCounts;
+  std::string s = std::string(known ? collName(static_cast<CollType>(r.coll)) : "an unknown collective") +
+                  (varies ? " (counts hashed to " : " (count ") + std::to_string(r.count) + ", " +
+                  typeName(static_cast<chorusDataType_t>(r.type));
   if (r.op >= 0) s += std::string(", op ") + kOps[r.op];
   if (r.root >= 0) s += ", root " + std::to_string(r.root);
   return s + ")";

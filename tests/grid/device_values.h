@@ -172,8 +172,8 @@ inline double reduced(int t, int op, int n, size_t i) {
   return acc;
 }
 
-inline const char* const kCollName[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
-                                        "alltoall",  "gather",    "scatter", "sendrecv"};
+inline const char* const kCollName[] = {"allreduce", "broadcast", "reduce",   "allgather",  "reducescatter", "alltoall",
+                                        "gather",    "scatter",   "sendrecv", "allgatherv", "reducescatterv"};
 inline bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
 // Elements of each rank's input and output for `count`.
 inline size_t inCount(Coll c, size_t count, int n) {
@@ -212,6 +212,9 @@ inline chorusResult_t issueOne(Coll c, chorusComm_t cm, int r, int n, const void
       const chorusResult_t end = chorusGroupEnd();
       return rc != chorusSuccess ? rc : end;
     }
+    case Coll::kAllGatherV:
+    case Coll::kReduceScatterV:
+      break;  // not in the device grids yet: a test that names one fails here
   }
   return chorusInvalidArgument;
 }
@@ -256,6 +259,9 @@ inline bool expected(Coll c, int t, int op, int n, int r, int root, size_t count
     case Coll::kSendRecv:
       for (size_t i = 0; i < count; ++i) put(i, valueOf(t, (r + n - 1) % n, i));
       break;
+    case Coll::kAllGatherV:
+    case Coll::kReduceScatterV:
+      return false;  // not in the device grids yet
   }
   return true;
 }

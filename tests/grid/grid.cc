@@ -11,9 +11,15 @@
 namespace chorus::test {
 
 const char* collName(Coll c) {
-  static const char* k[] = {"allreduce", "broadcast", "reduce",  "allgather", "reducescatter",
-                            "alltoall",  "gather",    "scatter", "sendrecv"};
+  static const char* k[] = {"allreduce", "broadcast", "reduce",   "allgather",  "reducescatter", "alltoall",
+                            "gather",    "scatter",   "sendrecv", "allgatherv", "reducescatterv"};
   return k[static_cast<int>(c)];
+}
+
+std::vector<size_t> vCounts(size_t count, int n) {
+  std::vector<size_t> counts(n);
+  for (int r = 0; r < n; ++r) counts[r] = r % 3 == 1 ? 0 : count + static_cast<size_t>(r);
+  return counts;
 }
 
 const char* opName(Op o) {
@@ -324,8 +330,9 @@ std::string Case::describe() const {
 std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
   std::vector<Coll> colls = opts.colls;
   if (colls.empty()) {
-    colls = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
-             Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
+    colls = {Coll::kAllReduce,     Coll::kBroadcast,  Coll::kReduce,        Coll::kAllGather,
+             Coll::kReduceScatter, Coll::kAlltoAll,   Coll::kGather,        Coll::kScatter,
+             Coll::kSendRecv,      Coll::kAllGatherV, Coll::kReduceScatterV};
   }
   std::vector<chorusDataType_t> types = opts.types;
   if (types.empty()) {
@@ -344,7 +351,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
   std::vector<Case> out;
   size_t pairwise = 0;
   for (Coll coll : colls) {
-    const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
+    const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter ||
+                         coll == Coll::kReduceScatterV;
     const bool rooted =
         coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
     const bool inPlaceOk = coll != Coll::kAlltoAll && coll != Coll::kSendRecv;
@@ -375,7 +383,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
     for (Coll coll : colls) {
       for (chorusDataType_t type : {chorusFloat32, chorusInt8}) {
         if (std::find(types.begin(), types.end(), type) == types.end()) continue;
-        const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter;
+        const bool reduces = coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kReduceScatter ||
+                             coll == Coll::kReduceScatterV;
         out.push_back(Case{coll, type, reduces ? Op::kSum : Op::kNone, (size_t(3) << 20) / tsize(type) + 3, nranks - 1,
                            false, 0});
       }
@@ -417,6 +426,16 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
     default:
       break;
   }
+  // A v-collective's blocks, packed: rank r's at displs[r].
+  std::vector<size_t> vcounts, displs;
+  if (c.coll == Coll::kAllGatherV || c.coll == Coll::kReduceScatterV) {
+    vcounts = vCounts(count, n);
+    displs.assign(n, 0);
+    for (int r = 1; r < n; ++r) displs[r] = displs[r - 1] + vcounts[r - 1];
+    const size_t total = displs[n - 1] + vcounts[n - 1];
+    sendElems = c.coll == Coll::kAllGatherV ? vcounts[rank] : total;
+    recvElems = c.coll == Coll::kAllGatherV ? total : vcounts[rank];
+  }
   // In place, one buffer serves both; it has the larger size.
   // CHORUS_GRID_REGISTER=1: every buffer registered (chorusMemAlloc + chorusCommRegister).
   static const bool registerBuffers = [] {
@@ -447,6 +466,12 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
         break;
       case Coll::kScatter:
         if (rank == c.root) rb = sb + size_t(rank) * count * es;
+        break;
+      case Coll::kAllGatherV:
+        sb = rb + displs[rank] * es;
+        break;
+      case Coll::kReduceScatterV:
+        rb = sb + displs[rank] * es;
         break;
       default:
         sb = rb;
@@ -522,6 +547,12 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       chorusRecv(rb, count, c.type, (rank - 1 + n) % n, comm, stream);
       rc = chorusGroupEnd();
       break;
+    case Coll::kAllGatherV:
+      rc = chorusAllGatherV(sb, vcounts[rank], rb, vcounts.data(), displs.data(), c.type, comm, stream);
+      break;
+    case Coll::kReduceScatterV:
+      rc = chorusReduceScatterV(sb, vcounts.data(), nullptr, rb, vcounts[rank], c.type, op, comm, stream);
+      break;
   }
   if (rc == chorusSuccess && stream) rc = chorusStreamSynchronize(stream);
   if (madeCustom) chorusRedOpDestroy(custom, comm);
@@ -586,6 +617,15 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       break;
     case Coll::kSendRecv:
       check(rb, count, [&](size_t j) { return copyRef(c, n, (rank - 1 + n) % n, j); });
+      break;
+    case Coll::kAllGatherV:
+      for (int r = 0; r < n; ++r) {
+        check(rb + displs[r] * es, vcounts[r], [&](size_t j) { return copyRef(c, n, r, j); });
+      }
+      sameEverywhere = true;
+      break;
+    case Coll::kReduceScatterV:
+      check(rb, vcounts[rank], [&](size_t j) { return reduceRef(c, n, displs[rank] + j); });
       break;
   }
   if (long d = sendBuf.guardDamage(); d != -1) fail("wrote outside the send buffer at byte " + std::to_string(d));

@@ -27,9 +27,15 @@ enum class Coll {
   kAlltoAll,
   kGather,
   kScatter,
-  kSendRecv
+  kSendRecv,
+  // Blocks of a count per rank (vCounts), packed in rank order; host grids only so far.
+  kAllGatherV,
+  kReduceScatterV
 };
 const char* collName(Coll c);
+// A v-collective's counts in the grid for `count`: rank r's block is count + r elements, every
+// third rank's (r % 3 == 1) none.
+std::vector<size_t> vCounts(size_t count, int n);
 
 // kPreMulSum is chorusRedOpCreatePreMulSum with a scalar of 2 (3 for integers).
 enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kNone };
