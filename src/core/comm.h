@@ -56,7 +56,7 @@ struct OpInfo {
   ReduceSpec spec;                 // a reduction's operator, resolved when the call was made
   // A v-collective's blocks (Collective::perRankCounts), copied when the call was made; `count`
   // is this rank's own block.
-  std::shared_ptr<const BlockLayout> blocks;
+  std::shared_ptr<const BlockLayout> blocks = nullptr;
   // A device collective's tuner choice, made once when the call was made (chosen): connecting,
   // the one-copy offer and planning read it (DevicePath::choice).
   bool chosen = false;
