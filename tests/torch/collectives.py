@@ -249,6 +249,18 @@ class Checker:
             for flat, i, n in zip(flats, ins, SIZES):
                 same(flat, torch.cat(i), dtype, "SUM", f"allgather_into_tensor_coalesced {dtype} n={n}")
             self.count += 1
+            # A list of several sizes (every third rank's empty): chorusAllGatherV.
+            counts = self.uneven()
+            ins = [make(r, counts[r], dtype, salt=5) for r in range(self.world)]
+            outs = [torch.full((counts[r],), 7, dtype=dtype) for r in range(self.world)]
+            dist.all_gather(outs, ins[self.rank])
+            for r in range(self.world):
+                same(outs[r], ins[r], dtype, "SUM", f"all_gather uneven {dtype} from {r} ({counts})")
+            self.count += 1
+
+    def uneven(self):
+        """Sizes per rank for the lists of several sizes: rank r's 3 + 1000 r, every third rank's 0."""
+        return [0 if r % 3 == 1 else 3 + 1000 * r for r in range(self.world)]
 
     def reduce_scatters(self):
         for dtype in DTYPES:
@@ -276,6 +288,15 @@ class Checker:
                 for o, m in zip(outs, SIZES):
                     want = reference([chunks[m][r][self.rank] for r in range(self.world)], op, dtype, self.world)
                     same(o, want, dtype, op, f"reduce_scatter_tensor_coalesced {op} {dtype} n={m}")
+                self.count += 1
+                # A list of several sizes: chorusReduceScatterV.
+                counts = self.uneven()
+                lists = [[make(r, counts[c], dtype, op, salt=70 + c) for c in range(self.world)]
+                         for r in range(self.world)]
+                out = torch.zeros(counts[self.rank], dtype=dtype)
+                dist.reduce_scatter(out, lists[self.rank], op=reduce_op(op))
+                want = reference([lists[r][self.rank] for r in range(self.world)], op, dtype, self.world)
+                same(out, want, dtype, op, f"reduce_scatter uneven {op} {dtype} ({counts})")
                 self.count += 1
 
     def alltoalls(self):
@@ -362,6 +383,8 @@ class Checker:
             (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX), "SUM only"),
             (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
             (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),
+            (lambda: dist.all_gather([torch.zeros(2 if r == self.rank else 3) for r in range(self.world)], torch.zeros(3)),
+             "this rank's tensor in the list has 2 elements, its own tensor 3"),
         ]
         for fn, words in cases:
             try:

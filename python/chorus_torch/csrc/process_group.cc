@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 
@@ -141,22 +142,54 @@ struct Before {
   }
 };
 
-// Queues the copy of `parts` into the flat staging tensor (part r at r * n) on the stream, so it
-// reads the parts after the work queued before it.
-chorusResult_t packOnStream(chorusStream_t stream, std::vector<at::Tensor> parts, at::Tensor flat, int64_t n) {
-  auto* b = new Before{[parts, flat, n]() mutable {
-    for (size_t r = 0; r < parts.size(); ++r) flat.narrow(0, int64_t(r) * n, n).copy_(parts[r].view({-1}));
+// Queues the copy of `parts` into the flat staging tensor (one after another, in order) on the
+// stream, so it reads the parts after the work queued before it.
+chorusResult_t packOnStream(chorusStream_t stream, std::vector<at::Tensor> parts, at::Tensor flat) {
+  auto* b = new Before{[parts, flat]() mutable {
+    int64_t at = 0;
+    for (const at::Tensor& p : parts) {
+      flat.narrow(0, at, p.numel()).copy_(p.view({-1}));
+      at += p.numel();
+    }
   }};
   const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
   if (rc != chorusSuccess) delete b;
   return rc;
 }
 
-// The copy out of the flat staging tensor into `parts`, for after the operation.
-std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat, int64_t n) {
-  return [parts, flat, n]() mutable {
-    for (size_t r = 0; r < parts.size(); ++r) parts[r].view({-1}).copy_(flat.narrow(0, int64_t(r) * n, n));
+// The copy out of the flat staging tensor (the parts one after another) into `parts`, for after
+// the operation.
+std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat) {
+  return [parts, flat]() mutable {
+    int64_t at = 0;
+    for (at::Tensor& p : parts) {
+      p.view({-1}).copy_(flat.narrow(0, at, p.numel()));
+      at += p.numel();
+    }
   };
+}
+
+// An all-gather's output list or a reduce-scatter's input list: one tensor per rank, all of
+// `like`'s type, this rank's of `like`'s size; their sizes. Lists of several sizes run as the
+// v-collectives (chorusAllGatherV, chorusReduceScatterV), as ProcessGroupNCCL takes them.
+std::vector<size_t> listCounts(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, int rank,
+                               const char* where) {
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
+              " tensors (one per rank), got ", list.size());
+  std::vector<size_t> counts;
+  for (const at::Tensor& t : list) {
+    checkTensor(t, where);
+    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "chorus: ", where, ": tensors of types ", like.scalar_type(),
+                " and ", t.scalar_type(), " must be of one type");
+    counts.push_back(static_cast<size_t>(t.numel()));
+  }
+  TORCH_CHECK(counts[rank] == static_cast<size_t>(like.numel()), "chorus: ", where,
+              ": this rank's tensor in the list has ", counts[rank], " elements, its own tensor ", like.numel());
+  return counts;
+}
+
+bool evenCounts(const std::vector<size_t>& counts) {
+  return std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
 }
 
 // The list a rooted call takes at the root (one tensor like `like` per rank) and the flat staging
@@ -461,14 +494,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
                                                              const c10d::AllgatherOptions&) {
   const at::Tensor& in = single(inputs, "allgather");
   TORCH_CHECK(outputs.size() == 1, "chorus: allgather takes one output list per rank, got ", outputs.size());
-  checkList(outputs[0], in, size_, "allgather");
-  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+  const std::vector<size_t> counts = listCounts(outputs[0], in, size_, rank_, "allgather");
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
   const std::vector<at::Tensor>& outs = outputs[0];
-  const int64_t n = in.numel();
+  const size_t n = static_cast<size_t>(in.numel());
   return launch(
       c10d::OpType::ALLGATHER, "allgather", outs, keepAll({in}, flat, outs),
-      [&] { return chorusAllGather(in.data_ptr(), flat.data_ptr(), n, dataType(in, "allgather"), comm_, stream_); },
-      unpackAfter(outs, flat, n));
+      [&] {
+        const chorusDataType_t t = dataType(in, "allgather");
+        return evenCounts(counts)
+                   ? chorusAllGather(in.data_ptr(), flat.data_ptr(), n, t, comm_, stream_)
+                   : chorusAllGatherV(in.data_ptr(), n, flat.data_ptr(), counts.data(), nullptr, t, comm_, stream_);
+      },
+      unpackAfter(outs, flat));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -511,7 +550,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
         return chorusGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, dataType(in, "gather"), root,
                             comm_, stream_);
       },
-      unpackAfter(outs, flat, n));
+      unpackAfter(outs, flat));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
@@ -524,7 +563,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
   const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
   return launch(c10d::OpType::SCATTER, "scatter", outputs, keepAll({out}, flat, ins), [&]() -> chorusResult_t {
     if (flat.defined()) {
-      const chorusResult_t rc = packOnStream(stream_, ins, flat, n);
+      const chorusResult_t rc = packOnStream(stream_, ins, flat);
       if (rc != chorusSuccess) return rc;
     }
     return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, dataType(out, "scatter"), root,
@@ -537,18 +576,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
                                                                   const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list per rank, got ", inputs.size());
-  checkList(inputs[0], out, size_, "reduce_scatter");
+  const std::vector<size_t> counts = listCounts(inputs[0], out, size_, rank_, "reduce_scatter");
   const chorusRedOp_t op = redOp(opts.reduceOp, out, "reduce_scatter");
-  const int64_t n = out.numel();
+  const size_t n = static_cast<size_t>(out.numel());
   const std::vector<at::Tensor>& ins = inputs[0];
-  at::Tensor flat = at::empty({size_ * n}, out.options());
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, out.options());
   return launch(
       c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keepAll({out}, flat, ins),
       [&]() -> chorusResult_t {
-        const chorusResult_t rc = packOnStream(stream_, ins, flat, n);
+        const chorusResult_t rc = packOnStream(stream_, ins, flat);
         if (rc != chorusSuccess) return rc;
-        return chorusReduceScatter(flat.data_ptr(), out.data_ptr(), n, dataType(out, "reduce_scatter"), op, comm_,
-                                   stream_);
+        const chorusDataType_t t = dataType(out, "reduce_scatter");
+        return evenCounts(counts) ? chorusReduceScatter(flat.data_ptr(), out.data_ptr(), n, t, op, comm_, stream_)
+                                  : chorusReduceScatterV(flat.data_ptr(), counts.data(), nullptr, out.data_ptr(), n, t,
+                                                         op, comm_, stream_);
       },
       nullptr, op >= chorusNumOps ? op : chorusNumOps);
 }
