@@ -1,5 +1,7 @@
 // What each perf tool measures: buffer sizes, the call, nccl-tests' bus-bandwidth factor, and
 // where each received element comes from (for -c).
+#include <vector>
+
 #include "perf/common.h"
 
 namespace chorus::perf {
@@ -67,6 +69,50 @@ bool fromPrevious(int rank, int n, int, size_t, size_t i, int* src, size_t* elem
   return true;
 }
 
+// The v-collectives' blocks for a call of `per` elements per rank: uneven, rank r's
+// 2 (r + 1) / (n + 1) x per elements (rising with the rank, at most n x per in all), packed in
+// rank order.
+std::vector<size_t> vCounts(size_t per, int n) {
+  std::vector<size_t> counts(n);
+  for (int r = 0; r < n; ++r) counts[r] = per * 2 * static_cast<size_t>(r + 1) / static_cast<size_t>(n + 1);
+  return counts;
+}
+// The block of v-collective element i (of the buffer of blocks), and its place in the block;
+// false past the last block.
+bool vBlockOf(size_t per, int n, size_t i, int* block, size_t* at) {
+  size_t begin = 0;
+  for (int r = 0; r < n; ++r) {
+    const size_t c = per * 2 * static_cast<size_t>(r + 1) / static_cast<size_t>(n + 1);
+    if (i < begin + c) {
+      *block = r;
+      *at = i - begin;
+      return true;
+    }
+    begin += c;
+  }
+  return false;
+}
+bool gatheredV(int, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  *reduced = false;
+  return vBlockOf(count / n, n, i, src, elem);
+}
+bool scatteredReducedV(int rank, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  const std::vector<size_t> counts = vCounts(count / n, n);
+  if (i >= counts[rank]) return false;
+  size_t displ = 0;
+  for (int r = 0; r < rank; ++r) displ += counts[r];
+  *src = 0;
+  *elem = displ + i;
+  *reduced = true;
+  return true;
+}
+int rankOf(chorusComm_t comm, int* n) {
+  int rank = 0;
+  chorusCommUserRank(comm, &rank);
+  chorusCommCount(comm, n);
+  return rank;
+}
+
 chorusResult_t runAllReduce(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t op, int,
                             chorusComm_t comm, chorusStream_t st) {
   return chorusAllReduce(s, r, c, t, op, comm, st);
@@ -99,6 +145,20 @@ chorusResult_t runScatter(const void* s, void* r, size_t c, chorusDataType_t t, 
                           chorusComm_t comm, chorusStream_t st) {
   return chorusScatter(s, r, c, t, root, comm, st);
 }
+chorusResult_t runAllGatherV(const void* s, void* r, size_t per, chorusDataType_t t, chorusRedOp_t, int,
+                             chorusComm_t comm, chorusStream_t st) {
+  int n = 1;
+  const int rank = rankOf(comm, &n);
+  const std::vector<size_t> counts = vCounts(per, n);
+  return chorusAllGatherV(s, counts[rank], r, counts.data(), nullptr, t, comm, st);
+}
+chorusResult_t runReduceScatterV(const void* s, void* r, size_t per, chorusDataType_t t, chorusRedOp_t op, int,
+                                 chorusComm_t comm, chorusStream_t st) {
+  int n = 1;
+  const int rank = rankOf(comm, &n);
+  const std::vector<size_t> counts = vCounts(per, n);
+  return chorusReduceScatterV(s, counts.data(), nullptr, r, counts[rank], t, op, comm, st);
+}
 chorusResult_t runSendRecv(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int, chorusComm_t comm,
                            chorusStream_t st) {
   int rank = 0;
@@ -122,6 +182,20 @@ const CollDesc& allGatherDesc() {
   static const CollDesc d{"AllGather", false,        false,   InPlace::kSendInRecvBlock,
                           perRank,     whole,        perRank, roundToRanks,
                           ringFactor,  runAllGather, gathered};
+  return d;
+}
+// The v-collectives on blocks of uneven sizes (vCounts), the same bytes in all as all_gather_perf
+// and reduce_scatter_perf move; no in-place form (a rank's block is not at rank x count).
+const CollDesc& allGatherVDesc() {
+  // A rank's block is up to 2n/(n+1) x the even share: its input is sized as the whole.
+  static const CollDesc d{"AllGatherV", false,        false,      InPlace::kNone, whole,    whole,
+                          perRank,      roundToRanks, ringFactor, runAllGatherV,  gatheredV};
+  return d;
+}
+const CollDesc& reduceScatterVDesc() {
+  static const CollDesc d{
+      "ReduceScatterV", true, false, InPlace::kNone, whole, whole, perRank, roundToRanks, ringFactor, runReduceScatterV,
+      scatteredReducedV};
   return d;
 }
 const CollDesc& broadcastDesc() {

@@ -48,6 +48,8 @@ const CollDesc& alltoAllDesc();
 const CollDesc& sendRecvDesc();
 const CollDesc& gatherDesc();
 const CollDesc& scatterDesc();
+const CollDesc& allGatherVDesc();
+const CollDesc& reduceScatterVDesc();
 
 // Parses the command line, runs the sweep on this process's ranks and prints the table.
 int runPerf(const CollDesc& desc, int argc, char** argv);

@@ -1,0 +1,3 @@
+#include "perf/common.h"
+
+int main(int argc, char** argv) { return chorus::perf::runPerf(chorus::perf::reduceScatterVDesc(), argc, argv); }
