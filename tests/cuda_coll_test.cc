@@ -77,12 +77,16 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
              bool sameSchedule = true) {
   const int n = static_cast<int>(k.comms.size());
   const size_t es = kTypeSize[t];
-  const size_t ic = inCount(c, count, n);
-  const size_t oc = outCount(c, count, n);
+  // Each rank's input and output elements (a v-collective's differ by rank).
+  std::vector<size_t> ics(n), ocs(n);
+  for (int r = 0; r < n; ++r) {
+    ics[r] = inCount(c, count, n, r);
+    ocs[r] = outCount(c, count, n, r);
+  }
   // In place: the input is the output's part (all-gather: this rank's block; reduce-scatter: the
   // output is this rank's block of the input), as NCCL defines it.
   const bool ip = inPlace && c != Coll::kAlltoAll && c != Coll::kSendRecv && c != Coll::kGather && c != Coll::kScatter;
-  const size_t bufCount = std::max(ic, oc);
+  const bool v = c == Coll::kAllGatherV || c == Coll::kReduceScatterV;
   std::vector<void*> dbuf(n), dout(n);
   std::vector<const void*> din(n);
   std::vector<Bytes> hostBuf(n), hostIn(n);
@@ -90,6 +94,9 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
   std::vector<void*> hout(n);
   std::vector<Bytes> before(n);
   for (int r = 0; r < n; ++r) {
+    const size_t ic = ics[r];
+    const size_t oc = ocs[r];
+    const size_t bufCount = std::max(ic, oc);
     Bytes fill(bufCount * es, 0xA5);
     const Bytes in = values(t, r, ic);
     void* inDev = nullptr;
@@ -97,13 +104,16 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
     CUDA_OK(cudaMemcpy(dbuf[r], fill.data(), fill.size(), cudaMemcpyHostToDevice));
     hostBuf[r] = fill;
     if (ip) {
-      const size_t at = c == Coll::kAllGather ? r * count : 0;
+      // This rank's block: of the all-gather's output, and of the reduce-scatter's input.
+      const size_t block = v ? vDispl(count, r) : r * count;
+      const size_t at = c == Coll::kAllGather || c == Coll::kAllGatherV ? block : 0;
       CUDA_OK(cudaMemcpy(static_cast<char*>(dbuf[r]) + at * es, in.data(), in.size(), cudaMemcpyHostToDevice));
       std::memcpy(hostBuf[r].data() + at * es, in.data(), in.size());
       din[r] = static_cast<char*>(dbuf[r]) + at * es;
-      dout[r] = c == Coll::kReduceScatter ? static_cast<char*>(dbuf[r]) + r * count * es : dbuf[r];
+      const bool rs = c == Coll::kReduceScatter || c == Coll::kReduceScatterV;
+      dout[r] = rs ? static_cast<char*>(dbuf[r]) + block * es : dbuf[r];
       hin[r] = hostBuf[r].data() + at * es;
-      hout[r] = c == Coll::kReduceScatter ? hostBuf[r].data() + r * count * es : hostBuf[r].data();
+      hout[r] = rs ? hostBuf[r].data() + block * es : hostBuf[r].data();
     } else {
       CUDA_OK(cudaMalloc(&inDev, std::max<size_t>(1, in.size())));
       CUDA_OK(cudaMemcpy(inDev, in.data(), in.size(), cudaMemcpyHostToDevice));
@@ -125,6 +135,7 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
   rc = issue(c, k.comms, hin, hout, count, t, op, root, nullStreams);
   EXPECT(rc == chorusSuccess, "%s: host call", label.c_str());
   for (int r = 0; r < n; ++r) {
+    const size_t oc = ocs[r];
     Bytes got(oc * es);
     if (!got.empty()) CUDA_OK(cudaMemcpy(got.data(), dout[r], got.size(), cudaMemcpyDeviceToHost));
     const Bytes host(static_cast<unsigned char*>(hout[r]), static_cast<unsigned char*>(hout[r]) + oc * es);
@@ -160,8 +171,9 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
 // cases and the whole list is still covered across them; large cases run at 1 MiB always and 16 MiB
 // with two channels. A line per configuration says how long it took, so a stall shows where.
 void grid(int stride, int onlyRanks) {
-  const Coll colls[] = {Coll::kAllReduce, Coll::kBroadcast, Coll::kReduce,  Coll::kAllGather, Coll::kReduceScatter,
-                        Coll::kAlltoAll,  Coll::kGather,    Coll::kScatter, Coll::kSendRecv};
+  const Coll colls[] = {Coll::kAllReduce,     Coll::kBroadcast,  Coll::kReduce,        Coll::kAllGather,
+                        Coll::kReduceScatter, Coll::kAlltoAll,   Coll::kGather,        Coll::kScatter,
+                        Coll::kSendRecv,      Coll::kAllGatherV, Coll::kReduceScatterV};
   const size_t small[] = {0, 1, 7, 1000, 65539};
   const char* algos[] = {"ring", "tree", "direct", "one-copy"};
   const bool sampled = stride > 1;
@@ -177,7 +189,10 @@ void grid(int stride, int onlyRanks) {
           if (oneCopy && std::strcmp(proto, "simple") != 0) continue;
           // CHORUS_ALGO picks the all-reduce's algorithm (one-copy: every collective on channels
           // where the ranks' buffers agree); the rest run the ring.
+          // The v-collectives run the ring whatever is forced: under one-copy, the fallback it
+          // leaves them.
           auto runs = [&](Coll c) {
+            if (c == Coll::kAllGatherV || c == Coll::kReduceScatterV) return std::strcmp(algo, "ring") == 0 || oneCopy;
             return c == Coll::kAllReduce || std::strcmp(algo, "ring") == 0 ||
                    (oneCopy && (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kAllGather ||
                                 c == Coll::kReduceScatter));

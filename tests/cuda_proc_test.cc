@@ -131,8 +131,8 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
                                         kOpName[op] + " count " + std::to_string(count) + (inPlace ? " in place" : "") +
                                         " proto " + protos[pi];
               const size_t es = kTypeSize[t];
-              const size_t ic = inCount(c, count, n);
-              const size_t oc = outCount(c, count, n);
+              const size_t ic = inCount(c, count, n, r);
+              const size_t oc = outCount(c, count, n, r);
               const bool ip =
                   inPlace && c != Coll::kAlltoAll && c != Coll::kSendRecv && c != Coll::kGather && c != Coll::kScatter;
               const size_t bufCount = std::max(ic, oc);
@@ -288,8 +288,8 @@ chorusComm_t join(int r, int n, const chorusUniqueId& id, int out) {
           for (bool inPlace : {false, true}) {
             const int root = static_cast<int>(count % n);
             const size_t es = kTypeSize[t];
-            const size_t ic = inCount(c, count, n);
-            const size_t oc = outCount(c, count, n);
+            const size_t ic = inCount(c, count, n, r);
+            const size_t oc = outCount(c, count, n, r);
             const Bytes in = values(t, r, ic);
             // Past the allocations' starts, by a few elements: parts of a registered range. In
             // place as NCCL has it: an all-gather's input is this rank's block of its output, a

@@ -174,12 +174,31 @@ inline double reduced(int t, int op, int n, size_t i) {
 
 inline const char* const kCollName[] = {"allreduce", "broadcast", "reduce",   "allgather",  "reducescatter", "alltoall",
                                         "gather",    "scatter",   "sendrecv", "allgatherv", "reducescatterv"};
-inline bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
-// Elements of each rank's input and output for `count`.
-inline size_t inCount(Coll c, size_t count, int n) {
+inline bool reduces(Coll c) {
+  return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter || c == Coll::kReduceScatterV;
+}
+// The v-collectives' blocks for `count`, as the host grid's (vCounts): rank r's count + r
+// elements, every third rank's none; packed in rank order (vDispl: where rank r's begins).
+inline size_t vCountOf(size_t count, int r) { return r % 3 == 1 ? 0 : count + static_cast<size_t>(r); }
+inline size_t vDispl(size_t count, int r) {
+  size_t at = 0;
+  for (int q = 0; q < r; ++q) at += vCountOf(count, q);
+  return at;
+}
+inline std::vector<size_t> vCountsOf(size_t count, int n) {
+  std::vector<size_t> v(n);
+  for (int r = 0; r < n; ++r) v[r] = vCountOf(count, r);
+  return v;
+}
+// Elements of rank r's input and output for `count`.
+inline size_t inCount(Coll c, size_t count, int n, int r) {
+  if (c == Coll::kAllGatherV) return vCountOf(count, r);
+  if (c == Coll::kReduceScatterV) return vDispl(count, n);
   return c == Coll::kReduceScatter || c == Coll::kAlltoAll || c == Coll::kScatter ? count * n : count;
 }
-inline size_t outCount(Coll c, size_t count, int n) {
+inline size_t outCount(Coll c, size_t count, int n, int r) {
+  if (c == Coll::kAllGatherV) return vDispl(count, n);
+  if (c == Coll::kReduceScatterV) return vCountOf(count, r);
   return c == Coll::kAllGather || c == Coll::kAlltoAll || c == Coll::kGather ? count * n : count;
 }
 
@@ -212,9 +231,14 @@ inline chorusResult_t issueOne(Coll c, chorusComm_t cm, int r, int n, const void
       const chorusResult_t end = chorusGroupEnd();
       return rc != chorusSuccess ? rc : end;
     }
-    case Coll::kAllGatherV:
-    case Coll::kReduceScatterV:
-      break;  // not in the device grids yet: a test that names one fails here
+    case Coll::kAllGatherV: {
+      const std::vector<size_t> v = vCountsOf(count, n);
+      return chorusAllGatherV(in, v[r], out, v.data(), nullptr, t, cm, s);
+    }
+    case Coll::kReduceScatterV: {
+      const std::vector<size_t> v = vCountsOf(count, n);
+      return chorusReduceScatterV(in, v.data(), nullptr, out, v[r], t, o, cm, s);
+    }
   }
   return chorusInvalidArgument;
 }
@@ -260,8 +284,12 @@ inline bool expected(Coll c, int t, int op, int n, int r, int root, size_t count
       for (size_t i = 0; i < count; ++i) put(i, valueOf(t, (r + n - 1) % n, i));
       break;
     case Coll::kAllGatherV:
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < vCountOf(count, q); ++i) put(vDispl(count, q) + i, valueOf(t, q, i));
+      break;
     case Coll::kReduceScatterV:
-      return false;  // not in the device grids yet
+      for (size_t i = 0; i < vCountOf(count, r); ++i) put(i, reduced(t, op, n, vDispl(count, r) + i));
+      break;
   }
   return true;
 }
