@@ -71,38 +71,38 @@ bool fromPrevious(int rank, int n, int, size_t, size_t i, int* src, size_t* elem
 
 // The v-collectives' blocks for a call of `per` elements per rank: uneven, rank r's
 // 2 (r + 1) / (n + 1) x per elements (rising with the rank, at most n x per in all), packed in
-// rank order.
-std::vector<size_t> vCounts(size_t per, int n) {
-  std::vector<size_t> counts(n);
-  for (int r = 0; r < n; ++r) counts[r] = per * 2 * static_cast<size_t>(r + 1) / static_cast<size_t>(n + 1);
-  return counts;
+// rank order. Filled into `counts`, which a timed call reuses (no allocation in the loop).
+void vCounts(size_t per, int n, std::vector<size_t>* counts) {
+  counts->resize(n);
+  for (int r = 0; r < n; ++r) (*counts)[r] = per * 2 * static_cast<size_t>(r + 1) / static_cast<size_t>(n + 1);
 }
-// The block of v-collective element i (of the buffer of blocks), and its place in the block;
-// false past the last block.
-bool vBlockOf(size_t per, int n, size_t i, int* block, size_t* at) {
-  size_t begin = 0;
-  for (int r = 0; r < n; ++r) {
-    const size_t c = per * 2 * static_cast<size_t>(r + 1) / static_cast<size_t>(n + 1);
-    if (i < begin + c) {
-      *block = r;
-      *at = i - begin;
-      return true;
-    }
-    begin += c;
-  }
-  return false;
+// Where block r of the buffer of blocks begins.
+size_t vDispl(const std::vector<size_t>& counts, int r) {
+  size_t at = 0;
+  for (int q = 0; q < r; ++q) at += counts[q];
+  return at;
 }
 bool gatheredV(int, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
+  thread_local std::vector<size_t> counts;
+  vCounts(count / n, n, &counts);
   *reduced = false;
-  return vBlockOf(count / n, n, i, src, elem);
+  size_t begin = 0;
+  for (int r = 0; r < n; ++r) {
+    if (i < begin + counts[r]) {
+      *src = r;
+      *elem = i - begin;
+      return true;
+    }
+    begin += counts[r];
+  }
+  return false;  // past the last block
 }
 bool scatteredReducedV(int rank, int n, int, size_t count, size_t i, int* src, size_t* elem, bool* reduced) {
-  const std::vector<size_t> counts = vCounts(count / n, n);
+  thread_local std::vector<size_t> counts;
+  vCounts(count / n, n, &counts);
   if (i >= counts[rank]) return false;
-  size_t displ = 0;
-  for (int r = 0; r < rank; ++r) displ += counts[r];
   *src = 0;
-  *elem = displ + i;
+  *elem = vDispl(counts, rank) + i;
   *reduced = true;
   return true;
 }
@@ -149,14 +149,16 @@ chorusResult_t runAllGatherV(const void* s, void* r, size_t per, chorusDataType_
                              chorusComm_t comm, chorusStream_t st) {
   int n = 1;
   const int rank = rankOf(comm, &n);
-  const std::vector<size_t> counts = vCounts(per, n);
+  thread_local std::vector<size_t> counts;
+  vCounts(per, n, &counts);
   return chorusAllGatherV(s, counts[rank], r, counts.data(), nullptr, t, comm, st);
 }
 chorusResult_t runReduceScatterV(const void* s, void* r, size_t per, chorusDataType_t t, chorusRedOp_t op, int,
                                  chorusComm_t comm, chorusStream_t st) {
   int n = 1;
   const int rank = rankOf(comm, &n);
-  const std::vector<size_t> counts = vCounts(per, n);
+  thread_local std::vector<size_t> counts;
+  vCounts(per, n, &counts);
   return chorusReduceScatterV(s, counts.data(), nullptr, r, counts[rank], t, op, comm, st);
 }
 chorusResult_t runSendRecv(const void* s, void* r, size_t c, chorusDataType_t t, chorusRedOp_t, int, chorusComm_t comm,

@@ -115,70 +115,79 @@ std::vector<Step> ringAllReduce(int n, int pos, size_t count, size_t loopChunk) 
   return s;
 }
 
-std::vector<Step> ringReduceScatterBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
-                                          size_t loopChunk) {
+namespace {
+
+// The ring reduce-scatter and all-gather over rank blocks, rank r's block being count(r)
+// elements at element at(r) of the buffer of blocks: accessors, so the blocks of one size need
+// no arrays (they run every all-gather and reduce-scatter).
+template <class At, class Count>
+std::vector<Step> reduceScatterOver(int n, int pos, const std::vector<int>& blockOf, At at, Count count, size_t ownAt,
+                                    size_t loopChunk) {
   std::vector<Step> s;
   auto rank = [&](int p) { return static_cast<size_t>(blockOf[mod(p, n)]); };
   if (n == 1) {
-    push(s, Prim::kLocal, b.at[rank(0)], b.ownAt, b.count[rank(0)]);
+    push(s, Prim::kLocal, at(rank(0)), ownAt, count(rank(0)));
     return s;
   }
   size_t longest = 0;
-  for (int p = 0; p < n; ++p) longest = std::max(longest, b.count[rank(p)]);
+  for (int p = 0; p < n; ++p) longest = std::max(longest, count(rank(p)));
   // Loop by loop, each block's next piece (none once the block is done: sender and receiver of
   // a block skip it alike).
   for (size_t off = 0; off < longest; off += loopChunk) {
-    auto len = [&](int p) { return b.count[rank(p)] > off ? std::min(loopChunk, b.count[rank(p)] - off) : 0; };
-    auto in = [&](int p) { return b.at[rank(p)] + off; };
+    auto len = [&](int p) { return count(rank(p)) > off ? std::min(loopChunk, count(rank(p)) - off) : 0; };
+    auto in = [&](int p) { return at(rank(p)) + off; };
     push(s, Prim::kSend, in(pos - 1), 0, len(pos - 1));
     for (int k = 1; k <= n - 2; ++k) push(s, Prim::kRecvReduceSend, in(pos - 1 - k), 0, len(pos - 1 - k));
-    push(s, Prim::kRecvReduceCopy, in(pos), b.ownAt + off, len(pos));
+    push(s, Prim::kRecvReduceCopy, in(pos), ownAt + off, len(pos));
   }
   return s;
 }
 
-std::vector<Step> ringAllGatherBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
-                                      size_t loopChunk) {
+template <class At, class Count>
+std::vector<Step> allGatherOver(int n, int pos, const std::vector<int>& blockOf, At at, Count count, size_t ownAt,
+                                size_t loopChunk) {
   std::vector<Step> s;
   auto rank = [&](int p) { return static_cast<size_t>(blockOf[mod(p, n)]); };
   if (n == 1) {
-    push(s, Prim::kLocal, b.ownAt, b.at[rank(0)], b.count[rank(0)]);
+    push(s, Prim::kLocal, ownAt, at(rank(0)), count(rank(0)));
     return s;
   }
   size_t longest = 0;
-  for (int p = 0; p < n; ++p) longest = std::max(longest, b.count[rank(p)]);
+  for (int p = 0; p < n; ++p) longest = std::max(longest, count(rank(p)));
   for (size_t off = 0; off < longest; off += loopChunk) {
-    auto len = [&](int p) { return b.count[rank(p)] > off ? std::min(loopChunk, b.count[rank(p)] - off) : 0; };
-    auto out = [&](int p) { return b.at[rank(p)] + off; };
-    push(s, Prim::kCopySend, b.ownAt + off, out(pos), len(pos));
+    auto len = [&](int p) { return count(rank(p)) > off ? std::min(loopChunk, count(rank(p)) - off) : 0; };
+    auto out = [&](int p) { return at(rank(p)) + off; };
+    push(s, Prim::kCopySend, ownAt + off, out(pos), len(pos));
     for (int k = 1; k <= n - 2; ++k) push(s, Prim::kRecvCopySend, 0, out(pos - k), len(pos - k));
     push(s, Prim::kRecv, 0, out(pos + 1), len(pos + 1));
   }
   return s;
 }
 
-namespace {
-
-// Blocks of one size, `stride` apart, each's elements [base, base + count).
-struct EvenBlocks {
-  std::vector<size_t> at, count;
-  EvenBlocks(int n, size_t stride, size_t base, size_t each) : at(n), count(n, each) {
-    for (int r = 0; r < n; ++r) at[r] = static_cast<size_t>(r) * stride + base;
-  }
-};
-
 }  // namespace
+
+std::vector<Step> ringReduceScatterBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
+                                          size_t loopChunk) {
+  return reduceScatterOver(
+      n, pos, blockOf, [&](size_t r) { return b.at[r]; }, [&](size_t r) { return b.count[r]; }, b.ownAt, loopChunk);
+}
+
+std::vector<Step> ringAllGatherBlocks(int n, int pos, const std::vector<int>& blockOf, const RankBlocks& b,
+                                      size_t loopChunk) {
+  return allGatherOver(
+      n, pos, blockOf, [&](size_t r) { return b.at[r]; }, [&](size_t r) { return b.count[r]; }, b.ownAt, loopChunk);
+}
 
 std::vector<Step> ringReduceScatter(int n, int pos, const std::vector<int>& blockOf, size_t stride, size_t base,
                                     size_t count, size_t loopChunk) {
-  const EvenBlocks e(n, stride, base, count);
-  return ringReduceScatterBlocks(n, pos, blockOf, RankBlocks{e.at.data(), e.count.data(), base}, loopChunk);
+  return reduceScatterOver(
+      n, pos, blockOf, [&](size_t r) { return r * stride + base; }, [&](size_t) { return count; }, base, loopChunk);
 }
 
 std::vector<Step> ringAllGather(int n, int pos, const std::vector<int>& blockOf, size_t stride, size_t base,
                                 size_t count, size_t loopChunk) {
-  const EvenBlocks e(n, stride, base, count);
-  return ringAllGatherBlocks(n, pos, blockOf, RankBlocks{e.at.data(), e.count.data(), base}, loopChunk);
+  return allGatherOver(
+      n, pos, blockOf, [&](size_t r) { return r * stride + base; }, [&](size_t) { return count; }, base, loopChunk);
 }
 
 std::vector<Step> chainBroadcast(int n, int pos, int rootPos, size_t count, size_t loopChunk) {
