@@ -147,16 +147,16 @@ TEST_CASE("the direct all-reduce: never past its share of CHORUS_DIRECT_MAX_BYTE
   TunerFacts f = oneHost(4);
   f.model = AllReduceModel{4, 6, 6, 0};
   const Tuner t(f);
-  CHECK(t.directMaxBytes() == 65536 / 3);
+  CHECK(t.lastBytesOf(Algo::kDirect) == 65536 / 3);
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3).algo == Algo::kDirect);
   CHECK_FALSE(needs(t.choose(CollType::kAllReduce, 65536 / 3), Algo::kRing));
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3 + 1).algo != Algo::kDirect);
   CHECK(t.choose(CollType::kAllReduce, 65536 / 3, MemKind::kDevice).algo == Algo::kDirect);
   TunerFacts across = f;
   across.singleHost = false;
-  CHECK(Tuner(across).directMaxBytes() == 32768 / 3);
+  CHECK(Tuner(across).lastBytesOf(Algo::kDirect) == 32768 / 3);
   TunerFacts many = oneHost(Tuner::kDirectMaxRanks + 1);
-  CHECK(Tuner(many).directMaxBytes() == 0);
+  CHECK(Tuner(many).lastBytesOf(Algo::kDirect) == 0);
   CHECK(Tuner(oneHost(1)).choose(CollType::kAllReduce, 8).algo == Algo::kRing);
   // "direct up to 21845 B, ..." in the log.
   CHECK(t.describeHostAllReduce().rfind("direct up to 21845 B, ", 0) == 0);

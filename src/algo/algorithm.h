@@ -25,6 +25,9 @@ namespace chorus {
 
 // An algorithm: its index in the registry. The built-in ones the tuner chooses come first.
 enum class Algo : unsigned char { kRing = 0, kDirect = 1, kTree = 2, kSlice = 3, kOneCopy = 4 };
+// The algorithm that runs every collective on channels (the ring): what a call runs until the tuner
+// chooses another.
+constexpr Algo kDefaultAlgo = Algo::kRing;
 // An algorithm as one bit of a set (which algorithms' connections exist, or are needed).
 constexpr uint32_t algoBit(Algo a) { return 1u << static_cast<unsigned>(a); }
 

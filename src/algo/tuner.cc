@@ -200,9 +200,6 @@ size_t Tuner::lastBytesOf(Algo a) const {
   return last;
 }
 
-size_t Tuner::directMaxBytes() const { return lastBytesOf(Algo::kDirect); }
-size_t Tuner::treeMaxBytes() const { return lastBytesOf(Algo::kTree); }
-
 std::string Tuner::describeHostAllReduce() const {
   std::string s;
   const std::vector<Segment>& segments = hostSegments();

@@ -79,7 +79,7 @@ class Tuner {
   explicit Tuner(const TunerFacts& facts);
 
   struct Choice {
-    Algo algo = Algo::kRing;
+    Algo algo = kDefaultAlgo;
     // The protocol of device lanes (host lanes run their algorithm's own).
     ProtoKind proto = ProtoKind::kSimple;
     // An algorithm a rank whose buffers are registered runs in place of `algo` on its own
@@ -150,16 +150,14 @@ class Tuner {
   const std::vector<Segment>& hostSegments() const { return hostSegments_[static_cast<int>(CollType::kAllReduce)]; }
   // "direct up to 21845 B, ring (or slice where registered) beyond", for the log.
   std::string describeHostAllReduce() const;
-  // The largest host all-reduce (bytes) the direct algorithm takes unforced, and the largest the
-  // tree takes; 0 when it never does.
-  size_t directMaxBytes() const;
-  size_t treeMaxBytes() const;
+  // The largest host all-reduce (bytes) algorithm `a` takes unforced (not on its own, as the slice
+  // where registered); 0 when it never does, SIZE_MAX when it takes every size past some.
+  size_t lastBytesOf(Algo a) const;
   std::optional<Algo> forced() const { return f_.forced; }
   const AllReduceModel& model() const { return f_.model; }
 
  private:
   Choice compute(CollType coll, size_t bytes, MemKind mem, double* us = nullptr) const;
-  size_t lastBytesOf(Algo a) const;
 
   // The protocols `mem` allows this communicator, in the order tried.
   struct Protos {

@@ -50,7 +50,7 @@ struct PlannedOp {
   bool collective = false;  // runs on channels (runsOnChannels); else point-to-point
   // A collective's number; a point-to-point op's first transfer's (0: it has none).
   uint64_t seq = 0;
-  Algo algo = Algo::kRing;
+  Algo algo = kDefaultAlgo;
   // As the flight recorder says it: an algorithm's name, "one-rank", kOneRankCopyLabel or "p2p".
   const char* label = "";
   // Device lanes' protocol as the flight recorder says it ("Simple", "LL", "Simple and LL" for

@@ -48,8 +48,10 @@ bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopy
 static_assert(kOneCopyMaxRanks == device::OneCopyArgs::kMaxRanks, "the algorithm's ranks are the kernel's");
 
 bool OneCopyExchange::candidate(const OpInfo& op) const {
-  // The tuner offers it (a device collective on channels, 2 to 8 ranks of one host, CHORUS_ONECOPY).
-  return op.device && runsOnChannels(op.coll) && comm_.devicePath().choice(op).ifAgreed == Algo::kOneCopy;
+  // The tuner offers an algorithm taken where the ranks agree (Algorithm::Taken::kIfAgreed; the
+  // registry has one, one-copy: a device collective on channels, 2 to 8 ranks of one host,
+  // CHORUS_ONECOPY).
+  return op.device && runsOnChannels(op.coll) && comm_.devicePath().choice(op).ifAgreed.has_value();
 }
 
 Status OneCopyExchange::describe(const void* ptr, size_t bytes, bool crossProcess, bool userBuffer, bool* offers,

@@ -2,6 +2,7 @@
 // where it runs; the descriptions are allgathered, and every rank builds the same rings (one per
 // channel) and double binary trees from them with the pure functions of src/topo.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -92,12 +93,24 @@ Status writeTopology(const Communicator& comm, const std::vector<topo::Machine>&
   dump["trees"] = Json::array();
   for (int k = 0; k < 2; ++k) dump["trees"].push_back({{"root", trees.root[k]}, {"parent", trees.parent[k]}});
   const AllReduceModel& m = comm.tuner().model();
-  dump["tuner"] = {{"allReduceDirectMaxBytes", comm.tuner().directMaxBytes()},
-                   {"allReduceTreeMaxBytes", comm.tuner().treeMaxBytes()},
-                   {"ringLatencyUs", m.ringLatencyUs},
+  dump["tuner"] = {{"ringLatencyUs", m.ringLatencyUs},
                    {"treeLatencyUs", m.treeLatencyUs},
                    {"bwGBs", m.bwGBs},
                    {"deviceChannels", comm.devicePath().channels()}};
+  // Where each host all-reduce algorithm the tuner chooses stops (allReduceDirectMaxBytes, ...; 0
+  // where it never runs), but the one that runs the largest sizes.
+  const std::vector<Tuner::Segment>& segments = comm.tuner().hostSegments();
+  for (int i = 0; i < algorithmCount(); ++i) {
+    const Algo a = static_cast<Algo>(i);
+    const Algorithm& algo = algorithm(a);
+    if ((!segments.empty() && segments.back().choice.algo == a) || !algo.runs(CollType::kAllReduce) ||
+        !algo.runsOn(MemKind::kHost) || algo.taken() != Algorithm::Taken::kChosen) {
+      continue;
+    }
+    std::string name = algo.name();
+    name[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(name[0])));
+    dump["tuner"]["allReduce" + name + "MaxBytes"] = comm.tuner().lastBytesOf(a);
+  }
   makePrivateFile(path);
   std::ofstream f(path);
   f << dump.dump(2) << "\n";

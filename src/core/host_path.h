@@ -127,7 +127,7 @@ class HostPath {
   // runInlineNow's last plan, the algorithm and call it was made for, its connectors and its label
   // ("direct (inline)", static) (the execution token guards them).
   std::unique_ptr<LanePlan> inlinePlan_;
-  Algo inlineAlgo_ = Algo::kRing;
+  Algo inlineAlgo_ = kDefaultAlgo;
   AlgoCall inlineCall_;
   LaneConnectors inlineConns_;
   const char* inlineLabel_ = "";
