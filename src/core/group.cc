@@ -381,10 +381,11 @@ Status launch(std::vector<OpInfo>& ops) {
           "a group mixes operations on device memory and on host memory; issue them in separate groups");
     }
     // An operation of no elements moves nothing, on either side of any pair (as in NCCL): it is
-    // dropped, and a group of nothing but those enqueues nothing.
+    // dropped, and a group of nothing but those enqueues nothing. A v-collective is empty only
+    // where every rank's block is: a rank whose own block is empty still takes part (agreedCount).
     std::vector<OpInfo> some;
     for (const auto& op : ops) {
-      if (op.count) some.push_back(op);
+      if (agreedCount(op)) some.push_back(op);
     }
     if (some.empty()) return Status::ok();
     std::vector<CommOps> work;
