@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -43,6 +44,27 @@ void fail(const std::string& s) {
       return;                                                                                             \
     }                                                                                                     \
   } while (0)
+
+// Pinned host bytes for the gradients' copies. A copy from or to pageable memory goes through the
+// driver's staging, which CUDA serialises across a process's threads: with ranks as threads, one
+// rank's pageable read-back waiting for its all-reduce holds up another rank's pageable upload,
+// which that all-reduce waits for.
+class Pinned {
+ public:
+  explicit Pinned(size_t bytes) {
+    if (cudaMallocHost(&p_, bytes ? bytes : 1) != cudaSuccess) {
+      std::printf("cudaMallocHost of %zu bytes failed\n", bytes);
+      std::exit(1);
+    }
+  }
+  ~Pinned() { cudaFreeHost(p_); }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  char* get() const { return static_cast<char*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
 
 // A host function that holds a CUDA stream back for 20 ms.
 void CUDART_CB hold(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
@@ -116,6 +138,10 @@ void train(int n, int hook, bool unused, int iters) {
     if (dev != 0)
       fail(what + ": rank " + std::to_string(r) + "'s gradients are not on GPU 0 (" + std::to_string(dev) + ")");
     std::vector<std::vector<char>> host(params.size());
+    size_t total = 0;
+    std::vector<size_t> at(params.size());
+    for (size_t p = 0; p < params.size(); ++p) at[p] = std::exchange(total, total + bytesOf(params[p]));
+    Pinned up(total), down(total);
     std::mt19937 order(100 + r);
     for (int it = 0; it < iters; ++it) {
       int rebuilt = 0;
@@ -132,8 +158,9 @@ void train(int n, int hook, bool unused, int iters) {
         void* g = nullptr;
         DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
         fill(host[p], p, params[p], r, it);
-        CUDA_OK(cudaMemcpyAsync(g, host[p].data(), host[p].size(), cudaMemcpyHostToDevice, k.cuda[r]));
-        // The pageable copy returns once staged; the marks below must not wait for the GPU.
+        std::memcpy(up.get() + at[p], host[p].data(), host[p].size());
+        CUDA_OK(cudaMemcpyAsync(g, up.get() + at[p], host[p].size(), cudaMemcpyHostToDevice, k.cuda[r]));
+        // The copy from pinned memory returns at once; the marks below must not wait for the GPU.
         DDP_OK(chorusDdpMarkReadyOn(red, static_cast<int>(p), k.streams[r]));
       }
       if (r == 0 && it == 0) {
@@ -152,10 +179,11 @@ void train(int n, int hook, bool unused, int iters) {
       for (size_t p = 0; p < params.size(); ++p) {
         void* g = nullptr;
         DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
-        out[p].resize(bytesOf(params[p]));
-        CUDA_OK(cudaMemcpyAsync(out[p].data(), g, out[p].size(), cudaMemcpyDeviceToHost, k.cuda[r]));
+        CUDA_OK(cudaMemcpyAsync(down.get() + at[p], g, bytesOf(params[p]), cudaMemcpyDeviceToHost, k.cuda[r]));
       }
       CUDA_OK(cudaStreamSynchronize(k.cuda[r]));
+      for (size_t p = 0; p < params.size(); ++p)
+        out[p].assign(down.get() + at[p], down.get() + at[p] + bytesOf(params[p]));
       for (size_t p = 0; p < params.size(); ++p) {
         for (size_t e = 0; e < params[p].count; ++e) {
           double sum = 0;
@@ -253,6 +281,10 @@ void uneven(int n) {
     chorusDdpReducer_t red = nullptr;
     DDP_OK(chorusDdpReducerCreate(&red, k.comms[r], cparams.data(), static_cast<int>(cparams.size()), &cfg));
     std::vector<char> host;
+    size_t total = 0;
+    std::vector<size_t> at(params.size());
+    for (size_t p = 0; p < params.size(); ++p) at[p] = std::exchange(total, total + bytesOf(params[p]));
+    Pinned up(total), down(total);
     for (int it = 0; it < 2 + r; ++it) {
       int rebuilt = 0;
       DDP_OK(chorusDdpPrepareForBackward(red, &rebuilt));
@@ -260,16 +292,17 @@ void uneven(int n) {
         void* g = nullptr;
         DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
         fill(host, p, params[p], r, it);
-        CUDA_OK(cudaMemcpyAsync(g, host.data(), host.size(), cudaMemcpyHostToDevice, k.cuda[r]));
+        std::memcpy(up.get() + at[p], host.data(), host.size());
+        CUDA_OK(cudaMemcpyAsync(g, up.get() + at[p], host.size(), cudaMemcpyHostToDevice, k.cuda[r]));
         DDP_OK(chorusDdpMarkReadyOn(red, static_cast<int>(p), k.streams[r]));
       }
       DDP_OK(chorusDdpFinalizeOn(red, k.streams[r]));
       for (size_t p = 0; p < params.size(); ++p) {
         void* g = nullptr;
         DDP_OK(chorusDdpGradient(red, static_cast<int>(p), &g));
-        std::vector<char> out(bytesOf(params[p]));
-        CUDA_OK(cudaMemcpyAsync(out.data(), g, out.size(), cudaMemcpyDeviceToHost, k.cuda[r]));
+        CUDA_OK(cudaMemcpyAsync(down.get() + at[p], g, bytesOf(params[p]), cudaMemcpyDeviceToHost, k.cuda[r]));
         CUDA_OK(cudaStreamSynchronize(k.cuda[r]));
+        const std::vector<char> out(down.get() + at[p], down.get() + at[p] + bytesOf(params[p]));
         for (size_t e = 0; e < params[p].count; ++e) {
           double sum = 0;
           for (int q = 0; q < n; ++q) {

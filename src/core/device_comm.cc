@@ -179,6 +179,8 @@ Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, s
   CHORUS_TRY(cuda::loadKernels());
   CHORUS_ASSIGN_OR_RETURN(d->ownStream_, cuda::streamCreate());
   CHORUS_ASSIGN_OR_RETURN(d->copyStream_, cuda::streamCreate());
+  CHORUS_ASSIGN_OR_RETURN(void* staging, cuda::hostAllocMapped(kStagingBytes));
+  d->staging_ = static_cast<char*>(staging);
   CHORUS_ASSIGN_OR_RETURN(d->lastEvent_, cuda::eventCreate());
   d->events_.push_back(d->lastEvent_);
   d->freeEvents_.push_back(d->lastEvent_);
@@ -197,7 +199,7 @@ Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, s
   DeviceCommState init{};
   init.p2pSendSeq = reinterpret_cast<uint64_t*>(d->state_ + 1);
   init.p2pRecvSeq = init.p2pSendSeq + p2pCounters;
-  CHORUS_TRY(cuda::copyToDevice(d->state_, &init, sizeof(init), d->copyStream_));
+  CHORUS_TRY(d->copyIn(d->state_, &init, sizeof(init)));
   CHORUS_ASSIGN_OR_RETURN(void* scratch,
                           cuda::deviceAlloc(d->maxSlotBytes_ * DeviceCommState::kMaxChannels, d->copyStream_));
   d->scratch_ = static_cast<char*>(scratch);
@@ -205,6 +207,15 @@ Result<std::unique_ptr<DeviceComm>> DeviceComm::create(int device, int nranks, s
   d->error_ = static_cast<DeviceError*>(mapped);
   d->abortWord_ = reinterpret_cast<uint32_t*>(static_cast<char*>(mapped) + sizeof(DeviceError) + 32);
   return d;
+}
+
+Status DeviceComm::copyIn(void* dst, const void* data, size_t n) {
+  for (size_t at = 0; at < n; at += kStagingBytes) {
+    const size_t part = std::min(kStagingBytes, n - at);
+    std::memcpy(staging_, static_cast<const char*>(data) + at, part);
+    CHORUS_TRY(cuda::copyToDevice(static_cast<char*>(dst) + at, staging_, part, copyStream_));
+  }
+  return Status::ok();
 }
 
 DeviceComm::~DeviceComm() {
@@ -224,6 +235,7 @@ DeviceComm::~DeviceComm() {
   cuda::deviceFree(state_);
   cuda::deviceFree(scratch_);
   cuda::hostFreeMapped(error_);
+  cuda::hostFreeMapped(staging_);
   for (void* e : events_) cuda::eventDestroy(e);
   cuda::eventDestroy(forkEvent_);
   cuda::eventDestroy(joinEvent_);
@@ -242,7 +254,7 @@ Status DeviceComm::addConnector(ConnFamily f, int index, bool send, const FifoVi
   CHORUS_TRY(on.status());
   // Entries are only appended, and kernels read only entries their launch names: no launch in
   // flight reads this one.
-  CHORUS_TRY(cuda::copyToDevice(deviceTable_ + at, &table_.back(), sizeof(DeviceConnector), copyStream_));
+  CHORUS_TRY(copyIn(deviceTable_ + at, &table_.back(), sizeof(DeviceConnector)));
   index_[{f, index, send}] = at;
   return Status::ok();
 }
@@ -284,7 +296,7 @@ Result<const void*> DeviceComm::upload(std::string key, const void* data, size_t
     chunkLeft_ = chunk;
   }
   char* dst = chunkAt_;
-  CHORUS_TRY(cuda::copyToDevice(dst, data, n, copyStream_));
+  CHORUS_TRY(copyIn(dst, data, n));
   chunkAt_ += bytes;
   chunkLeft_ -= bytes;
   uploads_.emplace(std::move(key), dst);

@@ -239,6 +239,13 @@ class DeviceComm {
 
   // `n` bytes uploaded once per distinct key (the same key gives the same copy back).
   Result<const void*> upload(std::string key, const void* data, size_t n);
+  // Copies host bytes to device memory through staging_, waited for. A copy from pageable memory
+  // would go through the driver's own staging, which CUDA serialises across a process's threads:
+  // a rank whose thread copied from pageable memory while another rank's pageable copy waited for
+  // this rank's kernel would wait for that copy, and that kernel for this rank (ranks as threads).
+  Status copyIn(void* dst, const void* data, size_t n);
+  static constexpr size_t kStagingBytes = 64 << 10;
+  char* staging_ = nullptr;  // pinned host memory, kStagingBytes
 
   // Uploads (schedules, one-copy arguments), by content, in chunks of device memory that live as
   // long as this.
