@@ -163,10 +163,22 @@ struct ElemOps<T, std::enable_if_t<std::is_integral_v<T>>> {
   }
 };
 
+// a * b rounded on its own: nvcc contracts a product and the sum it feeds into one fused
+// multiply-add, rounded once where the host rounds twice, so a pre-multiplied sum (a float
+// average on 3 ranks: the scalar 1/3 is inexact) would differ from the host path's in the last bit.
+template <typename T>
+CHORUS_HD T mulRounded(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return __fmul_rn(a, b);
+  if constexpr (std::is_same_v<T, double>) return __dmul_rn(a, b);
+#endif
+  return a * b;
+}
+
 template <typename T>
 struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
   // Without a scalar, pre is a copy: a NaN keeps its bits, as a copy does on every path.
-  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? quietNan(T(x * T(s.scaleF))) : x; }
+  CHORUS_HD static T pre(const ReduceSpec& s, T x) { return s.hasPre ? quietNan(mulRounded(x, T(s.scaleF))) : x; }
   CHORUS_HD static T op(const ReduceSpec& s, T a, T b) { return quietNan(floatOp<T>(s.kind, a, b)); }
   CHORUS_HD static T post(const ReduceSpec&, T x) { return x; }
 };
@@ -174,7 +186,7 @@ struct ElemOps<T, std::enable_if_t<std::is_floating_point_v<T>>> {
 template <typename T>
 struct ElemOps<T, std::enable_if_t<IsLowFloat<T>::value>> {
   CHORUS_HD static T pre(const ReduceSpec& s, T x) {
-    return s.hasPre ? fromFloat<T>(quietNan(toFloat(x) * float(s.scaleF))) : x;
+    return s.hasPre ? fromFloat<T>(quietNan(mulRounded(toFloat(x), float(s.scaleF)))) : x;
   }
   CHORUS_HD static T op(const ReduceSpec& s, T a, T b) {
     return fromFloat<T>(quietNan(floatOp<float>(s.kind, toFloat(a), toFloat(b))));
