@@ -70,6 +70,7 @@ checks=(
   "ddp_mnist_gpu|90|default|proc|@bash tools/ddp_gpu_check.sh DIR"
   "cuda_coll|150|default|thread|cuda_coll_test --quick"
   "gpu_bench|200|default|thread|env GPU_BENCH_BUDGET=170 DIR/bin/gpu_bench"
+  "gpu_bench_ll128|120|full|thread|env CHORUS_LL128=1 GPU_BENCH_BUDGET=100 DIR/bin/gpu_bench"
   "nccl_bench|60|default|thread|@bash tools/nccl_tests_bench.sh DIR"
   "ncu_profile|90|default|thread|@bash tools/ncu_profile.sh DIR"
   "cuda_coll_full_2|400|full|thread|cuda_coll_test --ranks 2"
@@ -292,13 +293,13 @@ case "$mode" in
   next)
     out=${2:?usage: tools/gpu_check.sh next OUT [DIR]}
     dir=${3:-gpu-check}
-    # a: the DDP stall's reading (hardware queues) and LL128 under MPS in the process grids;
-    # b: correctness of the launch and the one-copy collectives on threads, then the measurements
-    #    and the profile; c: the API, PyTorch, nccl-tests and one-copy between processes.
+    # a: the device's pre-multiplication rounded apart from the sum (device_test, the thread grid)
+    #    and the checks run 8 left out or failed under MPS; b: PyTorch and nccl-tests on 4 ranks;
+    #    c: the measurements with CHORUS_LL128=1 (docs/GPU.md, "What comes next").
     groups=(
-      "250|a|cuda_queue_32 cuda_queue_1 cuda_ddp cuda_ddp_8ch cuda_proc_2 cuda_proc_4"
-      "220|b|device_test cuda_flight cuda_coll gpu_bench nccl_bench ncu_profile"
-      "100|c|cuda_api nccl_torch nccl_tests_2 cuda_onecopy_2 cuda_onecopy_4 cuda_proc_staged"
+      "200|a|device_test cuda_host_only cuda_proc_legacy cuda_kill_hosts cuda_coll"
+      "250|b|cuda_api torch_colls nccl_torch_mixed nccl_tests_4 ddp_mnist_gpu"
+      "120|c|gpu_bench_ll128"
     )
     worst=77
     for g in "${groups[@]}"; do
