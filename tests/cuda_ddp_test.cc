@@ -45,10 +45,11 @@ void fail(const std::string& s) {
     }                                                                                                     \
   } while (0)
 
-// Pinned host bytes for the gradients' copies. A copy from or to pageable memory goes through the
-// driver's staging, which CUDA serialises across a process's threads: with ranks as threads, one
-// rank's pageable read-back waiting for its all-reduce holds up another rank's pageable upload,
-// which that all-reduce waits for.
+// Pinned host bytes for the gradients' copies. With the same copies through pageable memory the
+// ranks (threads of this process) stalled each other on an H200 until the deadline, 32 hardware
+// queues or not; through pinned memory they pass (docs/GPU.md, run 8). Which driver resource the
+// pageable copies shared was not found: one pageable upload beside another thread's waiting
+// pageable read-back is not held up (tools/probes/pageable_copy_probe.cu).
 class Pinned {
  public:
   explicit Pinned(size_t bytes) {

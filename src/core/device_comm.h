@@ -239,10 +239,9 @@ class DeviceComm {
 
   // `n` bytes uploaded once per distinct key (the same key gives the same copy back).
   Result<const void*> upload(std::string key, const void* data, size_t n);
-  // Copies host bytes to device memory through staging_, waited for. A copy from pageable memory
-  // would go through the driver's own staging, which CUDA serialises across a process's threads:
-  // a rank whose thread copied from pageable memory while another rank's pageable copy waited for
-  // this rank's kernel would wait for that copy, and that kernel for this rank (ranks as threads).
+  // Copies host bytes to device memory through staging_ (pinned), waited for. With ranks as
+  // threads of one process, pageable copies beside their collectives stalled the ranks on a GPU
+  // (docs/GPU.md, run 8: which driver resource they shared was not found); Chorus adds none.
   Status copyIn(void* dst, const void* data, size_t n);
   static constexpr size_t kStagingBytes = 64 << 10;
   char* staging_ = nullptr;  // pinned host memory, kStagingBytes

@@ -157,8 +157,8 @@ Status eventRecord(void* event, void* stream);
 Status streamWaitEvent(void* stream, void* event);
 // Whether the work before the event's record is done (an error counts as done).
 bool eventDone(void* event);
-// Copies host memory to device memory on `stream` and waits for it. From pinned memory only where
-// ranks may be threads: a pageable copy goes through the driver's staging, serialised per process.
+// Copies host memory to device memory on `stream` and waits for it. Chorus copies from pinned
+// memory only (DeviceComm::copyIn): pageable copies stalled ranks that are threads (docs/GPU.md).
 Status copyToDevice(void* dst, const void* src, size_t bytes, void* stream);
 // Loads the launch kernel and the conversion kernels into the current device's context
 // (prims_device.h, loadKernels and loadConvertKernels): done when a communicator's device side is
