@@ -420,9 +420,9 @@ PeerInfo process(int proc, bool p2pOff = false) {
 // A record that offers: `gpu` names its GPU, `reach` the GPUs that GPU reaches (itself first).
 OneCopyRecord offering(uint64_t gpu, std::initializer_list<uint64_t> reach, uint64_t count = 1000) {
   OneCopyRecord r;
-  r.offers = 1;
-  r.count = count;
-  r.type = chorusFloat32;
+  r.call.offers = 1;
+  r.call.count = count;
+  r.call.type = chorusFloat32;
   r.gpu.uuid[0] = gpu;
   r.gpu.uuid[1] = gpu * 7;
   for (uint64_t g : reach) {
@@ -436,61 +436,85 @@ OneCopyRecord offering(uint64_t gpu, std::initializer_list<uint64_t> reach, uint
 }  // namespace
 
 TEST_CASE("one-copy: every rank decides alike from the records", "[one_copy]") {
+  const Algorithm& oneCopy = algorithm(Algo::kOneCopy);
   // Processes sharing one GPU, as on a one-GPU machine.
-  CHECK(oneCopyAgreed({process(0), process(1), process(2)}, {offering(1, {1}), offering(1, {1}), offering(1, {1})}));
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(1), process(2)},
+                      {offering(1, {1}), offering(1, {1}), offering(1, {1})}));
   // Threads of one process on one GPU.
-  CHECK(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(1, {1})}));
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(0)}, {offering(1, {1}), offering(1, {1})}));
   // Two GPUs with peer access both ways, in two processes; in one process no (a cuMem allocation
   // is mapped for its own GPU only).
-  CHECK(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(0)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(0)}, {offering(1, {1, 2}), offering(2, {2, 1})}));
   // Mixed: two processes of two threads each, each process's threads on one GPU.
-  CHECK(oneCopyAgreed({process(0), process(0), process(1), process(1)},
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(0), process(1), process(1)},
                       {offering(1, {1, 2}), offering(1, {1, 2}), offering(2, {2, 1}), offering(2, {2, 1})}));
   // Peer access one way only, or none: no.
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2})}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(0)}, {offering(1, {1}), offering(2, {2})}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1, 2}), offering(2, {2})}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(0)}, {offering(1, {1}), offering(2, {2})}));
   // Three ranks: every pair must reach, not only pairs with rank 0.
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1), process(2)},
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1), process(2)},
                             {offering(1, {1, 2, 3}), offering(2, {2, 1}), offering(3, {3, 1})}));
   // CHORUS_P2P_DISABLE on one rank, between processes: no (on one GPU, in one process: still yes).
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1, true)}, {offering(1, {1}), offering(1, {1})}));
-  CHECK(oneCopyAgreed({process(0, true), process(0, true)}, {offering(1, {1}), offering(1, {1})}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1, true)}, {offering(1, {1}), offering(1, {1})}));
+  CHECK(oneCopyAgreed(oneCopy, {process(0, true), process(0, true)}, {offering(1, {1}), offering(1, {1})}));
   // One rank not offering (a buffer not registered, or not on its GPU), or another call: no.
   OneCopyRecord shy = offering(1, {1});
-  shy.offers = 0;
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1), process(2)}, {offering(1, {1}), shy, offering(1, {1})}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), offering(1, {1}, 999)}));
+  shy.call.offers = 0;
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1), process(2)}, {offering(1, {1}), shy, offering(1, {1})}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), offering(1, {1}, 999)}));
   OneCopyRecord other = offering(1, {1});
-  other.type = chorusInt32;
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), other}));
+  other.call.type = chorusInt32;
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), other}));
   // Another collective, or another root.
   OneCopyRecord gather = offering(1, {1});
-  gather.coll = static_cast<uint32_t>(CollType::kAllGather);
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), gather}));
-  CHECK(oneCopyAgreed({process(0), process(1)}, {gather, gather}));
+  gather.call.coll = static_cast<uint32_t>(CollType::kAllGather);
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), gather}));
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(1)}, {gather, gather}));
   OneCopyRecord bcast0 = offering(1, {1});
-  bcast0.coll = static_cast<uint32_t>(CollType::kBroadcast);
+  bcast0.call.coll = static_cast<uint32_t>(CollType::kBroadcast);
   OneCopyRecord bcast1 = bcast0;
-  bcast1.root = 1;
-  CHECK(oneCopyAgreed({process(0), process(1)}, {bcast1, bcast1}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {bcast0, bcast1}));
+  bcast1.call.root = 1;
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(1)}, {bcast1, bcast1}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {bcast0, bcast1}));
   // The reduction must be the same everywhere: a pre-multiplied sum whose scalar differs between
   // ranks runs as any all-reduce (the kernel applies one rank's scalar to every input).
   OneCopyRecord twice = offering(1, {1});
-  twice.hasPre = 1;
-  twice.scaleF = 2.0;
+  twice.call.hasPre = 1;
+  twice.call.scaleF = 2.0;
   OneCopyRecord thrice = twice;
-  thrice.scaleF = 3.0;
-  CHECK(oneCopyAgreed({process(0), process(1)}, {twice, twice}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {twice, thrice}));
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {twice, offering(1, {1})}));
+  thrice.call.scaleF = 3.0;
+  CHECK(oneCopyAgreed(oneCopy, {process(0), process(1)}, {twice, twice}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {twice, thrice}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {twice, offering(1, {1})}));
   OneCopyRecord maxed = offering(1, {1});
-  maxed.redKind = static_cast<uint32_t>(RedKind::kMax);
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), maxed}));
+  maxed.call.redKind = static_cast<uint32_t>(RedKind::kMax);
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), maxed}));
   // A rank without a GPU record never reaches.
   OneCopyRecord none = offering(0, {});
-  CHECK_FALSE(oneCopyAgreed({process(0), process(1)}, {offering(1, {1}), none}));
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), none}));
+}
+
+TEST_CASE("one-copy: the algorithm decides on the calls, the core on the GPUs", "[one_copy]") {
+  // The agreement is a hook of the algorithm (Algorithm::agreed): one-copy's wants every rank
+  // offering the same call; an algorithm not taken where ranks agree never agrees.
+  AgreedCall call;
+  call.offers = 1;
+  call.count = 1000;
+  call.type = chorusFloat32;
+  AgreedCall shy = call;
+  shy.offers = 0;
+  const Algorithm& oneCopy = algorithm(Algo::kOneCopy);
+  REQUIRE(oneCopy.taken() == Algorithm::Taken::kIfAgreed);
+  CHECK(oneCopy.agreed({call, call, call}));
+  CHECK_FALSE(oneCopy.agreed({call, shy}));
+  CHECK_FALSE(oneCopy.agreed({}));
+  for (int a = 0; a < algorithmCount(); ++a) {
+    const Algorithm& other = algorithm(static_cast<Algo>(a));
+    if (other.taken() != Algorithm::Taken::kIfAgreed) CHECK_FALSE(other.agreed({call, call}));
+  }
+  // The same calls, GPUs that do not reach each other: the core says no.
+  CHECK_FALSE(oneCopyAgreed(oneCopy, {process(0), process(1)}, {offering(1, {1}), offering(2, {2})}));
 }
 
 TEST_CASE("one-copy: blocks per rank grow with each rank's share", "[one_copy]") {

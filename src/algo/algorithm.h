@@ -62,6 +62,26 @@ struct AlgoCall {
   bool chosenAlone = false;
 };
 
+// A call as a rank describes it to every peer at enqueue, for an algorithm taken where the ranks
+// agree (Algorithm::Taken::kIfAgreed): the device path sends it with what only the core knows
+// (where the buffers lie, which GPU: src/core/onecopy.h) and runs the algorithm where
+// Algorithm::agreed holds for every rank's and every rank's GPU reaches every other's.
+struct AgreedCall {
+  uint32_t offers = 0;  // 1: this rank's buffers may be read and written in place by its peers
+  uint32_t coll = 0;    // CollType
+  uint32_t root = 0;
+  uint32_t type = 0;
+  uint64_t count = 0;
+  // The reduction as this rank resolved it (ReduceSpec's kind, pre-multiplication, division).
+  uint32_t redKind = 0;
+  uint32_t hasPre = 0;
+  uint32_t hasPostDiv = 0;
+  uint32_t reserved = 0;
+  double scaleF = 1.0;
+  uint64_t scaleI = 1;
+  uint64_t divisor = 1;
+};
+
 // A connection a lane uses, by its place in the connection table; index -1: none.
 struct ConnRef {
   ConnFamily family = ConnFamily::kRing;
@@ -124,6 +144,13 @@ class Algorithm {
   // kAlone: the choice beside which a rank may take it on its own (the connections that carry
   // its first slot to its neighbours).
   virtual std::optional<Algo> aloneBeside() const { return std::nullopt; }
+  // kIfAgreed: its agreement at enqueue, which the device path runs for it: whether the call as
+  // every rank described it (`all`, in rank order) lets it run on every rank. The core adds that
+  // every rank's GPU reaches every other's.
+  virtual bool agreed(const std::vector<AgreedCall>& all) const {
+    (void)all;
+    return false;
+  }
 };
 
 // Both ends of the per-peer connection of family `f` with `peer` (per-peer families are indexed

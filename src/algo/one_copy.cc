@@ -4,9 +4,9 @@
 // collective reduces, into the outputs it goes to (src/device/one_copy_exec.h, OneCopy); no FIFO and
 // no connection. An all-reduce, reduce or broadcast shares the message out over the ranks; a
 // reduce-scatter's rank makes its own output block from every input, an all-gather's copies its
-// input into every output. It runs only where every rank's record agrees at enqueue
-// (src/core/comm_onecopy.cc: every buffer on its GPU, registered between processes, the same
-// call), so the tuner offers it beside the algorithm that runs otherwise
+// input into every output. It runs only where every rank's record agrees at enqueue (agreed below;
+// the core's exchange, src/core/comm_onecopy.cc: every buffer on its GPU, registered between
+// processes), so the tuner offers it beside the algorithm that runs otherwise
 // (Algorithm::Taken::kIfAgreed, Tuner::Choice::ifAgreed). docs/GPU.md, "One-copy collectives".
 #include <algorithm>
 
@@ -34,6 +34,22 @@ class OneCopy final : public Algorithm {
   bool runsOn(MemKind mem) const override { return mem == MemKind::kDevice; }
   int maxRanks() const override { return kOneCopyMaxRanks; }
   Taken taken() const override { return Taken::kIfAgreed; }
+
+  // Every rank offers its buffers and issued the same call: collective, root, count, type and
+  // reduction, a pre-multiplied sum's scalar included (each rank's kernel applies its own
+  // reduction to every rank's input).
+  bool agreed(const std::vector<AgreedCall>& all) const override {
+    if (all.empty()) return false;
+    const AgreedCall& first = all[0];
+    for (const AgreedCall& r : all) {
+      if (!r.offers || r.coll != first.coll || r.root != first.root || r.count != first.count || r.type != first.type ||
+          r.redKind != first.redKind || r.hasPre != first.hasPre || r.hasPostDiv != first.hasPostDiv ||
+          r.scaleF != first.scaleF || r.scaleI != first.scaleI || r.divisor != first.divisor) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   // A record to and from every peer at enqueue (in the row's cost per call), then one pass: a
   // signal round before and after (two hops) around each rank's share moved on its blocks

@@ -6,15 +6,14 @@
 // one-copy algorithm (src/algo/one_copy.cc: 2 to 8 ranks, all on one host; by its tuning-table
 // row, or everywhere under CHORUS_ONECOPY=1): each rank then sends every peer a record (its GPU,
 // whether it offers its buffers, where they and its signal area lie) and receives theirs, every
-// communicator of the launch sending before any receives. It runs one-copy when every rank
-// offers, every rank issued the same call and every rank's GPU reaches every other's; otherwise
-// as any device collective, so the ranks always decide alike. A rank offers when the buffers the
-// kernel touches (a broadcast's input and a reduce's output on the root only) are on its GPU and,
-// if any peer is another process, lie in chorusCommRegister'ed ranges of chorusCudaMemAlloc
-// (cuMem) allocations. The first record that names one of this rank's allocations offers its
-// POSIX descriptor to every peer in another process (the descriptor server, token + the peer's
-// rank); those peers import and map it once, for the communicator's life (mapped memory
-// outlives a free by its owner; docs say so).
+// communicator of the launch sending before any receives. It runs one-copy when the algorithm
+// agrees (Algorithm::agreed: every rank offers and issued the same call) and every rank's GPU
+// reaches every other's; otherwise as any device collective, so the ranks always decide alike. A rank offers when the
+// buffers the kernel touches (a broadcast's input and a reduce's output on the root only) are on its GPU and, if any
+// peer is another process, lie in chorusCommRegister'ed ranges of chorusCudaMemAlloc (cuMem) allocations. The first
+// record that names one of this rank's allocations offers its POSIX descriptor to every peer in another process (the
+// descriptor server, token + the peer's rank); those peers import and map it once, for the communicator's life (mapped
+// memory outlives a free by its owner; docs say so).
 #include <algorithm>
 #include <cstring>
 
@@ -24,21 +23,16 @@
 
 namespace chorus {
 
-bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all) {
-  const OneCopyRecord& first = all[0];
+bool oneCopyAgreed(const Algorithm& algo, const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all) {
+  std::vector<AgreedCall> calls;
+  calls.reserve(all.size());
+  for (const OneCopyRecord& r : all) calls.push_back(r.call);
+  if (!algo.agreed(calls)) return false;
   for (size_t q = 0; q < all.size(); ++q) {
-    const OneCopyRecord& r = all[q];
-    if (!r.offers || r.coll != first.coll || r.root != first.root || r.count != first.count || r.type != first.type) {
-      return false;
-    }
-    if (r.redKind != first.redKind || r.hasPre != first.hasPre || r.hasPostDiv != first.hasPostDiv ||
-        r.scaleF != first.scaleF || r.scaleI != first.scaleI || r.divisor != first.divisor) {
-      return false;
-    }
     for (size_t t = 0; t < q; ++t) {
       const bool reach = sameProcess(peers[q], peers[t])
-                             ? r.gpu.same(all[t].gpu)
-                             : gpuPeers(DevicePeer{peers[q], r.gpu}, DevicePeer{peers[t], all[t].gpu});
+                             ? all[q].gpu.same(all[t].gpu)
+                             : gpuPeers(DevicePeer{peers[q], all[q].gpu}, DevicePeer{peers[t], all[t].gpu});
       if (!reach) return false;
     }
   }
@@ -140,17 +134,18 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
   bool crossProcess = false;
   for (int p = 0; p < nranks; ++p) crossProcess = crossProcess || !sameProcess(peers[me], peers[p]);
   const size_t bytes = op.count * typeSize(op.type);
-  r->count = op.count;
-  r->type = static_cast<uint32_t>(op.type);
-  r->coll = static_cast<uint32_t>(op.coll);
-  r->root = static_cast<uint32_t>(op.root);
+  AgreedCall& call = r->call;
+  call.count = op.count;
+  call.type = static_cast<uint32_t>(op.type);
+  call.coll = static_cast<uint32_t>(op.coll);
+  call.root = static_cast<uint32_t>(op.root);
   const ReduceSpec& spec = op.spec;
-  r->redKind = static_cast<uint32_t>(spec.kind);
-  r->hasPre = spec.hasPre ? 1 : 0;
-  r->hasPostDiv = spec.hasPostDiv ? 1 : 0;
-  r->scaleF = spec.scaleF;
-  r->scaleI = spec.scaleI;
-  r->divisor = spec.divisor;
+  call.redKind = static_cast<uint32_t>(spec.kind);
+  call.hasPre = spec.hasPre ? 1 : 0;
+  call.hasPostDiv = spec.hasPostDiv ? 1 : 0;
+  call.scaleF = spec.scaleF;
+  call.scaleI = spec.scaleI;
+  call.divisor = spec.divisor;
   r->gpu = comm_.devicePath().self().gpu;
   std::snprintf(r->server, sizeof(r->server), "%s", comm_.bootstrap().fdServerName().c_str());
   // A scalar the kernel reads from device memory is no value the ranks can agree on here.
@@ -168,7 +163,7 @@ Status OneCopyExchange::record(const OpInfo& op, OneCopyRecord* r) {
     CHORUS_ASSIGN_OR_RETURN(uint64_t * area, comm_.devicePath().deviceComm()->oneCopySignal());
     CHORUS_TRY(describe(area, device::oneCopySignalBytes(), crossProcess, false, &offers, &r->signal));
   }
-  r->offers = offers ? 1 : 0;
+  call.offers = offers ? 1 : 0;
   return Status::ok();
 }
 
@@ -178,7 +173,7 @@ Status OneCopyExchange::map(int peer, const OneCopyRecord& r) {
   if (sameProcess(comm_.peers()[me], comm_.peers()[peer])) {
     // A thread of this process: its addresses as they are, and its signal area kept while this
     // communicator's kernels may write into it.
-    return r.offers && r.signal.addr ? dev.holdPeerSignal(r.signal.addr) : Status::ok();
+    return r.call.offers && r.signal.addr ? dev.holdPeerSignal(r.signal.addr) : Status::ok();
   }
   const std::string server(r.server, strnlen(r.server, sizeof(r.server)));
   for (const OneCopyBuffer* b : {&r.send, &r.recv, &r.signal}) {
@@ -197,7 +192,7 @@ Status OneCopyExchange::map(int peer, const OneCopyRecord& r) {
 
 Result<const device::OneCopyArgs*> OneCopyExchange::argsFor(const OpInfo& op, const std::vector<OneCopyRecord>& all) {
   const std::vector<PeerInfo>& peers = comm_.peers();
-  if (!oneCopyAgreed(peers, all)) return nullptr;
+  if (!oneCopyAgreed(algorithm(*comm_.devicePath().choice(op).ifAgreed), peers, all)) return nullptr;
   DeviceComm& dev = *comm_.devicePath().deviceComm();
   const int me = comm_.rank();
   const int nranks = comm_.nranks();

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/algo/algorithm.h"
 #include "src/common/status.h"
 #include "src/transport/transport.h"
 
@@ -34,19 +35,8 @@ struct OneCopyBuffer {
 
 struct OneCopyRecord {
   uint32_t magic = kOneCopyMagic;
-  uint32_t offers = 0;  // 1: every peer may read and write these buffers in place
-  uint64_t count = 0;
-  uint32_t type = 0;
-  uint32_t coll = 0;  // CollType
-  uint32_t root = 0;  // broadcast, reduce
-  // The reduction as this rank resolved it: the kernel applies one rank's to every input, so
-  // every rank's must be the same (a pre-multiplied sum's scalar may differ between ranks).
-  uint32_t redKind = 0;
-  uint32_t hasPre = 0;
-  uint32_t hasPostDiv = 0;
-  double scaleF = 1.0;
-  uint64_t scaleI = 1;
-  uint64_t divisor = 1;
+  uint32_t reserved = 0;
+  AgreedCall call;  // what the algorithm decides on (Algorithm::agreed)
   GpuInfo gpu;
   OneCopyBuffer send;  // addr 0: the collective does not read it (a broadcast's off its root)
   OneCopyBuffer recv;  // addr 0: it does not write it (a reduce's off its root)
@@ -54,13 +44,13 @@ struct OneCopyRecord {
   char server[64] = {0};
 };
 
-// Whether the ranks of `all` (one record each, in rank order; peers[q] is rank q) run one-copy:
-// every rank offers, all issued the same collective, root, count, type and reduction (scalar
-// included), two ranks
-// of one process share one GPU (a cuMem allocation is mapped for its own GPU only), and two ranks
-// of different processes have GPUs that reach each other (gpuPeers: the same GPU, or peer access
-// both ways, and neither set CHORUS_P2P_DISABLE).
-bool oneCopyAgreed(const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all);
+// Whether the ranks of `all` (one record each, in rank order; peers[q] is rank q) run `algo`:
+// its own decision over the calls they describe (Algorithm::agreed: one-copy's wants every rank
+// offering and the same call), and GPUs that reach each other: two ranks of one process share
+// one GPU (a cuMem allocation is mapped for its own GPU only), two ranks of different processes
+// have GPUs that reach each other (gpuPeers: the same GPU, or peer access both ways, and neither
+// set CHORUS_P2P_DISABLE).
+bool oneCopyAgreed(const Algorithm& algo, const std::vector<PeerInfo>& peers, const std::vector<OneCopyRecord>& all);
 
 // One communicator's side of the one-copy collectives: its record for a call, the buffers it
 // offered its peers in other processes, and theirs mapped here (for the communicator's life).
