@@ -8,11 +8,12 @@
 // whether it offers its buffers, where they and its signal area lie) and receives theirs, every
 // communicator of the launch sending before any receives. It runs one-copy when the algorithm
 // agrees (Algorithm::agreed: every rank offers and issued the same call) and every rank's GPU
-// reaches every other's; otherwise as any device collective, so the ranks always decide alike. A rank offers when the
-// buffers the kernel touches (a broadcast's input and a reduce's output on the root only) are on its GPU and, if any
-// peer is another process, lie in chorusCommRegister'ed ranges of chorusCudaMemAlloc (cuMem) allocations. The first
-// record that names one of this rank's allocations offers its POSIX descriptor to every peer in another process (the
-// descriptor server, token + the peer's rank); those peers import and map it once, for the communicator's life (mapped
+// reaches every other's; otherwise as any device collective, so the ranks always decide alike. A
+// rank offers when the buffers the kernel touches (a broadcast's input and a reduce's output on the
+// root only) are on its GPU and, if any peer is another process, lie in chorusCommRegister'ed
+// ranges of chorusCudaMemAlloc (cuMem) allocations. The first record that names one of this rank's
+// allocations offers its POSIX descriptor to every peer in another process (the descriptor server,
+// token + the peer's rank); those peers import and map it once, for the communicator's life (mapped
 // memory outlives a free by its owner; docs say so).
 #include <algorithm>
 #include <cstring>
