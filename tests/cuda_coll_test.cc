@@ -139,13 +139,17 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
     Bytes got(oc * es);
     if (!got.empty()) CUDA_OK(cudaMemcpy(got.data(), dout[r], got.size(), cudaMemcpyDeviceToHost));
     const Bytes host(static_cast<unsigned char*>(hout[r]), static_cast<unsigned char*>(hout[r]) + oc * es);
+    // Whether element e of a floating average is the host path's to within the rounding of n terms.
+    auto withinRounding = [&](size_t e) {
+      const double g = decode(t, got.data() + e * es);
+      const double h = decode(t, host.data() + e * es);
+      return std::fabs(g - h) <= n * epsilonOf(t) * std::fmax(1.0, std::fabs(h));
+    };
     if (!sameSchedule && reduces(c) && op == chorusAvg && isFloat(t)) {
       size_t bad = 0;
       size_t first = 0;
       for (size_t i = 0; i < oc; ++i) {
-        const double g = decode(t, got.data() + i * es);
-        const double h = decode(t, host.data() + i * es);
-        if (std::fabs(g - h) > n * epsilonOf(t) * std::fmax(1.0, std::fabs(h)) && !bad++) first = i;
+        if (!withinRounding(i) && !bad++) first = i;
       }
       EXPECT(bad == 0, "%s: rank %d: %zu averages differ from the host path's past rounding, the first at element %zu",
              label.c_str(), r, bad, first);
@@ -155,11 +159,9 @@ void runCase(Ranks& k, Coll c, int t, int op, size_t count, bool inPlace, int ro
       if (reduces(c) && op == chorusAvg && isFloat(t)) {
         // Said apart: the same terms rounded otherwise (a fused multiply-add) or a wrong element.
         const size_t e = i / es;
-        const double g = decode(t, got.data() + e * es);
-        const double h = decode(t, host.data() + e * es);
-        const bool rounding = std::fabs(g - h) <= n * epsilonOf(t) * std::fmax(1.0, std::fabs(h));
         EXPECT(false, "%s: rank %d differs from the host path at element %zu of %zu: %.17g, the host %.17g (%s)",
-               label.c_str(), r, e, oc, g, h, rounding ? "within rounding" : "past rounding");
+               label.c_str(), r, e, oc, decode(t, got.data() + e * es), decode(t, host.data() + e * es),
+               withinRounding(e) ? "within rounding" : "past rounding");
       } else {
         EXPECT(false, "%s: rank %d differs from the host path at byte %zu of %zu", label.c_str(), r, i, got.size());
       }

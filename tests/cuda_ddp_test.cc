@@ -20,7 +20,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "include/chorus/chorus.h"
@@ -97,6 +96,14 @@ void fill(std::vector<char>& out, size_t pi, const Param& p, int r, int it) {
   }
 }
 
+// Where each parameter's bytes begin when all of them are packed in order; the last entry is the
+// total.
+std::vector<size_t> packed(const std::vector<Param>& params) {
+  std::vector<size_t> at(params.size() + 1, 0);
+  for (size_t p = 0; p < params.size(); ++p) at[p + 1] = at[p] + bytesOf(params[p]);
+  return at;
+}
+
 double elem(const std::vector<char>& b, const Param& p, size_t e) {
   if (p.type == chorusFloat64) {
     double v;
@@ -139,10 +146,8 @@ void train(int n, int hook, bool unused, int iters) {
     if (dev != 0)
       fail(what + ": rank " + std::to_string(r) + "'s gradients are not on GPU 0 (" + std::to_string(dev) + ")");
     std::vector<std::vector<char>> host(params.size());
-    size_t total = 0;
-    std::vector<size_t> at(params.size());
-    for (size_t p = 0; p < params.size(); ++p) at[p] = std::exchange(total, total + bytesOf(params[p]));
-    Pinned up(total), down(total);
+    const std::vector<size_t> at = packed(params);
+    Pinned up(at.back()), down(at.back());
     std::mt19937 order(100 + r);
     for (int it = 0; it < iters; ++it) {
       int rebuilt = 0;
@@ -282,10 +287,8 @@ void uneven(int n) {
     chorusDdpReducer_t red = nullptr;
     DDP_OK(chorusDdpReducerCreate(&red, k.comms[r], cparams.data(), static_cast<int>(cparams.size()), &cfg));
     std::vector<char> host;
-    size_t total = 0;
-    std::vector<size_t> at(params.size());
-    for (size_t p = 0; p < params.size(); ++p) at[p] = std::exchange(total, total + bytesOf(params[p]));
-    Pinned up(total), down(total);
+    const std::vector<size_t> at = packed(params);
+    Pinned up(at.back()), down(at.back());
     for (int it = 0; it < 2 + r; ++it) {
       int rebuilt = 0;
       DDP_OK(chorusDdpPrepareForBackward(red, &rebuilt));
