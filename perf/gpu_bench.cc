@@ -1,4 +1,4 @@
-// The device path's numbers on one GPU, in one run (docs/GPU.md, "Measurements"):
+// The device path's numbers on one GPU, in one run (docs/GPU.md, "Performance"):
 //   copy        cudaMemcpyAsync device to device: the rate every other line is compared with;
 //   lanes copy  the launch kernel (src/device/prims_device.cuh) running one local copy lane per
 //               block, the executor's own data movement (16-byte loads and stores);
@@ -659,9 +659,9 @@ double hostCost(cudaStream_t s, F call) {
   return hostCostWaiting([s] { CUDA_OK(cudaStreamSynchronize(s)); }, call);
 }
 
-// Where a small call's time goes on the host (docs/GPU.md, "The call's fixed cost"): the CUDA
-// calls a launch is made of, alone, beside Chorus's and NCCL's calls of 8 bytes. Differences
-// between lines place the cost; nothing here is a test.
+// Where a small call's time goes on the host (docs/records/2026-11-29-gpu-next.md, "The call's
+// fixed cost"): the CUDA calls a launch is made of, alone, beside Chorus's and NCCL's calls of 8
+// bytes. Differences between lines place the cost; nothing here is a test.
 void hostCostTable() {
   std::printf("\n== host cost of one call: CPU time to enqueue it, us (200 back to back, median of 7 loops)\n");
   Ranks k(1);

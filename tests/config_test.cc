@@ -146,7 +146,7 @@ TEST_CASE("CHORUS_LL128: off unless set to 1; anything else is an error naming i
   {
     auto c = Config::fromEnv();
     REQUIRE(c.isOk());
-    CHECK_FALSE(c.value().ll128);  // off: wrong results under MPS (docs/GPU.md, runs 6 and 7)
+    CHECK_FALSE(c.value().ll128);  // off: wrong results under MPS (docs/records/2026-11-29-gpu-runs.md)
   }
   for (const char* v : {"1", "0"}) {
     ScopedEnv e("CHORUS_LL128", v);

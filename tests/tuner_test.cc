@@ -204,7 +204,7 @@ TEST_CASE("the tuning table has a row for every algorithm on every memory it run
   for (int i = 0; i < algorithmCount(); ++i) {
     const Algorithm& a = algorithm(static_cast<Algo>(i));
     INFO(a.name());
-    // One-copy's blocks have no protocol: one row, measured on a GPU (docs/GPU.md, run 6).
+    // One-copy's blocks have no protocol: one row, measured on a GPU (docs/records/2026-11-29-gpu-runs.md, run 6).
     if (static_cast<Algo>(i) == Algo::kOneCopy) {
       CHECK(tuningRow(MemKind::kDevice, a.name(), ProtoKind::kSimple) != nullptr);
       continue;

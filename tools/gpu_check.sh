@@ -19,8 +19,8 @@
 #                                         (OUT holds those and device.txt, nothing else),
 #                                         so a run cut short still returns what ran; prints the table
 #                                         last; exits 1 if any check failed or did not run
-#   tools/gpu_check.sh next OUT [DIR]     on the GPU machine: the next run's checks (docs/GPU.md,
-#                                         "What comes next") as `run` in three groups, each with a
+#   tools/gpu_check.sh next OUT [DIR]     on the GPU machine: the next run's checks (docs/records/
+#                                         2026-11-29-gpu-next.md) as `run` in three groups, each with a
 #                                         budget of its own and its own OUT/a, OUT/b, OUT/c, so that
 #                                         the first answers come back whatever happens to the rest;
 #                                         570 s in all, under one 600 s device call; each group
@@ -42,7 +42,7 @@ cd "$(dirname "$0")/.."
 # folder of the built programs; "env VAR=value DIR/bin/..." sets a variable for one check. The
 # default list runs in about 5 minutes on an H100 or H200, the sampled thread grid late so that a
 # slow one leaves the rest their time; the full grids (about 3 minutes per rank count) are for a
-# call of their own. gpu_bench measures (docs/GPU.md, "Measurements"; its tables stop at
+# call of their own. gpu_bench measures (docs/GPU.md, "Performance"; its tables stop at
 # GPU_BENCH_BUDGET seconds, saying so) and passes whenever it ran.
 checks=(
   "device_test|60|default|thread|device_test"
@@ -295,7 +295,7 @@ case "$mode" in
     dir=${3:-gpu-check}
     # a: the device's pre-multiplication rounded apart from the sum (device_test, the thread grid)
     #    and the checks run 8 left out or failed under MPS; b: PyTorch and nccl-tests on 4 ranks;
-    #    c: the measurements with CHORUS_LL128=1 (docs/GPU.md, "What comes next").
+    #    c: the measurements with CHORUS_LL128=1 (docs/records/2026-11-29-gpu-next.md).
     groups=(
       "200|a|device_test cuda_host_only cuda_proc_legacy cuda_kill_hosts cuda_coll"
       "250|b|cuda_api torch_colls nccl_torch_mixed nccl_tests_4 ddp_mnist_gpu"

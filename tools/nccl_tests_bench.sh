@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nccl-tests through Chorus's libnccl.so.2 beside NCCL itself, on one GPU, one rank (docs/GPU.md,
-# "Measurements"): each *_perf binary that tools/gpu_check.sh prepare built runs twice with the same
+# "Performance"): each *_perf binary that tools/gpu_check.sh prepare built runs twice with the same
 # arguments, once with NCCL's libnccl.so.2 first on the library path (the nvidia-nccl-cu13 package
 # beside PyTorch, or NCCL_LIB_DIR) and once with the drop-in, under chorusrun -n 1 (the binaries are
 # built against the MPI shim). NCCL allows one rank per GPU, so one rank is the only shape both can

@@ -2,7 +2,7 @@
 # Nsight Compute on the device path's kernels that wait on no other kernel (`gpu_bench profile`:
 # the copy and reduce-copy lanes on 64 blocks over 256 MiB, a one-rank all-reduce of 256 MiB):
 # achieved memory throughput against the chip's peak, where warps stall, registers and occupancy:
-# what limits the lanes when they fall short of cudaMemcpyAsync (docs/GPU.md, "Measurements").
+# what limits the lanes when they fall short of cudaMemcpyAsync (docs/GPU.md, "Performance").
 # Ranks that wait on each other are not profiled: ncu replays one kernel at a time, and a rank's
 # kernel would wait for its peer's until the deadline.
 #   tools/ncu_profile.sh DIR     DIR: the folder of the built programs (tools/gpu_check.sh's)

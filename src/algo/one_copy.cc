@@ -7,7 +7,7 @@
 // input into every output. It runs only where every rank's record agrees at enqueue (agreed below;
 // the core's exchange, src/core/comm_onecopy.cc: every buffer on its GPU, registered between
 // processes), so the tuner offers it beside the algorithm that runs otherwise
-// (Algorithm::Taken::kIfAgreed, Tuner::Choice::ifAgreed). docs/GPU.md, "One-copy collectives".
+// (Algorithm::Taken::kIfAgreed, Tuner::Choice::ifAgreed). docs/records/2026-11-28-gpu-one-copy.md.
 #include <algorithm>
 
 #include "src/algo/algorithm.h"

@@ -1,4 +1,4 @@
-// The one-copy collectives' host side (docs/GPU.md, "One-copy collectives"): which device
+// The one-copy collectives' host side (docs/records/2026-11-28-gpu-one-copy.md): which device
 // collectives take it, the records ranks exchange for each, the peers' memory mapped here, and
 // the arguments the kernel gets (src/device/one_copy_exec.h, OneCopy).
 //

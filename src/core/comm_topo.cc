@@ -206,7 +206,7 @@ Status Communicator::buildTopology(const std::string& mine, const std::vector<to
   // LL128 needs FIFOs in GPU memory written and read by that GPU's own SMs: every rank on one GPU,
   // with its device connections in process (inproc) or through CUDA IPC, never a host-staged
   // FIFO (a 128-byte store over PCIe may arrive in parts). Between GPUs it waits for a GPU
-  // session to check NVLink (docs/GPU.md).
+  // run to check NVLink (docs/GPU.md).
   bool staged = false;
   for (const PeerInfo& p : peers_) staged = staged || (p.flags & PeerInfo::kP2pDisabled);
   facts.deviceLL128Safe = facts.deviceLL && device_.oneGpu() && !staged;

@@ -241,7 +241,7 @@ class DeviceComm {
   Result<const void*> upload(std::string key, const void* data, size_t n);
   // Copies host bytes to device memory through staging_ (pinned), waited for. With ranks as
   // threads of one process, pageable copies beside their collectives stalled the ranks on a GPU
-  // (docs/GPU.md, run 8: which driver resource they shared was not found); Chorus adds none.
+  // (docs/records/2026-11-29-gpu-runs.md, run 8: which driver resource they shared was not found); Chorus adds none.
   Status copyIn(void* dst, const void* data, size_t n);
   static constexpr size_t kStagingBytes = 64 << 10;
   char* staging_ = nullptr;  // pinned host memory, kStagingBytes

@@ -126,10 +126,11 @@ CHORUS_HD_EXEC void moveVectorGroups(const VecMove& o, const ElemFold& f) {
 }
 
 // The two moves, each a function of its own on the device. Inlined into the launch kernel, a
-// group's vectors competed for registers with the whole executor's state and went to local
-// memory as they were loaded (the kernel's SASS: an STL.128 after each LD.E.128 but the last of a
-// group), leaving one load in flight per thread (docs/GPU.md, "Loads in flight"). A call spends
-// a few saves of the caller's registers once per piece and gives the group the registers.
+// group's vectors competed for registers with the whole executor's state and went to local memory
+// as they were loaded (the kernel's SASS: an STL.128 after each LD.E.128 but the last of a group),
+// leaving one load in flight per thread (docs/records/2026-11-29-gpu-next.md, "Loads in flight"). A
+// call spends a few saves of the caller's registers once per piece and gives the group the
+// registers.
 CHORUS_HD_OUTLINE void copyVectors(VecMove o) { moveVectorGroups<char, false>(o, ElemFold{}); }
 template <typename T>
 CHORUS_HD_OUTLINE void foldVectors(VecMove o, ElemFold f) {

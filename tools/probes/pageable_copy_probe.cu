@@ -1,9 +1,9 @@
-// Whether CUDA serialises copies through pageable host memory across a process's threads, as
-// ranks that are threads of one process meet it (docs/GPU.md, cuda_ddp). Thread A reads 1 MiB back
-// into pageable memory on its stream, behind a kernel that spins for a second; 100 ms later the
-// main thread uploads 1 MiB on a stream of its own, first from pinned memory, then from pageable
-// memory, and prints how long each took beside how long A's read-back waited. It measures; it
-// passes whatever it finds. Build: nvcc -std=c++17 -arch=sm_90 -o pageable_copy_probe
+// Whether CUDA serialises copies through pageable host memory across a process's threads, as ranks
+// that are threads of one process meet it (docs/records/2026-11-29-gpu-runs.md, run 8). Thread A
+// reads 1 MiB back into pageable memory on its stream, behind a kernel that spins for a second; 100
+// ms later the main thread uploads 1 MiB on a stream of its own, first from pinned memory, then
+// from pageable memory, and prints how long each took beside how long A's read-back waited. It
+// measures; it passes whatever it finds. Build: nvcc -std=c++17 -arch=sm_90 -o pageable_copy_probe
 // tools/probes/pageable_copy_probe.cu
 #include <cuda_runtime.h>
 
