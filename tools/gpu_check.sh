@@ -23,7 +23,7 @@
 #                                         2026-11-29-gpu-next.md) as `run` in three groups, each with a
 #                                         budget of its own and its own OUT/a, OUT/b, OUT/c, so that
 #                                         the first answers come back whatever happens to the rest;
-#                                         570 s in all, under one 600 s device call; each group
+#                                         570 s in all, under ten minutes; each group
 #                                         leaves summary.txt and logs.tgz (device.txt is inside),
 #                                         six files in all; exits 1 if any group failed, 77 if every
 #                                         group found no GPU
