@@ -31,7 +31,7 @@ const std::vector<TuningRow>& tuningTable() {
       {MemKind::kHost, "slice", ProtoKind::kSimple, 10.61, 0.00, 5.77, 0, 4},
 
       // Device rows, one per algorithm, protocol and rank count: fitted on 2026-11-27 from run 6's
-      // gpu_bench on one H200 (docs/records/2026-11-27-h200-9527061/gpu_bench.log, ranks as
+      // gpu_bench on one H200 (docs/records/2026-11-27-h200-run6/gpu_bench.log, ranks as
       // threads sharing the GPU, every algorithm and protocol forced) by
       // tools/tuning_fit.py device gpu_bench.log --channels 2:32,4:16. The tool fits the tree from 3
       // ranks up, so at 2 ranks the tree takes its 4-rank row; one-copy's rows let the
