@@ -12,9 +12,10 @@ turn so that drift on a shared machine hits all alike:
            a 2-rank all-reduce's bus bandwidth (2 ranks, bandwidth sizes only)
 
 Every contender times a float sum the way nccl-tests do (warm-up calls, then ITERS calls back to
-back, the slowest rank's mean) and checks the last result element by element; a wrong element or a
-contender that prints nothing fails the run (exit 1). Two sweeps by default: latency (8 B to 4 KiB,
-factor 8, many iterations) and bandwidth (64 KiB to 64 MiB, factor 2). It prints, per rank count, a
+back, the slowest rank's mean) and checks the last result element by element; a wrong element, a
+size with no result, or a command that fails (non-zero exit, timeout) fails the run (exit 1). Two
+sweeps by default: latency (8 B to 4 KiB, factor 8, many iterations) and bandwidth (64 KiB to 64 MiB,
+factor 2); the copy limit runs on a sweep's sizes from 64 KiB up. It prints, per rank count, a
 Markdown table of the medians over the rounds: times in microseconds, Chorus's bus bandwidth, the
 copy limit, and "x PEER" = the peer's time over Chorus's (above 1: Chorus is faster).
 
@@ -68,6 +69,15 @@ def parse_sweep(text):
     if lo < 4 or hi < lo or factor < 2:
         raise ValueError(f"the sweep '{text}' needs 4 <= MIN <= MAX and FACTOR >= 2")
     return (lo, hi, factor, text)
+
+
+def sweep_sizes(lo, hi, factor):
+    """The sizes a sweep runs, as nccl-tests step them: lo, lo*factor, ... up to hi."""
+    sizes = []
+    while lo <= hi:
+        sizes.append(lo)
+        lo *= factor
+    return sizes
 
 
 def parse_rows(text):
@@ -222,20 +232,21 @@ def main():
                 if "gloo" in peers:
                     store = tempfile.mkdtemp(prefix="chorus-gloo-store-")
                     cmds["gloo"] = launch + [bins["gloo_allreduce"]] + size_args + ["-n", str(gloo_iters), "-s", store]
-                if np_ == 2 and hi >= LIMIT_FROM:  # below, a copy's rate says little of a bound
-                    limit_lo = lo
-                    while limit_lo < LIMIT_FROM:
-                        limit_lo *= factor
-                    cmds["limit"] = [bins["copy_limit"], "-b", str(limit_lo)] + size_args[2:] + ["-n", str(iters)]
+                # The limit runs on the sweep's own sizes from LIMIT_FROM up (below, a copy's rate says
+                # little of a bound), so it has a row for each of them and none past the sweep's last size;
+                # a sweep with no such size (8:64K:8 stops at 32 KiB) has no limit column.
+                limit_sizes = [s for s in sweep_sizes(lo, hi, factor) if s >= LIMIT_FROM] if np_ == 2 else []
+                if limit_sizes:
+                    cmds["limit"] = [bins["copy_limit"], "-b", str(limit_sizes[0]), "-e", str(limit_sizes[-1]),
+                                     "-f", str(factor), "-n", str(iters)]
                 for who, cmd in cmds.items():
                     print(f"# round {rnd + 1}/{a.rounds}, {np_} ranks, {name}: {who}", file=sys.stderr, flush=True)
                     out = run(cmd, a.timeout)
-                    rows = parse_rows(out) if out is not None else {}
-                    want, s = [], lo
-                    while s <= hi:
-                        if who != "limit" or s >= LIMIT_FROM:
-                            want.append(s)
-                        s *= factor
+                    if out is None:  # run() said why; a partial table must not pass for a whole one
+                        failed.append(f"{who} at {np_} ranks, {name}: the command failed: {' '.join(cmd)}")
+                        continue
+                    rows = parse_rows(out)
+                    want = limit_sizes if who == "limit" else sweep_sizes(lo, hi, factor)
                     lost = [s for s in want if s not in rows]
                     wrong = [s for s in want if s in rows and rows[s][2] != 0]
                     if lost or wrong:
