@@ -11,7 +11,8 @@ that version's ABI.
 
 config_settings (pip's --config-settings KEY=VALUE):
     build-dir   an existing build tree to build and package from instead of <source>/build-wheel
-                (it must have been configured for the same Python; nothing is reconfigured)
+                (it must have been configured for the torch that pip's Python imports: the same
+                version from the same folder, in the same environment; nothing is reconfigured)
     jobs        build jobs (default: every core)
     cuda-architectures
                 the GPU architectures of the device code, as CHORUS_CUDA_ARCHITECTURES (default: the
@@ -53,15 +54,25 @@ def _clean_env():
     return env
 
 
-def _torch_version(env):
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], env=env,
-                           capture_output=True, text=True)
+# What a build tree records of the torch its extension is built against (python/CMakeLists.txt sets
+# these cache entries), by the key of _torch()'s answer. The interpreter alone says too little:
+# every venv of one interpreter resolves to the same binary, and each may hold another torch.
+_RECORDED = {"version": "CHORUS_TORCH_VERSION", "dir": "CHORUS_TORCH_DIR", "prefix": "CHORUS_TORCH_PREFIX"}
+
+
+def _torch(env):
+    """The torch pip's Python imports: {"version": torch.__version__, "dir": its package folder,
+    "prefix": sys.prefix}, the folders resolved as python/CMakeLists.txt resolves them."""
+    code = ("import os, sys, torch; print(torch.__version__); print(os.path.realpath(os.path.dirname(torch.__file__)));"
+            " print(os.path.realpath(sys.prefix))")
+    probe = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if probe.returncode != 0:
         raise RuntimeError(
             f"chorus_build: {sys.executable} cannot import torch, and chorus_torch is built against the PyTorch "
             f"installed where it goes: install torch 2.x into this Python first (pip install torch==2.11.0), "
             f"then run pip install --no-build-isolation . ({probe.stderr.strip().splitlines()[-1:]})")
-    return probe.stdout.strip()
+    version, torch_dir, prefix = probe.stdout.strip().splitlines()[-3:]
+    return {"version": version, "dir": torch_dir, "prefix": prefix}
 
 
 def _run(cmd, env):
@@ -77,16 +88,35 @@ def _cache_value(build, key):
     return ""
 
 
-def _build(config, env):
+def _check_build_tree(build, torch, named):
+    """Refuses a configured build tree whose extension is (or would be) built against another torch
+    than `torch`: the wheel would require this torch and hold a binary for the other. `named`: the
+    tree came from the build-dir setting, not the default <source>/build-wheel."""
+    recorded = {field: _cache_value(build, key) for field, key in _RECORDED.items()}
+    if recorded == torch:
+        return
+
+    def describe(t):
+        return f"torch {t['version']} from {t['dir']} in the environment {t['prefix']}"
+
+    had = (describe(recorded) if all(recorded.values()) else
+           "no torch recorded (configured by an older Chorus, or CMake found no torch 2.x there)")
+    python = _cache_value(build, "CHORUS_TORCH_PYTHON") or "(none)"
+    fix = (f"drop --config-settings build-dir={build} (pip then builds in {os.path.join(SOURCE, 'build-wheel')}) "
+           f"or name a build tree made for this Python" if named else
+           f"remove it (rm -rf {build}) and run pip again, which configures it anew for this Python")
+    raise RuntimeError(f"chorus_build: {build} was configured for the torch of {python}, not the one {sys.executable} "
+                       f"imports: the build tree has {had}; this Python has {describe(torch)}. A wheel from it "
+                       f"would require this torch and hold an extension built against the other: {fix}, or "
+                       f"reconfigure it with cmake {build} -DCHORUS_TORCH_PYTHON={sys.executable}")
+
+
+def _build(config, env, torch):
     build = config.get("build-dir") or os.path.join(SOURCE, "build-wheel")
     build = os.path.abspath(build)
     jobs = str(config.get("jobs") or os.cpu_count() or 1)
     if os.path.exists(os.path.join(build, "CMakeCache.txt")):
-        python = _cache_value(build, "CHORUS_TORCH_PYTHON")
-        if not python or os.path.realpath(python) != os.path.realpath(sys.executable):
-            raise RuntimeError(f"chorus_build: {build} was configured for the Python {python or '(none)'}, "
-                               f"not {sys.executable}: name another build-dir or reconfigure it with "
-                               f"-DCHORUS_TORCH_PYTHON={sys.executable}")
+        _check_build_tree(build, torch, named=bool(config.get("build-dir")))
     else:
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         archs = config.get("cuda-architectures")
@@ -126,9 +156,10 @@ def get_requires_for_build_wheel(config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     config = config_settings or {}
     env = _clean_env()
-    torch_version = _torch_version(env)
+    torch = _torch(env)
+    torch_version = torch["version"]
     version = _version()
-    build = _build(config, env)
+    build = _build(config, env, torch)
     tag = _tag()
     dist_info = f"{NAME}-{version}.dist-info"
     wheel_name = f"{NAME}-{version}-{tag}.whl"
