@@ -11,9 +11,11 @@
 # by host. Each host has its own network, PID and UTS namespaces (hostname "hostH"). Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
 # address) set, as chorusrun would, plus NETNS_HOST (the host index), NETNS_ADDR (that host's
 # address) and NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is); its output is prefixed "[host h rank r]". With
-# --check-transports every rank also logs its INIT lines, and the script checks that each pair
+# --check-transports every rank also logs its INIT and NET lines, and the script checks that each pair
 # of ranks uses shm inside a host and the net transport across hosts, exactly, over the network
-# NETNS_WANT_NET names (default Socket; the plugin's name when CHORUS_NET_PLUGIN is set).
+# NETNS_WANT_NET names (default Socket; the plugin's name when CHORUS_NET_PLUGIN is set), and, when
+# every rank exited 0, that no rank logged a receive as failed (the connections closing at the
+# end of a clean run are no failure).
 set -uo pipefail
 
 check=0
@@ -63,7 +65,7 @@ for h in $(seq 0 $((nhosts - 1))); do
   for _ in $(seq 1 "${perhost[$h]}"); do
     hostOf+=("$h")
     extra=""
-    [ $check -eq 1 ] && extra="CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT"
+    [ $check -eq 1 ] && extra="CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,NET"
     script+="( env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID=198.18.0.1:$port NETNS_HOST=$h"
     script+=" NETNS_ADDR=198.18.0.$((h + 1)) NETNS_PORT=$port $extra timeout -k 5 $timeout \"\$@\""
     script+=" > $logdir/$rank.out 2> $logdir/$rank.err; echo \$? > $logdir/$rank.rc ) & "
@@ -105,6 +107,15 @@ if [ $check -eq 1 ]; then
       fi
     done
   done
+  if [ $status -eq 0 ]; then
+    for r in $(seq 0 $((nranks - 1))); do
+      if grep -q "a receive failed" "$logdir/$r.err"; then
+        echo "rank $r logged a failed receive in a clean run:" >&2
+        grep "a receive failed" "$logdir/$r.err" | sed "s/^/[host ${hostOf[$r]} rank $r] /" >&2
+        status=1
+      fi
+    done
+  fi
   [ $status -eq 0 ] && echo "transports as expected: shm inside each host, NET/${NETNS_WANT_NET:-Socket} across ($layout)"
 fi
 exit $status

@@ -15,7 +15,14 @@
 namespace chorus {
 namespace {
 
-thread_local std::string lastNetMessage;
+// The last WARN or INFO line of a network on this thread, and whether it was a WARN. A network
+// says at INFO that a peer closed its comm between messages (its communicator was destroyed, or
+// its process ended), and at WARN that something broke (docs/network.md).
+struct NetMessage {
+  std::string text;
+  bool warn = false;
+};
+thread_local NetMessage lastNetMessage;
 
 const Logger& processNetLog() {
   static const Logger log = [] {
@@ -27,7 +34,7 @@ const Logger& processNetLog() {
 
 }  // namespace
 
-std::string takeNetMessage() { return std::exchange(lastNetMessage, std::string()); }
+std::string takeNetMessage() { return std::exchange(lastNetMessage, NetMessage{}).text; }
 
 void netLogger(chorusNetLogLevel_t level, unsigned long, const char* file, int line, const char* fmt, ...) {
   char buf[1024];
@@ -41,11 +48,11 @@ void netLogger(chorusNetLogLevel_t level, unsigned long, const char* file, int l
   switch (level) {
     case chorusNetLogWarn:
     case chorusNetLogAbort:
-      lastNetMessage = buf;
+      lastNetMessage = {buf, true};
       log.warn(kSubsysNet, "{} ({})", buf, where);
       break;
     case chorusNetLogInfo:
-      lastNetMessage = buf;
+      lastNetMessage = {buf, false};
       log.info(kSubsysNet, "{}", buf);
       break;
     case chorusNetLogVersion:
@@ -109,21 +116,29 @@ void NetProxy::quiesce(int64_t timeoutNs) {
   }
 }
 
-std::string NetProxy::callFailed(const char* call, chorusResult_t rc) const {
-  std::string why = std::string(net_->name) + " network: " + call + " failed (" + chorusGetErrorString(rc) + ")";
+std::string NetProxy::callFailed(const char* call, chorusResult_t rc, bool* peerClosed) const {
+  const bool warned = lastNetMessage.warn;
   const std::string said = takeNetMessage();
+  if (peerClosed) *peerClosed = !said.empty() && !warned;
+  std::string why = std::string(net_->name) + " network: " + call + " failed (" + chorusGetErrorString(rc) + ")";
   if (!said.empty()) why += ": " + said;
   return why;
 }
 
-void NetProxy::fail(Entry& e, const std::string& why) {
+void NetProxy::fail(Entry& e, const std::string& why, bool peerClosed) {
   // Closing the FIFO is enough: a lane that still needs this connection fails at once with a
   // message naming the peer, and a peer that closed after its last operation harms nobody.
   const bool closedHere = e.l.fifo.closed();
   e.failed = true;
   e.l.fifo.close();
-  log_.info(kSubsysNet, "network connection {} rank {} ({}) ended: {}", e.l.isSend ? "to" : "from", e.l.peer,
-            e.l.peerName, why);
+  if (peerClosed) {
+    // The receives posted ahead for the peer's next slots end with its comm: at every clean
+    // destroy, on whichever side closes last. Not a failure until a lane needs those slots.
+    log_.trace(kSubsysNet, "network connection from rank {} ({}) closed by the peer: {}", e.l.peer, e.l.peerName, why);
+  } else {
+    log_.info(kSubsysNet, "network connection {} rank {} ({}) ended: {}", e.l.isSend ? "to" : "from", e.l.peer,
+              e.l.peerName, why);
+  }
   // A closed FIFO the communicator itself closed (a failure or an abort here) is no news.
   if (e.l.polled && onPolledFailure_ && !closedHere) onPolledFailure_(e.l.peer, e.l.peerName, why);
 }
@@ -293,7 +308,9 @@ bool NetProxy::postRecvs(Entry& e, bool* moved) {
     void* mrs[2] = {e.mr, mr};
     const chorusResult_t rc = net_->irecv(e.l.comm, 2, data, sizes, tags, mrs, &s.req[0]);
     if (rc != chorusSuccess) {
-      fail(e, callFailed("irecv", rc));
+      bool peerClosed = false;
+      const std::string why = callFailed("irecv", rc, &peerClosed);
+      fail(e, why, peerClosed);
       return false;
     }
     if (!s.req[0]) break;  // the network is full
@@ -309,13 +326,14 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
   // consumer sees every completed slot at once); those done before a failure too.
   const uint32_t before = e.next;
   std::string failure;
+  bool peerClosed = false;  // the failure is the peer's close between messages (the network said so at INFO)
   while (e.next != e.posted) {
     Slot& s = e.slots[e.next % f.nslots];
     int done = 0;
     size_t got[2] = {0, 0};
     const chorusResult_t rc = net_->test(s.req[0], &done, got);
     if (rc != chorusSuccess) {
-      failure = callFailed("a receive", rc);
+      failure = callFailed("a receive", rc, &peerClosed);
       break;
     }
     if (!done) break;
@@ -338,7 +356,7 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
     *moved = true;
   }
   if (failure.empty()) return true;
-  fail(e, failure);
+  fail(e, failure, peerClosed);
   return false;
 }
 

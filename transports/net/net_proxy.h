@@ -110,9 +110,13 @@ class NetProxy {
   // false: the entry failed.
   bool postRecvs(Entry& e, bool* moved);
   bool completeRecvs(Entry& e, bool* moved);
-  void fail(Entry& e, const std::string& why);
+  // `peerClosed`: the peer closed its comm between messages, which a clean destroy does too: said
+  // at TRACE, not as a connection that ended at INFO.
+  void fail(Entry& e, const std::string& why, bool peerClosed = false);
   void close(Entry& e);  // abandons its requests and closes its comm (the peer sees the end)
-  std::string callFailed(const char* call, chorusResult_t rc) const;
+  // Why `call` failed, with what the network said; *peerClosed (when asked): the network said it at
+  // INFO, as a peer that closed between messages, not at WARN.
+  std::string callFailed(const char* call, chorusResult_t rc, bool* peerClosed = nullptr) const;
 
   Logger log_;
   const chorusNet_v1_t* net_;
@@ -130,7 +134,8 @@ class NetProxy {
 };
 
 // The last warning or INFO line a network's logger gave on this thread (netLogger), for error
-// messages; cleared by taking it.
+// messages; cleared by taking it. A network says at INFO that the peer closed its comm between
+// messages, at WARN that something broke.
 std::string takeNetMessage();
 // The logger Chorus gives networks: their lines go to the process's log (CHORUS_DEBUG, subsystem
 // NET), and warnings and INFO lines are also kept for takeNetMessage.
