@@ -3,7 +3,9 @@
 # that follows a line "<!-- doc-test -->" (or "<!-- doc-test timeout=S -->", default 300 s) runs
 # with bash -e from a directory of links to the source tree's entries and its .torch-venv (so what
 # a block writes at its top level stays out of the tree) whose build/ is the build under test, so
-# paths like build/perf/all_reduce_perf work unchanged. A block that fails is reported with its file and line.
+# paths like build/perf/all_reduce_perf work unchanged. A block that fails is reported with its file and line;
+# one that uses the PyTorch backend (build/python) or the NCCL drop-in (build/nccl) is skipped, saying
+# so, in a build without it.
 # The blocks run in the environment a reader has: Open MPI's variables that allow root and more
 # ranks than cores are removed, so a documented mpirun command passes only when it says on its
 # line what it needs (--allow-run-as-root, --oversubscribe).
@@ -28,6 +30,10 @@ for md in "$src"/README.md "$src"/docs/*.md; do
   while read -r line limit file; do
     if grep -q "build/python" "$file" && [ ! -d "$build/python/chorus_torch" ]; then
       echo "skip: $rel:$line (the PyTorch backend is not built here)"
+      continue
+    fi
+    if grep -q "build/nccl" "$file" && [ ! -e "$build/nccl/libnccl.so.2" ]; then
+      echo "skip: $rel:$line (the NCCL drop-in is not built here: no nccl.h)"
       continue
     fi
     ran=$((ran + 1))
