@@ -22,7 +22,7 @@ copy limit, and "x PEER" = the peer's time over Chorus's (above 1: Chorus is fas
   bash tools/setup.sh bench                        # libgloo-dev (Open MPI comes with the build)
   bash tools/setup.sh build
   python3 tools/compare_peers.py                   # 2 and 4 ranks, 3 rounds (about 15 minutes here)
-  python3 tools/compare_peers.py --np 2 --rounds 5 --json docs/plots/compare.json
+  python3 tools/compare_peers.py --np 2 --rounds 5 --json /tmp/compare.json
   python3 tools/compare_peers.py --sweeps 8:64K:8 --rounds 1 --iters 5   # a quick look
   python3 tools/compare_peers.py --stream null --before /tmp/old/build   # NULL stream, before and after
 
