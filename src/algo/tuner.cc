@@ -27,9 +27,10 @@ Tuner::Tuner(const TunerFacts& facts) : f_(facts) {
     }
   }
   // Direct sends the whole message to each peer; the ring sends 2(n-1)/n of it in total. The
-  // setting bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct
-  // takes one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB
-  // between two hosts and tied at 32 KiB, but at 64 KiB it lost (docs/records/2026-11-22-perf-host-baseline.md).
+  // setting bounds what a rank sends: message x (n - 1). Across hosts it is half that: direct takes
+  // one network hop instead of the ring's 2(n-1), which halved the time up to 16 KiB between two
+  // hosts and tied at 32 KiB, but at 64 KiB it lost
+  // (docs/records/2026-11-22-perf-host-baseline.md).
   if (f_.nranks >= 2 && f_.nranks <= kDirectMaxRanks) {
     const size_t limit = f_.singleHost ? f_.directMaxBytesSetting : f_.directMaxBytesSetting / 2;
     directCap_ = limit / static_cast<size_t>(f_.nranks - 1);
@@ -144,11 +145,11 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
   const Algorithm& won = *algos_[static_cast<int>(best.algo)];
   if (won.taken() == Algorithm::Taken::kAlone && !f_.oneProcess && !forcing && foundOther) {
     // Between processes only registered memory is readable in place (the slice estimate assumes
-    // it); without it the slice schedule moves as many bytes as the ring and was measured no
-    // faster (docs/records/2026-11-22-perf-host-baseline.md). Where the algorithm it goes beside is the best of the rest,
-    // that runs and a rank whose buffers are registered takes this one instead, as NCCL expects
-    // registration on every rank (a rank alone in it meets its neighbours' first slot, so both
-    // connect); where another is, that one runs.
+    // it); without it the slice schedule moves as many bytes as the ring and was measured no faster
+    // (docs/records/2026-11-22-perf-host-baseline.md). Where the algorithm it goes beside is the
+    // best of the rest, that runs and a rank whose buffers are registered takes this one instead,
+    // as NCCL expects registration on every rank (a rank alone in it meets its neighbours' first
+    // slot, so both connect); where another is, that one runs.
     const Algo alone = best.algo;
     best = other;
     bestUs = otherUs;
