@@ -2,7 +2,6 @@
 // with CHORUS_P2P_DISABLE=1). Each rank runs every case on its own thread; the main thread checks
 // the results (Catch2's assertions are not thread-safe), including that the ranks agree bit for
 // bit where the collective gives every rank the same result.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
