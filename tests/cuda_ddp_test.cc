@@ -46,9 +46,9 @@ void fail(const std::string& s) {
 
 // Pinned host bytes for the gradients' copies. With the same copies through pageable memory the
 // ranks (threads of this process) stalled each other on an H200 until the deadline, 32 hardware
-// queues or not; through pinned memory they pass (docs/records/2026-11-29-gpu-runs.md, run 8). Which driver resource
-// the pageable copies shared was not found: one pageable upload beside another thread's waiting pageable read-back is
-// not held up (tools/probes/pageable_copy_probe.cu).
+// queues or not; through pinned memory they pass (docs/records/2026-11-29-gpu-runs.md, run 8).
+// Which driver resource the pageable copies shared was not found: one pageable upload beside
+// another thread's waiting pageable read-back is not held up (tools/probes/pageable_copy_probe.cu).
 class Pinned {
  public:
   explicit Pinned(size_t bytes) {
