@@ -98,8 +98,11 @@ constexpr uintptr_t kArenaHeapBytes = uintptr_t(64) << 20;
 
 Holdings holdings() {
   Holdings h;
-  h.fds = countDir("/proc/self/fd");
-  for (const std::string& f : fdList()) h.sockets += f.find(" socket:") != std::string::npos ? 1 : 0;
+  // Descriptors and sockets from one listing: a network provider's thread may close a socket at any
+  // moment, and two listings could see it once in one and not in the other.
+  const std::vector<std::string> fds = fdList();
+  h.fds = static_cast<int>(fds.size());
+  for (const std::string& f : fds) h.sockets += f.find(" socket:") != std::string::npos ? 1 : 0;
   h.threads = countDir("/proc/self/task");
   std::ifstream maps("/proc/self/maps");
   std::string line;
