@@ -324,7 +324,8 @@ chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
   return guard("chorusGetUniqueId", [&]() -> Status {
     if (!uniqueId) return invalidArgument("uniqueId is NULL");
     CHORUS_ASSIGN_OR_RETURN(Config cfg, Config::fromEnv());
-    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makeBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs()));
+    CHORUS_ASSIGN_OR_RETURN(BootstrapId id, makeBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs(),
+                                                            Logger(cfg.logLevel, cfg.logSubsys, -1)));
     *uniqueId = id.toUniqueId();
     return Status::ok();
   });

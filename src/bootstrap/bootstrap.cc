@@ -144,20 +144,21 @@ Result<BootstrapId> fixedBootstrapId(const std::string& hostPort) {
   return id;
 }
 
-Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs) {
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
+                                    const Logger& log) {
   if (const std::string fixed = kCommIdSetting.raw(); !fixed.empty()) return fixedBootstrapId(fixed);
-  return makeRandomBootstrapId(ifnameSpec, timeoutNs, warnNs);
+  return makeRandomBootstrapId(ifnameSpec, timeoutNs, warnNs, log);
 }
 
 Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
-                                          std::shared_ptr<const std::atomic<bool>> stop) {
+                                          const Logger& log, std::shared_ptr<const std::atomic<bool>> stop) {
   BootstrapId id;
   id.secret[0] = randomU64();
   id.secret[1] = randomU64();
   id.cliqueId = randomU64();
   CHORUS_ASSIGN_OR_RETURN(SockAddr local, localInterfaceAddr(ifnameSpec, nullptr));
   CHORUS_ASSIGN_OR_RETURN(UniqueFd fd, listenOn(local, &id.root));
-  startBootstrapRoot(std::move(fd), id, timeoutNs, warnNs, std::move(stop));
+  startBootstrapRoot(std::move(fd), id, timeoutNs, warnNs, log, std::move(stop));
   return id;
 }
 
@@ -189,7 +190,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::join(const BootstrapId& id, int ra
                                  "job its own port and each process its own rank)"
                                : ""));
     }
-    startBootstrapRoot(fd.take(), id, timing.timeoutNs, timing.warnNs);
+    startBootstrapRoot(fd.take(), id, timing.timeoutNs, timing.warnNs, log);
   }
   SockAddr myAddr;
   std::string ifname;

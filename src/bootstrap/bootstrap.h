@@ -58,19 +58,21 @@ extern const TextSetting kCommIdSetting;
 // The id of a clique whose root rank 0 hosts at `hostPort`; the secret comes from
 // CHORUS_COMM_SECRET or a documented fixed value. Every rank computes the same id.
 Result<BootstrapId> fixedBootstrapId(const std::string& hostPort);
-// Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id).
-Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs);
+// Makes an id with a running root in this process (or, with CHORUS_COMM_ID, the fixed id). The
+// root logs through `log` (its level and subsystems; its lines say rank -1).
+Result<BootstrapId> makeBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
+                                    const Logger& log);
 // A random id with a running root in this process, whatever CHORUS_COMM_ID says. `stop`, when
 // given, ends the root early (see startBootstrapRoot).
 Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t timeoutNs, int64_t warnNs,
-                                          std::shared_ptr<const std::atomic<bool>> stop = nullptr);
+                                          const Logger& log, std::shared_ptr<const std::atomic<bool>> stop = nullptr);
 
 // Runs the root on `listenFd` in a detached thread until nranks ranks have joined, or the
 // timeout (the init timeout) passes; every `warnNs` (doubling) it tells the joined ranks which
 // ranks are still missing. The thread owns everything it uses. Setting `stop` (the ranks that
 // would join have all given up, as a failed chorusCommInitAll's) ends it within 100 ms, and its
 // listener and connections close with it.
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs, Logger log,
                         std::shared_ptr<const std::atomic<bool>> stop = nullptr);
 
 // The header in front of every bootstrap message on the wire.

@@ -29,7 +29,7 @@ namespace {
 // the joined ranks hear which ranks are still missing, and at the init deadline, or when one rank's
 // arguments make the job impossible (nranks differ, a rank joins twice), every joined rank gets the
 // final reason instead of waiting out its own timeout.
-void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs, Logger log,
              const std::shared_ptr<const std::atomic<bool>>& stop) {
   const int64_t start = nowNs();
   const int64_t deadline = start + timeoutNs;
@@ -39,7 +39,7 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
   std::vector<std::string> from;  // per rank: the address its connection to the root came from
   std::vector<UniqueFd> conns;
   int joined = 0;
-  Logger log(LogLevel::kWarn, kSubsysAll, -1);
+  log.setRank(-1);
   auto reply = [](int fd, chorusResult_t code, const std::string& msg, int n) {
     RootReply r{};
     r.status = code;
@@ -276,10 +276,10 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
 
 }  // namespace
 
-void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs,
+void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs, Logger log,
                         std::shared_ptr<const std::atomic<bool>> stop) {
-  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs, stop = std::move(stop)]() mutable {
-    runRoot(std::move(fd), id, timeoutNs, warnNs, stop);
+  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs, log, stop = std::move(stop)]() mutable {
+    runRoot(std::move(fd), id, timeoutNs, warnNs, log, stop);
   }).detach();
 }
 

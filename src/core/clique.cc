@@ -9,7 +9,8 @@
 namespace chorus {
 
 Result<BootstrapId> makePrivateBootstrapId(const Config& cfg, std::shared_ptr<const std::atomic<bool>> stop) {
-  return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs(), std::move(stop));
+  return makeRandomBootstrapId(cfg.socketIfname, cfg.initTimeout(), cfg.initWarnNs(),
+                               Logger(cfg.logLevel, cfg.logSubsys, -1), std::move(stop));
 }
 
 namespace {
