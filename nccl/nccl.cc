@@ -17,6 +17,9 @@
 #include <nccl_device.h>
 
 #include <dlfcn.h>
+#include <pwd.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -62,23 +65,43 @@ namespace {
 constexpr unsigned kNcclConfigMagic = 0xcafebeef;
 constexpr unsigned kNcclSimInfoMagic = 0x74685283;
 
-// Why the last call refused on this side failed (the device API): ncclGetLastError says it until
-// the next call reaches Chorus.
-thread_local std::string tRefusal;
+// The last error of this process, as NCCL keeps it (debug.cc: one buffer, written at every
+// failure on any thread, never cleared): what ncclGetLastError returns, whatever communicator it
+// is given.
+char gLastError[1024] = "";
 
+std::mutex& lastErrorMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+
+void remember(const std::string& what) {
+  std::lock_guard<std::mutex> g(lastErrorMutex());
+  std::snprintf(gLastError, sizeof(gLastError), "%s", what.c_str());
+}
+
+// Chorus's result as NCCL's (the codes are the same); a failure's message is kept for
+// ncclGetLastError.
 ncclResult_t pass(chorusResult_t r) {
-  tRefusal.clear();
+  if (r != chorusSuccess && r != chorusInProgress) remember(chorusGetLastError(nullptr));
   return static_cast<ncclResult_t>(r);
 }
 
 ncclResult_t refuse(const char* what) {
-  tRefusal = std::string(what) +
-             " is NCCL's device API (nccl_device.h), which Chorus's libnccl.so.2 does not serve yet; "
-             "use the host API's collectives";
+  remember(std::string(what) +
+           " is NCCL's device API (nccl_device.h), which Chorus's libnccl.so.2 does not serve yet; "
+           "use the host API's collectives");
   return ncclInvalidUsage;
 }
 
 chorusComm_t chorusOf(ncclComm_t c) { return reinterpret_cast<chorusComm_t>(c); }
+
+// A live communicator, or the error that says it is not (NCCL's CommCheck).
+ncclResult_t checkComm(ncclComm_t comm) {
+  int n = 0;
+  return pass(chorusCommCount(chorusOf(comm), &n));
+}
+
 chorusUniqueId chorusIdOf(const ncclUniqueId& id) {
   chorusUniqueId out;
   std::memcpy(&out, &id, sizeof(out));
@@ -113,11 +136,25 @@ std::string lower(std::string s) {
   return s;
 }
 
+// NCCL_DEBUG as NCCL 2.28 reads it (debug.cc): VERSION, WARN, INFO, ABORT or TRACE in any case;
+// unset, or any other value (NONE included), prints nothing at all. Returns the level's name in
+// capitals, or "" for silence.
+std::string ncclDebugLevel() {
+  const char* v = std::getenv("NCCL_DEBUG");
+  if (!v) return "";
+  std::string u = v;
+  for (char& c : u) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  for (const char* level : {"VERSION", "WARN", "INFO", "ABORT", "TRACE"}) {
+    if (u == level) return u;
+  }
+  return "";
+}
+
 // Says once, on stderr, that an NCCL variable's value has no Chorus counterpart, when NCCL_DEBUG
-// asks for anything but silence.
+// asks for warnings.
 void cannotMap(const char* name, const char* value, const char* why) {
-  const char* debug = std::getenv("NCCL_DEBUG");
-  if (!debug || lower(debug) == "none" || lower(debug) == "version") return;
+  const std::string debug = ncclDebugLevel();
+  if (debug.empty() || debug == "VERSION") return;
   std::fprintf(stderr, "CHORUS WARN %s=%s: %s; Chorus chooses itself\n", name, value, why);
 }
 
@@ -144,6 +181,96 @@ long long ncclInteger(const char* v) {
   return errno == ERANGE ? -2 : x;
 }
 
+// NCCL_ALGO and NCCL_PROTO as NCCL 2.28 parses them (graph/tuning.cc, parseList): entries
+// separated by ';', each "[function:][^]element,element..."; only the first may leave out the
+// function, and then sets every function's row. An entry sets its row to exactly its elements, or
+// with '^' to all but them. Names match in any case; nothing is trimmed. Returns "" or NCCL's
+// complaint, with which every communicator init fails (ncclInvalidUsage).
+constexpr const char* kNcclFunctions[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
+constexpr int kNcclAllReduce = 4;
+constexpr int kNcclFunctionCount = 5;
+
+std::string parseNcclList(const std::string& text, const std::vector<std::string>& elems,
+                          std::vector<std::vector<bool>>* rows) {
+  auto same = [](const std::string& a, const char* b) { return strcasecmp(a.c_str(), b) == 0; };
+  // strtok_r's view of a string: the non-empty pieces between separators.
+  auto pieces = [](const std::string& s, char sep) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    while (at <= s.size()) {
+      const size_t end = std::min(s.find(sep, at), s.size());
+      if (end > at) out.push_back(s.substr(at, end - at));
+      at = end + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> entries = pieces(text, ';');
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::vector<std::string> parts = pieces(entries[i], ':');
+    std::string prefix, list;
+    if (parts.size() < 2) {
+      if (i > 0) return "All entries except the first must have a prefix: \"" + text + "\"";
+      list = parts.empty() ? "" : parts[0];
+    } else {
+      prefix = parts[0];
+      list = parts[1];
+    }
+    const bool exclude = !list.empty() && list[0] == '^';
+    if (exclude) list.erase(0, 1);
+    bool found = false;
+    for (int f = 0; f < kNcclFunctionCount; ++f) {
+      if (!prefix.empty() && !same(prefix, kNcclFunctions[f])) continue;
+      found = true;
+      std::vector<bool>& row = (*rows)[f];
+      row.assign(elems.size(), exclude);
+      for (const std::string& e : pieces(list, ',')) {
+        size_t k = 0;
+        while (k < elems.size() && !same(e, elems[k].c_str())) ++k;
+        if (k == elems.size()) return "Unrecognized element token \"" + e + "\" when parsing \"" + text + "\"";
+        row[k] = !exclude;
+      }
+    }
+    if (!found) return "Unrecognized prefix token \"" + prefix + "\" when parsing \"" + text + "\"";
+  }
+  return "";
+}
+
+// Why NCCL_ALGO or NCCL_PROTO makes every init fail, as NCCL's init fails; "" when they parse.
+// Guarded by envMutex().
+std::string& tuningError() {
+  static auto* e = new std::string();
+  return *e;
+}
+
+// NCCL_ALGO or NCCL_PROTO onto CHORUS_ALGO or CHORUS_PROTO: where the all-reduce's row leaves
+// exactly one of the choices Chorus has (Ring or Tree; Simple, LL or LL128), that one; otherwise
+// Chorus's tuner chooses, said at INFO.
+void mapTuning(const char* name, const char* chorusName, const std::vector<std::string>& elems,
+               const std::vector<std::string>& chorusHas) {
+  const char* v = std::getenv(name);
+  if (!v) return;
+  std::vector<std::vector<bool>> rows(kNcclFunctionCount, std::vector<bool>(elems.size(), true));
+  if (std::string why = parseNcclList(v, elems, &rows); !why.empty()) {
+    tuningError() = name + std::string("=") + v + ": " + why;
+    return;
+  }
+  std::string only;
+  int left = 0;
+  for (size_t k = 0; k < elems.size(); ++k) {
+    if (!rows[kNcclAllReduce][k] || std::find(chorusHas.begin(), chorusHas.end(), elems[k]) == chorusHas.end())
+      continue;
+    ++left;
+    only = lower(elems[k]);
+  }
+  if (left == 1) {
+    setIfUnset(chorusName, only);
+  } else {
+    noteIgnored(std::string(name) + "=" + v,
+                "it leaves the all-reduce no single algorithm or protocol Chorus has; "
+                "Chorus's tuner chooses");
+  }
+}
+
 // Maps NCCL's variables as they are now, first removing what an earlier mapping set. Callers hold
 // envMutex().
 void mapEnvironment() {
@@ -152,17 +279,28 @@ void mapEnvironment() {
     if (now && value == now) unsetenv(name.c_str());
   }
   mappedNames().clear();
+  // The log: silent unless NCCL_DEBUG names a level NCCL knows (Chorus alone warns by default);
+  // NCCL writes NCCL_DEBUG_FILE only above VERSION.
+  const std::string debug = ncclDebugLevel();
+  setIfUnset("CHORUS_DEBUG", debug.empty() ? "NONE" : debug);
+  if (const char* v = std::getenv("NCCL_DEBUG_FILE"); v && !debug.empty() && debug != "VERSION") {
+    setIfUnset("CHORUS_DEBUG_FILE", v);
+  }
   // Taken as they are.
   static const char* const kSame[][2] = {
-      {"NCCL_DEBUG", "CHORUS_DEBUG"},
       {"NCCL_DEBUG_SUBSYS", "CHORUS_DEBUG_SUBSYS"},
-      {"NCCL_DEBUG_FILE", "CHORUS_DEBUG_FILE"},
       {"NCCL_COMM_ID", "CHORUS_COMM_ID"},
       {"NCCL_SOCKET_IFNAME", "CHORUS_SOCKET_IFNAME"},
       {"NCCL_NET_PLUGIN", "CHORUS_NET_PLUGIN"},
   };
   for (const auto& m : kSame) {
     if (const char* v = std::getenv(m[0])) setIfUnset(m[1], v);
+  }
+  // With NCCL_NET_PLUGIN unset, NCCL tries libnccl-net.so (plugin/net.cc), where cluster images
+  // put their network's plugin (aws-ofi-nccl, cloud providers' own), and uses its built-in
+  // networks when there is none. Kept loaded, as NCCL keeps it.
+  if (!std::getenv("NCCL_NET_PLUGIN") && !std::getenv("CHORUS_NET_PLUGIN")) {
+    if (dlopen("libnccl-net.so", RTLD_NOW | RTLD_LOCAL)) setIfUnset("CHORUS_NET_PLUGIN", "libnccl-net.so");
   }
   // NCCL's switches as NCCL 2.28 reads them (strtol, any base, no check of what follows, so
   // "true" reads as 0), where Chorus's own take 0 or 1 and refuse the rest: NCCL_P2P_DISABLE and
@@ -233,24 +371,11 @@ void mapEnvironment() {
                 "Chorus launches each communicator's kernel from the thread that ends the group; there is no mode "
                 "to choose");
   }
-  // NCCL_ALGO and NCCL_PROTO: one algorithm or protocol Chorus has; lists, exclusions and
-  // per-collective settings are left to Chorus's tuner.
-  if (const char* v = std::getenv("NCCL_ALGO")) {
-    const std::string a = lower(v);
-    if (a == "ring" || a == "tree") {
-      setIfUnset("CHORUS_ALGO", a);
-    } else {
-      cannotMap("NCCL_ALGO", v, "only Ring and Tree have Chorus counterparts (CHORUS_ALGO)");
-    }
-  }
-  if (const char* v = std::getenv("NCCL_PROTO")) {
-    const std::string p = lower(v);
-    if (p == "simple" || p == "ll" || p == "ll128") {
-      setIfUnset("CHORUS_PROTO", p);
-    } else {
-      cannotMap("NCCL_PROTO", v, "only Simple, LL and LL128 have Chorus counterparts (CHORUS_PROTO)");
-    }
-  }
+  // NCCL_ALGO and NCCL_PROTO in NCCL's syntax; what does not parse fails every init, as in NCCL.
+  tuningError().clear();
+  mapTuning("NCCL_ALGO", "CHORUS_ALGO", {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"},
+            {"Tree", "Ring"});
+  mapTuning("NCCL_PROTO", "CHORUS_PROTO", {"LL", "LL128", "Simple"}, {"LL", "LL128", "Simple"});
   // Channels of the host path: a fixed number (1 unless set, 32 at most); NCCL_MIN_NCHANNELS raises
   // it, NCCL_MAX_NCHANNELS caps what that gives.
   if (const char* v = std::getenv("NCCL_MIN_NCHANNELS")) {
@@ -281,15 +406,61 @@ void mapEnvironment() {
   }
 }
 
+// One of NCCL's configuration files, as NCCL 2.28 reads it (misc/param.cc): KEY=VALUE lines,
+// split at the first '=', nothing trimmed or unquoted; '#' in the first column starts a comment;
+// a line without '=' is skipped. A variable already set keeps its value. A missing file is no
+// error.
+void readConfFile(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return;
+  char* line = nullptr;
+  size_t size = 0;
+  ssize_t got;
+  while ((got = getline(&line, &size, f)) != -1) {
+    if (line[0] == '#') continue;
+    if (got > 0 && line[got - 1] == '\n') line[got - 1] = '\0';
+    const char* eq = std::strchr(line, '=');
+    if (!eq) continue;
+    const std::string key(line, std::min<size_t>(static_cast<size_t>(eq - line), 1023));
+    const std::string value = std::string(eq + 1).substr(0, 1023);
+    if (!key.empty()) setenv(key.c_str(), value.c_str(), 0);
+  }
+  std::free(line);
+  std::fclose(f);
+}
+
+// NCCL's site configuration: NCCL_CONF_FILE, or else ~/.nccl.conf (the home directory of the
+// user the process runs as, not $HOME), then /etc/nccl.conf; the environment wins over both, and
+// the first file over the second.
+void readSiteConfiguration() {
+  if (const char* user = std::getenv("NCCL_CONF_FILE"); user && *user) {
+    readConfFile(user);
+  } else if (const passwd* pw = getpwuid(getuid()); pw && pw->pw_dir) {
+    readConfFile(std::string(pw->pw_dir) + "/.nccl.conf");
+  }
+  readConfFile("/etc/nccl.conf");
+}
+
 // As NCCL reads its variables at its first initialisation (ncclGetUniqueId or a communicator's
 // init), not when it is loaded: a program may set them after loading the library (Python sets
-// os.environ after importing torch, which loads it).
+// os.environ after importing torch, which loads it). The configuration files are read then too,
+// once per process.
 void mapEnvironmentOnce() {
   static bool mapped = false;
   std::lock_guard<std::mutex> g(envMutex());
   if (mapped) return;
+  readSiteConfiguration();
   mapEnvironment();
   mapped = true;
+}
+
+// An init's answer to an NCCL_ALGO or NCCL_PROTO that does not parse: ncclInvalidUsage with
+// NCCL's complaint, as NCCL's init fails (init.cc, ncclTopoTuneModel).
+ncclResult_t tuningRefusal() {
+  std::lock_guard<std::mutex> g(envMutex());
+  if (tuningError().empty()) return ncclSuccess;
+  remember(tuningError());
+  return ncclInvalidUsage;
 }
 
 // ncclResetDebugInit: the variables as they are now, over what an earlier mapping set.
@@ -351,7 +522,7 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   *out = c;
   if (!in) return ncclSuccess;
   if (in->magic != kNcclConfigMagic) {
-    tRefusal = "config was not set from NCCL_CONFIG_INITIALIZER (its magic is wrong)";
+    remember("config was not set from NCCL_CONFIG_INITIALIZER (its magic is wrong)");
     return ncclInvalidArgument;
   }
   const size_t have = in->size < sizeof(ncclConfig_t) ? in->size : sizeof(ncclConfig_t);
@@ -400,11 +571,10 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
 
 NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
   if (!version) {
-    tRefusal = "version is NULL";
+    remember("version is NULL");
     return ncclInvalidArgument;
   }
   *version = NCCL_VERSION_CODE;  // the NCCL whose interface this library implements
-  tRefusal.clear();
   return ncclSuccess;
 }
 
@@ -418,7 +588,8 @@ NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
 }
 
 NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
-  return tRefusal.empty() ? chorusGetLastError(chorusOf(comm)) : tRefusal.c_str();
+  (void)comm;
+  return gLastError;
 }
 
 NCCL_API(void, ncclResetDebugInit, void) {
@@ -437,12 +608,14 @@ extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInterna
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   mapEnvironmentOnce();
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   return pass(chorusCommInitRank(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
   mapEnvironmentOnce();
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank,
@@ -452,6 +625,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncc
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
          ncclUniqueId* commIds, ncclConfig_t* config) {
   mapEnvironmentOnce();
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
@@ -460,6 +634,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
   mapEnvironmentOnce();
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
 }
 
@@ -474,6 +649,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(
@@ -482,6 +658,20 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  // NCCL 2.28 (init.cc) refuses a shrink that excludes no rank before anything runs, leaving
+  // *newcomm as it was (Chorus's own shrink takes it as a copy). Refused through Chorus, whose
+  // shrink refuses a negative count at once, so that an enclosing group fails too, as NCCL's does.
+  if (newcomm && (!excludeRanksList || excludeRanksCount <= 0)) {
+    if (ncclResult_t r = checkComm(comm); r != ncclSuccess) return r;
+    const ncclComm_t kept = *newcomm;
+    (void)chorusCommShrink(chorusOf(comm), nullptr, -1, reinterpret_cast<chorusComm_t*>(newcomm), nullptr, 0);
+    *newcomm = kept;
+    remember(!excludeRanksList ? "ncclCommShrink : excludeRanksList argument is NULL"
+                               : "ncclCommShrink : excludeRanksCount is " + std::to_string(excludeRanksCount) +
+                                     "; a shrink excludes at least one rank");
+    return ncclInvalidArgument;
+  }
+  if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
   return pass(chorusCommShrink(chorusOf(comm), excludeRanksList, excludeRanksCount,
@@ -489,7 +679,12 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
-  return pass(chorusCommGetAsyncError(chorusOf(comm), reinterpret_cast<chorusResult_t*>(asyncError)));
+  const ncclResult_t r = pass(chorusCommGetAsyncError(chorusOf(comm), reinterpret_cast<chorusResult_t*>(asyncError)));
+  // The failure a communicator's own threads met: Chorus hands its message to the caller's thread.
+  if (r == ncclSuccess && *asyncError != ncclSuccess && *asyncError != ncclInProgress) {
+    remember(chorusGetLastError(nullptr));
+  }
+  return r;
 }
 
 // NCCL's attribute queries first make sure the communicator is ready (ncclCommEnsureReady): a
@@ -500,9 +695,9 @@ ncclResult_t ensureReady(ncclComm_t comm) {
   const chorusResult_t r = chorusCommGetAsyncError(chorusOf(comm), &async);
   if (r != chorusSuccess) return pass(r);
   if (async == chorusInProgress) {
-    tRefusal =
+    remember(
         "the communicator is still initialising: wait until ncclCommGetAsyncError stops returning "
-        "ncclInProgress";
+        "ncclInProgress");
     return ncclInvalidArgument;
   }
   return pass(async);
@@ -541,17 +736,18 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size
   return pass(chorusCommRegister(chorusOf(comm), buff, size, handle));
 }
 
-// A live communicator, or the error that says it is not (NCCL's CommCheck).
-ncclResult_t checkComm(ncclComm_t comm) {
-  int n = 0;
-  return pass(chorusCommCount(chorusOf(comm), &n));
-}
-
 // NCCL 2.28 takes a NULL handle, and a window of NULL or 0 bytes, as nothing to do (Chorus's own
 // API refuses them, saying so).
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
-  if (!handle) return checkComm(comm);
-  return pass(chorusCommDeregister(chorusOf(comm), handle));
+  if (ncclResult_t r = checkComm(comm); r != ncclSuccess || !handle) return r;
+  const chorusResult_t r = chorusCommDeregister(chorusOf(comm), handle);
+  // On a live communicator Chorus refuses only a handle it did not return (or one deregistered
+  // already); NCCL finds no such handle in its cache and calls that ncclInvalidUsage (register.cc).
+  if (r == chorusInvalidArgument) {
+    remember(std::string("ncclCommDeregister: ") + chorusGetLastError(nullptr));
+    return ncclInvalidUsage;
+  }
+  return pass(r);
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
@@ -668,7 +864,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   chorusSimInfo_t info = CHORUS_SIM_INFO_INITIALIZER;
   const chorusResult_t r = chorusGroupSimulateEnd(&info);
   if (simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
-    tRefusal = "simInfo was not set from NCCL_SIM_INFO_INITIALIZER; the group was ended and nothing ran";
+    remember("simInfo was not set from NCCL_SIM_INFO_INITIALIZER; the group was ended and nothing ran");
     return ncclInvalidArgument;
   }
   if (r == chorusSuccess) simInfo->estimatedTime = info.estimatedTime;

@@ -1,7 +1,9 @@
 /* NCCL's environment variables through Chorus's libnccl.so.2 (docs/environment.md, "NCCL's
  * names"): read at the first initialisation, not at load; each sets its CHORUS_* twin unless the
  * user set the twin; ncclResetDebugInit maps them again as they are then. One rank, no MPI. */
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +33,39 @@ static void check(ncclResult_t r, const char* what) {
   exit(1);
 }
 
-int main(void) {
+/* A thread's failure, for the check that the last error is the process's, not the thread's. */
+static void* failOnAThread(void* arg) {
+  (void)arg;
+  if (ncclGetVersion(NULL) == ncclSuccess) {
+    fprintf(stderr, "FAIL ncclGetVersion(NULL) succeeded\n");
+    ++failures;
+  }
+  return NULL;
+}
+
+/* With NCCL_NET_PLUGIN unset, a libnccl-net.so on the library path is the network plugin, as NCCL
+ * takes it (the ctest entry puts one there). */
+static int defaultNetPlugin(void) {
+  unsetenv("NCCL_NET_PLUGIN");
+  unsetenv("CHORUS_NET_PLUGIN");
+  ncclUniqueId id;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  expect("CHORUS_NET_PLUGIN", "libnccl-net.so", "with libnccl-net.so on the library path");
+  if (!dlopen("libnccl-net.so", RTLD_NOW | RTLD_NOLOAD)) {
+    fprintf(stderr, "FAIL libnccl-net.so was not loaded\n");
+    ++failures;
+  }
+  if (failures == 0) printf("nccl_env: libnccl-net.so taken as the network plugin\n");
+  return failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "default-net-plugin") == 0) return defaultNetPlugin();
   static const char* const kNames[] = {
       "DEBUG", "DEBUG_SUBSYS", "DEBUG_FILE",   "COMM_ID",       "SOCKET_IFNAME", "P2P_DISABLE", "SHM_DISABLE",
       "ALGO",  "PROTO",        "NCHANNELS",    "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",    "SLOT_BYTES",
       "SLOTS", "TIMEOUT",      "INIT_TIMEOUT", "CUMEM_ENABLE",  "NTHREADS",      "LAUNCH_MODE", "DEVICE_NCHANNELS",
-      "NET",   "IB_HCA",       "IB_GID_INDEX", "IB_TIMEOUT",    "IB_DISABLE"};
+      "NET",   "IB_HCA",       "IB_GID_INDEX", "IB_TIMEOUT",    "IB_DISABLE",    "NET_PLUGIN",  "CONF_FILE"};
   char name[64];
   for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
     snprintf(name, sizeof(name), "NCCL_%s", kNames[i]);
@@ -64,9 +93,30 @@ int main(void) {
   expect("CHORUS_ALGO", NULL, "before the first init");
   expect("CHORUS_DEBUG", NULL, "before the first init");
 
+  /* NCCL's configuration file, read at the first initialisation: KEY=VALUE split at the first '=',
+   * nothing trimmed, '#' in the first column a comment; the environment wins. */
+  char conf[] = "/tmp/nccl_env_conf.XXXXXX";
+  const int confFd = mkstemp(conf);
+  FILE* cf = confFd >= 0 ? fdopen(confFd, "w") : NULL;
+  if (!cf) {
+    fprintf(stderr, "FAIL cannot write a configuration file in /tmp\n");
+    return 1;
+  }
+  fputs(
+      "# NCCL_SOCKET_IFNAME=eth9\nNCCL_SOCKET_IFNAME=lo\nNCCL_ALGO=Tree\nNCCL_CONF_TEST= spaced = value \n"
+      "no equals sign\n",
+      cf);
+  fclose(cf);
+  unsetenv("NCCL_CONF_TEST");
+  setenv("NCCL_CONF_FILE", conf, 1);
+
   ncclUniqueId id;
   check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  unlink(conf);
   const char* when = "after ncclGetUniqueId";
+  expect("CHORUS_SOCKET_IFNAME", "lo", "from NCCL_CONF_FILE");
+  expect("NCCL_ALGO", "Ring", "with NCCL_ALGO in the environment and in NCCL_CONF_FILE");
+  expect("NCCL_CONF_TEST", " spaced = value ", "from NCCL_CONF_FILE");
   expect("CHORUS_DEBUG", "WARN", when);
   expect("CHORUS_ALGO", "ring", when);
   expect("CHORUS_PROTO", "ll128", when);
@@ -121,6 +171,44 @@ int main(void) {
   setenv("NCCL_ALGO", "NVLS", 1);
   resetDebugInit();
   expect("CHORUS_ALGO", NULL, "after NCCL_ALGO=NVLS");
+
+  /* NCCL's list syntax: per-function entries, '^' exclusions, any case; the all-reduce's row is
+   * mapped where it leaves one choice Chorus has. */
+  static const char* const kLists[][4] = {
+      {"NCCL_ALGO", "allreduce:tree,ring;broadcast:ring", "CHORUS_ALGO", NULL},
+      {"NCCL_ALGO", "ring;AllReduce:^RING", "CHORUS_ALGO", "tree"},
+      {"NCCL_ALGO", "^tree,collnetdirect,collnetchain,nvls,nvlstree,pat", "CHORUS_ALGO", "ring"},
+      {"NCCL_PROTO", "^LL128;allreduce:LL128", "CHORUS_PROTO", "ll128"},
+      {"NCCL_PROTO", "^ll,ll128", "CHORUS_PROTO", "simple"},
+      {"NCCL_PROTO", "^LL", "CHORUS_PROTO", NULL},
+  };
+  for (size_t i = 0; i < sizeof(kLists) / sizeof(kLists[0]); ++i) {
+    setenv(kLists[i][0], kLists[i][1], 1);
+    resetDebugInit();
+    char whenList[160];
+    snprintf(whenList, sizeof(whenList), "after %s=%s", kLists[i][0], kLists[i][1]);
+    expect(kLists[i][2], kLists[i][3], whenList);
+    unsetenv(kLists[i][0]);
+  }
+  /* What NCCL's parser refuses makes every init fail with ncclInvalidUsage, saying why. */
+  static const char* const kBad[][3] = {
+      {"NCCL_ALGO", "Ring,Bogus", "Unrecognized element token \"Bogus\""},
+      {"NCCL_ALGO", "ring;tree", "All entries except the first must have a prefix"},
+      {"NCCL_PROTO", "sendrecv:simple", "Unrecognized prefix token \"sendrecv\""},
+  };
+  for (size_t i = 0; i < sizeof(kBad) / sizeof(kBad[0]); ++i) {
+    setenv(kBad[i][0], kBad[i][1], 1);
+    resetDebugInit();
+    ncclComm_t refused = NULL;
+    const ncclResult_t r = ncclCommInitRank(&refused, 1, id, 0);
+    if (r != ncclInvalidUsage || !strstr(ncclGetLastError(NULL), kBad[i][2])) {
+      fprintf(stderr, "FAIL init with %s=%s: %s (\"%s\"), expected ncclInvalidUsage saying %s\n", kBad[i][0],
+              kBad[i][1], ncclGetErrorString(r), ncclGetLastError(NULL), kBad[i][2]);
+      ++failures;
+    }
+    unsetenv(kBad[i][0]);
+  }
+  resetDebugInit();
 
   /* NCCL's switches as NCCL reads them: disabled at exactly 1 ("2" and "true" leave SHM on, where
    * Chorus's own variables refuse both), cuMem on at any positive value and automatic at -2. */
@@ -188,6 +276,33 @@ int main(void) {
   check(ncclCommWindowDeregister(comm, NULL), "ncclCommWindowDeregister of NULL");
   if (ncclCommDeregister(NULL, NULL) == ncclSuccess) {
     fprintf(stderr, "FAIL ncclCommDeregister(NULL comm) succeeded\n");
+    ++failures;
+  }
+
+  /* NCCL 2.28: a handle never registered is ncclInvalidUsage (register.cc); a shrink that excludes
+   * no rank is ncclInvalidArgument before anything runs, *newcomm left as it was (init.cc). */
+  if (ncclCommDeregister(comm, in) != ncclInvalidUsage) {
+    fprintf(stderr, "FAIL ncclCommDeregister of a handle never registered: not ncclInvalidUsage\n");
+    ++failures;
+  }
+  ncclComm_t untouched = (ncclComm_t)out;
+  int none[1] = {0};
+  if (ncclCommShrink(comm, none, 0, &untouched, NULL, NCCL_SHRINK_DEFAULT) != ncclInvalidArgument ||
+      ncclCommShrink(comm, NULL, 1, &untouched, NULL, NCCL_SHRINK_DEFAULT) != ncclInvalidArgument ||
+      untouched != (ncclComm_t)out) {
+    fprintf(stderr, "FAIL ncclCommShrink excluding no rank: not ncclInvalidArgument, or *newcomm changed\n");
+    ++failures;
+  }
+
+  /* The last error is the process's (NCCL keeps one, written on any thread, never cleared). */
+  pthread_t other;
+  pthread_create(&other, NULL, failOnAThread, NULL);
+  pthread_join(other, NULL);
+  int version = 0;
+  check(ncclGetVersion(&version), "ncclGetVersion");
+  if (!strstr(ncclGetLastError(comm), "version is NULL")) {
+    fprintf(stderr, "FAIL ncclGetLastError after another thread's failure and a success says \"%s\"\n",
+            ncclGetLastError(comm));
     ++failures;
   }
 
