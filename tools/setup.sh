@@ -105,8 +105,8 @@ fi
 
 echo "== configuring and building in $build: $what ($device_note)"
 case "$mode" in
-  run) echo "   (about 4 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
-  *) echo "   (about 14 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
+  run) echo "   (2 to 4 minutes on 2 cores from nothing; ccache makes a rebuild seconds)" ;;
+  *) echo "   (5 to 15 minutes on 2 cores from nothing, by the machine; ccache makes a rebuild seconds)" ;;
 esac
 start=$(date +%s)
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_args[@]}" "${torch_args[@]}" \

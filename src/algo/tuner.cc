@@ -138,7 +138,9 @@ Tuner::Choice Tuner::compute(CollType coll, size_t bytes, MemKind mem, double* u
     // with the protocol CHORUS_PROTO forces (where it may run), else Simple
     q.proto = protos.n == 1 ? protos.p[0] : ProtoKind::kSimple;
     q.row = TuningRow{};
-    best = Choice();
+    best.algo = kDefaultAlgo;
+    best.alone.reset();
+    best.ifAgreed.reset();
     best.proto = q.proto;
     bestUs = ringCostUs(q);
   }
