@@ -30,6 +30,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,40 @@ chorusComm_t chorusOf(ncclComm_t c) { return reinterpret_cast<chorusComm_t>(c); 
 ncclResult_t checkComm(ncclComm_t comm) {
   int n = 0;
   return pass(chorusCommCount(chorusOf(comm), &n));
+}
+
+// The communicators ncclCommRevoke revoked. Chorus fails a revoked communicator (its operations
+// and its async error say chorusRemoteError); NCCL's revoked one is quiescent, not failed: its
+// async error reads ncclSuccess, its attribute queries answer, and an operation on it is
+// ncclInvalidUsage (enqueue.cc), which fails the group it is in.
+std::mutex& revokedMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::unordered_set<ncclComm_t>& revokedComms() {
+  static auto* s = new std::unordered_set<ncclComm_t>();
+  return *s;
+}
+bool isRevoked(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(revokedMutex());
+  return revokedComms().count(comm) != 0;
+}
+void forgetRevoked(ncclComm_t comm) {
+  std::lock_guard<std::mutex> g(revokedMutex());
+  revokedComms().erase(comm);
+}
+
+// This thread's group depth (ncclGroupStart less ncclGroupEnd), and whether an operation in the
+// group was on a revoked communicator: the group then ends with ncclInvalidUsage, as NCCL's.
+thread_local int tGroupDepth = 0;
+thread_local bool tGroupRevoked = false;
+
+// An operation's result: NCCL's code for one on a revoked communicator, else Chorus's.
+ncclResult_t opResult(ncclComm_t comm, const char* op, chorusResult_t r) {
+  if (r == chorusSuccess || !isRevoked(comm)) return pass(r);
+  remember(std::string(op) + ": communicator was revoked");
+  if (tGroupDepth > 0) tGroupRevoked = true;
+  return ncclInvalidUsage;
 }
 
 chorusUniqueId chorusIdOf(const ncclUniqueId& id) {
@@ -639,13 +674,39 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
 }
 
 // NCCL's finalize of NULL does nothing and succeeds.
+// NCCL's finalize of NULL does nothing and succeeds; after a revoke it is refused (init.cc).
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  if (comm && isRevoked(comm)) {
+    remember(
+        "ncclCommFinalize: the communicator was revoked; destroy it (calling ncclCommFinalize after "
+        "ncclCommRevoke is invalid)");
+    return ncclInvalidArgument;
+  }
   return comm ? pass(chorusCommFinalize(chorusOf(comm))) : pass(chorusSuccess);
 }
-NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) { return pass(chorusCommDestroy(chorusOf(comm))); }
-NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) { return pass(chorusCommAbort(chorusOf(comm))); }
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  const ncclResult_t r = pass(chorusCommDestroy(chorusOf(comm)));
+  if (r == ncclSuccess) forgetRevoked(comm);
+  return r;
+}
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  const ncclResult_t r = pass(chorusCommAbort(chorusOf(comm)));
+  if (r == ncclSuccess) forgetRevoked(comm);
+  return r;
+}
+// As NCCL 2.28 (init.cc): revoking NULL does nothing; a second revoke is refused.
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
-  return pass(chorusCommRevoke(chorusOf(comm), revokeFlags));
+  if (!comm) return ncclSuccess;
+  if (revokeFlags == NCCL_REVOKE_DEFAULT && isRevoked(comm)) {
+    remember("ncclCommRevoke: the communicator was revoked already");
+    return ncclInvalidArgument;
+  }
+  const ncclResult_t r = pass(chorusCommRevoke(chorusOf(comm), revokeFlags));
+  if (r == ncclSuccess) {
+    std::lock_guard<std::mutex> g(revokedMutex());
+    revokedComms().insert(comm);
+  }
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
@@ -680,6 +741,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   const ncclResult_t r = pass(chorusCommGetAsyncError(chorusOf(comm), reinterpret_cast<chorusResult_t*>(asyncError)));
+  // A revoked communicator is quiescent once ncclCommRevoke returned: ncclSuccess, as NCCL's.
+  if (r == ncclSuccess && isRevoked(comm)) *asyncError = ncclSuccess;
   // The failure a communicator's own threads met: Chorus hands its message to the caller's thread.
   if (r == ncclSuccess && *asyncError != ncclSuccess && *asyncError != ncclInProgress) {
     remember(chorusGetLastError(nullptr));
@@ -694,6 +757,7 @@ ncclResult_t ensureReady(ncclComm_t comm) {
   chorusResult_t async = chorusSuccess;
   const chorusResult_t r = chorusCommGetAsyncError(chorusOf(comm), &async);
   if (r != chorusSuccess) return pass(r);
+  if (isRevoked(comm)) return ncclSuccess;  // quiescent, as NCCL's revoked communicator
   if (async == chorusInProgress) {
     remember(
         "the communicator is still initialising: wait until ncclCommGetAsyncError stops returning "
@@ -787,88 +851,113 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclReduce",
+                  chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(buff, nullptr);
-  return pass(chorusBcast(buff, count, typeOf(datatype), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclBcast", chorusBcast(buff, count, typeOf(datatype), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusBroadcast(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclBroadcast",
+                  chorusBroadcast(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+  return opResult(comm, "ncclAllReduce",
+                  chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+  return opResult(comm, "ncclReduceScatter",
+                  chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusAllGather(sendbuff, recvbuff, sendcount, typeOf(datatype), chorusOf(comm), cs));
+  return opResult(comm, "ncclAllGather",
+                  chorusAllGather(sendbuff, recvbuff, sendcount, typeOf(datatype), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusAlltoAll(sendbuff, recvbuff, count, typeOf(datatype), chorusOf(comm), cs));
+  return opResult(comm, "ncclAlltoAll",
+                  chorusAlltoAll(sendbuff, recvbuff, count, typeOf(datatype), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusGather(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclGather",
+                  chorusGather(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return pass(chorusScatter(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclScatter",
+                  chorusScatter(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, nullptr);
-  return pass(chorusSend(sendbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+  return opResult(comm, "ncclSend", chorusSend(sendbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(recvbuff, nullptr);
-  return pass(chorusRecv(recvbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+  return opResult(comm, "ncclRecv", chorusRecv(recvbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
 }
 
 #undef CHORUS_STREAM
 
 // --- Groups ---
 
-NCCL_API(ncclResult_t, ncclGroupStart, void) { return pass(chorusGroupStart()); }
-NCCL_API(ncclResult_t, ncclGroupEnd, void) { return pass(chorusGroupEnd()); }
+NCCL_API(ncclResult_t, ncclGroupStart, void) {
+  const ncclResult_t r = pass(chorusGroupStart());
+  if (r == ncclSuccess) ++tGroupDepth;
+  return r;
+}
+
+// The end of this thread's group (ncclGroupEnd, ncclGroupSimulateEnd): NCCL's code when an
+// operation in it was on a revoked communicator (Chorus has dropped the group's work already).
+ncclResult_t groupEnded(chorusResult_t r) {
+  if (tGroupDepth > 0) --tGroupDepth;
+  if (tGroupDepth == 0 && tGroupRevoked) {
+    tGroupRevoked = false;
+    return ncclInvalidUsage;
+  }
+  return pass(r);
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void) { return groupEnded(chorusGroupEnd()); }
 
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
   // As NCCL: without simInfo, the group ends as ncclGroupEnd ends it; with a simInfo not from its
   // initializer, the group is still ended (its operations dropped) and the call refused.
-  if (!simInfo) return pass(chorusGroupEnd());
+  if (!simInfo) return groupEnded(chorusGroupEnd());
   chorusSimInfo_t info = CHORUS_SIM_INFO_INITIALIZER;
   const chorusResult_t r = chorusGroupSimulateEnd(&info);
+  const ncclResult_t ended = groupEnded(r);
   if (simInfo->magic != kNcclSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
     remember("simInfo was not set from NCCL_SIM_INFO_INITIALIZER; the group was ended and nothing ran");
     return ncclInvalidArgument;
   }
-  if (r == chorusSuccess) simInfo->estimatedTime = info.estimatedTime;
-  return pass(r);
+  if (ended == ncclSuccess) simInfo->estimatedTime = info.estimatedTime;
+  return ended;
 }
 
 // --- The device API (nccl_device.h): not served ---

@@ -306,17 +306,46 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
-  /* A failed communicator's attributes are its error, as NCCL's ncclCommEnsureReady makes them. */
-  ncclComm_t failed;
+  /* A revoked communicator as NCCL 2.28 leaves it (init.cc, enqueue.cc): quiescent, not failed (its
+   * async error ncclSuccess, its attributes answered); an operation on it ncclInvalidUsage, and so
+   * the group it is in; a second revoke and a finalize ncclInvalidArgument; destroy works. */
+  ncclComm_t revoked;
   check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  check(ncclCommInitRank(&failed, 1, id, 0), "ncclCommInitRank");
-  check(ncclCommRevoke(failed, NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
+  check(ncclCommInitRank(&revoked, 1, id, 0), "ncclCommInitRank");
+  check(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), "ncclCommRevoke of NULL");
+  check(ncclCommRevoke(revoked, NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
   int attr = -1;
-  if (ncclCommCount(failed, &attr) == ncclSuccess || ncclCommUserRank(failed, &attr) == ncclSuccess) {
-    fprintf(stderr, "FAIL ncclCommCount or ncclCommUserRank succeeded on a revoked communicator\n");
+  ncclResult_t async = ncclInternalError;
+  check(ncclCommCount(revoked, &attr), "ncclCommCount of a revoked communicator");
+  check(ncclCommUserRank(revoked, &attr), "ncclCommUserRank of a revoked communicator");
+  check(ncclCommGetAsyncError(revoked, &async), "ncclCommGetAsyncError of a revoked communicator");
+  if (async != ncclSuccess) {
+    fprintf(stderr, "FAIL a revoked communicator's async error is %s, not ncclSuccess\n", ncclGetErrorString(async));
     ++failures;
   }
-  check(ncclCommDestroy(failed), "ncclCommDestroy of the revoked communicator");
+  float one = 1.0f;
+  if (ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, revoked, NULL) != ncclInvalidUsage ||
+      !strstr(ncclGetLastError(NULL), "revoked")) {
+    fprintf(stderr, "FAIL an all-reduce on a revoked communicator: not ncclInvalidUsage saying revoked\n");
+    ++failures;
+  }
+  check(ncclGroupStart(), "ncclGroupStart");
+  const ncclResult_t inGroup = ncclSend(&one, 1, ncclFloat32, 0, revoked, NULL);
+  const ncclResult_t groupEnd = ncclGroupEnd();
+  if (inGroup != ncclInvalidUsage || groupEnd != ncclInvalidUsage) {
+    fprintf(stderr,
+            "FAIL a send on a revoked communicator in a group: %s, then ncclGroupEnd %s (expected "
+            "ncclInvalidUsage twice)\n",
+            ncclGetErrorString(inGroup), ncclGetErrorString(groupEnd));
+    ++failures;
+  }
+  check(ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, comm, NULL), "an all-reduce after the failed group");
+  if (ncclCommRevoke(revoked, NCCL_REVOKE_DEFAULT) != ncclInvalidArgument ||
+      ncclCommFinalize(revoked) != ncclInvalidArgument) {
+    fprintf(stderr, "FAIL a second revoke or a finalize after revoke: not ncclInvalidArgument\n");
+    ++failures;
+  }
+  check(ncclCommDestroy(revoked), "ncclCommDestroy of the revoked communicator");
 
   check(ncclCommDestroy(comm), "ncclCommDestroy");
   free(in);
