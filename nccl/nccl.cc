@@ -1013,3 +1013,36 @@ NCCL_API(int, ncclTeamRankToLsa, ncclComm_t, ncclTeam_t, int) {
   (void)refuse("ncclTeamRankToLsa");
   return -1;
 }
+
+// --- NCCL 2.29's functions: refused ---
+//
+// This library implements NCCL 2.28.9's API (ncclGetVersion: 22809). A program built against a
+// newer NCCL that calls a function 2.28 lacks must not reach another libnccl.so.2 with one of this
+// library's communicators (under LD_PRELOAD beside PyTorch's own NCCL, the dynamic linker would
+// bind the names missing here to that library): each function NCCL 2.29 added that takes a
+// communicator or a window is exported here and refused, saying so. Their arguments are not read.
+
+namespace {
+ncclResult_t newerNccl(const char* what) {
+  remember(std::string(what) +
+           " is NCCL 2.29's; this libnccl.so.2 (Chorus's) implements NCCL 2.28.9's API (ncclGetVersion: 22809)");
+  return ncclInvalidUsage;
+}
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t, ncclUniqueId*) { return newerNccl("ncclCommGetUniqueId"); }
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*) {
+  return newerNccl("ncclCommGrow");
+}
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t, int, uint64_t*) { return newerNccl("ncclCommMemStats"); }
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t, int) { return newerNccl("ncclCommSuspend"); }
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t) { return newerNccl("ncclCommResume"); }
+NCCL_API(ncclResult_t, ncclPutSignal, const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int,
+         unsigned int, ncclComm_t, cudaStream_t) {
+  return newerNccl("ncclPutSignal");
+}
+NCCL_API(ncclResult_t, ncclSignal, int, int, int, unsigned int, ncclComm_t, cudaStream_t) {
+  return newerNccl("ncclSignal");
+}
+NCCL_API(ncclResult_t, ncclWaitSignal, int, void*, ncclComm_t, cudaStream_t) { return newerNccl("ncclWaitSignal"); }
+NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t, ncclWindow_t, void**) { return newerNccl("ncclWinGetUserPtr"); }

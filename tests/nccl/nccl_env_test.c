@@ -294,6 +294,15 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
+  /* NCCL 2.29's calls on a communicator are refused here, never passed to another libnccl. */
+  ncclResult_t (*suspend)(ncclComm_t, int) = (ncclResult_t(*)(ncclComm_t, int))dlsym(RTLD_DEFAULT, "ncclCommSuspend");
+  ncclResult_t (*resume)(ncclComm_t) = (ncclResult_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclCommResume");
+  if (!suspend || !resume || suspend(comm, 0) != ncclInvalidUsage || !strstr(ncclGetLastError(NULL), "2.28.9") ||
+      resume(comm) != ncclInvalidUsage) {
+    fprintf(stderr, "FAIL ncclCommSuspend and ncclCommResume: not found, or not refused naming NCCL 2.28.9\n");
+    ++failures;
+  }
+
   /* The last error is the process's (NCCL keeps one, written on any thread, never cleared). */
   pthread_t other;
   pthread_create(&other, NULL, failOnAThread, NULL);
