@@ -128,6 +128,9 @@ void forgetRevoked(ncclComm_t comm) {
 // group was on a revoked communicator: the group then ends with ncclInvalidUsage, as NCCL's.
 thread_local int tGroupDepth = 0;
 thread_local bool tGroupRevoked = false;
+// The splits of this thread's group: NCCL writes a split's *newcomm when its init is done (at the
+// group's end, failed or not), NULL until then (init.cc).
+thread_local std::vector<std::pair<ncclComm_t*, ncclComm_t>> tGroupSplits;
 
 // An operation's result: NCCL's code for one on a revoked communicator, else Chorus's.
 ncclResult_t opResult(ncclComm_t comm, const char* op, chorusResult_t r) {
@@ -713,8 +716,16 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  return pass(
-      chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr));
+  if (tGroupDepth == 0 || !newcomm) {
+    return pass(
+        chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr));
+  }
+  ncclComm_t made = nullptr;
+  const ncclResult_t r =
+      pass(chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(&made), config ? &c : nullptr));
+  *newcomm = nullptr;
+  if (made) tGroupSplits.emplace_back(newcomm, made);
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
@@ -936,6 +947,10 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 // operation in it was on a revoked communicator (Chorus has dropped the group's work already).
 ncclResult_t groupEnded(chorusResult_t r) {
   if (tGroupDepth > 0) --tGroupDepth;
+  if (tGroupDepth == 0) {
+    for (const auto& [where, comm] : tGroupSplits) *where = comm;
+    tGroupSplits.clear();
+  }
   if (tGroupDepth == 0 && tGroupRevoked) {
     tGroupRevoked = false;
     return ncclInvalidUsage;

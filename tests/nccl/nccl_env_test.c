@@ -294,6 +294,20 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
+  /* A split inside a group: *newcomm is NULL until the group ends, as NCCL writes it then. */
+  ncclComm_t child = (ncclComm_t)out;
+  check(ncclGroupStart(), "ncclGroupStart");
+  check(ncclCommSplit(comm, 0, 0, &child, NULL), "ncclCommSplit inside a group");
+  const int nullInGroup = child == NULL;
+  check(ncclGroupEnd(), "ncclGroupEnd of the split");
+  int childSize = 0;
+  if (!nullInGroup || child == NULL || ncclCommCount(child, &childSize) != ncclSuccess || childSize != 1) {
+    fprintf(stderr, "FAIL a split inside a group: *newcomm %s before ncclGroupEnd, %s after\n",
+            nullInGroup ? "NULL" : "set", child ? "a communicator" : "NULL");
+    ++failures;
+  }
+  if (child && child != (ncclComm_t)out) check(ncclCommDestroy(child), "ncclCommDestroy of the split");
+
   /* NCCL 2.29's calls on a communicator are refused here, never passed to another libnccl. */
   ncclResult_t (*suspend)(ncclComm_t, int) = (ncclResult_t(*)(ncclComm_t, int))dlsym(RTLD_DEFAULT, "ncclCommSuspend");
   ncclResult_t (*resume)(ncclComm_t) = (ncclResult_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclCommResume");
