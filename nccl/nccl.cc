@@ -146,7 +146,22 @@ chorusUniqueId chorusIdOf(const ncclUniqueId& id) {
   return out;
 }
 chorusDataType_t typeOf(ncclDataType_t t) { return static_cast<chorusDataType_t>(t); }
-chorusRedOp_t opOf(ncclRedOp_t op) { return static_cast<chorusRedOp_t>(op); }
+// NCCL's scrambling of a communicator's own operators (comm.h, ncclUserRedOpMangle): the value a
+// program holds depends on the communicator's address, so that one communicator's operator used
+// on another is refused, not run with another operator's scalar. Built-in operators stay as they
+// are; the scrambling is its own inverse.
+ncclRedOp_t mangled(ncclComm_t comm, ncclRedOp_t op) {
+  if (static_cast<int>(op) < static_cast<int>(ncclNumOps)) return op;
+  uint64_t h = reinterpret_cast<uint64_t>(comm);
+  h ^= h >> 32;
+  h *= 0x9e3779b97f4a7c13ull;
+  h >>= 32;
+  h &= static_cast<uint64_t>(ncclMaxRedOp);
+  const int op1 = static_cast<int>(h) ^ static_cast<int>(op);
+  return op1 < static_cast<int>(ncclNumOps) ? op : static_cast<ncclRedOp_t>(op1);
+}
+// The Chorus operator an NCCL operator of `comm` stands for.
+chorusRedOp_t opOf(ncclRedOp_t op, ncclComm_t comm) { return static_cast<chorusRedOp_t>(mangled(comm, op)); }
 
 // --- The environment: NCCL's variables as Chorus's ---
 
@@ -843,12 +858,15 @@ NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t w
 
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
          ncclScalarResidence_t residence, ncclComm_t comm) {
-  return pass(chorusRedOpCreatePreMulSum(reinterpret_cast<chorusRedOp_t*>(op), scalar, typeOf(datatype),
-                                         static_cast<chorusScalarResidence_t>(residence), chorusOf(comm)));
+  const ncclResult_t r =
+      pass(chorusRedOpCreatePreMulSum(reinterpret_cast<chorusRedOp_t*>(op), scalar, typeOf(datatype),
+                                      static_cast<chorusScalarResidence_t>(residence), chorusOf(comm)));
+  if (r == ncclSuccess) *op = mangled(comm, *op);
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
-  return pass(chorusRedOpDestroy(opOf(op), chorusOf(comm)));
+  return pass(chorusRedOpDestroy(opOf(op, comm), chorusOf(comm)));
 }
 
 // --- Collectives and point-to-point ---
@@ -863,7 +881,7 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclReduce",
-                  chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), root, chorusOf(comm), cs));
+                  chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), root, chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
@@ -883,14 +901,15 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclAllReduce",
-                  chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+                  chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return opResult(comm, "ncclReduceScatter",
-                  chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op), chorusOf(comm), cs));
+  return opResult(
+      comm, "ncclReduceScatter",
+      chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs));
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,

@@ -308,6 +308,32 @@ int main(int argc, char** argv) {
   }
   if (child && child != (ncclComm_t)out) check(ncclCommDestroy(child), "ncclCommDestroy of the split");
 
+  /* A communicator's own operators: one communicator's used on another is refused, even where
+   * the other has an operator of its own at the same place (NCCL scrambles their values). */
+  ncclComm_t peerComm;
+  check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  check(ncclCommInitRank(&peerComm, 1, id, 0), "ncclCommInitRank of a second communicator");
+  float two = 2.0f, three = 3.0f;
+  ncclRedOp_t mine, theirs;
+  check(ncclRedOpCreatePreMulSum(&mine, &two, ncclFloat32, ncclScalarHostImmediate, comm), "ncclRedOpCreatePreMulSum");
+  check(ncclRedOpCreatePreMulSum(&theirs, &three, ncclFloat32, ncclScalarHostImmediate, peerComm),
+        "ncclRedOpCreatePreMulSum on the second communicator");
+  float v = 5.0f;
+  if (ncclAllReduce(&v, &v, 1, ncclFloat32, mine, peerComm, NULL) != ncclInvalidArgument) {
+    fprintf(stderr, "FAIL one communicator's operator accepted on another\n");
+    ++failures;
+  }
+  v = 5.0f;
+  check(ncclAllReduce(&v, &v, 1, ncclFloat32, theirs, peerComm, NULL),
+        "an all-reduce with the communicator's operator");
+  if (v != 15.0f) {
+    fprintf(stderr, "FAIL the pre-multiplied sum gave %g, not 15\n", v);
+    ++failures;
+  }
+  check(ncclRedOpDestroy(mine, comm), "ncclRedOpDestroy");
+  check(ncclRedOpDestroy(theirs, peerComm), "ncclRedOpDestroy on the second communicator");
+  check(ncclCommDestroy(peerComm), "ncclCommDestroy of the second communicator");
+
   /* NCCL 2.29's calls on a communicator are refused here, never passed to another libnccl. */
   ncclResult_t (*suspend)(ncclComm_t, int) = (ncclResult_t(*)(ncclComm_t, int))dlsym(RTLD_DEFAULT, "ncclCommSuspend");
   ncclResult_t (*resume)(ncclComm_t) = (ncclResult_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclCommResume");
