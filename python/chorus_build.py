@@ -20,8 +20,8 @@ config_settings (pip's --config-settings KEY=VALUE):
                 for a wheel that runs on all three; a new build tree only)
 
 The build compiles libchorus (with the device code where the CUDA toolkit is found) and the
-extension, nothing else: on 2 cores about 10 minutes with device code for one architecture, most
-of it the launch kernel's compile, and several minutes more for each further architecture.
+extension, nothing else: on 2 cores 4 to 20 minutes with device code for one architecture, by the
+machine, most of it the launch kernel's compile, and minutes more for each further architecture.
 """
 import base64
 import hashlib
