@@ -688,6 +688,13 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
   mapEnvironmentOnce();
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
+  // NCCL puts rank i on device i when devlist is NULL (init.cc). A program that has not loaded
+  // CUDA has no device to put them on: its ranks stay on host memory.
+  std::vector<int> devices;
+  if (!devlist && ndev > 0 && cudaLoaded()) {
+    for (int i = 0; i < ndev; ++i) devices.push_back(i);
+    devlist = devices.data();
+  }
   return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
 }
 

@@ -49,6 +49,7 @@ checks=(
   "cuda_host_only|30|default|thread|env CHORUS_TEST_EXPECT_LIBCUDA=1 DIR/bin/api_test [nocuda]"
   "cuda_api|60|default|thread|api_test [cuda]~[nocuda]"
   "cuda_flight|30|default|thread|cuda_flight_test"
+  "nccl_initall|30|default|thread|nccl_env_test initall-devices"
   "torch_colls|60|default|proc|@python3 tools/torch_coll_check.py DIR/nccl/libnccl.so.2 --world 2"
   "nccl_torch|150|default|proc|@python3 tools/nccl_torch_check.py DIR/nccl/libnccl.so.2 --world 2"
   "nccl_torch_mixed|200|default|proc|@bash tools/torch_mixed_check.sh DIR"
@@ -297,7 +298,7 @@ case "$mode" in
     #    and the checks run 8 left out or failed under MPS; b: PyTorch and nccl-tests on 4 ranks;
     #    c: the measurements with CHORUS_LL128=1 (docs/records/2026-11-29-gpu-next.md).
     groups=(
-      "200|a|device_test cuda_host_only cuda_proc_legacy cuda_kill_hosts cuda_coll"
+      "200|a|device_test cuda_host_only nccl_initall cuda_proc_legacy cuda_kill_hosts cuda_coll"
       "250|b|cuda_api torch_colls nccl_torch_mixed nccl_tests_4 ddp_mnist_gpu"
       "120|c|gpu_bench_ll128"
     )

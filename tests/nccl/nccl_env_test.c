@@ -59,8 +59,36 @@ static int defaultNetPlugin(void) {
   return failures == 0 ? 0 : 1;
 }
 
+/* ncclCommInitAll with devlist NULL puts rank i on device i, as NCCL does, in a program that uses
+ * CUDA (here: the driver loaded and a device found; exit 77 without one). */
+static int initAllDevices(void) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  int (*cuInit)(unsigned) = cuda ? (int (*)(unsigned))dlsym(cuda, "cuInit") : NULL;
+  int (*cuDeviceGetCount)(int*) = cuda ? (int (*)(int*))dlsym(cuda, "cuDeviceGetCount") : NULL;
+  int devices = 0;
+  if (!cuInit || !cuDeviceGetCount || cuInit(0) != 0 || cuDeviceGetCount(&devices) != 0 || devices < 1) {
+    printf("SKIP: no CUDA device here\n");
+    return 77;
+  }
+  const int n = devices < 2 ? devices : 2;
+  ncclComm_t comms[2];
+  check(ncclCommInitAll(comms, n, NULL), "ncclCommInitAll with devlist NULL");
+  for (int i = 0; i < n; ++i) {
+    int device = -2;
+    check(ncclCommCuDevice(comms[i], &device), "ncclCommCuDevice");
+    if (device != i) {
+      fprintf(stderr, "FAIL ncclCommInitAll with devlist NULL put rank %d on device %d, not %d\n", i, device, i);
+      ++failures;
+    }
+  }
+  for (int i = 0; i < n; ++i) check(ncclCommDestroy(comms[i]), "ncclCommDestroy");
+  if (failures == 0) printf("nccl_env: ncclCommInitAll(devlist NULL) put each of %d ranks on its device\n", n);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "default-net-plugin") == 0) return defaultNetPlugin();
+  if (argc > 1 && strcmp(argv[1], "initall-devices") == 0) return initAllDevices();
   static const char* const kNames[] = {
       "DEBUG", "DEBUG_SUBSYS", "DEBUG_FILE",   "COMM_ID",       "SOCKET_IFNAME", "P2P_DISABLE", "SHM_DISABLE",
       "ALGO",  "PROTO",        "NCHANNELS",    "MIN_NCHANNELS", "MAX_NCHANNELS", "BUFFSIZE",    "SLOT_BYTES",
