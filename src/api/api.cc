@@ -345,9 +345,18 @@ chorusResult_t chorusCommInitRankScalable(chorusComm_t* newcomm, int nranks, int
   return guard("chorusCommInitRankScalable", [&]() -> Status {
     if (nId < 1) return invalidArgument("nId is " + std::to_string(nId) + "; pass at least one id");
     if (!commIds) return invalidArgument("commIds is NULL");
+    std::vector<BootstrapId> others;
     for (int i = 1; i < nId; ++i) {
-      Status s = BootstrapId::fromUniqueId(commIds[i]).status();
-      if (!s.isOk()) return invalidArgument("commIds[" + std::to_string(i) + "] is not an id: " + s.message());
+      auto id = BootstrapId::fromUniqueId(commIds[i]);
+      if (!id.isOk())
+        return invalidArgument("commIds[" + std::to_string(i) + "] is not an id: " + id.status().message());
+      others.push_back(id.value());
+    }
+    // The first id carries the bootstrap; no rank joins the others, so the roots this process runs
+    // for them end now instead of waiting out the init timeout.
+    const auto first = BootstrapId::fromUniqueId(commIds[0]);
+    for (const BootstrapId& id : others) {
+      if (!first.isOk() || id.cliqueId != first.value().cliqueId) stopLocalRoot(id);
     }
     return initRank(newcomm, nranks, commIds[0], myrank, config);
   });

@@ -74,6 +74,9 @@ Result<BootstrapId> makeRandomBootstrapId(const std::string& ifnameSpec, int64_t
 // listener and connections close with it.
 void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs, Logger log,
                         std::shared_ptr<const std::atomic<bool>> stop = nullptr);
+// Ends the root this process runs for `id`, if it runs one that startBootstrapRoot was given no
+// `stop` for: an id that no rank will join (chorusCommInitRankScalable's ids beside the first).
+void stopLocalRoot(const BootstrapId& id);
 
 // The header in front of every bootstrap message on the wire.
 struct BootstrapHeader {

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "src/bootstrap/bootstrap.h"
@@ -274,12 +277,47 @@ void runRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnN
   }
 }
 
+// The roots this process runs that no caller stops (ids from chorusGetUniqueId, rank 0's root of
+// CHORUS_COMM_ID), by clique id, each with the flag that ends it (stopLocalRoot). An entry leaves
+// when its root ends.
+struct LocalRoots {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<std::atomic<bool>>> byClique;
+};
+LocalRoots& localRoots() {
+  static auto* roots = new LocalRoots();
+  return *roots;
+}
+
 }  // namespace
+
+void stopLocalRoot(const BootstrapId& id) {
+  LocalRoots& roots = localRoots();
+  std::lock_guard<std::mutex> g(roots.mu);
+  auto it = roots.byClique.find(id.cliqueId);
+  if (it == roots.byClique.end()) return;
+  it->second->store(true, std::memory_order_release);
+  roots.byClique.erase(it);
+}
 
 void startBootstrapRoot(UniqueFd listenFd, BootstrapId id, int64_t timeoutNs, int64_t warnNs, Logger log,
                         std::shared_ptr<const std::atomic<bool>> stop) {
-  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs, log, stop = std::move(stop)]() mutable {
+  std::shared_ptr<std::atomic<bool>> own;
+  if (!stop) {
+    own = std::make_shared<std::atomic<bool>>(false);
+    stop = own;
+    LocalRoots& roots = localRoots();
+    std::lock_guard<std::mutex> g(roots.mu);
+    roots.byClique[id.cliqueId] = own;
+  }
+  std::thread([fd = std::move(listenFd), id, timeoutNs, warnNs, log, stop = std::move(stop), own]() mutable {
     runRoot(std::move(fd), id, timeoutNs, warnNs, log, stop);
+    if (own) {
+      LocalRoots& roots = localRoots();
+      std::lock_guard<std::mutex> g(roots.mu);
+      auto it = roots.byClique.find(id.cliqueId);
+      if (it != roots.byClique.end() && it->second == own) roots.byClique.erase(it);
+    }
   }).detach();
 }
 

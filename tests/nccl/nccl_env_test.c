@@ -1,6 +1,7 @@
 /* NCCL's environment variables through Chorus's libnccl.so.2 (docs/environment.md, "NCCL's
  * names"): read at the first initialisation, not at load; each sets its CHORUS_* twin unless the
  * user set the twin; ncclResetDebugInit maps them again as they are then. One rank, no MPI. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -31,6 +32,16 @@ static void check(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return;
   fprintf(stderr, "FAIL %s: %s (%s)\n", what, ncclGetErrorString(r), ncclGetLastError(NULL));
   exit(1);
+}
+
+/* Threads of this process now. */
+static int threadCount(void) {
+  DIR* d = opendir("/proc/self/task");
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent* e = readdir(d); e; e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
 }
 
 /* A thread's failure, for the check that the last error is the process's, not the thread's. */
@@ -319,6 +330,28 @@ int main(int argc, char** argv) {
       ncclCommShrink(comm, NULL, 1, &untouched, NULL, NCCL_SHRINK_DEFAULT) != ncclInvalidArgument ||
       untouched != (ncclComm_t)out) {
     fprintf(stderr, "FAIL ncclCommShrink excluding no rank: not ncclInvalidArgument, or *newcomm changed\n");
+    ++failures;
+  }
+
+  /* ncclCommInitRankScalable with two ids of this process: the bootstrap is the first's, and the
+   * second's root ends with it instead of keeping a thread and a port to the init deadline (under
+   * the drop-in: none). */
+  const int threadsBefore = threadCount();
+  ncclUniqueId ids[2];
+  check(ncclGetUniqueId(&ids[0]), "ncclGetUniqueId");
+  check(ncclGetUniqueId(&ids[1]), "ncclGetUniqueId");
+  ncclComm_t scalable;
+  ncclConfig_t scalableConfig = NCCL_CONFIG_INITIALIZER;
+  check(ncclCommInitRankScalable(&scalable, 1, 0, 2, ids, &scalableConfig), "ncclCommInitRankScalable");
+  check(ncclCommDestroy(scalable), "ncclCommDestroy of the scalable communicator");
+  int threadsAfter = threadCount();
+  for (int i = 0; i < 300 && threadsAfter > threadsBefore; ++i) {
+    usleep(10000);
+    threadsAfter = threadCount();
+  }
+  if (threadsAfter > threadsBefore) {
+    fprintf(stderr, "FAIL after ncclCommInitRankScalable with two ids and its destroy: %d threads, %d before\n",
+            threadsAfter, threadsBefore);
     ++failures;
   }
 
