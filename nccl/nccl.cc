@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -127,17 +128,75 @@ void forgetRevoked(ncclComm_t comm) {
 // This thread's group depth (ncclGroupStart less ncclGroupEnd), and whether an operation in the
 // group was on a revoked communicator: the group then ends with ncclInvalidUsage, as NCCL's.
 thread_local int tGroupDepth = 0;
-thread_local bool tGroupRevoked = false;
+// The code this thread's group ends with whatever Chorus says (0: Chorus's): an operation in it on a
+// revoked communicator, or on one still initialising, fails the group as NCCL's fails.
+thread_local ncclResult_t tGroupCode = ncclSuccess;
+// Whether the group holds an operation on a non-blocking communicator: its end is ncclInProgress.
+thread_local bool tGroupNonBlocking = false;
 // The splits of this thread's group: NCCL writes a split's *newcomm when its init is done (at the
 // group's end, failed or not), NULL until then (init.cc).
 thread_local std::vector<std::pair<ncclComm_t*, ncclComm_t>> tGroupSplits;
 
-// An operation's result: NCCL's code for one on a revoked communicator, else Chorus's.
-ncclResult_t opResult(ncclComm_t comm, const char* op, chorusResult_t r) {
-  if (r == chorusSuccess || !isRevoked(comm)) return pass(r);
-  remember(std::string(op) + ": communicator was revoked");
-  if (tGroupDepth > 0) tGroupRevoked = true;
-  return ncclInvalidUsage;
+// The communicators made non-blocking (ncclConfig_t.blocking = 0, or a split or shrink of one
+// without a config of its own). Chorus runs their operations on the calling thread; NCCL launches
+// them in the background and answers ncclInProgress until ncclCommGetAsyncError reads ncclSuccess.
+std::atomic<bool> gAnyNonBlocking{false};
+std::unordered_set<ncclComm_t>& nonBlockingComms() {
+  static auto* s = new std::unordered_set<ncclComm_t>();
+  return *s;
+}
+bool isNonBlocking(ncclComm_t comm) {
+  if (!gAnyNonBlocking.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> g(revokedMutex());
+  return nonBlockingComms().count(comm) != 0;
+}
+void setNonBlocking(ncclComm_t comm, bool nonBlocking) {
+  if (!comm) return;
+  std::lock_guard<std::mutex> g(revokedMutex());
+  if (nonBlocking) {
+    nonBlockingComms().insert(comm);
+    gAnyNonBlocking.store(true, std::memory_order_release);
+  } else {
+    nonBlockingComms().erase(comm);
+  }
+}
+// Whether a communicator made with `config` (NULL: `parent`'s, or blocking) is non-blocking.
+bool nonBlockingConfig(const ncclConfig_t* config, ncclComm_t parent = nullptr) {
+  if (!config) return parent && isNonBlocking(parent);
+  const bool has = config->size >= offsetof(ncclConfig_t, blocking) + sizeof(config->blocking);
+  return has && config->blocking == 0;
+}
+
+// An operation's result as NCCL's (enqueue.cc): on a revoked communicator ncclInvalidUsage, on
+// one still initialising ncclInvalidArgument (each failing the group it is in); on a non-blocking
+// one ncclInProgress outside a group, unless it has nothing to move (no elements, one rank: NCCL
+// runs it at once); else Chorus's.
+ncclResult_t opResult(ncclComm_t comm, const char* op, chorusResult_t r, size_t count) {
+  if (r == chorusSuccess) {
+    if (!isNonBlocking(comm)) return ncclSuccess;
+    int n = 0;
+    if (count == 0 || (chorusCommCount(chorusOf(comm), &n) == chorusSuccess && n == 1)) return ncclSuccess;
+    if (tGroupDepth > 0) {
+      tGroupNonBlocking = true;
+      return ncclSuccess;
+    }
+    return ncclInProgress;
+  }
+  ncclResult_t code = ncclSuccess;
+  if (isRevoked(comm)) {
+    remember(std::string(op) + ": communicator was revoked");
+    code = ncclInvalidUsage;
+  } else if (chorusResult_t async = chorusSuccess; r == chorusInvalidUsage &&
+                                                   chorusCommGetAsyncError(chorusOf(comm), &async) == chorusSuccess &&
+                                                   async == chorusInProgress) {
+    remember(std::string(op) +
+             ": the communicator is still initialising (ncclCommGetAsyncError returns "
+             "ncclInProgress); wait until it returns ncclSuccess");
+    code = ncclInvalidArgument;
+  }
+  if (code == ncclSuccess) return pass(r);
+  if (tGroupDepth > 0 && tGroupCode == ncclSuccess) tGroupCode = code;
+  return code;
 }
 
 chorusUniqueId chorusIdOf(const ncclUniqueId& id) {
@@ -671,8 +730,10 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncc
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  return pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank,
-                                       config ? &c : nullptr));
+  const ncclResult_t r = pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks,
+                                                       chorusIdOf(commId), rank, config ? &c : nullptr));
+  if (comm && (r == ncclSuccess || r == ncclInProgress)) setNonBlocking(*comm, nonBlockingConfig(config));
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
@@ -681,8 +742,11 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  return pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
-                                         reinterpret_cast<chorusUniqueId*>(commIds), config ? &c : nullptr));
+  const ncclResult_t r =
+      pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
+                                      reinterpret_cast<chorusUniqueId*>(commIds), config ? &c : nullptr));
+  if (newcomm && (r == ncclSuccess || r == ncclInProgress)) setNonBlocking(*newcomm, nonBlockingConfig(config));
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist) {
@@ -712,11 +776,13 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   const ncclResult_t r = pass(chorusCommDestroy(chorusOf(comm)));
   if (r == ncclSuccess) forgetRevoked(comm);
+  if (r == ncclSuccess) setNonBlocking(comm, false);
   return r;
 }
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   const ncclResult_t r = pass(chorusCommAbort(chorusOf(comm)));
   if (r == ncclSuccess) forgetRevoked(comm);
+  if (r == ncclSuccess) setNonBlocking(comm, false);
   return r;
 }
 // As NCCL 2.28 (init.cc): revoking NULL does nothing; a second revoke is refused.
@@ -738,15 +804,17 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  if (tGroupDepth == 0 || !newcomm) {
-    return pass(
-        chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr));
-  }
+  if (!newcomm) return pass(chorusCommSplit(chorusOf(comm), color, key, nullptr, config ? &c : nullptr));
   ncclComm_t made = nullptr;
   const ncclResult_t r =
       pass(chorusCommSplit(chorusOf(comm), color, key, reinterpret_cast<chorusComm_t*>(&made), config ? &c : nullptr));
-  *newcomm = nullptr;
-  if (made) tGroupSplits.emplace_back(newcomm, made);
+  setNonBlocking(made, nonBlockingConfig(config, comm));
+  if (tGroupDepth == 0) {
+    *newcomm = made;
+  } else {
+    *newcomm = nullptr;
+    if (made) tGroupSplits.emplace_back(newcomm, made);
+  }
   return r;
 }
 
@@ -768,8 +836,11 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, i
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  return pass(chorusCommShrink(chorusOf(comm), excludeRanksList, excludeRanksCount,
-                               reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr, shrinkFlags));
+  const ncclResult_t r =
+      pass(chorusCommShrink(chorusOf(comm), excludeRanksList, excludeRanksCount,
+                            reinterpret_cast<chorusComm_t*>(newcomm), config ? &c : nullptr, shrinkFlags));
+  if (newcomm && (r == ncclSuccess || r == ncclInProgress)) setNonBlocking(*newcomm, nonBlockingConfig(config, comm));
+  return r;
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
@@ -888,27 +959,29 @@ NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t 
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclReduce",
-                  chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), root, chorusOf(comm), cs));
+                  chorusReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), root, chorusOf(comm), cs),
+                  count);
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(buff, nullptr);
-  return opResult(comm, "ncclBcast", chorusBcast(buff, count, typeOf(datatype), root, chorusOf(comm), cs));
+  return opResult(comm, "ncclBcast", chorusBcast(buff, count, typeOf(datatype), root, chorusOf(comm), cs), count);
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclBroadcast",
-                  chorusBroadcast(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+                  chorusBroadcast(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs), count);
 }
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclAllReduce",
-                  chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs));
+                  chorusAllReduce(sendbuff, recvbuff, count, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs),
+                  count);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -916,47 +989,48 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, 
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(
       comm, "ncclReduceScatter",
-      chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs));
+      chorusReduceScatter(sendbuff, recvbuff, recvcount, typeOf(datatype), opOf(op, comm), chorusOf(comm), cs),
+      recvcount);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclAllGather",
-                  chorusAllGather(sendbuff, recvbuff, sendcount, typeOf(datatype), chorusOf(comm), cs));
+                  chorusAllGather(sendbuff, recvbuff, sendcount, typeOf(datatype), chorusOf(comm), cs), sendcount);
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
-  return opResult(comm, "ncclAlltoAll",
-                  chorusAlltoAll(sendbuff, recvbuff, count, typeOf(datatype), chorusOf(comm), cs));
+  return opResult(comm, "ncclAlltoAll", chorusAlltoAll(sendbuff, recvbuff, count, typeOf(datatype), chorusOf(comm), cs),
+                  count);
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclGather",
-                  chorusGather(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+                  chorusGather(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs), count);
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, recvbuff);
   return opResult(comm, "ncclScatter",
-                  chorusScatter(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs));
+                  chorusScatter(sendbuff, recvbuff, count, typeOf(datatype), root, chorusOf(comm), cs), count);
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(sendbuff, nullptr);
-  return opResult(comm, "ncclSend", chorusSend(sendbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+  return opResult(comm, "ncclSend", chorusSend(sendbuff, count, typeOf(datatype), peer, chorusOf(comm), cs), count);
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
   CHORUS_STREAM(recvbuff, nullptr);
-  return opResult(comm, "ncclRecv", chorusRecv(recvbuff, count, typeOf(datatype), peer, chorusOf(comm), cs));
+  return opResult(comm, "ncclRecv", chorusRecv(recvbuff, count, typeOf(datatype), peer, chorusOf(comm), cs), count);
 }
 
 #undef CHORUS_STREAM
@@ -977,11 +1051,14 @@ ncclResult_t groupEnded(chorusResult_t r) {
     for (const auto& [where, comm] : tGroupSplits) *where = comm;
     tGroupSplits.clear();
   }
-  if (tGroupDepth == 0 && tGroupRevoked) {
-    tGroupRevoked = false;
-    return ncclInvalidUsage;
-  }
-  return pass(r);
+  if (tGroupDepth > 0) return pass(r);
+  const ncclResult_t code = tGroupCode;
+  const bool nonBlocking = tGroupNonBlocking;
+  tGroupCode = ncclSuccess;
+  tGroupNonBlocking = false;
+  if (code != ncclSuccess) return code;
+  const ncclResult_t ended = pass(r);
+  return ended == ncclSuccess && nonBlocking ? ncclInProgress : ended;
 }
 
 NCCL_API(ncclResult_t, ncclGroupEnd, void) { return groupEnded(chorusGroupEnd()); }
