@@ -160,8 +160,18 @@ void setNonBlocking(ncclComm_t comm, bool nonBlocking) {
     nonBlockingComms().erase(comm);
   }
 }
+// NCCL_COMM_BLOCKING as NCCL reads it (an integer; 0: non-blocking), which overrides every
+// communicator's config (init.cc, parseCommConfig); -1 when unset.
+int commBlockingEnv() {
+  const char* v = std::getenv("NCCL_COMM_BLOCKING");
+  if (!v) return -1;
+  const long long x = std::strtoll(v, nullptr, 0);
+  return x == NCCL_CONFIG_UNDEF_INT ? -1 : (x != 0 ? 1 : 0);
+}
+
 // Whether a communicator made with `config` (NULL: `parent`'s, or blocking) is non-blocking.
 bool nonBlockingConfig(const ncclConfig_t* config, ncclComm_t parent = nullptr) {
+  if (const int env = commBlockingEnv(); env >= 0) return env == 0;
   if (!config) return parent && isNonBlocking(parent);
   const bool has = config->size >= offsetof(ncclConfig_t, blocking) + sizeof(config->blocking);
   return has && config->blocking == 0;
@@ -632,6 +642,7 @@ chorusResult_t streamFor(cudaStream_t s, const void* a, const void* b, chorusStr
 ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   chorusConfig_t c = CHORUS_CONFIG_INITIALIZER;
   *out = c;
+  if (const int env = commBlockingEnv(); env >= 0) out->blocking = env;
   if (!in) return ncclSuccess;
   if (in->magic != kNcclConfigMagic) {
     remember("config was not set from NCCL_CONFIG_INITIALIZER (its magic is wrong)");
@@ -655,6 +666,7 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   CHORUS_TAKE(nChannelsPerNetPeer);
   CHORUS_TAKE(nvlinkCentricSched);
 #undef CHORUS_TAKE
+  if (const int env = commBlockingEnv(); env >= 0) out->blocking = env;
   // Fields of NCCL's kernels and networks that Chorus's have no counterpart for: said once at INFO.
   auto ignoredInt = [&](const char* field, int v, const char* why) {
     if (v != NCCL_CONFIG_UNDEF_INT) noteIgnored(std::string("ncclConfig_t.") + field + "=" + std::to_string(v), why);
@@ -721,7 +733,10 @@ extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInterna
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   mapEnvironmentOnce();
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
-  return pass(chorusCommInitRank(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank));
+  if (commBlockingEnv() < 0) {
+    return pass(chorusCommInitRank(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank));
+  }
+  return pncclCommInitRankConfig(comm, nranks, commId, rank, nullptr);  // NCCL_COMM_BLOCKING decides
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
@@ -730,8 +745,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncc
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  const ncclResult_t r = pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks,
-                                                       chorusIdOf(commId), rank, config ? &c : nullptr));
+  const ncclResult_t r =
+      pass(chorusCommInitRankConfig(reinterpret_cast<chorusComm_t*>(comm), nranks, chorusIdOf(commId), rank, &c));
   if (comm && (r == ncclSuccess || r == ncclInProgress)) setNonBlocking(*comm, nonBlockingConfig(config));
   return r;
 }
@@ -742,9 +757,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
   if (ncclResult_t r = tuningRefusal(); r != ncclSuccess) return r;
   chorusConfig_t c;
   if (ncclResult_t r = configOf(config, &c); r != ncclSuccess) return r;
-  const ncclResult_t r =
-      pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
-                                      reinterpret_cast<chorusUniqueId*>(commIds), config ? &c : nullptr));
+  const ncclResult_t r = pass(chorusCommInitRankScalable(reinterpret_cast<chorusComm_t*>(newcomm), nranks, myrank, nId,
+                                                         reinterpret_cast<chorusUniqueId*>(commIds), &c));
   if (newcomm && (r == ncclSuccess || r == ncclInProgress)) setNonBlocking(*newcomm, nonBlockingConfig(config));
   return r;
 }

@@ -3,7 +3,9 @@
  * it is still initialising is ncclInvalidArgument; an operation outside a group, and the end of a
  * group holding one, return ncclInProgress, and ncclCommGetAsyncError then reads ncclSuccess; an
  * operation with nothing to move returns ncclSuccess. Two ranks as threads, the second joining
- * late; every all-reduce checked element by element. */
+ * late; every all-reduce checked element by element.
+ *   nccl_nonblocking_test        the config says blocking = 0
+ *   nccl_nonblocking_test env    ncclCommInitRank, no config; NCCL_COMM_BLOCKING=0 decides */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@ enum { kRanks = 2, kCount = 4096 };
 static ncclUniqueId gId;
 static pthread_mutex_t gMu = PTHREAD_MUTEX_INITIALIZER;
 static int gFailures;
+static int gByEnv; /* ncclCommInitRank under NCCL_COMM_BLOCKING=0 */
 
 static void fail(int rank, const char* what, ncclResult_t got, ncclResult_t want) {
   pthread_mutex_lock(&gMu);
@@ -59,8 +62,13 @@ static void* runRank(void* arg) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = NULL;
-  expect(rank, "ncclCommInitRankConfig (non-blocking)", ncclCommInitRankConfig(&comm, kRanks, gId, rank, &config),
-         ncclInProgress);
+  if (gByEnv) {
+    expect(rank, "ncclCommInitRank under NCCL_COMM_BLOCKING=0", ncclCommInitRank(&comm, kRanks, gId, rank),
+           ncclInProgress);
+  } else {
+    expect(rank, "ncclCommInitRankConfig (non-blocking)", ncclCommInitRankConfig(&comm, kRanks, gId, rank, &config),
+           ncclInProgress);
+  }
   if (!comm) return NULL;
   float* v = malloc(kCount * sizeof(float));
   for (int i = 0; i < kCount; ++i) v[i] = (float)(i * (rank + 1));
@@ -89,7 +97,9 @@ static void* runRank(void* arg) {
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  gByEnv = argc > 1 && strcmp(argv[1], "env") == 0;
+  if (gByEnv) setenv("NCCL_COMM_BLOCKING", "0", 1);
   unsetenv("NCCL_DEBUG");
   if (ncclGetUniqueId(&gId) != ncclSuccess) {
     printf("FAIL ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
