@@ -104,11 +104,13 @@ ncclResult_t checkComm(ncclComm_t comm) {
   return pass(chorusCommCount(chorusOf(comm), &n));
 }
 
+// The drop-in's own sets of handles (revoked, non-blocking) are guarded by handleSetsMutex().
+//
 // The communicators ncclCommRevoke revoked. Chorus fails a revoked communicator (its operations
 // and its async error say chorusRemoteError); NCCL's revoked one is quiescent, not failed: its
 // async error reads ncclSuccess, its attribute queries answer, and an operation on it is
 // ncclInvalidUsage (enqueue.cc), which fails the group it is in.
-std::mutex& revokedMutex() {
+std::mutex& handleSetsMutex() {
   static auto* mu = new std::mutex();
   return *mu;
 }
@@ -117,19 +119,18 @@ std::unordered_set<ncclComm_t>& revokedComms() {
   return *s;
 }
 bool isRevoked(ncclComm_t comm) {
-  std::lock_guard<std::mutex> g(revokedMutex());
+  std::lock_guard<std::mutex> g(handleSetsMutex());
   return revokedComms().count(comm) != 0;
 }
 void forgetRevoked(ncclComm_t comm) {
-  std::lock_guard<std::mutex> g(revokedMutex());
+  std::lock_guard<std::mutex> g(handleSetsMutex());
   revokedComms().erase(comm);
 }
 
-// This thread's group depth (ncclGroupStart less ncclGroupEnd), and whether an operation in the
-// group was on a revoked communicator: the group then ends with ncclInvalidUsage, as NCCL's.
+// This thread's group depth (ncclGroupStart less ncclGroupEnd).
 thread_local int tGroupDepth = 0;
-// The code this thread's group ends with whatever Chorus says (0: Chorus's): an operation in it on a
-// revoked communicator, or on one still initialising, fails the group as NCCL's fails.
+// The code this thread's group ends with whatever Chorus says (ncclSuccess: Chorus's): an operation
+// in it on a revoked communicator, or on one still initialising, fails the group as NCCL's fails.
 thread_local ncclResult_t tGroupCode = ncclSuccess;
 // Whether the group holds an operation on a non-blocking communicator: its end is ncclInProgress.
 thread_local bool tGroupNonBlocking = false;
@@ -147,12 +148,12 @@ std::unordered_set<ncclComm_t>& nonBlockingComms() {
 }
 bool isNonBlocking(ncclComm_t comm) {
   if (!gAnyNonBlocking.load(std::memory_order_acquire)) return false;
-  std::lock_guard<std::mutex> g(revokedMutex());
+  std::lock_guard<std::mutex> g(handleSetsMutex());
   return nonBlockingComms().count(comm) != 0;
 }
 void setNonBlocking(ncclComm_t comm, bool nonBlocking) {
   if (!comm) return;
-  std::lock_guard<std::mutex> g(revokedMutex());
+  std::lock_guard<std::mutex> g(handleSetsMutex());
   if (nonBlocking) {
     nonBlockingComms().insert(comm);
     gAnyNonBlocking.store(true, std::memory_order_release);
@@ -808,7 +809,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   }
   const ncclResult_t r = pass(chorusCommRevoke(chorusOf(comm), revokeFlags));
   if (r == ncclSuccess) {
-    std::lock_guard<std::mutex> g(revokedMutex());
+    std::lock_guard<std::mutex> g(handleSetsMutex());
     revokedComms().insert(comm);
   }
   return r;
