@@ -708,8 +708,29 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   return pass(chorusGetUniqueId(reinterpret_cast<chorusUniqueId*>(uniqueId)));
 }
 
+// NCCL 2.28's sentences (init.cc), which programs print beside ncclGetLastError; the internal
+// error's names this library instead of NCCL's developers.
 NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
-  return chorusGetErrorString(static_cast<chorusResult_t>(result));
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue (this libnccl.so.2 is Chorus's)";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
+  }
 }
 
 NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {

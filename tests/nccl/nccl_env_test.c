@@ -404,6 +404,14 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
+  /* NCCL's sentences for its result codes. */
+  if (strcmp(ncclGetErrorString(ncclInvalidUsage), "invalid usage (run with NCCL_DEBUG=WARN for details)") ||
+      strcmp(ncclGetErrorString(ncclInProgress), "NCCL operation in progress") ||
+      strcmp(ncclGetErrorString((ncclResult_t)99), "unknown result code")) {
+    fprintf(stderr, "FAIL ncclGetErrorString: not NCCL's sentences (\"%s\")\n", ncclGetErrorString(ncclInvalidUsage));
+    ++failures;
+  }
+
   /* The last error is the process's (NCCL keeps one, written on any thread, never cleared). */
   pthread_t other;
   pthread_create(&other, NULL, failOnAThread, NULL);
