@@ -31,7 +31,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -104,28 +103,52 @@ ncclResult_t checkComm(ncclComm_t comm) {
   return pass(chorusCommCount(chorusOf(comm), &n));
 }
 
-// The drop-in's own sets of handles (revoked, non-blocking) are guarded by handleSetsMutex().
-//
-// The communicators ncclCommRevoke revoked. Chorus fails a revoked communicator (its operations
-// and its async error say chorusRemoteError); NCCL's revoked one is quiescent, not failed: its
-// async error reads ncclSuccess, its attribute queries answer, and an operation on it is
-// ncclInvalidUsage (enqueue.cc), which fails the group it is in.
-std::mutex& handleSetsMutex() {
-  static auto* mu = new std::mutex();
-  return *mu;
+// What the drop-in knows of a communicator beyond Chorus's handle. Revoked: Chorus fails a revoked
+// communicator (its operations and its async error say chorusRemoteError); NCCL's revoked one is
+// quiescent, not failed: its async error reads ncclSuccess, its attribute queries answer, and an
+// operation on it is ncclInvalidUsage (enqueue.cc), which fails the group it is in. Non-blocking
+// (ncclConfig_t.blocking = 0, NCCL_COMM_BLOCKING=0, or a split or shrink of one without a config
+// of its own): Chorus runs its operations on the calling thread; NCCL launches them in the
+// background and answers ncclInProgress until ncclCommGetAsyncError reads ncclSuccess.
+struct Marks {
+  bool revoked = false;
+  bool nonBlocking = false;
+};
+struct MarkedComms {
+  std::mutex mu;
+  std::unordered_map<ncclComm_t, Marks> byComm;
+  std::atomic<bool> any{false};  // a blocking-only program's operations look no further
+};
+MarkedComms& markedComms() {
+  static auto* m = new MarkedComms();
+  return *m;
 }
-std::unordered_set<ncclComm_t>& revokedComms() {
-  static auto* s = new std::unordered_set<ncclComm_t>();
-  return *s;
+Marks marksOf(ncclComm_t comm) {
+  MarkedComms& m = markedComms();
+  if (!m.any.load(std::memory_order_acquire)) return {};
+  std::lock_guard<std::mutex> g(m.mu);
+  auto it = m.byComm.find(comm);
+  return it == m.byComm.end() ? Marks{} : it->second;
 }
-bool isRevoked(ncclComm_t comm) {
-  std::lock_guard<std::mutex> g(handleSetsMutex());
-  return revokedComms().count(comm) != 0;
+void mark(ncclComm_t comm, bool Marks::*which, bool on) {
+  if (!comm) return;
+  MarkedComms& m = markedComms();
+  std::lock_guard<std::mutex> g(m.mu);
+  Marks& marks = m.byComm[comm];
+  marks.*which = on;
+  if (!marks.revoked && !marks.nonBlocking) m.byComm.erase(comm);
+  m.any.store(!m.byComm.empty(), std::memory_order_release);
 }
-void forgetRevoked(ncclComm_t comm) {
-  std::lock_guard<std::mutex> g(handleSetsMutex());
-  revokedComms().erase(comm);
+// A destroyed or aborted communicator's handle is never used again.
+void forgetMarks(ncclComm_t comm) {
+  MarkedComms& m = markedComms();
+  std::lock_guard<std::mutex> g(m.mu);
+  m.byComm.erase(comm);
+  m.any.store(!m.byComm.empty(), std::memory_order_release);
 }
+bool isRevoked(ncclComm_t comm) { return marksOf(comm).revoked; }
+bool isNonBlocking(ncclComm_t comm) { return marksOf(comm).nonBlocking; }
+void setNonBlocking(ncclComm_t comm, bool nonBlocking) { mark(comm, &Marks::nonBlocking, nonBlocking); }
 
 // This thread's group depth (ncclGroupStart less ncclGroupEnd).
 thread_local int tGroupDepth = 0;
@@ -138,29 +161,6 @@ thread_local bool tGroupNonBlocking = false;
 // group's end, failed or not), NULL until then (init.cc).
 thread_local std::vector<std::pair<ncclComm_t*, ncclComm_t>> tGroupSplits;
 
-// The communicators made non-blocking (ncclConfig_t.blocking = 0, or a split or shrink of one
-// without a config of its own). Chorus runs their operations on the calling thread; NCCL launches
-// them in the background and answers ncclInProgress until ncclCommGetAsyncError reads ncclSuccess.
-std::atomic<bool> gAnyNonBlocking{false};
-std::unordered_set<ncclComm_t>& nonBlockingComms() {
-  static auto* s = new std::unordered_set<ncclComm_t>();
-  return *s;
-}
-bool isNonBlocking(ncclComm_t comm) {
-  if (!gAnyNonBlocking.load(std::memory_order_acquire)) return false;
-  std::lock_guard<std::mutex> g(handleSetsMutex());
-  return nonBlockingComms().count(comm) != 0;
-}
-void setNonBlocking(ncclComm_t comm, bool nonBlocking) {
-  if (!comm) return;
-  std::lock_guard<std::mutex> g(handleSetsMutex());
-  if (nonBlocking) {
-    nonBlockingComms().insert(comm);
-    gAnyNonBlocking.store(true, std::memory_order_release);
-  } else {
-    nonBlockingComms().erase(comm);
-  }
-}
 // NCCL_COMM_BLOCKING as NCCL reads it (an integer; 0: non-blocking), which overrides every
 // communicator's config (init.cc, parseCommConfig); -1 when unset.
 int commBlockingEnv() {
@@ -261,14 +261,13 @@ std::string lower(std::string s) {
 
 // NCCL_DEBUG as NCCL 2.28 reads it (debug.cc): VERSION, WARN, INFO, ABORT or TRACE in any case;
 // unset, or any other value (NONE included), prints nothing at all. Returns the level's name in
-// capitals, or "" for silence.
+// lower case, or "" for silence.
 std::string ncclDebugLevel() {
   const char* v = std::getenv("NCCL_DEBUG");
   if (!v) return "";
-  std::string u = v;
-  for (char& c : u) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-  for (const char* level : {"VERSION", "WARN", "INFO", "ABORT", "TRACE"}) {
-    if (u == level) return u;
+  const std::string level = lower(v);
+  for (const char* known : {"version", "warn", "info", "abort", "trace"}) {
+    if (level == known) return level;
   }
   return "";
 }
@@ -277,7 +276,7 @@ std::string ncclDebugLevel() {
 // asks for warnings.
 void cannotMap(const char* name, const char* value, const char* why) {
   const std::string debug = ncclDebugLevel();
-  if (debug.empty() || debug == "VERSION") return;
+  if (debug.empty() || debug == "version") return;
   std::fprintf(stderr, "CHORUS WARN %s=%s: %s; Chorus chooses itself\n", name, value, why);
 }
 
@@ -405,8 +404,8 @@ void mapEnvironment() {
   // The log: silent unless NCCL_DEBUG names a level NCCL knows (Chorus alone warns by default);
   // NCCL writes NCCL_DEBUG_FILE only above VERSION.
   const std::string debug = ncclDebugLevel();
-  setIfUnset("CHORUS_DEBUG", debug.empty() ? "NONE" : debug);
-  if (const char* v = std::getenv("NCCL_DEBUG_FILE"); v && !debug.empty() && debug != "VERSION") {
+  setIfUnset("CHORUS_DEBUG", debug.empty() ? "NONE" : std::getenv("NCCL_DEBUG"));  // a known level as given
+  if (const char* v = std::getenv("NCCL_DEBUG_FILE"); v && !debug.empty() && debug != "version") {
     setIfUnset("CHORUS_DEBUG_FILE", v);
   }
   // Taken as they are.
@@ -640,11 +639,16 @@ chorusResult_t streamFor(cudaStream_t s, const void* a, const void* b, chorusStr
 
 // chorusConfig_t from ncclConfig_t, field for field (as far as the caller's ncclConfig_t goes:
 // an older NCCL's is shorter).
+// NCCL_COMM_BLOCKING over the config's own choice, as NCCL applies it.
+ncclResult_t withBlockingEnv(chorusConfig_t* out) {
+  if (const int env = commBlockingEnv(); env >= 0) out->blocking = env;
+  return ncclSuccess;
+}
+
 ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   chorusConfig_t c = CHORUS_CONFIG_INITIALIZER;
   *out = c;
-  if (const int env = commBlockingEnv(); env >= 0) out->blocking = env;
-  if (!in) return ncclSuccess;
+  if (!in) return withBlockingEnv(out);
   if (in->magic != kNcclConfigMagic) {
     remember("config was not set from NCCL_CONFIG_INITIALIZER (its magic is wrong)");
     return ncclInvalidArgument;
@@ -667,7 +671,7 @@ ncclResult_t configOf(const ncclConfig_t* in, chorusConfig_t* out) {
   CHORUS_TAKE(nChannelsPerNetPeer);
   CHORUS_TAKE(nvlinkCentricSched);
 #undef CHORUS_TAKE
-  if (const int env = commBlockingEnv(); env >= 0) out->blocking = env;
+  (void)withBlockingEnv(out);
   // Fields of NCCL's kernels and networks that Chorus's have no counterpart for: said once at INFO.
   auto ignoredInt = [&](const char* field, int v, const char* why) {
     if (v != NCCL_CONFIG_UNDEF_INT) noteIgnored(std::string("ncclConfig_t.") + field + "=" + std::to_string(v), why);
@@ -798,7 +802,6 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* d
   return pass(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
 }
 
-// NCCL's finalize of NULL does nothing and succeeds.
 // NCCL's finalize of NULL does nothing and succeeds; after a revoke it is refused (init.cc).
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   if (comm && isRevoked(comm)) {
@@ -811,14 +814,12 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 }
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   const ncclResult_t r = pass(chorusCommDestroy(chorusOf(comm)));
-  if (r == ncclSuccess) forgetRevoked(comm);
-  if (r == ncclSuccess) setNonBlocking(comm, false);
+  if (r == ncclSuccess) forgetMarks(comm);
   return r;
 }
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   const ncclResult_t r = pass(chorusCommAbort(chorusOf(comm)));
-  if (r == ncclSuccess) forgetRevoked(comm);
-  if (r == ncclSuccess) setNonBlocking(comm, false);
+  if (r == ncclSuccess) forgetMarks(comm);
   return r;
 }
 // As NCCL 2.28 (init.cc): revoking NULL does nothing; a second revoke is refused.
@@ -829,10 +830,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     return ncclInvalidArgument;
   }
   const ncclResult_t r = pass(chorusCommRevoke(chorusOf(comm), revokeFlags));
-  if (r == ncclSuccess) {
-    std::lock_guard<std::mutex> g(handleSetsMutex());
-    revokedComms().insert(comm);
-  }
+  if (r == ncclSuccess) mark(comm, &Marks::revoked, true);
   return r;
 }
 
@@ -1079,15 +1077,14 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
   return r;
 }
 
-// The end of this thread's group (ncclGroupEnd, ncclGroupSimulateEnd): NCCL's code when an
-// operation in it was on a revoked communicator (Chorus has dropped the group's work already).
+// The end of this thread's group (ncclGroupEnd, ncclGroupSimulateEnd). At the outermost end: the
+// group's splits get their handles, and the answer is NCCL's: the code an operation in it failed
+// with on this side (Chorus has dropped the group's work already), or ncclInProgress for a group on
+// a non-blocking communicator.
 ncclResult_t groupEnded(chorusResult_t r) {
-  if (tGroupDepth > 0) --tGroupDepth;
-  if (tGroupDepth == 0) {
-    for (const auto& [where, comm] : tGroupSplits) *where = comm;
-    tGroupSplits.clear();
-  }
-  if (tGroupDepth > 0) return pass(r);
+  if (tGroupDepth > 0 && --tGroupDepth > 0) return pass(r);
+  for (const auto& [where, comm] : tGroupSplits) *where = comm;
+  tGroupSplits.clear();
   const ncclResult_t code = tGroupCode;
   const bool nonBlocking = tGroupNonBlocking;
   tGroupCode = ncclSuccess;
