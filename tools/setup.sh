@@ -163,7 +163,7 @@ in_tree "$build" ctest -j 2 --output-on-failure --timeout 3600
 #  - ThreadSanitizer: the thread-per-rank tests, and the device executor on blocks of host threads.
 # The extended tier adds the full thread grid under ASan and fuzzes each target for 5 minutes.
 # Both at -O1 with line tables only, as the sanitizers' own documentation advises: a report still
-# names file and line of every frame, inlined ones too, and the build takes about a third less.
+# names file and line of every frame, inlined ones too, and the build takes about an eighth less.
 sanitized() {
   local dir=$1 sanitizer=$2 fuzz=$3
   shift 3
