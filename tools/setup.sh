@@ -29,7 +29,7 @@ esac
 
 packages=(build-essential cmake ninja-build ccache pkg-config git
           libhwloc-dev libibverbs-dev libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev
-          openmpi-bin libopenmpi-dev iproute2 python3 clang-format clang-14 libclang-rt-14-dev
+          openmpi-bin libopenmpi-dev iproute2 nftables bc python3 clang-format clang-14 libclang-rt-14-dev
           zlib1g-dev libfabric-dev dataset-fashion-mnist python3-dev python3-venv libgloo-dev)
 [ "$mode" = plots ] && packages=(python3-matplotlib)
 [ "$mode" = bench ] && packages=(iperf3 libgloo-dev)

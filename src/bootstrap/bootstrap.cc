@@ -293,6 +293,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::fromTable(uint64_t cliqueId, const
   b->timeoutNs_ = timeoutNs;
   b->log_ = log;
   b->abort_ = abortFlag;
+  b->probes_.resize(b->peers_.size());
   CHORUS_TRY(b->start(std::move(listener)));
   return b;
 }
@@ -757,22 +758,80 @@ Status Bootstrap::probePeer(int peer, const char* what) {
       lk, peer, what, &next, [] { return false; }, 200'000'000);
 }
 
+Status Bootstrap::lookAtProbe(int peer, const std::string& who, int64_t* nextProbeNs) {
+  PeerProbe& p = probes_[static_cast<size_t>(peer)];
+  int64_t now = nowNs();
+  int err = -1;  // -1: no answer yet; 0: answered; else the attempt's error
+  if (!p.fd.valid()) {
+    if (now < *nextProbeNs || now < p.nextNs) return Status::ok();
+    const SockAddr& addr = peers_[static_cast<size_t>(peer)];
+    UniqueFd fd(::socket(addr.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return Status::ok();  // out of descriptors: no word either way
+    p.startedNs = now;
+    p.nextNs = now + kProbeEveryNs;
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.len) == 0) {
+      err = 0;
+    } else if (errno == EINPROGRESS) {
+      p.fd = std::move(fd);
+    } else {
+      err = errno;
+    }
+  }
+  if (p.fd.valid()) {
+    pollfd pfd{p.fd.get(), POLLOUT, 0};
+    if (::poll(&pfd, 1, 0) > 0) {
+      socklen_t len = sizeof(err);
+      err = 0;
+      ::getsockopt(p.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    } else if (now - p.startedNs >= kProbeWindowNs) {
+      err = ETIMEDOUT;
+    }
+    if (err < 0) return Status::ok();  // still waiting
+    p.fd.reset();
+  }
+  *nextProbeNs = std::max(*nextProbeNs, p.nextNs);
+  if (err == 0) {
+    p.silentSinceNs = 0;
+    p.misses = 0;
+    return Status::ok();
+  }
+  if (err == ECONNREFUSED) {
+    return remoteError(who + " refused the connection at " + peers_[static_cast<size_t>(peer)].toString() +
+                       ": its listener is closed, so its process exited, was killed or destroyed its communicator");
+  }
+  // A miss. A run of them is broken by a gap (the wait ended, and the next one starts afresh).
+  now = nowNs();
+  if (p.silentSinceNs == 0 || now - p.lastMissNs > 3 * kProbeEveryNs) {
+    p.silentSinceNs = p.startedNs;
+    p.misses = 0;
+    log_.info(kSubsysBoot, "{} did not answer a liveness probe ({}); unreachable if it answers none for {} s", who,
+              std::strerror(err), unreachableNs_ / 1000000000);
+  }
+  ++p.misses;
+  p.lastMissNs = now;
+  p.lastErr = err;
+  if (p.misses < kMinMisses || now - p.silentSinceNs < unreachableNs_) return Status::ok();
+  const int64_t silentMs = (now - p.silentSinceNs) / 1000000;
+  return remoteError(who + " is unreachable: its listener at " + peers_[static_cast<size_t>(peer)].toString() +
+                     " answered none of " + std::to_string(p.misses) + " connection attempts in " +
+                     std::to_string(silentMs / 1000) + "." + std::to_string(silentMs % 1000 / 100) +
+                     " s (last: " + std::strerror(err) +
+                     "), so its host is down or cut off from this one (CHORUS_UNREACHABLE_AFTER sets how long)")
+      .about(peer);
+}
+
 Status Bootstrap::probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
                                   const std::function<bool()>& arrived, int64_t graceNs) {
-  if (peer == rank_ || nowNs() < *nextProbeNs) return Status::ok();
-  const std::string who = label(peer) + ", waited on for " + what + ",";
-  lk.unlock();
-  Status alive = connectTo(peers_[peer], nowNs() + kProbeEveryNs / 2, who, abort_, /*refusedIsFinal=*/true).status();
-  lk.lock();
-  *nextProbeNs = nowNs() + kProbeEveryNs;
-  if (alive.isOk() || alive.code() != chorusRemoteError || (abort_ && abort_->load())) return Status::ok();
+  if (peer == rank_ || (abort_ && abort_->load())) return Status::ok();
+  Status gone = lookAtProbe(peer, label(peer) + ", waited on for " + what + ",", nextProbeNs);
+  if (gone.isOk()) return gone;
   // Gone. It may have gone because another rank failed first, whose notice (the cause) is on its
   // way: a moment for it, or for what the peer did before it went. (A notice a communicator's
   // handler took counts too: firstNotice_.)
   const int64_t grace = nowNs() + graceNs;
   while (nowNs() < grace && firstNotice_.empty() && !arrived()) cv_.wait_for(lk, std::chrono::milliseconds(20));
   if (arrived()) return Status::ok();
-  return firstNotice_.empty() ? alive : remoteError(firstNotice_);
+  return firstNotice_.empty() ? gone : remoteError(firstNotice_);
 }
 
 bool Bootstrap::pending(int peer, uint64_t tag) {

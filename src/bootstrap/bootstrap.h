@@ -173,6 +173,9 @@ class Bootstrap : public OutOfBand {
   // From this long on, and each time the wait doubles, a wait for a peer (a message, a
   // connection, a claim) says so in a WARN line naming the peer; 0: never. Set before any wait.
   void setStallWarn(int64_t ns) { warnNs_ = ns; }
+  // How long a waited-on peer may leave every probe of its listener unanswered (no reply at all:
+  // its host is down or cut off) before the wait ends naming it (Config::unreachableNs).
+  void setUnreachableAfter(int64_t ns) { unreachableNs_ = ns; }
 
   Status send(int peer, uint64_t tag, const void* data, size_t bytes);
   Result<std::vector<char>> recv(int peer, uint64_t tag);
@@ -185,9 +188,10 @@ class Bootstrap : public OutOfBand {
   Status barrier();
 
   // Whether `peer`'s process is still there (its listener takes a connection, closed at once): an
-  // error naming it when its listener refuses, or the first failure notice that arrives within
-  // 200 ms after that (the cause it may have gone for). For a wait (on `what`) that a transport
-  // cannot end itself.
+  // error naming it when its listener refuses or has answered no probe for the unreachable bound,
+  // or the first failure notice that arrives within 200 ms after that (the cause it may have gone
+  // for). For a wait (on `what`) that a transport cannot end itself; never blocks: a probe in
+  // flight is looked at by the next call.
   Status probePeer(int peer, const char* what);
   // Bounded as recv is: the timeout, an abort, a failure notice, the peer's liveness.
   Status awaitPeer(int peer, const char* what, const std::function<Result<bool>()>& ready, int64_t timeoutNs) override;
@@ -245,13 +249,36 @@ class Bootstrap : public OutOfBand {
   void noteSlowWait(int64_t startNs, int64_t* nextWarnNs, int peer, const char* what) const;
   // For a wait on `peer` (`lk` holds mu_): a peer that died after the last thing it sent this rank
   // sends nothing more and may close no connection of this rank's, so from *nextProbeNs on, once a
-  // second, its listener is asked whether it is still there (refused: its process is gone; an
-  // accepted connection is closed at once, which its accept loop drops without a word). A gone
-  // peer ends the wait with the first failure notice that reaches this rank within 3 s (the
-  // cause it may have gone for), else naming it, unless arrived() becomes true meanwhile.
+  // second, its listener is asked whether it is still there: a non-blocking connection attempt,
+  // looked at by the next call and closed once answered (its accept loop drops it without a
+  // word). Refused: its process is gone. No answer within kProbeWindowNs (or an ICMP error): a
+  // miss; misses without an answer between them for unreachableNs_ (at least kMinMisses of
+  // them): its host is down or cut off. A process that is merely slow or stopped is answered
+  // for by its kernel. A gone or unreachable peer ends the wait with the first failure notice
+  // that reaches this rank within graceNs (the cause it may have gone for), else naming it,
+  // unless arrived() becomes true meanwhile.
   Status probeWaitedPeer(std::unique_lock<std::mutex>& lk, int peer, const char* what, int64_t* nextProbeNs,
                          const std::function<bool()>& arrived, int64_t graceNs = 3 * kProbeEveryNs);
+  // One peer's probing (guarded by mu_).
+  struct PeerProbe {
+    UniqueFd fd;                // the connection attempt in flight, if any
+    int64_t startedNs = 0;      // when it began
+    int64_t nextNs = 0;         // the next may begin from then
+    int64_t silentSinceNs = 0;  // the first unanswered attempt of the current run; 0: none
+    int64_t lastMissNs = 0;
+    int misses = 0;
+    int lastErr = 0;
+  };
+  // The outcome of the probe of `peer` so far: ok (answered, or still waiting), or the error that
+  // ends the wait (its listener refused, or it is unreachable).
+  Status lookAtProbe(int peer, const std::string& who, int64_t* nextProbeNs);
   static constexpr int64_t kProbeEveryNs = 1'000'000'000;
+  // A probe's connection attempt is a miss after this long unanswered: a lost SYN is sent again
+  // after a second, so one attempt is one round trip and one retry at most.
+  static constexpr int64_t kProbeWindowNs = 1'000'000'000;
+  static constexpr int kMinMisses = 3;
+  int64_t unreachableNs_ = int64_t(20) * 1000000000;
+  std::vector<PeerProbe> probes_;  // by rank; guarded by mu_
   Logger log_;
   const std::atomic<bool>* abort_ = nullptr;
   uint64_t collSeq_ = 0;  // allgather/barrier counter, advanced identically on every rank

@@ -48,8 +48,11 @@ Result<SockAddr> localInterfaceAddr(const std::string& ifnameSpec, std::string* 
 // listens on the one the job's network goes through. Loopback only when `dest` is loopback.
 Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifnameSpec, std::string* ifname);
 
-// Listens on `addr` (port 0: any); returns the bound address in *bound.
-Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 256);
+// Listens on `addr` (port 0: any); returns the bound address in *bound. The backlog is as deep as
+// the kernel allows (net.core.somaxconn caps it): a process that is stopped accepts nothing, and
+// once its queue is full the kernel drops new connections silently, so peers' once-a-second
+// liveness probes would read its host as unreachable.
+Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 4096);
 
 // Connects, retrying refused connections until the deadline; `what` names the peer in errors.
 // With `refusedIsFinal`, a refused connection fails at once: for a peer known to listen already

@@ -64,6 +64,13 @@ const IntSetting kWarnAfterMs{"CHORUS_WARN_AFTER_MS",
                               int64_t(1) << 40,
                               SettingScope::kRank,
                               "milliseconds without progress before a wait is reported"};
+const IntSetting kUnreachableAfter{
+    "CHORUS_UNREACHABLE_AFTER",
+    0,
+    0,
+    Config::kNoDeadlineSeconds,
+    SettingScope::kRank,
+    "seconds a peer of another host may answer no probe before it is declared unreachable"};
 const IntSetting kSocketThreads{
     "CHORUS_SOCKET_NTHREADS", 1, 1, 16, SettingScope::kRank, "net transport proxy threads per communicator"};
 const IntSetting kSlotBytes{"CHORUS_SLOT_BYTES", 128 * 1024,          4096,
@@ -208,6 +215,7 @@ Result<Config> Config::fromEnv() {
   c.netName = kNet.get(e);
   c.check = kCheck.get(e);
   c.warnAfterNs = kWarnAfterMs.get(e) * 1000000;
+  c.unreachableAfterNs = kUnreachableAfter.get(e) * 1000000000;
   c.socketThreads = static_cast<int>(kSocketThreads.get(e));
   c.slotBytes = static_cast<size_t>(kSlotBytes.get(e));
   c.peerSlotBytes = static_cast<size_t>(kP2pSlotBytes.get(e));

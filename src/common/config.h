@@ -67,6 +67,7 @@ struct Config {
   std::string algo;                                // CHORUS_ALGO: ring | direct | slice | tree; empty: chosen per call
   std::string proto;                               // CHORUS_PROTO (simple, ll: device lanes)
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
+  int64_t unreachableAfterNs = 0;                  // CHORUS_UNREACHABLE_AFTER (seconds); 0: unreachableNs()
   bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
   int oneCopy = -1;                                // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
   bool ll128 = false;                              // CHORUS_LL128: the tuner may choose LL128 on device lanes
@@ -93,6 +94,13 @@ struct Config {
   int64_t stallWarnNs() const {
     if (warnAfterNs > 0) return warnAfterNs;
     return timeoutNs / 2 < int64_t(60) * 1000000000 ? timeoutNs / 2 : int64_t(60) * 1000000000;
+  }
+  // How long a waited-on peer of another host may answer no probe at all before it is declared
+  // unreachable (its host down or cut off): CHORUS_UNREACHABLE_AFTER, else the shorter of 20 s
+  // and half the timeout.
+  int64_t unreachableNs() const {
+    if (unreachableAfterNs > 0) return unreachableAfterNs;
+    return timeoutNs / 2 < int64_t(20) * 1000000000 ? timeoutNs / 2 : int64_t(20) * 1000000000;
   }
   // Slot payload of per-peer connections (point-to-point, direct): never above a ring slot; on
   // device memory, never above a device ring slot.

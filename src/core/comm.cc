@@ -159,6 +159,7 @@ void InitCancel::cancel() {
 Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::shared_ptr<Engine> engine) {
   bootstrap_ = std::move(bootstrap);
   bootstrap_->setStallWarn(config_.stallWarnNs());
+  bootstrap_->setUnreachableAfter(config_.unreachableNs());
   p2pConnected_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(nranks_));
   std::vector<InitRecord> all(nranks_);
   InitRecord& me = all[rank_];

@@ -13,8 +13,6 @@ namespace {
 // How long the failure notices may take, and how often a stalled wait polls the peers' pidfds.
 constexpr int64_t kNoticeNs = int64_t(2) * 1000000000;
 constexpr int64_t kPeerCheckEveryNs = int64_t(50) * 1000000;
-// How often a stalled wait asks a peer of another host's bootstrap listener whether it is there.
-constexpr int64_t kRemoteProbeEveryNs = int64_t(1000) * 1000000;
 
 }  // namespace
 
@@ -132,15 +130,15 @@ Status Health::checkPeers(int64_t now, bool force, int waited) {
   lastPeerCheckNs_.store(now, std::memory_order_relaxed);
   const std::vector<int> gone = exitedPeers();
   if (gone.empty() && waited >= 0 && waited < comm_.nranks() && waited != comm_.rank() &&
-      !peerPidfd_[static_cast<size_t>(waited)].valid() &&
-      now - lastRemoteProbeNs_.load(std::memory_order_relaxed) >= kRemoteProbeEveryNs) {
-    // A peer this rank cannot watch: a killed process's listener refuses, and the network it
-    // was reached over (an RDMA fabric, a plugin) may never say so.
-    lastRemoteProbeNs_.store(now, std::memory_order_relaxed);
+      !peerPidfd_[static_cast<size_t>(waited)].valid()) {
+    // A peer this rank cannot watch: a killed process's listener refuses, a lost host answers
+    // nothing, and the network it was reached over (an RDMA fabric, a plugin, a blackholed TCP
+    // connection) may never say so. The bootstrap probes it once a second, without blocking.
     Status probed = comm_.bootstrap_->probePeer(waited, "data");
     if (!probed.isOk()) {
       Status told = asyncError();
       if (!told.isOk()) return told;
+      if (probed.subject() == waited) return probed;  // says it all: unreachable
       return remoteError(describePeer(waited) + " is gone: " + probed.message()).about(waited);
     }
   }

@@ -85,7 +85,6 @@ class Health final : public TaskOwner {
   // they, and a peer of another host, were last polled.
   std::vector<UniqueFd> peerPidfd_;
   std::atomic<int64_t> lastPeerCheckNs_{0};
-  std::atomic<int64_t> lastRemoteProbeNs_{0};
 };
 
 }  // namespace chorus

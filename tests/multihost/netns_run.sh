@@ -10,7 +10,9 @@
 # LAYOUT lists ranks per host: "2,2" (2 hosts x 2 ranks), "1,1,1", "2,1". Ranks are numbered host
 # by host. Each host has its own network, PID and UTS namespaces (hostname "hostH"). Each rank runs PROGRAM with CHORUS_RANK, CHORUS_NRANKS and CHORUS_COMM_ID (rank 0's
 # address) set, as chorusrun would, plus NETNS_HOST (the host index), NETNS_ADDR (that host's
-# address) and NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is); its output is prefixed "[host h rank r]". With
+# address), NETNS_LAYOUT, NETNS_PORT (the port of CHORUS_COMM_ID, free for other uses once it is) and NETNS_TAG
+# (the namespaces' prefix: host h is "${NETNS_TAG}h$h", the switch "${NETNS_TAG}sw", which a fault
+# test reaches with `ip netns exec`); its output is prefixed "[host h rank r]". With
 # --check-transports every rank also logs its INIT and NET lines, and the script checks that each pair
 # of ranks uses shm inside a host and the net transport across hosts, exactly, over the network
 # NETNS_WANT_NET names (default Socket; the plugin's name when CHORUS_NET_PLUGIN is set), and, when
@@ -67,7 +69,7 @@ for h in $(seq 0 $((nhosts - 1))); do
     extra=""
     [ $check -eq 1 ] && extra="CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,NET"
     script+="( env CHORUS_RANK=$rank CHORUS_NRANKS=$nranks CHORUS_COMM_ID=198.18.0.1:$port NETNS_HOST=$h"
-    script+=" NETNS_ADDR=198.18.0.$((h + 1)) NETNS_PORT=$port $extra timeout -k 5 $timeout \"\$@\""
+    script+=" NETNS_ADDR=198.18.0.$((h + 1)) NETNS_PORT=$port NETNS_TAG=$tag NETNS_LAYOUT=$layout $extra timeout -k 5 $timeout \"\$@\""
     script+=" > $logdir/$rank.out 2> $logdir/$rank.err; echo \$? > $logdir/$rank.rc ) & "
     rank=$((rank + 1))
   done
