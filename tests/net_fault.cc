@@ -16,7 +16,9 @@
 //                                   BOUND seconds of the fault, naming a rank of the other side
 //   net_fault kill-host BOUND       the last host blackholed and every process on it SIGKILLed at
 //                                   once: every survivor must fail within BOUND s naming a rank of it
-//   net_fault reset                 every TCP packet from the last host answered with a reset for 2 s
+//   net_fault reset                 every TCP packet to the last host answered with a reset for 2 s
+//   net_fault corrupt PERMILLE      bits flipped in PERMILLE in 1000 TCP packets between hosts for 3 s
+//                                   (with CHORUS_NET_CHECKSUM=1 a rank must fail saying so)
 //
 // Each surviving rank prints "OUTCOME completed" (every collective exact) or "OUTCOME failed"
 // (an error naming a rank, which for blackhole and kill-host must be across the cut) and exits 0;
@@ -322,11 +324,12 @@ int main(int argc, char** argv) {
   };
   std::function<void(int)> beforeRound;
   bool expectFailure = false;
-  if (what == "flap" || what == "reset") {
-    const double hold = what == "flap" ? arg : 2.0;
-    if (job.rank == 0)
-      strikeThen(what == "flap" ? "blackhole " + std::to_string(lostHost) : "reset " + std::to_string(lostHost), hold,
-                 "clear");
+  if (what == "flap" || what == "reset" || what == "corrupt") {
+    const double hold = what == "flap" ? arg : what == "reset" ? 2.0 : 3.0;
+    const std::string args = what == "flap"    ? "blackhole " + std::to_string(lostHost)
+                             : what == "reset" ? "reset " + std::to_string(lostHost)
+                                               : "corrupt " + std::string(argv[2]);
+    if (job.rank == 0) strikeThen(args, hold, "clear");
     stopAt = strikeNs + int64_t((hold + 4) * 1e9);
   } else if (what == "blackhole") {
     if (job.rank == 0) strikeThen("blackhole " + std::to_string(lostHost), 0, "");

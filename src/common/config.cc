@@ -57,6 +57,8 @@ const IntSetting kOneCopy{"CHORUS_ONECOPY",
                           "one-copy collectives: unset by the tuning table, 0 never, 1 always"};
 const TextSetting kNetPlugin{"CHORUS_NET_PLUGIN", SettingScope::kRank, "the network connections between hosts use"};
 const TextSetting kNet{"CHORUS_NET", SettingScope::kRank, "the built-in network: IB or Socket", builtInNetwork};
+const BoolSetting kNetChecksum{"CHORUS_NET_CHECKSUM", false, SettingScope::kPlan,
+                               "1: every network message carries a CRC32C of its bytes, checked on arrival"};
 const BoolSetting kCheck{"CHORUS_CHECK", false, SettingScope::kPlan, "1: compare every collective across ranks"};
 const IntSetting kWarnAfterMs{"CHORUS_WARN_AFTER_MS",
                               0,
@@ -214,6 +216,7 @@ Result<Config> Config::fromEnv() {
   c.netPlugin = kNetPlugin.get(e);
   c.netName = kNet.get(e);
   c.check = kCheck.get(e);
+  c.netChecksum = kNetChecksum.get(e);
   c.warnAfterNs = kWarnAfterMs.get(e) * 1000000;
   c.unreachableAfterNs = kUnreachableAfter.get(e) * 1000000000;
   c.socketThreads = static_cast<int>(kSocketThreads.get(e));

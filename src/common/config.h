@@ -69,6 +69,7 @@ struct Config {
   int64_t warnAfterNs = 0;                         // CHORUS_WARN_AFTER_MS; 0: min(60 s, timeout / 2)
   int64_t unreachableAfterNs = 0;                  // CHORUS_UNREACHABLE_AFTER (seconds); 0: unreachableNs()
   bool check = false;                              // CHORUS_CHECK: compare every collective across ranks
+  bool netChecksum = false;                        // CHORUS_NET_CHECKSUM: CRC32C on every network message
   int oneCopy = -1;                                // CHORUS_ONECOPY: -1 by the tuning table, 0 never, 1 always
   bool ll128 = false;                              // CHORUS_LL128: the tuner may choose LL128 on device lanes
   bool printVersion = false;                       // CHORUS_DEBUG=VERSION (or INFO and up): the version line

@@ -226,6 +226,7 @@ Status Communicator::initCommon(std::unique_ptr<Bootstrap> bootstrap, std::share
   TransportEnv env;
   env.log = &log_;
   env.socketThreads = config_.socketThreads;
+  env.netChecksum = config_.netChecksum;
   env.netPlugin = config_.netPlugin;
   env.netName = config_.netName;
   env.connectTimeoutNs = config_.initTimeout();

@@ -138,6 +138,8 @@ Status DevicePath::trouble(const std::vector<int>& inFlight) {
   for (auto& t : comm_.transports_) {
     std::vector<Status> broken = t->kernelFifoErrors();
     found.insert(found.end(), broken.begin(), broken.end());
+    broken = t->dataErrors();
+    found.insert(found.end(), broken.begin(), broken.end());
   }
   return failureInFlight(found, inFlight);
 }

@@ -128,6 +128,13 @@ std::vector<int> Health::exitedPeers() const {
 Status Health::checkPeers(int64_t now, bool force, int waited) {
   if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
   lastPeerCheckNs_.store(now, std::memory_order_relaxed);
+  // Corrupted data closes the FIFO it came on: the reason, for the lane that finds it closed.
+  for (auto& t : comm_.transports_) {
+    if (std::vector<Status> bad = t->dataErrors(); !bad.empty()) {
+      const int from = bad.front().subject();
+      return remoteError("corrupted data from " + describePeer(from) + ": " + bad.front().message()).about(from);
+    }
+  }
   const std::vector<int> gone = exitedPeers();
   if (gone.empty() && waited >= 0 && waited < comm_.nranks() && waited != comm_.rank() &&
       !peerPidfd_[static_cast<size_t>(waited)].valid()) {

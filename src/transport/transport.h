@@ -129,6 +129,7 @@ struct TransportEnv {
   std::string netPlugin;  // CHORUS_NET_PLUGIN: a network library to use instead of the built-in ones
   std::string netName;    // CHORUS_NET: the built-in network ("IB", "Socket"); empty: IB where offered
   int64_t connectTimeoutNs = int64_t(10) * 1000000000;  // how long a network connection may take
+  bool netChecksum = false;  // CHORUS_NET_CHECKSUM: a CRC32C of every network message, checked
 };
 
 class Transport {
@@ -161,6 +162,9 @@ class Transport {
   // that peer runs (failureInFlight, src/core/device_comm.h): a peer may close its connections
   // once its part is done. Thread-safe.
   virtual std::vector<Status> kernelFifoErrors() const { return {}; }
+  // Data that arrived corrupted (a checksum that did not match), one per peer: the FIFO it came on
+  // is closed, and a lane that finds it closed says this instead.
+  virtual std::vector<Status> dataErrors() const { return {}; }
 };
 
 // One instance of each transport, in the order they are preferred (in-process, CUDA IPC, shared

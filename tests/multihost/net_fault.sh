@@ -3,19 +3,22 @@
 # say: every rank that was not meant to die printed one OUTCOME line, all the same (never one rank
 # completing while another fails), never "wrong", and the one EXPECTed; every such rank exited 0.
 #
-#   net_fault.sh [--timeout S] [--host-lost] LAYOUT EXPECT -- PROGRAM [ARGS...]
+#   net_fault.sh [--timeout S] [--host-lost] [--want TEXT] LAYOUT EXPECT -- PROGRAM [ARGS...]
 #
 # EXPECT: completed, failed, or either. --host-lost: the ranks of the last host are killed by the
-# fault, so they print nothing and their exit codes are not asked. Needs root, `ip` and `nft`:
+# fault, so they print nothing and their exit codes are not asked. --want: some rank's output
+# must contain TEXT (the error that names the fault). Needs root, `ip` and `nft`:
 # otherwise says so and exits 77 (ctest: skipped).
 set -uo pipefail
 
 timeout=300
 lost=0
+want=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --timeout) timeout=$2; shift 2 ;;
     --host-lost) lost=1; shift ;;
+    --want) want=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -65,6 +68,10 @@ for r in $(seq 0 $((nranks - 1))); do
 done
 if [ "$expect" != either ] && [ "$seen" != "$expect" ]; then
   echo "net_fault.sh: expected every rank to have $expect, they have ${seen:-nothing}" >&2
+  status=1
+fi
+if [ -n "$want" ] && ! grep -qF -- "$want" "$dir/log"; then
+  echo "net_fault.sh: no rank said '$want'" >&2
   status=1
 fi
 [ $status -eq 0 ] && echo "net_fault.sh: every rank ${seen} ($layout, $*)"

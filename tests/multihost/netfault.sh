@@ -8,6 +8,10 @@
 #   netfault.sh blackhole H         drop every packet to and from host H (no RST, no ICMP)
 #   netfault.sh reset H             host H answers every TCP packet that reaches it with a reset
 #                                   (as after a reboot, or from a middlebox); others pass
+#   netfault.sh corrupt PERMILLE    flip 16 bits of the payload of PERMILLE in 1000 TCP packets over
+#                                   1000 bytes between hosts; the TCP checksum is not redone, and
+#                                   over these veths (checksum offload) nothing checks it: the bytes
+#                                   reach the receiver changed, as from a faulty NIC or switch
 #   netfault.sh throttle H RATE     queue traffic to and from host H at RATE (tc's units: 20mbit)
 #   netfault.sh kill-host           from a rank of a host: blackhole that host, then SIGKILL every
 #                                   process of it (its PID namespace) but the namespace's init
@@ -39,6 +43,12 @@ case "${1:-}" in
     pct=${2:?loss PCT}
     table
     insw nft add rule bridge chorusfault forward ether type ip numgen random mod 100 '<' "$pct" counter drop
+    ;;
+  corrupt)
+    pm=${2:?corrupt PERMILLE}
+    table
+    insw nft add rule bridge chorusfault forward ether type ip ip protocol tcp ip length '>' 1000 \
+      numgen random mod 1000 '<' "$pm" @ih,512,16 set @ih,512,16 '^' 0xffff counter
     ;;
   blackhole)
     a=$(addr "${2:?blackhole H}")
@@ -89,7 +99,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,21p' "$0" >&2
     exit 2
     ;;
 esac

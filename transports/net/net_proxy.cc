@@ -12,8 +12,16 @@
 #include <cstring>
 #include <utility>
 
+#include "src/common/crc32c.h"
+
 namespace chorus {
 namespace {
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
 
 // The last WARN or INFO line of a network on this thread, and whether it was a WARN. A network
 // says at INFO that a peer closed its comm between messages (its communicator was destroyed, or
@@ -66,8 +74,8 @@ void netLogger(chorusNetLogLevel_t level, unsigned long, const char* file, int l
   }
 }
 
-NetProxy::NetProxy(Logger log, const chorusNet_v1_t* net, void* ctx, FailureHook onPolledFailure)
-    : log_(log), net_(net), ctx_(ctx), onPolledFailure_(std::move(onPolledFailure)) {}
+NetProxy::NetProxy(Logger log, const chorusNet_v1_t* net, void* ctx, FailureHook onFailure, bool checksum)
+    : log_(log), net_(net), ctx_(ctx), onFailure_(std::move(onFailure)), checksum_(checksum) {}
 
 Status NetProxy::start() {
   wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -125,13 +133,15 @@ std::string NetProxy::callFailed(const char* call, chorusResult_t rc, bool* peer
   return why;
 }
 
-void NetProxy::fail(Entry& e, const std::string& why, bool peerClosed) {
+void NetProxy::fail(Entry& e, const std::string& why, bool peerClosed, bool corrupt) {
   // Closing the FIFO is enough: a lane that still needs this connection fails at once with a
   // message naming the peer, and a peer that closed after its last operation harms nobody.
   const bool closedHere = e.l.fifo.closed();
   e.failed = true;
   e.l.fifo.close();
-  if (peerClosed) {
+  if (corrupt) {
+    log_.warn(kSubsysNet, "network connection from rank {} ({}): {}", e.l.peer, e.l.peerName, why);
+  } else if (peerClosed) {
     // The receives posted ahead for the peer's next slots end with its comm: at every clean
     // destroy, on whichever side closes last. Not a failure until a lane needs those slots.
     log_.trace(kSubsysNet, "network connection from rank {} ({}) closed by the peer: {}", e.l.peer, e.l.peerName, why);
@@ -140,7 +150,7 @@ void NetProxy::fail(Entry& e, const std::string& why, bool peerClosed) {
               e.l.peerName, why);
   }
   // A closed FIFO the communicator itself closed (a failure or an abort here) is no news.
-  if (e.l.polled && onPolledFailure_ && !closedHere) onPolledFailure_(e.l.peer, e.l.peerName, why);
+  if ((e.l.polled || corrupt) && onFailure_ && !closedHere) onFailure_(e.l.peer, e.l.peerName, why, corrupt);
 }
 
 void NetProxy::close(Entry& e) {
@@ -154,6 +164,8 @@ void NetProxy::close(Entry& e) {
   }
   if (e.mr) (void)net_->deregMr(e.l.comm, e.mr);
   e.mr = nullptr;
+  if (e.wireMr) (void)net_->deregMr(e.l.comm, e.wireMr);
+  e.wireMr = nullptr;
   (void)(e.l.isSend ? net_->closeSend(e.l.comm) : net_->closeRecv(e.l.comm));
   e.l.comm = nullptr;
 }
@@ -187,6 +199,16 @@ bool NetProxy::ready(Entry& e) {
     return false;
   }
   e.slots.assign(e.l.fifo.nslots, Slot{});
+  if (checksum_) {
+    e.wire.assign(e.l.fifo.nslots, WireHeader{});
+    const chorusResult_t wrc =
+        net_->regMr(e.l.comm, e.wire.data(), e.wire.size() * sizeof(WireHeader), CHORUS_NET_PTR_HOST, &e.wireMr);
+    if (wrc != chorusSuccess) {
+      e.wireMr = nullptr;
+      fail(e, callFailed("registering the checksummed headers", wrc));
+      return false;
+    }
+  }
   log_.info(kSubsysNet, "network connection {} rank {} ({}) over {} is up", e.l.isSend ? "to" : "from", e.l.peer,
             e.l.peerName, net_->name);
   return true;
@@ -199,8 +221,21 @@ bool NetProxy::progressSend(Entry& e) {
   while (e.posted - e.next < kMaxSlotsInFlight && f.hasData(e.posted)) {
     Slot& s = e.slots[e.posted % f.nslots];
     SlotHeader* h = f.header(e.posted);
+    const char* ref = e.l.lane.refs ? e.l.lane.refs[e.posted % f.nslots] : nullptr;
+    char* payload = ref ? const_cast<char*>(ref) : f.payload(e.posted);
     if (!s.headerPosted) {
-      const chorusResult_t rc = net_->isend(e.l.comm, h, sizeof(SlotHeader), kTagHeader, e.mr, &s.req[0]);
+      void* head = h;
+      size_t headBytes = sizeof(SlotHeader);
+      void* headMr = e.mr;
+      if (checksum_) {
+        WireHeader& w = e.wire[e.posted % f.nslots];
+        std::memcpy(w.header, h, sizeof(SlotHeader));
+        w.crc = crc32c(crc32c(0, w.header, sizeof(w.header)), payload, h->bytes);
+        head = &w;
+        headBytes = sizeof(WireHeader);
+        headMr = e.wireMr;
+      }
+      const chorusResult_t rc = net_->isend(e.l.comm, head, headBytes, kTagHeader, headMr, &s.req[0]);
       if (rc != chorusSuccess) {
         fail(e, callFailed("isend", rc));
         return true;
@@ -209,8 +244,6 @@ bool NetProxy::progressSend(Entry& e) {
       s.headerPosted = true;
       moved = true;
     }
-    const char* ref = e.l.lane.refs ? e.l.lane.refs[e.posted % f.nslots] : nullptr;
-    char* payload = ref ? const_cast<char*>(ref) : f.payload(e.posted);
     void* mr = e.mr;
     if (ref && !s.mr) {
       const chorusResult_t rc = net_->regMr(e.l.comm, payload, h->bytes, CHORUS_NET_PTR_HOST, &s.mr);
@@ -302,10 +335,16 @@ bool NetProxy::postRecvs(Entry& e, bool* moved) {
         mr = s.mr;
       }
     }
+    s.dst = dst;
     void* data[2] = {f.header(e.posted), dst};
     size_t sizes[2] = {sizeof(SlotHeader), cap};
     int tags[2] = {kTagHeader, kTagPayload};
     void* mrs[2] = {e.mr, mr};
+    if (checksum_) {
+      data[0] = &e.wire[idx];
+      sizes[0] = sizeof(WireHeader);
+      mrs[0] = e.wireMr;
+    }
     const chorusResult_t rc = net_->irecv(e.l.comm, 2, data, sizes, tags, mrs, &s.req[0]);
     if (rc != chorusSuccess) {
       bool peerClosed = false;
@@ -327,6 +366,7 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
   const uint32_t before = e.next;
   std::string failure;
   bool peerClosed = false;  // the failure is the peer's close between messages (the network said so at INFO)
+  bool corrupt = false;     // the failure is a checksum that did not match
   while (e.next != e.posted) {
     Slot& s = e.slots[e.next % f.nslots];
     int done = 0;
@@ -342,12 +382,27 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
       (void)net_->deregMr(e.l.comm, s.mr);
       s.mr = nullptr;
     }
-    const SlotHeader* h = f.header(e.next);
-    if (got[0] != sizeof(SlotHeader) || h->bytes != got[1]) {
+    SlotHeader* h = f.header(e.next);
+    const size_t headBytes = checksum_ ? sizeof(WireHeader) : sizeof(SlotHeader);
+    if (checksum_ && got[0] == headBytes)
+      std::memcpy(static_cast<void*>(h), e.wire[e.next % f.nslots].header, sizeof(SlotHeader));
+    if (got[0] != headBytes || h->bytes != got[1]) {
       failure = "a slot arrived with a header of " + std::to_string(got[0]) + " bytes saying " +
-                std::to_string(got[0] == sizeof(SlotHeader) ? h->bytes : 0) + " payload bytes, and " +
-                std::to_string(got[1]) + " payload bytes: the two sides disagree on the wire format";
+                std::to_string(got[0] == headBytes ? h->bytes : 0) + " payload bytes, and " + std::to_string(got[1]) +
+                " payload bytes: the two sides disagree on the wire format";
       break;
+    }
+    if (checksum_) {
+      const WireHeader& w = e.wire[e.next % f.nslots];
+      const uint32_t crc = crc32c(crc32c(0, w.header, sizeof(w.header)), s.dst, got[1]);
+      if (crc != w.crc) {
+        corrupt = true;
+        failure = "a slot of " + std::to_string(got[1]) + " bytes of operation #" + std::to_string(h->seq) + ", step " +
+                  std::to_string(h->step) + " arrived over the " + net_->name + " network from " + e.l.peerName +
+                  " with CRC32C " + hex(crc) + ", the sender computed " + hex(w.crc) +
+                  " (CHORUS_NET_CHECKSUM): a NIC, a switch or memory on the path between the two hosts changed it";
+        break;
+      }
     }
     ++e.next;
   }
@@ -356,7 +411,7 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
     *moved = true;
   }
   if (failure.empty()) return true;
-  fail(e, failure, peerClosed);
+  fail(e, failure, peerClosed, corrupt);
   return false;
 }
 

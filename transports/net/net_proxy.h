@@ -10,6 +10,10 @@
 // the header into the slot and the payload into the destination the lane posted for that slot
 // (ProxyLink::dests, registered for the receive) or else the slot's own payload, and publishes
 // slots in order as they complete, once it has checked that the header's byte count arrived.
+// With checksums (CHORUS_NET_CHECKSUM, both ends alike) the header message is a WireHeader: the
+// slot's header and the CRC32C of header and payload, computed before the send and checked before
+// the slot is published; a mismatch fails the connection with a message naming the peer, the
+// operation and the network, which the transport keeps for the communicator (dataErrors()).
 // While no destination is posted it keeps at most kBlindDepth receives ahead, so a lane that
 // posts gets its payloads in place.
 //
@@ -49,9 +53,18 @@ class NetProxy {
   static constexpr uint32_t kMaxSlotsInFlight = CHORUS_NET_MAX_REQUESTS / 2;
   static constexpr uint32_t kBlindDepth = 2;
 
-  using FailureHook = std::function<void(int peer, const std::string& peerName, const std::string& why)>;
-  // `net` with its context `ctx` (both outlive the proxy).
-  NetProxy(Logger log, const chorusNet_v1_t* net, void* ctx, FailureHook onPolledFailure);
+  // The header message with checksums on.
+  struct WireHeader {
+    unsigned char header[sizeof(SlotHeader)];
+    uint32_t crc;  // CRC32C of `header` and then the payload
+    uint32_t reserved;
+  };
+
+  // A failure the lane cannot tell from a closed FIFO: a polled FIFO's (kernels see no reason at
+  // all), or corrupted data on any (`corrupt`).
+  using FailureHook = std::function<void(int peer, const std::string& peerName, const std::string& why, bool corrupt)>;
+  // `net` with its context `ctx` (both outlive the proxy); `checksum`: WireHeaders, checked.
+  NetProxy(Logger log, const chorusNet_v1_t* net, void* ctx, FailureHook onFailure, bool checksum = false);
   ~NetProxy();
   NetProxy(const NetProxy&) = delete;
   NetProxy& operator=(const NetProxy&) = delete;
@@ -84,14 +97,17 @@ class NetProxy {
   struct Slot {
     void* req[2] = {nullptr, nullptr};  // send: header, payload; receive: the grouped receive
     void* mr = nullptr;                 // a registration made for this slot (a ref or a destination)
+    char* dst = nullptr;                // receive: where its payload goes
     bool headerPosted = false;          // send: the header's isend is in, the payload's not yet
   };
   struct Entry {
     Link l;
-    void* mr = nullptr;       // the FIFO's memory on the comm
-    uint32_t posted = 0;      // send: slots whose messages are posted; receive: slots with a receive
-    uint32_t next = 0;        // the next slot to complete
-    std::vector<Slot> slots;  // by slot index
+    void* mr = nullptr;            // the FIFO's memory on the comm
+    uint32_t posted = 0;           // send: slots whose messages are posted; receive: slots with a receive
+    uint32_t next = 0;             // the next slot to complete
+    std::vector<Slot> slots;       // by slot index
+    std::vector<WireHeader> wire;  // with checksums: the header messages, by slot index
+    void* wireMr = nullptr;        // `wire` on the comm
     bool failed = false;
     bool closed = false;  // its comm closed and registrations gone
   };
@@ -112,7 +128,7 @@ class NetProxy {
   bool completeRecvs(Entry& e, bool* moved);
   // `peerClosed`: the peer closed its comm between messages, which a clean destroy does too: said
   // at TRACE, not as a connection that ended at INFO.
-  void fail(Entry& e, const std::string& why, bool peerClosed = false);
+  void fail(Entry& e, const std::string& why, bool peerClosed = false, bool corrupt = false);
   void close(Entry& e);  // abandons its requests and closes its comm (the peer sees the end)
   // Why `call` failed, with what the network said; *peerClosed (when asked): the network said it at
   // INFO, as a peer that closed between messages, not at WARN.
@@ -121,7 +137,8 @@ class NetProxy {
   Logger log_;
   const chorusNet_v1_t* net_;
   void* ctx_;
-  FailureHook onPolledFailure_;
+  FailureHook onFailure_;
+  bool checksum_;
   UniqueFd wake_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> passes_{0};  // loop iterations begun

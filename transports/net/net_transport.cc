@@ -194,6 +194,7 @@ class NetTransport : public Transport {
       : log_(env.log),
         nthreads_(std::max(1, env.socketThreads)),
         timeoutNs_(env.connectTimeoutNs),
+        checksum_(env.netChecksum),
         net_(&socketNetwork()) {
     Result<const chorusNet_v1_t*> net = chooseNetwork(
         env.netPlugin, env.netName, std::min<int64_t>(env.connectTimeoutNs, int64_t(10) * 1000000000), *env.log);
@@ -292,6 +293,11 @@ class NetTransport : public Transport {
     return kernelFailures_;
   }
 
+  std::vector<Status> dataErrors() const override {
+    std::lock_guard<std::mutex> g(failMu_);
+    return dataFailures_;
+  }
+
  private:
   std::string failed(const char* call, chorusResult_t rc, int peer) const {
     std::string why = name_ + ": " + call + " for the connection with rank " + std::to_string(peer) + " failed (" +
@@ -319,7 +325,10 @@ class NetTransport : public Transport {
       for (int t = 0; t < nthreads_; ++t) {
         started.push_back(std::make_unique<NetProxy>(
             *log_, net_, ctx_,
-            [this](int p, const std::string& name, const std::string& why) { polledFailed(p, name, why); }));
+            [this](int p, const std::string& name, const std::string& why, bool corrupt) {
+              connectionFailed(p, name, why, corrupt);
+            },
+            checksum_));
         CHORUS_TRY(started.back()->start());
       }
       proxies_ = std::move(started);  // all of them, or none (the next connection tries again)
@@ -356,14 +365,16 @@ class NetTransport : public Transport {
   // A proxy's FIFO for kernels broke (on the proxy's thread): the first such failure about each
   // peer, for the communicator's watchdog, which counts it only while kernels wait on that peer.
   // A peer's other connections (channels, directions) ending after it add nothing.
-  void polledFailed(int peer, const std::string& name, const std::string& why) {
+  void connectionFailed(int peer, const std::string& name, const std::string& why, bool corrupt) {
     std::lock_guard<std::mutex> g(failMu_);
-    for (const Status& s : kernelFailures_) {
+    std::vector<Status>& list = corrupt ? dataFailures_ : kernelFailures_;
+    for (const Status& s : list) {
       if (s.subject() == peer) return;
     }
-    kernelFailures_.push_back(remoteError("the network connection to rank " + std::to_string(peer) + " (" + name +
-                                          "), which this communicator's kernels use, ended: " + why)
-                                  .about(peer));
+    list.push_back(corrupt ? remoteError(why).about(peer)
+                           : remoteError("the network connection to rank " + std::to_string(peer) + " (" + name +
+                                         "), which this communicator's kernels use, ended: " + why)
+                                 .about(peer));
   }
 
   // Hands the connection's FIFO and comm to its proxy. Only from here on may stopTraffic touch the
@@ -378,6 +389,7 @@ class NetTransport : public Transport {
   const Logger* log_;
   int nthreads_;
   int64_t timeoutNs_;
+  bool checksum_;  // CHORUS_NET_CHECKSUM
   const chorusNet_v1_t* net_;
   Status netStatus_;  // the network could not be chosen: why
   std::string name_;
@@ -388,6 +400,7 @@ class NetTransport : public Transport {
   std::set<void*> listens_;       // listening comms not accepted on yet
   mutable std::mutex failMu_;
   std::vector<Status> kernelFailures_;  // guarded by failMu_: one per peer at most, in the order they came
+  std::vector<Status> dataFailures_;    // guarded by failMu_: corrupted data, one per peer at most
 };
 
 }  // namespace
