@@ -125,7 +125,7 @@ std::vector<int> Health::exitedPeers() const {
   return gone;
 }
 
-Status Health::checkPeers(int64_t now, bool force, int waited) {
+Status Health::checkPeers(int64_t now, bool force, int waited, int64_t stalledNs) {
   if (!force && now - lastPeerCheckNs_.load(std::memory_order_relaxed) < kPeerCheckEveryNs) return Status::ok();
   lastPeerCheckNs_.store(now, std::memory_order_relaxed);
   // Corrupted data closes the FIFO it came on: the reason, for the lane that finds it closed.
@@ -135,7 +135,10 @@ Status Health::checkPeers(int64_t now, bool force, int waited) {
       return remoteError("corrupted data from " + describePeer(from) + ": " + bad.front().message()).about(from);
     }
   }
-  const std::vector<int> gone = exitedPeers();
+  std::vector<int> gone = exitedPeers();
+  if (!force && waited >= 0) {
+    gone.erase(std::remove_if(gone.begin(), gone.end(), [waited](int r) { return r != waited; }), gone.end());
+  }
   if (gone.empty() && waited >= 0 && waited < comm_.nranks() && waited != comm_.rank() &&
       !peerPidfd_[static_cast<size_t>(waited)].valid()) {
     // A peer this rank cannot watch: a killed process's listener refuses, a lost host answers
@@ -145,7 +148,8 @@ Status Health::checkPeers(int64_t now, bool force, int waited) {
     if (!probed.isOk()) {
       Status told = asyncError();
       if (!told.isOk()) return told;
-      if (probed.subject() == waited) return probed;  // says it all: unreachable
+      if (probed.subject() == waited) return probed;         // says it all: unreachable
+      if (stalledNs < kRefusedQuietNs) return Status::ok();  // its last data may be on its way
       return remoteError(describePeer(waited) + " is gone: " + probed.message()).about(waited);
     }
   }

@@ -45,7 +45,7 @@ class Health final : public TaskOwner {
     return exec_.compare_exchange_strong(expected, true, std::memory_order_acquire);
   }
   void releaseExec() override { exec_.store(false, std::memory_order_release); }
-  Status checkPeers(int64_t now, bool force = false, int waited = -1) override;
+  Status checkPeers(int64_t now, bool force = false, int waited = -1, int64_t stalledNs = 0) override;
   void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) override;
   void noteStall(const WaitInfo& w, int64_t waitedNs, int64_t* nextWarnNs) override;
 

@@ -301,7 +301,7 @@ Status HostPath::runInlineNow(const OpInfo& op, Algo algo, bool* ran) {
     // past the timeout, give up.
     const int64_t stalled = idle.idleSince() == 0 ? 0 : idle.now() - idle.idleSince();
     if (!moved && stalled > kPeerCheckAfterNs) {
-      s = comm_.health_.checkPeers(idle.now(), false, w.peer);
+      s = comm_.health_.checkPeers(idle.now(), false, w.peer, stalled);
       if (!s.isOk()) break;
       comm_.diag_.noteStall(w, stalled, &nextWarn);
       if (stalled > comm_.config().timeoutNs + comm_.health_.timeoutGraceNs(w.peer)) {

@@ -64,7 +64,7 @@ Status Task::advance(int64_t now, WaitInfo* wait, bool* moved) {
   if (*moved) lastProgressNs = now;
   if (!s.isOk() && !s.inProgress()) return explainFailure(*owner_, s, *wait);
   if (s.inProgress() && now - lastProgressNs > kPeerCheckAfterNs) {
-    Status gone = owner_->checkPeers(now, false, wait->peer);
+    Status gone = owner_->checkPeers(now, false, wait->peer, now - lastProgressNs);
     if (!gone.isOk()) return gone;
     owner_->noteStall(*wait, now - lastProgressNs, &nextWarnNs_);
     if (now - lastProgressNs > owner_->timeoutNs() &&

@@ -41,10 +41,17 @@ class TaskOwner {
   virtual bool tryAcquireExec() = 0;
   virtual void releaseExec() = 0;
   // An error if a peer this rank can watch (a process on this host) is gone; cheap, rate-limited.
-  // `force`: poll now, whenever the last poll was. `waited`: the rank the stalled wait is for; when
-  // it is one this rank cannot watch (another host), its bootstrap listener is asked, at most once
-  // a second, whether its process is still there (a network need not say that a peer died).
-  virtual Status checkPeers(int64_t now, bool force = false, int waited = -1) = 0;
+  // `force`: poll now, whenever the last poll was, and any watched peer that exited counts (a
+  // closed connection wants an explanation). `waited`: the rank the stalled wait is for, the only
+  // one whose exit counts without `force`: a rank that finished its last operation and exited
+  // harms no one who no longer needs it, and one that died is found by whoever waits on it, whose
+  // notice tells the rest. When `waited` is one this rank cannot watch (another host), its
+  // bootstrap listener is probed, once a second, whether its process is still there and its host
+  // reachable (a network need not say that a peer died). A refused probe ends the wait only once
+  // it has made no progress for `stalledNs` >= kRefusedQuietNs: a peer that sent its last data and
+  // exited cleanly is gone while that data may still be on its way (retransmitted on a lossy link).
+  virtual Status checkPeers(int64_t now, bool force = false, int waited = -1, int64_t stalledNs = 0) = 0;
+  static constexpr int64_t kRefusedQuietNs = int64_t(2) * 1000000000;
   // The flight recorder: entries [first, last] changed state.
   virtual void flightMark(uint64_t first, uint64_t last, FlightEntry::State state, int result) {}
   // A wait of `waitedNs` without progress: past the warning threshold, the owner logs what it
