@@ -21,18 +21,27 @@
 // step), --emulate-ranks N (one rank trains on the union of N ranks' batches), --dump/--compare
 // (final weights against another run's), --save-at/--save and --resume (checkpoints),
 // --min-accuracy. --bench times steps with the buckets as configured.
+//
+// --survive: when ranks are lost, the survivors shrink the communicator without the rank the error
+// names (chorusCommShrink), build the reducer again on the new one, agree on the last step every
+// survivor completed (one may be a step ahead: it rolls back), make the weights and momentum
+// rank 0's, hand the rest of the epoch to the survivors and go on. --kill-rank R --kill-at S:
+// rank R kills itself (SIGKILL) as step S begins, to try it; run under `chorusrun --keep-going`
+// or tests/multihost/netns_run.sh, which let the others go on.
 #include <zlib.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -93,35 +102,85 @@ DataSet loadSplit(const std::string& dir, const std::string& prefix) {
 
 // DistributedSampler: a permutation of the whole set per epoch (seed + epoch), padded by wrapping
 // to a multiple of the ranks; rank r's shard is every n-th entry from r. Batches drop the last
-// partial one.
+// partial one. After ranks are lost (--survive), repartition() hands what is left of the epoch
+// to the survivors, each taking every n'-th of the samples not yet taken (what does not fill a
+// step of all of them is dropped), and the epochs after it to them as a whole.
 class Sampler {
  public:
-  Sampler(int size, int nranks, int batch, uint64_t seed) : size_(size), nranks_(nranks), batch_(batch), seed_(seed) {
-    const int perRank = (size + nranks - 1) / nranks;
-    stepsPerEpoch_ = perRank / batch;
-    if (stepsPerEpoch_ == 0) throw std::runtime_error("the batch is larger than a rank's shard");
+  Sampler(int size, int nranks, int batch, uint64_t seed) : size_(size), batch_(batch), seed_(seed) {
+    if (perEpoch(nranks) == 0) throw std::runtime_error("the batch is larger than a rank's shard");
+    parts_.push_back({0, 0, 0, nranks});
   }
-  int stepsPerEpoch() const { return stepsPerEpoch_; }
+  int stepsPerEpoch() const { return perEpoch(parts_.back().nranks); }
+  int64_t epochOf(int64_t step) const { return position(step).epoch; }
+  // From global step `step` on, `nranks` ranks share the rest of that step's epoch.
+  void repartition(int64_t step, int nranks) {
+    const Position p = position(step);
+    while (parts_.size() > 1 && parts_.back().firstStep >= step) parts_.pop_back();
+    parts_.push_back({step, p.epoch, p.offset, nranks});
+  }
+  // The global step at which `epochs` epochs (a fraction counts the samples of the last) are done.
+  int64_t stepsFor(double epochs) const {
+    const Part& q = parts_.back();
+    const int64_t whole = static_cast<int64_t>(epochs);
+    const int64_t want = static_cast<int64_t>(std::ceil((epochs - double(whole)) * size_));  // samples into it
+    const int64_t perStep = int64_t(batch_) * q.nranks;
+    if (whole == q.epoch) {
+      return q.firstStep +
+             std::clamp<int64_t>((want - q.offset + perStep - 1) / perStep, 0, stepsLeft(q.offset, q.nranks));
+    }
+    const int64_t start = q.firstStep + stepsLeft(q.offset, q.nranks) + (whole - q.epoch - 1) * perEpoch(q.nranks);
+    return whole < q.epoch ? q.firstStep : start + (want + perStep - 1) / perStep;
+  }
   // The sample indices of rank r's batch at global step s.
   std::vector<int> batch(int64_t step, int r) {
-    const int64_t epoch = step / stepsPerEpoch_;
-    const int k = static_cast<int>(step % stepsPerEpoch_);
-    if (epoch != epoch_) {
+    const Position p = position(step);
+    if (p.epoch != epoch_) {
       perm_.resize(size_);
       for (int i = 0; i < size_; ++i) perm_[i] = i;
-      std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch));
+      std::mt19937_64 rng(seed_ + static_cast<uint64_t>(p.epoch));
       for (int i = size_ - 1; i > 0; --i) std::swap(perm_[i], perm_[rng() % uint64_t(i + 1)]);
-      epoch_ = epoch;
+      epoch_ = p.epoch;
     }
     std::vector<int> out(batch_);
-    for (int j = 0; j < batch_; ++j) out[j] = perm_[(size_t(k * batch_ + j) * nranks_ + r) % size_];
+    for (int j = 0; j < batch_; ++j) out[j] = perm_[(p.offset + int64_t(j) * p.nranks + r) % size_];
     return out;
   }
 
  private:
-  int size_, nranks_, batch_;
+  struct Part {  // from firstStep on, nranks ranks, starting at sample `offset` of epoch `epoch`
+    int64_t firstStep, epoch, offset;
+    int nranks;
+  };
+  struct Position {
+    int64_t epoch, offset;  // the step's first sample in its epoch's permutation
+    int nranks;
+  };
+  int perEpoch(int n) const { return ((size_ + n - 1) / n) / batch_; }
+  // Steps in an epoch from sample `offset` on: a whole epoch from 0 (DistributedSampler's padding).
+  int64_t stepsLeft(int64_t offset, int n) const {
+    return offset == 0 ? perEpoch(n) : std::max<int64_t>(0, (size_ - offset) / (int64_t(batch_) * n));
+  }
+  Position position(int64_t step) const {
+    const Part* q = &parts_.front();
+    for (const Part& p : parts_) {
+      if (p.firstStep <= step) q = &p;
+    }
+    int64_t local = step - q->firstStep;
+    int64_t epoch = q->epoch;
+    int64_t offset = q->offset;
+    const int64_t left = stepsLeft(offset, q->nranks);
+    if (local >= left) {
+      local -= left;
+      epoch += 1 + local / perEpoch(q->nranks);
+      local %= perEpoch(q->nranks);
+      offset = 0;
+    }
+    return {epoch, offset + local * batch_ * q->nranks, q->nranks};
+  }
+  int size_, batch_;
   uint64_t seed_;
-  int stepsPerEpoch_;
+  std::vector<Part> parts_;
   int64_t epoch_ = -1;
   std::vector<int> perm_;
 };
@@ -451,7 +510,9 @@ int main(int argc, char** argv) {
   float lr = 0.05f, momentum = 0.9f;
   uint64_t seed = 1234;
   double bucketCapMb = 25, firstBucketMb = 1;
-  bool checkSync = false, eval = true, bench = false;
+  bool checkSync = false, eval = true, bench = false, survive = false;
+  int killRank = -1;
+  int64_t killAt = -1;
   app.add_option("--data", data, "directory of the gzipped idx files");
   app.add_option("--device", deviceKind, "host, or cuda: train on a GPU with device gradients")
       ->check(CLI::IsMember({"host", "cuda"}));
@@ -481,6 +542,10 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-eval", eval, "skip the test-set accuracy");
   app.add_flag("--bench", bench, "time the steps after --bench-warmup and print the median");
   app.add_option("--bench-warmup", benchWarmup, "steps not timed");
+  app.add_flag("--survive", survive,
+               "when ranks are lost, shrink the communicator, rebuild the reducer and go on (host only)");
+  app.add_option("--kill-rank", killRank, "with --kill-at: this rank kills itself (SIGKILL)");
+  app.add_option("--kill-at", killAt, "the step at whose start --kill-rank dies");
   app.add_option("--log-every", logEvery, "print the loss every this many steps (0: never)");
   CLI11_PARSE(app, argc, argv);
 
@@ -501,6 +566,7 @@ int main(int argc, char** argv) {
     chorus::check(chorusCommUserRank(comm, &rank));
     chorus::check(chorusCommCount(comm, &nranks));
     if (emulate > 0 && nranks != 1) throw std::runtime_error("--emulate-ranks runs on one rank");
+    if (survive && (onGpu || emulate > 0)) throw std::runtime_error("--survive trains on the host, one rank each");
     const int shards = emulate > 0 ? emulate : nranks;  // the sampler's ranks
 
     const DataSet train = loadSplit(data, "train");
@@ -537,7 +603,53 @@ int main(int argc, char** argv) {
     }
 
     Sampler sampler(train.n, shards, batch, seed);
-    if (steps == 0) steps = static_cast<int64_t>(std::llround((epochs > 0 ? epochs : 1.0) * sampler.stepsPerEpoch()));
+    const bool byEpochs = steps == 0;
+    if (byEpochs) steps = static_cast<int64_t>(std::llround((epochs > 0 ? epochs : 1.0) * sampler.stepsPerEpoch()));
+    // --survive: the weights and momentum before this step's update, for a survivor a step ahead.
+    std::vector<std::vector<float>> prevW, prevMom;
+    // After ranks are lost: the survivors' communicator and reducer, from the last step they all
+    // completed (`done` here: this rank's completed steps). Returns that step.
+    auto goOn = [&](const chorus::Error& e, int64_t done) -> int64_t {
+      std::smatch m;
+      const std::string why = e.what();
+      if (!std::regex_search(why, m, std::regex("rank ([0-9]+) \\(host "))) throw e;
+      const int lost = std::stoi(m[1]);
+      std::printf("rank %d: lost rank %d in step %lld: %s\n", rank, lost, static_cast<long long>(done), why.c_str());
+      std::fflush(stdout);
+      int exclude[1] = {lost};
+      chorusComm_t survivors = nullptr;
+      chorus::check(chorusCommShrink(comm, exclude, 1, &survivors, nullptr, CHORUS_SHRINK_DEFAULT));
+      ddp = chorus::DdpReducer(survivors, params, &cfg);  // the old one goes with its communicator's failure
+      chorusCommAbort(comm);
+      comm = survivors;
+      const int before = nranks;
+      chorus::check(chorusCommUserRank(comm, &rank));
+      chorus::check(chorusCommCount(comm, &nranks));
+      int64_t agreed = done;
+      chorus::check(chorusAllReduce(&done, &agreed, 1, chorusInt64, chorusMin, comm, nullptr));
+      if (done == agreed + 1) {
+        model.w = prevW;
+        model.mom = prevMom;
+      } else if (done != agreed) {
+        throw std::runtime_error("survivors are more than a step apart");
+      }
+      std::vector<void*> now;
+      for (auto& p : model.w) now.push_back(p.data());
+      ddp.broadcastParameters(now, 0);
+      for (auto& p : model.mom) {
+        chorus::check(chorusBroadcast(p.data(), p.data(), p.size(), chorusFloat32, 0, comm, nullptr));
+      }
+      sampler.repartition(agreed, nranks);
+      if (byEpochs) steps = sampler.stepsFor(epochs > 0 ? epochs : 1.0);
+      if (rank == 0) {
+        std::printf(
+            "lost rank %d in step %lld: %d of %d ranks go on from step %lld (%lld step(s) redone), to step %lld\n",
+            lost, static_cast<long long>(agreed), nranks, before, static_cast<long long>(agreed),
+            static_cast<long long>(done - agreed), static_cast<long long>(steps));
+        std::fflush(stdout);
+      }
+      return agreed;
+    };
     std::vector<float> x(size_t(rows) * 784);
     std::vector<uint8_t> y(rows);
     Activations act;
@@ -552,64 +664,81 @@ int main(int argc, char** argv) {
                   static_cast<long long>(steps), static_cast<long long>(step));
     }
     for (; step < steps; ++step) {
-      if (bench && step == benchWarmup) {
-        barrier(comm);
-        const chorusDdpStats_t s = ddp.stats();
-        commBefore = s.totalCommSeconds;
-        exposedBefore = s.totalExposedSeconds;
+      if (step == killAt && rank == killRank) {
+        std::printf("rank %d: killing itself as step %lld begins (--kill-rank, --kill-at)\n", rank,
+                    static_cast<long long>(step));
+        std::fflush(stdout);
+        std::raise(SIGKILL);
       }
-      const auto ts = Clock::now();
-      // This rank's batch, or the union of the emulated ranks' batches in rank order.
-      for (int r = 0; r < (emulate > 0 ? emulate : 1); ++r) {
-        const std::vector<int> idx = sampler.batch(step, emulate > 0 ? r : rank);
-        for (int j = 0; j < batch; ++j) {
-          std::memcpy(&x[(size_t(r) * batch + j) * 784], &train.images[size_t(idx[j]) * 784], 784 * sizeof(float));
-          y[r * batch + j] = train.labels[idx[j]];
+      if (survive) {
+        prevW = model.w;
+        prevMom = model.mom;
+      }
+      bool updated = false;  // this step's update is in the weights
+      try {
+        if (bench && step == benchWarmup) {
+          barrier(comm);
+          const chorusDdpStats_t s = ddp.stats();
+          commBefore = s.totalCommSeconds;
+          exposedBefore = s.totalExposedSeconds;
         }
-      }
-      const bool logNow = rank == 0 && logEvery > 0 && (step + 1) % logEvery == 0;
-      double loss = 0;
-      if (onGpu) {
-        gpuTrainer->step(x.data(), y.data(), rows, ddp, lr, momentum);
-        if (logNow) loss = gpuTrainer->loss();
-        if (bench || checkSync || step + 1 == saveAt) gpuTrainer->synchronize();
-        if (checkSync || step + 1 == saveAt) gpuTrainer->download(model);
-      } else {
-        ddp.prepareForBackward();
-        forward(model, x.data(), rows, act);
-        loss = lossAndGrad(act.a.back(), y.data(), rows, rows, dz);
-        backward(model, act, dz, rows, ddp);
-        ddp.finalize();
-        sgdStep(model, ddp, lr, momentum);
-      }
-      if (bench && step >= benchWarmup) {
-        stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - ts).count());
-      }
-      if (checkSync) {
-        std::vector<uint64_t> all(nranks);
-        const uint64_t mine = hashWeights(model);
-        chorus::check(chorusAllGather(&mine, all.data(), 1, chorusUint64, comm, nullptr));
-        for (int r = 1; r < nranks; ++r) {
-          if (all[r] != all[0]) {
-            throw std::runtime_error("after step " + std::to_string(step) + " rank " + std::to_string(r) +
-                                     "'s weights differ from rank 0's");
+        const auto ts = Clock::now();
+        // This rank's batch, or the union of the emulated ranks' batches in rank order.
+        for (int r = 0; r < (emulate > 0 ? emulate : 1); ++r) {
+          const std::vector<int> idx = sampler.batch(step, emulate > 0 ? r : rank);
+          for (int j = 0; j < batch; ++j) {
+            std::memcpy(&x[(size_t(r) * batch + j) * 784], &train.images[size_t(idx[j]) * 784], 784 * sizeof(float));
+            y[r * batch + j] = train.labels[idx[j]];
           }
         }
-        ++checkedSteps;
-      }
-      if (logNow) {
-        std::printf("step %lld epoch %lld loss %.4f\n", static_cast<long long>(step + 1),
-                    static_cast<long long>(step / sampler.stepsPerEpoch()), loss);
-        std::fflush(stdout);
-      }
-      if (step + 1 == saveAt) {
-        if (savePath.empty()) throw std::runtime_error("--save-at needs --save");
-        if (rank == 0) save(savePath, model, step + 1);
-        barrier(comm);
-        if (load(savePath, model) != step + 1) throw std::runtime_error("the checkpoint holds another step");
-        if (onGpu) gpuTrainer->upload(model);
-        if (rank == 0)
-          std::printf("saved and reloaded %s after step %lld\n", savePath.c_str(), static_cast<long long>(step + 1));
+        const bool logNow = rank == 0 && logEvery > 0 && (step + 1) % logEvery == 0;
+        double loss = 0;
+        if (onGpu) {
+          gpuTrainer->step(x.data(), y.data(), rows, ddp, lr, momentum);
+          if (logNow) loss = gpuTrainer->loss();
+          if (bench || checkSync || step + 1 == saveAt) gpuTrainer->synchronize();
+          if (checkSync || step + 1 == saveAt) gpuTrainer->download(model);
+        } else {
+          ddp.prepareForBackward();
+          forward(model, x.data(), rows, act);
+          loss = lossAndGrad(act.a.back(), y.data(), rows, rows, dz);
+          backward(model, act, dz, rows, ddp);
+          ddp.finalize();
+          sgdStep(model, ddp, lr, momentum);
+          updated = true;
+        }
+        if (bench && step >= benchWarmup) {
+          stepMs.push_back(std::chrono::duration<double, std::milli>(Clock::now() - ts).count());
+        }
+        if (checkSync) {
+          std::vector<uint64_t> all(nranks);
+          const uint64_t mine = hashWeights(model);
+          chorus::check(chorusAllGather(&mine, all.data(), 1, chorusUint64, comm, nullptr));
+          for (int r = 1; r < nranks; ++r) {
+            if (all[r] != all[0]) {
+              throw std::runtime_error("after step " + std::to_string(step) + " rank " + std::to_string(r) +
+                                       "'s weights differ from rank 0's");
+            }
+          }
+          ++checkedSteps;
+        }
+        if (logNow) {
+          std::printf("step %lld epoch %lld loss %.4f\n", static_cast<long long>(step + 1),
+                      static_cast<long long>(step / sampler.stepsPerEpoch()), loss);
+          std::fflush(stdout);
+        }
+        if (step + 1 == saveAt) {
+          if (savePath.empty()) throw std::runtime_error("--save-at needs --save");
+          if (rank == 0) save(savePath, model, step + 1);
+          barrier(comm);
+          if (load(savePath, model) != step + 1) throw std::runtime_error("the checkpoint holds another step");
+          if (onGpu) gpuTrainer->upload(model);
+          if (rank == 0)
+            std::printf("saved and reloaded %s after step %lld\n", savePath.c_str(), static_cast<long long>(step + 1));
+        }
+      } catch (const chorus::Error& e) {
+        if (!survive) throw;
+        step = goOn(e, step + (updated ? 1 : 0)) - 1;
       }
     }
     if (onGpu) {

@@ -1,7 +1,7 @@
 // chorusrun: starts the processes of one Chorus job, on this host or on several.
 //
 //   chorusrun [-n N] [-H host[:slots],...] [--hostfile FILE] [--rsh TEMPLATE] [--oversubscribe]
-//             [--tag-output] [--grace S] [-x VAR[=VALUE]]... [--] cmd args...
+//             [--keep-going] [--tag-output] [--grace S] [-x VAR[=VALUE]]... [--] cmd args...
 //
 // As mpirun: -np N works, the command may follow without "--" (everything from the first
 // argument that is not chorusrun's own is the command's), -x sets (VAR=VALUE) or passes on (VAR)
@@ -15,7 +15,9 @@
 // CHORUS_COMM_SECRET, CHORUS_RANK, CHORUS_NRANKS, CHORUS_LOCAL_RANK and CHORUS_LOCAL_SIZE, so
 // chorusCommInitFromEnv works unchanged. Output is forwarded, prefixed "[1,<rank>]<stdout>:" with
 // --tag-output as mpirun prints it. When one process fails (non-zero exit or a signal), the others
-// are sent SIGTERM, then SIGKILL after a grace period, and chorusrun exits with the failure's code.
+// are sent SIGTERM, then SIGKILL after a grace period, and chorusrun exits with the failure's code;
+// with --keep-going they go on (a job that shrinks its communicator past a lost rank), and
+// chorusrun exits with the first failure's code once every process has ended.
 // A remote rank reads the secret from its standard input, which chorusrun keeps open: when that
 // closes (chorusrun ends, or stops the job), the rank is sent SIGTERM, then SIGKILL.
 #include <fcntl.h>
@@ -218,6 +220,7 @@ int main(int argc, char** argv) {
   std::string hostfile;
   std::string rsh = std::getenv("CHORUS_RSH") ? std::getenv("CHORUS_RSH") : "ssh -o BatchMode=yes {host} {cmd}";
   bool oversubscribe = false;
+  bool keepGoing = false;
   app.add_option("-n,--np", n, "number of processes (mpirun's -np works too; default: the hosts' slots)")
       ->check(CLI::Range(1, 4096));
   app.add_option("-H,--host", hostLists, "hosts as host[:slots],... (mpirun's -H)")
@@ -227,6 +230,9 @@ int main(int argc, char** argv) {
   app.add_option("--rsh", rsh, "how to start a rank on another host: {host} and {cmd} (a POSIX shell command line)")
       ->capture_default_str();
   app.add_flag("--oversubscribe", oversubscribe, "allow more ranks than the hosts' slots");
+  app.add_flag("--keep-going", keepGoing,
+               "a process that fails does not stop the others (a job whose survivors shrink their communicator "
+               "and go on); chorusrun exits with the first failure's code once all have ended");
   app.add_flag("--tag-output", tag, "prefix each output line with [1,<rank>]<stdout|stderr>:");
   app.add_option("--grace", grace, "seconds between SIGTERM and SIGKILL when a process fails")->capture_default_str();
   app.add_option("-x", exports, "VAR=VALUE sets a variable for the processes; VAR passes this one on (as mpirun)")
@@ -491,7 +497,12 @@ int main(int argc, char** argv) {
         c.running = false;
         --running;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 && !terminated) {
+        if (code != 0 && !terminated && keepGoing) {
+          std::fprintf(stderr, "chorusrun: rank %d (pid %d) %s %d; the other ranks go on (--keep-going)\n", c.rank, pid,
+                       WIFEXITED(status) ? "exited with code" : "was killed by signal",
+                       WIFEXITED(status) ? code : WTERMSIG(status));
+          if (exitCode == 0) exitCode = code;
+        } else if (code != 0 && !terminated) {
           std::fprintf(stderr, "chorusrun: rank %d (pid %d) %s %d; stopping the other ranks\n", c.rank, pid,
                        WIFEXITED(status) ? "exited with code" : "was killed by signal",
                        WIFEXITED(status) ? code : WTERMSIG(status));

@@ -90,7 +90,8 @@ Status explainFailure(TaskOwner& owner, const Status& s, const WaitInfo& w) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return remoteError(owner.describePeer(w.peer) + " closed its connection to this rank in operation #" +
-                     std::to_string(w.seq) + ": it failed, exited or aborted");
+                     std::to_string(w.seq) + ": it failed, exited or aborted")
+      .about(w.peer);
 }
 
 void Task::finish(const Status& s) {
