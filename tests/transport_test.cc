@@ -484,11 +484,14 @@ TEST_CASE("a net transport sends host FIFO slots by reference and receives them 
   // (the payload stays in its buffer), the consumer posts where some payloads go before the proxy
   // may post their slot's receive (a lap ahead, as Lane::postAhead does).
   // 0: the socket network; 1: the v11 test plugin; 2: the ibverbs network on the fake libibverbs.
+  // With CHORUS_NET_CHECKSUM's wire headers too (their CRC checked on every slot).
   const int via = GENERATE(0, 1, 2);
-  CAPTURE(via);
+  const bool checksum = GENERATE(false, true);
+  CAPTURE(via, checksum);
   Logger log(LogLevel::kNone, kSubsysAll, 0);
   TransportEnv env;
   env.log = &log;
+  env.netChecksum = checksum;
   if (via == 1) env.netPlugin = testPlugin("v11");
   std::unique_ptr<fakeib::Installed> ib;
   if (via == 2)

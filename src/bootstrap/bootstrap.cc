@@ -809,7 +809,6 @@ Status Bootstrap::lookAtProbe(int peer, const std::string& who, int64_t* nextPro
   }
   ++p.misses;
   p.lastMissNs = now;
-  p.lastErr = err;
   if (p.misses < kMinMisses || now - p.silentSinceNs < unreachableNs_) return Status::ok();
   const int64_t silentMs = (now - p.silentSinceNs) / 1000000;
   return remoteError(who + " is unreachable: its listener at " + peers_[static_cast<size_t>(peer)].toString() +

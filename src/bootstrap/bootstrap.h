@@ -267,7 +267,6 @@ class Bootstrap : public OutOfBand {
     int64_t silentSinceNs = 0;  // the first unanswered attempt of the current run; 0: none
     int64_t lastMissNs = 0;
     int misses = 0;
-    int lastErr = 0;
   };
   // The outcome of the probe of `peer` so far: ok (answered, or still waiting), or the error that
   // ends the wait (its listener refused, or it is unreachable).

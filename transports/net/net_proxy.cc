@@ -384,25 +384,29 @@ bool NetProxy::completeRecvs(Entry& e, bool* moved) {
     }
     SlotHeader* h = f.header(e.next);
     const size_t headBytes = checksum_ ? sizeof(WireHeader) : sizeof(SlotHeader);
-    if (checksum_ && got[0] == headBytes)
-      std::memcpy(static_cast<void*>(h), e.wire[e.next % f.nslots].header, sizeof(SlotHeader));
-    if (got[0] != headBytes || h->bytes != got[1]) {
+    const WireHeader* w = checksum_ ? &e.wire[e.next % f.nslots] : nullptr;
+    // The header as it arrived: in the slot, or in its wire copy until the checksum holds (a
+    // kernel may act on a slot's header alone, so nothing unchecked goes into the slot).
+    SlotHeader wireCopy;
+    if (w) std::memcpy(static_cast<void*>(&wireCopy), w->header, sizeof(SlotHeader));
+    const SlotHeader* arrived = w ? &wireCopy : h;
+    if (got[0] != headBytes || arrived->bytes != got[1]) {
       failure = "a slot arrived with a header of " + std::to_string(got[0]) + " bytes saying " +
-                std::to_string(got[0] == headBytes ? h->bytes : 0) + " payload bytes, and " + std::to_string(got[1]) +
-                " payload bytes: the two sides disagree on the wire format";
+                std::to_string(got[0] == headBytes ? arrived->bytes : 0) + " payload bytes, and " +
+                std::to_string(got[1]) + " payload bytes: the two sides disagree on the wire format";
       break;
     }
-    if (checksum_) {
-      const WireHeader& w = e.wire[e.next % f.nslots];
-      const uint32_t crc = crc32c(crc32c(0, w.header, sizeof(w.header)), s.dst, got[1]);
-      if (crc != w.crc) {
+    if (w) {
+      const uint32_t crc = crc32c(crc32c(0, w->header, sizeof(w->header)), s.dst, got[1]);
+      if (crc != w->crc) {
         corrupt = true;
-        failure = "a slot of " + std::to_string(got[1]) + " bytes of operation #" + std::to_string(h->seq) + ", step " +
-                  std::to_string(h->step) + " arrived over the " + net_->name + " network from " + e.l.peerName +
-                  " with CRC32C " + hex(crc) + ", the sender computed " + hex(w.crc) +
+        failure = "a slot of " + std::to_string(got[1]) + " bytes of operation #" + std::to_string(arrived->seq) +
+                  ", step " + std::to_string(arrived->step) + " arrived over the " + net_->name + " network from " +
+                  e.l.peerName + " with CRC32C " + hex(crc) + ", the sender computed " + hex(w->crc) +
                   " (CHORUS_NET_CHECKSUM): a NIC, a switch or memory on the path between the two hosts changed it";
         break;
       }
+      *h = wireCopy;
     }
     ++e.next;
   }
