@@ -147,6 +147,66 @@ class Checker:
                 same(t, reference(i, "SUM", dtype, self.world), dtype, "SUM", f"all_reduce_coalesced {dtype} n={n}")
             self.count += 1
 
+    def as_gloo(self):
+        # What ProcessGroupGloo does and the test suites of PyTorch check, each against gloo itself.
+        w, me = self.world, self.rank
+        # A tensor twice in one all_reduce_coalesced, and overlapping views: reduced once.
+        for make_list in (lambda t: [t, t], lambda t: [t[0:4], t[2:6]]):
+            t = torch.arange(6, dtype=torch.float32) + me
+            g = t.clone()
+            dist.all_reduce_coalesced(make_list(t))
+            dist.all_reduce_coalesced(make_list(g), group=self.gloo)
+            assert torch.equal(t, g), (t, g)
+        t = torch.full((4,), float(me + 1))
+        dist.all_reduce_coalesced([t, t])
+        assert torch.equal(t, torch.full((4,), float(w * (w + 1) // 2))), t
+        # Under torch.inference_mode(): the results are copied out in that mode too.
+        with torch.inference_mode():
+            src = torch.full((3,), float(me))
+            outs = [torch.empty(3) for _ in range(w)]
+            dist.all_gather(outs, src)
+            for r in range(w):
+                assert torch.equal(outs[r], torch.full((3,), float(r))), (r, outs[r])
+            got = [torch.empty(3) for _ in range(w)] if me == 0 else None
+            dist.gather(src, got, dst=0)
+            if me == 0:
+                for r in range(w):
+                    assert torch.equal(got[r], torch.full((3,), float(r))), (r, got[r])
+            objs = [None] * w
+            dist.all_gather_object(objs, {"rank": me})
+            assert objs == [{"rank": r} for r in range(w)], objs
+        # Bad roots and empty lists: gloo's words ("invalid root rank", "invalid root tensor",
+        # "requires non-empty tensor list"), through the backend itself (PyTorch's dispatcher
+        # refuses an empty list before any backend sees it), and gloo's own for the same call.
+        pg = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        gl = self.gloo._get_backend(torch.device("cpu"))
+        bo = dist.BroadcastOptions()
+        ro = dist.ReduceOptions()
+        cases = []
+        for bad in (-1, w):
+            bo.rootRank, ro.rootRank = bad, bad
+            cases.append((lambda o=bo: pg.broadcast([torch.ones(2)], o), "invalid root rank"))
+            cases.append((lambda o=ro: pg.reduce([torch.ones(2)], o), "invalid root rank"))
+            bo, ro = dist.BroadcastOptions(), dist.ReduceOptions()
+        bo.rootTensor, ro.rootTensor = 1, 1
+        cases.append((lambda: pg.broadcast([torch.ones(2)], bo), "invalid root tensor"))
+        cases.append((lambda: pg.reduce([torch.ones(2)], ro), "invalid root tensor"))
+        cases.append((lambda: pg.allreduce([]), "requires non-empty tensor list"))
+        cases.append((lambda: pg.broadcast([], dist.BroadcastOptions()), "requires non-empty tensor list"))
+        for fn, words in cases:
+            try:
+                fn().wait()
+            except RuntimeError as e:
+                assert words in str(e), f"{words!r} not in {e}"
+            else:
+                raise AssertionError(f"accepted ({words})")
+        try:
+            gl.allreduce([])
+        except RuntimeError as e:
+            assert "requires non-empty tensor list" in str(e), f"gloo says {e}"
+        dist.barrier()
+        self.count += 1
+
     def sparse(self):
         # Sparse COO all-reduce (SUM), as gloo's: rank r holds entries at indices that overlap other
         # ranks' (uncoalesced: some repeat), with a dense dimension of 3; then once more with rank 1
@@ -402,7 +462,7 @@ def run(rank, world, port):
     dist.init_process_group("chorus", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     c = Checker(rank, world, gloo)
-    for part in ("allreduce", "coalesced", "sparse", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
+    for part in ("allreduce", "coalesced", "as_gloo", "sparse", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
                  "any_source", "misuse"):
         getattr(c, part)()
         if rank == 0:

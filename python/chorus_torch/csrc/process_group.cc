@@ -55,9 +55,23 @@ void checkTensor(const at::Tensor& t, const char* where) {
 }
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where) {
+  TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
   TORCH_CHECK(ts.size() == 1, "chorus: ", where, " takes one tensor per rank, got ", ts.size());
   checkTensor(ts[0], where);
   return ts[0];
+}
+
+// Whether two of the (contiguous) tensors share memory: the same tensor twice, or overlapping views.
+bool anyOverlap(const std::vector<at::Tensor>& ts) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto* a = static_cast<const char*>(ts[i].data_ptr());
+    const auto* aEnd = a + ts[i].nbytes();
+    for (size_t j = i + 1; j < ts.size(); ++j) {
+      const auto* b = static_cast<const char*>(ts[j].data_ptr());
+      if (a < b + ts[j].nbytes() && b < aEnd) return true;
+    }
+  }
+  return false;
 }
 
 void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
@@ -69,8 +83,16 @@ void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
 }
 
 // `what` names the rank: "broadcast root", "send peer".
+// A root rank and a root tensor, checked as ProcessGroupGloo does (c10d's assertRootRank and
+// assertRootTensor), with its words: programs and PyTorch's tests match on them. One tensor per
+// rank, so the root tensor is 0.
 void checkRank(int64_t rank, int size, const char* what) {
-  TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, " ", rank, " is out of range [0, ", size, ")");
+  TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, ": invalid root rank: ", rank, " (the group has ", size,
+              " ranks)");
+}
+
+void checkRootTensor(int64_t index, const char* what) {
+  TORCH_CHECK(index == 0, "chorus: ", what, ": invalid root tensor: ", index, " (one tensor per rank: 0)");
 }
 
 // All-gather: the output holds world size x the input's elements (reduce-scatter: the input holds
@@ -106,12 +128,16 @@ const char* opName(c10d::ReduceOp::RedOpType op) {
 }
 
 // What the stream's host function does after the operation.
+// Copies that run on the stream's thread write tensors the caller made: under the caller's
+// torch.inference_mode() those are inference tensors, which only code in inference mode may
+// update, so the copies run in the mode the caller was in when it made the call.
 struct Completion {
   c10::intrusive_ptr<WorkChorus> work;
   std::function<void()> after;
   chorusComm_t comm;
   chorusRedOp_t customOp;
   const char* name;  // a literal
+  bool inference = c10::InferenceMode::is_enabled();
 
   static void run(void* p) {
     std::unique_ptr<Completion> c(static_cast<Completion*>(p));
@@ -124,6 +150,7 @@ struct Completion {
           std::make_exception_ptr(std::runtime_error(std::string("chorus: ") + c->name + " failed: " + lastError()));
     } else if (c->after) {
       try {
+        c10::InferenceMode mode(c->inference);
         c->after();
       } catch (...) {
         error = std::current_exception();
@@ -136,8 +163,10 @@ struct Completion {
 
 struct Before {
   std::function<void()> fn;
+  bool inference = c10::InferenceMode::is_enabled();  // as Completion's
   static void run(void* p) {
     std::unique_ptr<Before> b(static_cast<Before*>(p));
+    c10::InferenceMode mode(b->inference);
     b->fn();  // copies between tensors the caller validated; nothing here throws
   }
 };
@@ -350,7 +379,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = single(tensors, "broadcast");
-  checkRank(opts.rootRank, size_, "broadcast root");
+  checkRank(opts.rootRank, size_, "broadcast");
+  checkRootTensor(opts.rootTensor, "broadcast");
   return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors, [&] {
     return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
                            static_cast<int>(opts.rootRank), comm_, stream_);
@@ -457,12 +487,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced needs at least one tensor");
+  TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced requires non-empty tensor list");
   for (const at::Tensor& t : tensors) {
     checkTensor(t, "allreduce_coalesced");
     TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "chorus: allreduce_coalesced takes tensors of one type");
   }
   const chorusRedOp_t op = redOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
+  if (anyOverlap(tensors)) {
+    // A tensor twice in the list (or views that share elements) must be reduced once, as gloo
+    // does: the list is packed into one flat tensor, reduced, and copied back to every entry.
+    int64_t total = 0;
+    for (const at::Tensor& t : tensors) total += t.numel();
+    at::Tensor flat = at::empty({total}, tensors[0].options());
+    std::vector<at::Tensor> parts = tensors;
+    return launch(
+        c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, keepAll(parts, flat, {}),
+        [&] {
+          if (chorusResult_t rc = packOnStream(stream_, parts, flat); rc != chorusSuccess) return rc;
+          return chorusAllReduce(flat.data_ptr(), flat.data_ptr(), total, dataType(flat, "allreduce_coalesced"), op,
+                                 comm_, stream_);
+        },
+        unpackAfter(parts, flat), op >= chorusNumOps ? op : chorusNumOps);
+  }
   return launch(
       c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, tensors,
       [&] {
@@ -478,7 +524,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
   const at::Tensor& t = single(tensors, "reduce");
-  checkRank(opts.rootRank, size_, "reduce root");
+  checkRank(opts.rootRank, size_, "reduce");
+  checkRootTensor(opts.rootTensor, "reduce");
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "reduce");
   return launch(
       c10d::OpType::REDUCE, "reduce", tensors, tensors,
@@ -540,7 +587,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "gather");
-  checkRank(opts.rootRank, size_, "gather root");
+  checkRank(opts.rootRank, size_, "gather");
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = in.numel();
   const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
@@ -557,7 +604,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "scatter");
-  checkRank(opts.rootRank, size_, "scatter root");
+  checkRank(opts.rootRank, size_, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = out.numel();
   const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
@@ -755,7 +802,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
   // outputLists[r][i] receives rank r's inputs[i]. The inputs are packed into one flat tensor
   // (on the stream, so they are read in stream order), gathered by one all-gather, and unpacked.
-  TORCH_CHECK(!inputs.empty(), "chorus: allgather_coalesced needs at least one input tensor");
+  TORCH_CHECK(!inputs.empty(), "chorus: allgather_coalesced requires non-empty tensor list");
   TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "chorus: allgather_coalesced needs ", size_,
               " output lists (one per rank), got ", outputLists.size());
   int64_t total = 0;
