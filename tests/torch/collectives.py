@@ -160,6 +160,36 @@ class Checker:
         t = torch.full((4,), float(me + 1))
         dist.all_reduce_coalesced([t, t])
         assert torch.equal(t, torch.full((4,), float(w * (w + 1) // 2))), t
+        # Views that are not contiguous (a column), in place: all_reduce, broadcast, reduce,
+        # send/recv and batch_isend_irecv; only the column changes. (Gloo 2.11 takes such views as
+        # if they were contiguous and writes past the column, so the reference is computed here.)
+        base = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+        def column_of(salt):
+            m = base * (me + 1) + salt
+            return m, m.clone()
+        tri = w * (w + 1) // 2
+        for call, col in ((lambda c: dist.all_reduce(c), lambda salt: base[:, 1] * tri + w * salt),
+                          (lambda c: dist.broadcast(c, src=w - 1), lambda salt: base[:, 1] * w + salt),
+                          (lambda c: dist.reduce(c, dst=0, op=dist.ReduceOp.MAX),
+                           lambda salt: base[:, 1] * (w if me == 0 else me + 1) + salt)):
+            m, want = column_of(1)
+            call(m[:, 1])
+            want[:, 1] = col(1)
+            assert torch.equal(m, want), (m, want)
+        m, want = column_of(2)
+        nxt, prv = (me + 1) % w, (me - 1) % w
+        ops = [dist.P2POp(dist.isend, m[:, 0], nxt), dist.P2POp(dist.irecv, m[:, 2], prv)]
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+        want[:, 2] = torch.arange(12, dtype=torch.float32).reshape(4, 3)[:, 0] * (prv + 1) + 2
+        assert torch.equal(m, want), (m, want)
+        m, want = column_of(3)
+        if me == 0:
+            dist.send(m[:, 1], dst=1)
+        elif me == 1:
+            dist.recv(m[:, 2], src=0)
+            want[:, 2] = torch.arange(12, dtype=torch.float32).reshape(4, 3)[:, 1] * 1 + 3
+        assert torch.equal(m, want), (m, want)
         # Under torch.inference_mode(): the results are copied out in that mode too.
         with torch.inference_mode():
             src = torch.full((3,), float(me))
@@ -439,7 +469,7 @@ class Checker:
     def misuse(self):
         cases = [
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
-            (lambda: dist.all_reduce(torch.ones(4, 4).t()), "contiguous"),
+            (lambda: dist.all_gather([torch.zeros(4) for _ in range(self.world)], torch.ones(4, 2)[:, 0]), "contiguous"),
             (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX), "SUM only"),
             (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
             (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),

@@ -47,17 +47,18 @@ chorusDataType_t dataType(const at::Tensor& t, const char* where) {
   }
 }
 
-void checkTensor(const at::Tensor& t, const char* where) {
+// `views`: the call stages a tensor that is not contiguous (Dense, below).
+void checkTensor(const at::Tensor& t, const char* where, bool views = false) {
   TORCH_CHECK(t.device().is_cpu(), "chorus: ", where, " takes CPU tensors; this one is on ", t.device());
   TORCH_CHECK(t.layout() == at::kStrided, "chorus: ", where, " takes dense tensors, not ", t.layout());
-  TORCH_CHECK(t.is_contiguous(), "chorus: ", where, " takes contiguous tensors (call .contiguous())");
+  TORCH_CHECK(views || t.is_contiguous(), "chorus: ", where, " takes contiguous tensors (call .contiguous())");
   (void)dataType(t, where);
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where) {
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where, bool views = false) {
   TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
   TORCH_CHECK(ts.size() == 1, "chorus: ", where, " takes one tensor per rank, got ", ts.size());
-  checkTensor(ts[0], where);
+  checkTensor(ts[0], where, views);
   return ts[0];
 }
 
@@ -83,10 +84,14 @@ void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
 }
 
 // `what` names the rank: "broadcast root", "send peer".
+void checkRank(int64_t rank, int size, const char* what) {
+  TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, " ", rank, " is out of range [0, ", size, ")");
+}
+
 // A root rank and a root tensor, checked as ProcessGroupGloo does (c10d's assertRootRank and
 // assertRootTensor), with its words: programs and PyTorch's tests match on them. One tensor per
 // rank, so the root tensor is 0.
-void checkRank(int64_t rank, int size, const char* what) {
+void checkRoot(int64_t rank, int size, const char* what) {
   TORCH_CHECK(rank >= 0 && rank < size, "chorus: ", what, ": invalid root rank: ", rank, " (the group has ", size,
               " ranks)");
 }
@@ -168,6 +173,33 @@ struct Before {
     std::unique_ptr<Before> b(static_cast<Before*>(p));
     c10::InferenceMode mode(b->inference);
     b->fn();  // copies between tensors the caller validated; nothing here throws
+  }
+};
+
+// The tensor of a call that reads and writes one tensor in place, as Chorus takes it: the caller's
+// own when contiguous; else (a view such as t[:, 0], which gloo takes) a contiguous copy, filled
+// from the caller's on the stream before the operation and copied back after it.
+struct Dense {
+  at::Tensor user, work;
+  explicit Dense(const at::Tensor& t)
+      : user(t),
+        work(t.is_contiguous() ? t : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous))) {}
+  bool staged() const { return !work.is_same(user); }
+  // Queues the fill on the stream (nothing when not staged).
+  chorusResult_t fill(chorusStream_t stream) const {
+    if (!staged()) return chorusSuccess;
+    auto* b = new Before{[u = user, w = work]() mutable { w.copy_(u); }};
+    const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
+    if (rc != chorusSuccess) delete b;
+    return rc;
+  }
+  // The copy back, for the completion (none when not staged).
+  std::function<void()> copyBack() const {
+    if (!staged()) return nullptr;
+    return [u = user, w = work]() mutable { u.copy_(w); };
+  }
+  std::vector<at::Tensor> keep() const {
+    return staged() ? std::vector<at::Tensor>{user, work} : std::vector<at::Tensor>{user};
   }
 };
 
@@ -378,26 +410,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  const at::Tensor& t = single(tensors, "broadcast");
-  checkRank(opts.rootRank, size_, "broadcast");
+  const Dense d(single(tensors, "broadcast", /*views=*/true));
+  checkRoot(opts.rootRank, size_, "broadcast");
   checkRootTensor(opts.rootTensor, "broadcast");
-  return launch(c10d::OpType::BROADCAST, "broadcast", tensors, tensors, [&] {
-    return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
-                           static_cast<int>(opts.rootRank), comm_, stream_);
-  });
+  const at::Tensor& t = d.work;
+  return launch(
+      c10d::OpType::BROADCAST, "broadcast", tensors, d.keep(),
+      [&] {
+        if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
+        return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
+                               static_cast<int>(opts.rootRank), comm_, stream_);
+      },
+      d.copyBack());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) return allreduceSparse(tensors[0], opts);
-  const at::Tensor& t = single(tensors, "allreduce");
+  const Dense d(single(tensors, "allreduce", /*views=*/true));
+  const at::Tensor& t = d.work;
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "allreduce");
   return launch(
-      c10d::OpType::ALLREDUCE, "allreduce", tensors, tensors,
+      c10d::OpType::ALLREDUCE, "allreduce", tensors, d.keep(),
       [&] {
+        if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
         return chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "allreduce"), op, comm_, stream_);
       },
-      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+      d.copyBack(), op >= chorusNumOps ? op : chorusNumOps);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_sparse(std::vector<at::Tensor>& tensors,
@@ -523,17 +562,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
-  const at::Tensor& t = single(tensors, "reduce");
-  checkRank(opts.rootRank, size_, "reduce");
+  const Dense d(single(tensors, "reduce", /*views=*/true));
+  checkRoot(opts.rootRank, size_, "reduce");
   checkRootTensor(opts.rootTensor, "reduce");
+  const at::Tensor& t = d.work;
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "reduce");
   return launch(
-      c10d::OpType::REDUCE, "reduce", tensors, tensors,
+      c10d::OpType::REDUCE, "reduce", tensors, d.keep(),
       [&] {
+        if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
         return chorusReduce(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "reduce"), op,
                             static_cast<int>(opts.rootRank), comm_, stream_);
       },
-      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+      d.copyBack(), op >= chorusNumOps ? op : chorusNumOps);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -587,7 +628,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
   const at::Tensor& in = single(inputs, "gather");
-  checkRank(opts.rootRank, size_, "gather");
+  checkRoot(opts.rootRank, size_, "gather");
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = in.numel();
   const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
@@ -604,7 +645,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single(outputs, "scatter");
-  checkRank(opts.rootRank, size_, "scatter");
+  checkRoot(opts.rootRank, size_, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = out.numel();
   const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
@@ -763,21 +804,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
-  const at::Tensor& t = single(tensors, "send");
+  const Dense d(single(tensors, "send", /*views=*/true));
   checkRank(dstRank, size_, "send peer");
-  return launch(c10d::OpType::SEND, "send", tensors, tensors,
-                [&] { return chorusSend(t.data_ptr(), t.numel(), dataType(t, "send"), dstRank, comm_, stream_); });
+  const at::Tensor& t = d.work;
+  return launch(c10d::OpType::SEND, "send", tensors, d.keep(), [&] {
+    if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
+    return chorusSend(t.data_ptr(), t.numel(), dataType(t, "send"), dstRank, comm_, stream_);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
-  const at::Tensor& t = single(tensors, "recv");
+  const Dense d(single(tensors, "recv", /*views=*/true));
   checkRank(srcRank, size_, "recv peer");
-  return launch(c10d::OpType::RECV, "recv", tensors, tensors,
-                [&] { return chorusRecv(t.data_ptr(), t.numel(), dataType(t, "recv"), srcRank, comm_, stream_); });
+  const at::Tensor& t = d.work;
+  return launch(
+      c10d::OpType::RECV, "recv", tensors, d.keep(),
+      [&] { return chorusRecv(t.data_ptr(), t.numel(), dataType(t, "recv"), srcRank, comm_, stream_); }, d.copyBack());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors, int) {
-  const at::Tensor& t = single(tensors, "recv");
+  const Dense d(single(tensors, "recv", /*views=*/true));
+  const at::Tensor& t = d.work;
   {
     std::lock_guard<std::mutex> g(launchMu_);
     TORCH_CHECK(!coalescing_,
@@ -786,8 +833,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at:
   }
   int* source = nullptr;
   return launch(
-      c10d::OpType::RECVANYSOURCE, "recv", tensors, tensors,
-      [&] { return chorusRecvAny(t.data_ptr(), t.numel(), dataType(t, "recv"), source, comm_, stream_); }, nullptr,
+      c10d::OpType::RECVANYSOURCE, "recv", tensors, d.keep(),
+      [&] { return chorusRecvAny(t.data_ptr(), t.numel(), dataType(t, "recv"), source, comm_, stream_); }, d.copyBack(),
       chorusNumOps, &source);
 }
 
