@@ -222,6 +222,13 @@ class Checker:
         cases.append((lambda: pg.broadcast([torch.ones(2)], bo), "invalid root tensor"))
         cases.append((lambda: pg.reduce([torch.ones(2)], ro), "invalid root tensor"))
         cases.append((lambda: pg.allreduce([]), "requires non-empty tensor list"))
+        # all_gather_coalesced's output lists, as PyTorch's gloo test checks them.
+        outs = [[torch.zeros(1)] for _ in range(w)]
+        outs[0] = [torch.zeros(0)]
+        cases.append((lambda o=outs: pg.allgather_coalesced(o, [torch.zeros(1)]), "invalid size of output tensor at index 0"))
+        outs = [[torch.zeros(1)] for _ in range(w)]
+        outs[0] = [torch.zeros(1, dtype=torch.float64)]
+        cases.append((lambda o=outs: pg.allgather_coalesced(o, [torch.zeros(1)]), "invalid tensor type at index 0"))
         cases.append((lambda: pg.broadcast([], dist.BroadcastOptions()), "requires non-empty tensor list"))
         for fn, words in cases:
             try:

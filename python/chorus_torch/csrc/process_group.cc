@@ -850,8 +850,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   // outputLists[r][i] receives rank r's inputs[i]. The inputs are packed into one flat tensor
   // (on the stream, so they are read in stream order), gathered by one all-gather, and unpacked.
   TORCH_CHECK(!inputs.empty(), "chorus: allgather_coalesced requires non-empty tensor list");
-  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "chorus: allgather_coalesced needs ", size_,
-              " output lists (one per rank), got ", outputLists.size());
+  // Gloo's checks and words (ProcessGroupGloo::allgather_coalesced): programs and PyTorch's tests
+  // match on them.
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_,
+              "chorus: allgather_coalesced: output lists should be equal to world size (", size_, ", got ",
+              outputLists.size(), ")");
   int64_t total = 0;
   for (const at::Tensor& t : inputs) {
     checkTensor(t, "allgather_coalesced");
@@ -860,9 +863,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   }
   std::vector<at::Tensor> outs;
   for (const auto& list : outputLists) {
-    TORCH_CHECK(list.size() == inputs.size(), "chorus: allgather_coalesced: an output list holds ", list.size(),
-                " tensors for ", inputs.size(), " inputs");
-    for (size_t i = 0; i < list.size(); ++i) checkSame(inputs[i], list[i], "allgather_coalesced");
+    TORCH_CHECK(list.size() == inputs.size(), "chorus: allgather_coalesced: invalid output size: (expected length ",
+                inputs.size(), ", got ", list.size(), ")");
+    for (size_t i = 0; i < list.size(); ++i) {
+      TORCH_CHECK(list[i].sizes() == inputs[i].sizes(),
+                  "chorus: allgather_coalesced: invalid size of output tensor at index ", i, " (expected length ",
+                  inputs[i].sizes(), ", got ", list[i].sizes(), ")");
+      TORCH_CHECK(list[i].options().type_equal(inputs[i].options()),
+                  "chorus: allgather_coalesced: invalid tensor type at index ", i, " (expected ", inputs[i].toString(),
+                  ", got ", list[i].toString(), ")");
+      checkSame(inputs[i], list[i], "allgather_coalesced");
+    }
     outs.insert(outs.end(), list.begin(), list.end());
   }
   at::Tensor flatIn = at::empty({total}, inputs[0].options());
