@@ -219,8 +219,8 @@ class Checker:
             cases.append((lambda o=ro: pg.reduce([torch.ones(2)], o), "invalid root rank"))
             bo, ro = dist.BroadcastOptions(), dist.ReduceOptions()
         bo.rootTensor, ro.rootTensor = 1, 1
-        cases.append((lambda: pg.broadcast([torch.ones(2)], bo), "invalid root tensor"))
-        cases.append((lambda: pg.reduce([torch.ones(2)], ro), "invalid root tensor"))
+        cases.append((lambda o=bo: pg.broadcast([torch.ones(2)], o), "invalid root tensor"))
+        cases.append((lambda o=ro: pg.reduce([torch.ones(2)], o), "invalid root tensor"))
         cases.append((lambda: pg.allreduce([]), "requires non-empty tensor list"))
         # all_gather_coalesced's output lists, as PyTorch's gloo test checks them.
         outs = [[torch.zeros(1)] for _ in range(w)]
@@ -229,7 +229,11 @@ class Checker:
         outs = [[torch.zeros(1)] for _ in range(w)]
         outs[0] = [torch.zeros(1, dtype=torch.float64)]
         cases.append((lambda o=outs: pg.allgather_coalesced(o, [torch.zeros(1)]), "invalid tensor type at index 0"))
-        cases.append((lambda: pg.broadcast([], dist.BroadcastOptions()), "requires non-empty tensor list"))
+        bo = dist.BroadcastOptions()
+        bo.rootTensor = -1
+        cases.append((lambda o=bo: pg.broadcast([torch.ones(2)], o), "invalid root tensor"))
+        # An empty list names the root tensor first, as gloo's checks go.
+        cases.append((lambda: pg.broadcast([], dist.BroadcastOptions()), "invalid root tensor"))
         for fn, words in cases:
             try:
                 fn().wait()

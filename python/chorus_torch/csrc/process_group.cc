@@ -96,8 +96,9 @@ void checkRoot(int64_t rank, int size, const char* what) {
               " ranks)");
 }
 
-void checkRootTensor(int64_t index, const char* what) {
-  TORCH_CHECK(index == 0, "chorus: ", what, ": invalid root tensor: ", index, " (one tensor per rank: 0)");
+void checkRootTensor(int64_t index, size_t count, const char* what) {
+  TORCH_CHECK(index >= 0 && static_cast<size_t>(index) < count, "chorus: ", what, ": invalid root tensor: ", index,
+              " (the list holds ", count, ")");
 }
 
 // All-gather: the output holds world size x the input's elements (reduce-scatter: the input holds
@@ -410,9 +411,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  const Dense d(single(tensors, "broadcast", /*views=*/true));
+  // In gloo's order: the root, the root tensor (of an empty list too), then the tensor.
   checkRoot(opts.rootRank, size_, "broadcast");
-  checkRootTensor(opts.rootTensor, "broadcast");
+  checkRootTensor(opts.rootTensor, tensors.size(), "broadcast");
+  const Dense d(single(tensors, "broadcast", /*views=*/true));
   const at::Tensor& t = d.work;
   return launch(
       c10d::OpType::BROADCAST, "broadcast", tensors, d.keep(),
@@ -562,9 +564,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
-  const Dense d(single(tensors, "reduce", /*views=*/true));
   checkRoot(opts.rootRank, size_, "reduce");
-  checkRootTensor(opts.rootTensor, "reduce");
+  checkRootTensor(opts.rootTensor, tensors.size(), "reduce");
+  const Dense d(single(tensors, "reduce", /*views=*/true));
   const at::Tensor& t = d.work;
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "reduce");
   return launch(
