@@ -796,8 +796,7 @@ Status Bootstrap::lookAtProbe(int peer, const std::string& who, int64_t* nextPro
     return Status::ok();
   }
   if (err == ECONNREFUSED) {
-    return remoteError(who + " refused the connection at " + peers_[static_cast<size_t>(peer)].toString() +
-                       ": its listener is closed, so its process exited, was killed or destroyed its communicator");
+    return refusedError(who, peers_[static_cast<size_t>(peer)]);
   }
   // A miss. A run of them is broken by a gap (the wait ended, and the next one starts afresh).
   now = nowNs();

@@ -258,6 +258,11 @@ void setNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+Status refusedError(const std::string& what, const SockAddr& addr) {
+  return remoteError(what + " refused the connection at " + addr.toString() +
+                     ": its listener is closed, so its process exited, was killed or destroyed its communicator");
+}
+
 Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::string& what,
                            const std::atomic<bool>* abortFlag, bool refusedIsFinal) {
   int64_t backoffUs = 1000;
@@ -297,8 +302,7 @@ Result<UniqueFd> connectTo(const SockAddr& addr, int64_t deadlineNs, const std::
     }
     lastErr = errno;
     if (lastErr == ECONNREFUSED && refusedIsFinal) {
-      return remoteError(what + " refused the connection at " + addr.toString() +
-                         ": its listener is closed, so its process exited, was killed or destroyed its communicator");
+      return refusedError(what, addr);
     }
     bool retry = lastErr == ECONNREFUSED || lastErr == ETIMEDOUT || lastErr == ECONNRESET || lastErr == EAGAIN ||
                  lastErr == ENETUNREACH || lastErr == EHOSTUNREACH;

@@ -54,6 +54,9 @@ Result<SockAddr> interfaceToward(const SockAddr& dest, const std::string& ifname
 // liveness probes would read its host as unreachable.
 Result<UniqueFd> listenOn(const SockAddr& addr, SockAddr* bound, int backlog = 4096);
 
+// The error of a connection `what`'s listener at `addr` refused: its process is gone.
+Status refusedError(const std::string& what, const SockAddr& addr);
+
 // Connects, retrying refused connections until the deadline; `what` names the peer in errors.
 // With `refusedIsFinal`, a refused connection fails at once: for a peer known to listen already
 // (a rank's bootstrap listener outlives its hello to the root), it means the peer is gone.

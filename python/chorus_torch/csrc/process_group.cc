@@ -177,6 +177,15 @@ struct Before {
   }
 };
 
+// Queues `fn` (copies between tensors the caller validated) on the stream, ahead of what the call
+// queues next.
+chorusResult_t queueBefore(chorusStream_t stream, std::function<void()> fn) {
+  auto* b = new Before{std::move(fn)};
+  const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
+  if (rc != chorusSuccess) delete b;
+  return rc;
+}
+
 // The tensor of a call that reads and writes one tensor in place, as Chorus takes it: the caller's
 // own when contiguous; else (a view such as t[:, 0], which gloo takes) a contiguous copy, filled
 // from the caller's on the stream before the operation and copied back after it.
@@ -189,10 +198,7 @@ struct Dense {
   // Queues the fill on the stream (nothing when not staged).
   chorusResult_t fill(chorusStream_t stream) const {
     if (!staged()) return chorusSuccess;
-    auto* b = new Before{[u = user, w = work]() mutable { w.copy_(u); }};
-    const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
-    if (rc != chorusSuccess) delete b;
-    return rc;
+    return queueBefore(stream, [u = user, w = work]() mutable { w.copy_(u); });
   }
   // The copy back, for the completion (none when not staged).
   std::function<void()> copyBack() const {
@@ -207,16 +213,13 @@ struct Dense {
 // Queues the copy of `parts` into the flat staging tensor (one after another, in order) on the
 // stream, so it reads the parts after the work queued before it.
 chorusResult_t packOnStream(chorusStream_t stream, std::vector<at::Tensor> parts, at::Tensor flat) {
-  auto* b = new Before{[parts, flat]() mutable {
+  return queueBefore(stream, [parts, flat]() mutable {
     int64_t at = 0;
     for (const at::Tensor& p : parts) {
       flat.narrow(0, at, p.numel()).copy_(p.view({-1}));
       at += p.numel();
     }
-  }};
-  const chorusResult_t rc = chorusLaunchHostFunc(stream, &Before::run, b);
-  if (rc != chorusSuccess) delete b;
-  return rc;
+  });
 }
 
 // The copy out of the flat staging tensor (the parts one after another) into `parts`, for after
@@ -894,18 +897,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   return launch(
       c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs, keepAll(ins, flatIn, {flatOut}),
       [&] {
-        auto* b = new Before{[ins, flatIn]() mutable {
-          int64_t off = 0;
-          for (const at::Tensor& in : ins) {
-            flatIn.narrow(0, off, in.numel()).copy_(in.view({-1}));
-            off += in.numel();
-          }
-        }};
-        chorusResult_t rc = chorusLaunchHostFunc(stream_, &Before::run, b);
-        if (rc != chorusSuccess) {
-          delete b;
-          return rc;
-        }
+        if (chorusResult_t rc = packOnStream(stream_, ins, flatIn); rc != chorusSuccess) return rc;
         return chorusAllGather(flatIn.data_ptr(), flatOut.data_ptr(), total, dataType(inputs[0], "allgather_coalesced"),
                                comm_, stream_);
       },
