@@ -5,6 +5,8 @@
 //   nranks, truncated toward zero, applied once, when the last contribution is added;
 // - float avg and pre-multiplied sum multiply each rank's own input by the scalar before it enters
 //   the sum (fp16/bf16/fp8 in float, then rounded to the type);
+// - band/bor/bxor (bitwise and, or, exclusive or) are for the integer types only (RedOpTable::check
+//   refuses them on floating types, so the floating ops below never see them);
 // - min/max propagate NaN; fp16/bf16/fp8 compute each step in float and round to the type;
 // - a NaN result of an op or a pre-multiplication is the type's positive quiet NaN without payload
 //   (float 0x7fc00000, double 0x7ff8000000000000, fp16 0x7e00, ...). Which operand's NaN comes out,
@@ -28,7 +30,10 @@
 
 namespace chorus {
 
-enum class RedKind : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
+enum class RedKind : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kBand = 4, kBor = 5, kBxor = 6 };
+
+// Whether `k` is one of the bitwise operators, defined for integer types only.
+constexpr bool isBitwise(RedKind k) { return k == RedKind::kBand || k == RedKind::kBor || k == RedKind::kBxor; }
 
 // What one reduction does, resolved from (op, type, nranks) at plan time. Trivially copyable so a
 // device kernel can take it by value.
@@ -116,7 +121,7 @@ CHORUS_HD F floatOp(RedKind k, F a, F b) {
       return a * b;
     case RedKind::kMax:
       return (a != a || b != b) ? (a + b) : (a > b ? a : b);  // a+b is NaN when either is
-    default:
+    default:                                                  // kMin (the bitwise kinds never reach a floating type)
       return (a != a || b != b) ? (a + b) : (a < b ? a : b);
   }
 }
@@ -137,8 +142,14 @@ CHORUS_HD T intOp(RedKind k, T a, T b) {
       return T(U(a) * U(b));
     case RedKind::kMax:
       return a > b ? a : b;
-    default:
+    case RedKind::kMin:
       return a < b ? a : b;
+    case RedKind::kBand:
+      return T(U(a) & U(b));
+    case RedKind::kBor:
+      return T(U(a) | U(b));
+    default:
+      return T(U(a) ^ U(b));
   }
 }
 
@@ -232,8 +243,19 @@ CHORUS_HD void reduceLoopFor(const ReduceSpec& s, void* dst, const void* recv, c
     case RedKind::kMax:
       reduceLoop<T, RedKind::kMax, kPre>(s, dst, recv, local, n);
       break;
-    default:
+    case RedKind::kMin:
       reduceLoop<T, RedKind::kMin, kPre>(s, dst, recv, local, n);
+      break;
+    default:
+      if constexpr (std::is_integral_v<T>) {
+        if (s.kind == RedKind::kBand) {
+          reduceLoop<T, RedKind::kBand, kPre>(s, dst, recv, local, n);
+        } else if (s.kind == RedKind::kBor) {
+          reduceLoop<T, RedKind::kBor, kPre>(s, dst, recv, local, n);
+        } else {
+          reduceLoop<T, RedKind::kBxor, kPre>(s, dst, recv, local, n);
+        }
+      }
       break;
   }
 }

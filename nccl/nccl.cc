@@ -230,8 +230,12 @@ ncclRedOp_t mangled(ncclComm_t comm, ncclRedOp_t op) {
   const int op1 = static_cast<int>(h) ^ static_cast<int>(op);
   return op1 < static_cast<int>(ncclNumOps) ? op : static_cast<ncclRedOp_t>(op1);
 }
-// The Chorus operator an NCCL operator of `comm` stands for.
-chorusRedOp_t opOf(ncclRedOp_t op, ncclComm_t comm) { return static_cast<chorusRedOp_t>(mangled(comm, op)); }
+// The Chorus operator an NCCL operator of `comm` stands for. NCCL has no bitwise operators: a value
+// that would name one of Chorus's (chorusBand..chorusBxor) is refused as NCCL refuses an unknown one.
+chorusRedOp_t opOf(ncclRedOp_t op, ncclComm_t comm) {
+  const auto ours = static_cast<chorusRedOp_t>(mangled(comm, op));
+  return ours >= chorusBand && ours <= chorusBxor ? chorusMaxRedOp : ours;
+}
 
 // --- The environment: NCCL's variables as Chorus's ---
 

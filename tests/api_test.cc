@@ -86,6 +86,15 @@ TEST_CASE("bad arguments return the right code with a message and touch nothing"
   CHECK(chorusRedOpDestroy(op, c) == chorusInvalidArgument);
   CHECK(chorusRedOpDestroy(chorusSum, c) == chorusInvalidArgument);
 
+  // The bitwise operators are for integer types; they are built in, not destroyed.
+  for (chorusRedOp_t bitwise : {chorusBand, chorusBor, chorusBxor}) {
+    CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, bitwise, c, nullptr) == chorusInvalidArgument);
+    CHECK(std::string(chorusGetLastError(c)).find("reduces integer types only, not float32") != std::string::npos);
+    CHECK(chorusRedOpDestroy(bitwise, c) == chorusInvalidArgument);
+  }
+  CHECK(chorusAllReduce(buf, out, 4, chorusFloat32, static_cast<chorusRedOp_t>(chorusBxor + 1), c, nullptr) ==
+        chorusInvalidArgument);
+
   // A group with a bad call launches nothing and says so at the end.
   REQUIRE(chorusGroupStart() == chorusSuccess);
   CHECK(chorusAllReduce(nullptr, out, 4, chorusFloat32, chorusSum, c, nullptr) == chorusInvalidArgument);

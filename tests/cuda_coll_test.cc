@@ -230,7 +230,7 @@ void grid(int stride, int onlyRanks) {
           for (Coll c : colls) {
             if (!runs(c)) continue;
             for (int t = 0; t < chorusNumTypes; ++t) {
-              for (int op = 0; op < (reduces(c) ? 5 : 1); ++op) {
+              for (int op = 0; op < (reduces(c) ? opCount(t) : 1); ++op) {
                 for (size_t count : small) {
                   for (bool inPlace : {false, true}) {
                     if ((index++ + config) % stride != 0) continue;

@@ -156,7 +156,7 @@ int main() {
     cudaMalloc(&dout, bytes);
     cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice);
     cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice);
-    for (int kind = 0; kind < 4; ++kind) {
+    for (int kind = 0; kind < (type <= 5 ? 7 : 4); ++kind) {  // the bitwise kinds (4-6): integers only
       for (int variant = 0; variant < 2; ++variant) {
         ReduceSpec s;
         s.kind = static_cast<RedKind>(kind);

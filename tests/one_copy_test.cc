@@ -193,6 +193,10 @@ TEST_CASE("one-copy all-reduce on host threads: types, operators, unaligned buff
     check<int8_t>(4, 2, kind, 1000, false, 3, 3);
     check<uint64_t>(3, 1, kind, 129, true, 0, 2);
   }
+  for (RedKind kind : {RedKind::kBand, RedKind::kBor, RedKind::kBxor}) {  // integers only
+    check<int8_t>(4, 2, kind, 1000, false, 3, 3);
+    check<uint64_t>(3, 1, kind, 129, true, 0, 2);
+  }
   // Unaligned: only the element loop runs; aligned but not a whole vector long: both loops.
   check<float>(3, 2, RedKind::kSum, 1000, false, 4, 3);
   check<float>(5, 1, RedKind::kSum, 37, true, 0, 1);
@@ -299,6 +303,10 @@ TEST_CASE("one-copy reduce-scatter, all-gather, broadcast and reduce on host thr
     for (RedKind kind : {RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
       checkColl<float>(c, 3, 2, kind, 777, false, 0, 3);
       checkColl<double>(c, 2, 1, kind, 300, true, 8, 2);
+      checkColl<int8_t>(c, 4, 2, kind, 1000, false, 3, 3);
+      checkColl<uint64_t>(c, 3, 1, kind, 129, true, 0, 2);
+    }
+    for (RedKind kind : {RedKind::kBand, RedKind::kBor, RedKind::kBxor}) {
       checkColl<int8_t>(c, 4, 2, kind, 1000, false, 3, 3);
       checkColl<uint64_t>(c, 3, 1, kind, 129, true, 0, 2);
     }

@@ -47,7 +47,7 @@ template <typename T>
 void checkType(int typeId, CpuIsa isa) {
   {
     const std::optional<HostKernels> k = kernelsOrFail(isa);
-    for (RedKind kind : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+    for (RedKind kind : test::kindsFor<T>()) {
       for (size_t n : {size_t(0), size_t(1), size_t(3), size_t(17), size_t(1000), size_t(4099)}) {
         auto a = randomValues<T>(n + 1, 1);
         auto b = randomValues<T>(n + 1, 2);

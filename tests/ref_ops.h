@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/reduce.h"
 
@@ -17,7 +18,8 @@ T quiet(T r) {
   return std::isnan(r) ? T(NAN) : r;
 }
 
-// One step of operator k on floating or integer values (integers wrap).
+// One step of operator k on floating or integer values (integers wrap; the bitwise operators are
+// for integers only).
 template <typename T>
 T refOp(RedKind k, T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -41,10 +43,24 @@ T refOp(RedKind k, T a, T b) {
         return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
       case RedKind::kMax:
         return std::max(a, b);
-      default:
+      case RedKind::kMin:
         return std::min(a, b);
+      case RedKind::kBand:
+        return static_cast<T>(static_cast<U>(a) & static_cast<U>(b));
+      case RedKind::kBor:
+        return static_cast<T>(static_cast<U>(a) | static_cast<U>(b));
+      default:
+        return static_cast<T>(static_cast<U>(a) ^ static_cast<U>(b));
     }
   }
+}
+
+// The operators a type has: the bitwise ones for integers only.
+template <typename T>
+std::vector<RedKind> kindsFor() {
+  std::vector<RedKind> k = {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin};
+  if constexpr (std::is_integral_v<T>) k.insert(k.end(), {RedKind::kBand, RedKind::kBor, RedKind::kBxor});
+  return k;
 }
 
 // Bit for bit: NaNs too (their payload and sign are part of the rule), and -0 is not +0.

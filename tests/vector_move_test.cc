@@ -110,7 +110,7 @@ bool untouchedAround(const std::vector<uint8_t>& buf) {
 template <typename T>
 std::vector<ReduceSpec> specs() {
   std::vector<ReduceSpec> out;
-  for (RedKind k : {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin}) {
+  for (RedKind k : test::kindsFor<T>()) {
     for (bool pre : {false, true}) {
       ReduceSpec s;
       s.kind = k;

@@ -86,6 +86,8 @@ if __name__ == "__mp_main__" and "BACKEND" in os.environ:
 class _Outcomes(unittest.TextTestResult):
     """Keeps every test's outcome, time and first line of its reason."""
 
+    name_parts = 1  # a test's name: the last parts of its id (1: the method; 2: class.method)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.outcomes = {}
@@ -96,7 +98,7 @@ class _Outcomes(unittest.TextTestResult):
         super().startTest(test)
 
     def _record(self, test, outcome, reason=""):
-        name = test.id().rsplit(".", 1)[-1]
+        name = ".".join(test.id().split(".")[-self.name_parts:])
         took = time.monotonic() - self._started.get(test.id(), time.monotonic())
         lines = [line for line in str(reason).strip().splitlines() if line.strip()]
         # The last lines of a traceback name the error; keep a few.

@@ -122,8 +122,11 @@ typedef struct chorusConfig_v1 {
         CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT  \
   }
 
-/** Reduction operations, numerically equal to ncclRedOp_t. Values from chorusNumOps up are custom
- *  operations made by chorusRedOpCreatePreMulSum. */
+/** Reduction operations. chorusSum..chorusAvg are numerically equal to ncclRedOp_t's; values from
+ *  chorusNumOps up are custom operations made by chorusRedOpCreatePreMulSum. chorusBand, chorusBor
+ *  and chorusBxor (bitwise and, or, exclusive or, as MPI_BAND, MPI_BOR, MPI_BXOR) are Chorus's own,
+ *  for the integer types only; NCCL has no such operators (the NCCL drop-in refuses them), and their
+ *  values lie far above the custom operators' so that NCCL's numbering stays as it is. */
 typedef enum { chorusNumOps_dummy = 5 } chorusRedOp_dummy_t;
 typedef enum {
   chorusSum = 0,
@@ -132,6 +135,9 @@ typedef enum {
   chorusMin = 3,
   chorusAvg = 4,
   chorusNumOps = 5,
+  chorusBand = 0x40000000,
+  chorusBor = 0x40000001,
+  chorusBxor = 0x40000002,
   chorusMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(chorusRedOp_dummy_t))
 } chorusRedOp_t;
 

@@ -99,9 +99,19 @@ struct CheckRecord {
   uint64_t count;  // a v-collective's: a hash of every rank's count (BlockLayout::countsHash)
   int32_t coll;
   int32_t type;
-  int32_t op;    // -1: no reduction; chorusNumOps: any custom operator (handles are per rank)
+  int32_t op;    // -1: no reduction; an index of kOpNames (custom operators: one entry, handles are per rank)
   int32_t root;  // -1: no root
 };
+
+// The operators as CHORUS_CHECK names them: the built-in ones by value, then the bitwise ones, then
+// every custom operator as one.
+const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor", "a custom operator"};
+
+int32_t checkedOp(chorusRedOp_t op) {
+  if (op >= 0 && op < chorusNumOps) return static_cast<int32_t>(op);
+  if (op >= chorusBand && op <= chorusBxor) return static_cast<int32_t>(chorusNumOps + (op - chorusBand));
+  return static_cast<int32_t>(chorusNumOps + 3);
+}
 
 CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
   CheckRecord r{};
@@ -109,9 +119,7 @@ CheckRecord checkRecordOf(const OpInfo& op, uint64_t index) {
   r.count = op.blocks ? op.blocks->countsHash() : op.count;
   r.coll = static_cast<int32_t>(op.coll);
   r.type = op.type;
-  r.op = !reduces(op.coll)      ? -1
-         : op.op < chorusNumOps ? static_cast<int32_t>(op.op)
-                                : static_cast<int32_t>(chorusNumOps);
+  r.op = reduces(op.coll) ? checkedOp(op.op) : -1;
   r.root = collective(op.coll).root == Collective::Root::kRoot ? op.root : -1;
   return r;
 }
@@ -122,14 +130,13 @@ bool sameCall(const CheckRecord& a, const CheckRecord& b) {
 }
 
 std::string describeCall(const CheckRecord& r) {
-  static const char* const kOps[] = {"sum", "prod", "max", "min", "avg", "a custom operator"};
   // A peer's record: its collective checked before it names one.
   const bool known = r.coll >= 0 && r.coll < kCollCount;
   const bool varies = known && collective(static_cast<CollType>(r.coll)).perRankCounts;
   std::string s = std::string(known ? collName(static_cast<CollType>(r.coll)) : "an unknown collective") +
                   (varies ? " (counts hashed to " : " (count ") + std::to_string(r.count) + ", " +
                   typeName(static_cast<chorusDataType_t>(r.type));
-  if (r.op >= 0) s += std::string(", op ") + kOps[r.op];
+  if (r.op >= 0 && r.op <= checkedOp(chorusMaxRedOp)) s += std::string(", op ") + kOpNames[r.op];
   if (r.root >= 0) s += ", root " + std::to_string(r.root);
   return s + ")";
 }

@@ -7,6 +7,28 @@
 
 namespace chorus {
 
+namespace {
+
+bool isFloating(chorusDataType_t type) {
+  return type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 || type == chorusBfloat16 ||
+         type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
+}
+
+const char* bitwiseName(chorusRedOp_t op) {
+  switch (op) {
+    case chorusBand:
+      return "chorusBand (bitwise and)";
+    case chorusBor:
+      return "chorusBor (bitwise or)";
+    case chorusBxor:
+      return "chorusBxor (bitwise exclusive or)";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
 Result<chorusRedOp_t> RedOpTable::createPreMulSum(const void* scalar, chorusDataType_t type,
                                                   chorusScalarResidence_t residence) {
   PreMulOp op;
@@ -33,7 +55,7 @@ Result<chorusRedOp_t> RedOpTable::createPreMulSum(const void* scalar, chorusData
 Status RedOpTable::destroy(chorusRedOp_t op) {
   std::lock_guard<std::mutex> g(mu_);
   const int idx = static_cast<int>(op) - chorusNumOps;
-  if (op < chorusNumOps) {
+  if (op < chorusNumOps || bitwiseName(op)) {
     return invalidArgument("operator " + std::to_string(op) +
                            " is built in; only operators made by "
                            "chorusRedOpCreatePreMulSum can be destroyed");
@@ -49,11 +71,18 @@ Status RedOpTable::destroy(chorusRedOp_t op) {
 
 Status RedOpTable::check(chorusRedOp_t op, chorusDataType_t type) const {
   if (op >= 0 && op < chorusNumOps) return Status::ok();
+  if (const char* name = bitwiseName(op)) {
+    if (!isFloating(type)) return Status::ok();
+    return invalidArgument(std::string(name) + " reduces integer types only, not " + typeName(type) +
+                           " (use chorusSum, chorusProd, chorusMax, chorusMin or chorusAvg, or reduce the "
+                           "data's bits as an unsigned integer type of its size)");
+  }
   std::lock_guard<std::mutex> g(mu_);
   const int idx = static_cast<int>(op) - chorusNumOps;
   if (op < 0 || idx >= static_cast<int>(ops_.size()) || !ops_[idx].live) {
     return invalidArgument("reduction operator " + std::to_string(op) +
-                           " is neither built in (sum, prod, max, min, avg) nor a live operator of this communicator "
+                           " is neither built in (sum, prod, max, min, avg; band, bor, bxor for integers) nor a live "
+                           "operator of this communicator "
                            "(destroyed, or created on another communicator?)");
   }
   if (ops_[idx].type != type) {
@@ -65,8 +94,7 @@ Status RedOpTable::check(chorusRedOp_t op, chorusDataType_t type) const {
 
 ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type, bool onDevice) const {
   ReduceSpec s;
-  const bool isFloat = type == chorusFloat16 || type == chorusFloat32 || type == chorusFloat64 ||
-                       type == chorusBfloat16 || type == chorusFloat8e4m3 || type == chorusFloat8e5m2;
+  const bool isFloat = isFloating(type);
   static_assert(int(RedKind::kSum) == chorusSum && int(RedKind::kProd) == chorusProd &&
                     int(RedKind::kMax) == chorusMax && int(RedKind::kMin) == chorusMin,
                 "the built-in operators and RedKind are numbered alike");
@@ -76,6 +104,15 @@ ReduceSpec RedOpTable::spec(chorusRedOp_t op, chorusDataType_t type, bool onDevi
     case chorusMax:
     case chorusMin:
       s.kind = static_cast<RedKind>(op);
+      return s;
+    case chorusBand:
+      s.kind = RedKind::kBand;
+      return s;
+    case chorusBor:
+      s.kind = RedKind::kBor;
+      return s;
+    case chorusBxor:
+      s.kind = RedKind::kBxor;
       return s;
     case chorusAvg:
       s.kind = RedKind::kSum;

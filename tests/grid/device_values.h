@@ -19,7 +19,14 @@ namespace chorus::test {
 inline const size_t kTypeSize[chorusNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 inline const char* const kTypeName[chorusNumTypes] = {"int8", "uint8", "int32",  "uint32", "int64",   "uint64",
                                                       "half", "float", "double", "bf16",   "fp8e4m3", "fp8e5m2"};
-inline const char* const kOpName[] = {"sum", "prod", "max", "min", "avg"};
+// The operators by index: chorusSum..chorusAvg (0-4), then chorusBand, chorusBor, chorusBxor (5-7,
+// integer types only).
+inline const char* const kOpName[] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
+inline int opCount(int t) { return t >= chorusFloat16 ? 5 : 8; }
+inline chorusRedOp_t redOpOf(int op) {
+  return op < chorusNumOps ? static_cast<chorusRedOp_t>(op)
+                           : static_cast<chorusRedOp_t>(chorusBand + (op - chorusNumOps));
+}
 
 inline bool isUnsigned(int t) { return t == chorusUint8 || t == chorusUint32 || t == chorusUint64; }
 
@@ -159,9 +166,17 @@ inline Bytes values(int t, int r, size_t count, size_t offset = 0) {
   return b;
 }
 
-// The exact reduction of element i over n ranks (op < avg).
+// The exact reduction of element i over n ranks (op: an index of kOpName but avg).
 inline double reduced(int t, int op, int n, size_t i) {
   double acc = valueOf(t, 0, i);
+  if (op > chorusAvg) {  // bitwise, on the values' two's complement bits
+    int64_t bits = valueOf(t, 0, i);
+    for (int r = 1; r < n; ++r) {
+      const int64_t v = valueOf(t, r, i);
+      bits = op == 5 ? (bits & v) : op == 6 ? (bits | v) : (bits ^ v);
+    }
+    return static_cast<double>(bits);
+  }
   for (int r = 1; r < n; ++r) {
     const double v = valueOf(t, r, i);
     acc = op == chorusSum    ? acc + v
@@ -206,7 +221,7 @@ inline size_t outCount(Coll c, size_t count, int n, int r) {
 inline chorusResult_t issueOne(Coll c, chorusComm_t cm, int r, int n, const void* in, void* out, size_t count, int type,
                                int op, int root, chorusStream_t s) {
   const auto t = static_cast<chorusDataType_t>(type);
-  const auto o = static_cast<chorusRedOp_t>(op);
+  const chorusRedOp_t o = redOpOf(op);
   switch (c) {
     case Coll::kAllReduce:
       return chorusAllReduce(in, out, count, t, o, cm, s);

@@ -23,7 +23,7 @@ std::vector<size_t> vCounts(size_t count, int n) {
 }
 
 const char* opName(Op o) {
-  static const char* k[] = {"sum", "prod", "max", "min", "avg", "premulsum", "-"};
+  static const char* k[] = {"sum", "prod", "max", "min", "avg", "premulsum", "band", "bor", "bxor", "-"};
   return k[static_cast<int>(o)];
 }
 
@@ -202,6 +202,15 @@ Expect reduceRef(const Case& c, int nranks, size_t elem) {
       case Op::kMin:
         acc = isSigned(t) ? (asSigned(t, x) < asSigned(t, acc) ? x : acc) : std::min(acc, x);
         break;
+      case Op::kBand:
+        acc &= x;
+        break;
+      case Op::kBor:
+        acc |= x;
+        break;
+      case Op::kBxor:
+        acc ^= x;
+        break;
       default:
         acc = (acc + x) & mask;
         break;
@@ -357,7 +366,8 @@ std::vector<Case> makeGrid(int nranks, const GridOptions& opts) {
         coll == Coll::kBroadcast || coll == Coll::kReduce || coll == Coll::kGather || coll == Coll::kScatter;
     const bool inPlaceOk = coll != Coll::kAlltoAll && coll != Coll::kSendRecv;
     for (chorusDataType_t type : types) {
-      const std::vector<Op> ops = reduces ? reduceOps : std::vector<Op>{Op::kNone};
+      std::vector<Op> ops = reduces ? reduceOps : std::vector<Op>{Op::kNone};
+      if (reduces && !isFloat(type)) ops.insert(ops.end(), {Op::kBand, Op::kBor, Op::kBxor});
       for (Op op : ops) {
         for (int inPlace = 0; inPlace < (inPlaceOk ? 2 : 1); ++inPlace) {
           // Pairwise subset: one count per (type, op, in-place) combination, rotating.
@@ -496,6 +506,15 @@ CaseResult runCase(chorusComm_t comm, const Case& c, chorusStream_t stream) {
       break;
     case Op::kAvg:
       op = chorusAvg;
+      break;
+    case Op::kBand:
+      op = chorusBand;
+      break;
+    case Op::kBor:
+      op = chorusBor;
+      break;
+    case Op::kBxor:
+      op = chorusBxor;
       break;
     case Op::kPreMulSum: {
       unsigned char scalar[8] = {0};

@@ -37,8 +37,9 @@ const char* collName(Coll c);
 // third rank's (r % 3 == 1) none.
 std::vector<size_t> vCounts(size_t count, int n);
 
-// kPreMulSum is chorusRedOpCreatePreMulSum with a scalar of 2 (3 for integers).
-enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kNone };
+// kPreMulSum is chorusRedOpCreatePreMulSum with a scalar of 2 (3 for integers); kBand, kBor and
+// kBxor (chorusBand, chorusBor, chorusBxor) run on the integer types only.
+enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kBand, kBor, kBxor, kNone };
 const char* opName(Op o);
 
 struct Case {

@@ -383,6 +383,13 @@ static void checkExtras(ncclComm_t comm) {
   expect(ncclCommSplit(comm, 0, rank, &never, &junk) == ncclInvalidArgument &&
              strstr(ncclGetLastError(comm), "NCCL_CONFIG_INITIALIZER") != NULL,
          "ncclCommSplit with an uninitialised config is ncclInvalidArgument, naming the initializer");
+  /* NCCL has no bitwise operators: the values of Chorus's own (chorusBand..chorusBxor) are refused as
+     any operator NCCL does not know, and the buffer is left as it was. */
+  for (int bitwise = 0x40000000; bitwise <= 0x40000002; ++bitwise) {
+    int32_t x = 6, y = 5;
+    expect(ncclAllReduce(&x, &y, 1, ncclInt32, (ncclRedOp_t)bitwise, comm, NULL) == ncclInvalidArgument && y == 5,
+           "ncclAllReduce with an operator NCCL does not have (Chorus's bitwise ones) is ncclInvalidArgument");
+  }
   /* ncclMemAlloc memory (host memory here, no GPU), registered, and as a window. */
   float* mem = NULL;
   if (!call(ncclMemAlloc((void**)&mem, 4096 * sizeof(float)), comm, "ncclMemAlloc")) return;

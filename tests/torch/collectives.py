@@ -20,8 +20,9 @@ import harness
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
           torch.int64, torch.bool]
 GLOO_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32, torch.int64}
-OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM"]
-GLOO_OPS = {"SUM", "PRODUCT", "MIN", "MAX"}
+OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "PREMUL_SUM", "BAND", "BOR", "BXOR"]
+GLOO_OPS = {"SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"}
+BITWISE = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
 SIZES = [1, 37, 4099]
 
 
@@ -30,6 +31,9 @@ def make(rank, n, dtype, op="SUM", salt=0):
     g = torch.Generator().manual_seed(1000 * rank + 17 * n + salt)
     if dtype == torch.bool:
         return torch.randint(0, 2, (n,), generator=g).bool()
+    if op in BITWISE:  # every bit of the type
+        info = torch.iinfo(dtype)
+        return torch.randint(info.min, info.max, (n,), generator=g, dtype=torch.int64).to(dtype)
     if op == "PRODUCT":
         if dtype.is_floating_point:
             choices = torch.tensor([1.0, 2.0, 0.5, -1.0], dtype=torch.float64)
@@ -41,6 +45,11 @@ def make(rank, n, dtype, op="SUM", salt=0):
 
 def reference(inputs, op, dtype, world):
     """The expected all-reduce of the ranks' inputs, with torch's ops."""
+    if op in BITWISE:
+        r = inputs[0]
+        for x in inputs[1:]:
+            r = BITWISE[op](r, x)
+        return r
     if dtype == torch.bool:
         s = torch.stack(inputs)
         return s.any(0) if op in ("SUM", "MAX") else s.all(0)
@@ -78,6 +87,8 @@ def reduce_op(op):
 
 
 def supported(op, dtype):
+    if op in BITWISE:
+        return not dtype.is_floating_point
     if dtype == torch.bool:
         return op in ("SUM", "PRODUCT", "MIN", "MAX")
     if op == "PREMUL_SUM":
@@ -123,14 +134,16 @@ class Checker:
                         dist.all_reduce(g, op=reduce_op(op), group=self.gloo)
                         same(t, g, dtype, op, f"all_reduce {op} {dtype} n={n} against gloo")
                     self.count += 1
-        # BAND, BOR and BXOR are refused, as ProcessGroupNCCL does.
-        for op in ("BAND", "BOR", "BXOR"):
+        # BAND, BOR and BXOR on a floating type are refused in gloo's words, the tensor untouched.
+        for op in BITWISE:
+            t = torch.ones(4)
             try:
-                dist.all_reduce(torch.ones(4, dtype=torch.int32), op=getattr(dist.ReduceOp, op))
+                dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
             except RuntimeError as e:
-                assert f"ReduceOp.{op}" in str(e), str(e)
+                assert f"Cannot use ReduceOp.{op} with non-integral dtype" in str(e), str(e)
             else:
-                raise AssertionError(f"{op} was accepted")
+                raise AssertionError(f"{op} on float32 was accepted")
+            assert torch.equal(t, torch.ones(4)), t
         try:
             dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG)
         except RuntimeError as e:

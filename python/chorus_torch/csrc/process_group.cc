@@ -380,9 +380,16 @@ chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tens
             "making the PREMUL_SUM operator");
       return custom;
     }
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      // Integers and bool (as one byte each: 0 and 1 stay 0 and 1), as ProcessGroupGloo.
+      TORCH_CHECK(!at::isFloatingType(t.scalar_type()) && !at::isComplexType(t.scalar_type()), "chorus: Cannot use ",
+                  opName(op.op_), " with non-integral dtype (", collective, " of ", t.scalar_type(), ")");
+      return op.op_ == c10d::ReduceOp::BAND ? chorusBand : op.op_ == c10d::ReduceOp::BOR ? chorusBor : chorusBxor;
     default:
       TORCH_CHECK(false, "chorus: cannot use ", opName(op.op_), " with Chorus (", collective,
-                  " supports SUM, PRODUCT, MIN, MAX, AVG and PREMUL_SUM)");
+                  " supports SUM, PRODUCT, MIN, MAX, AVG, PREMUL_SUM, and BAND, BOR, BXOR on integers)");
   }
 }
 
