@@ -100,7 +100,10 @@ class _Outcomes(unittest.TextTestResult):
     def _record(self, test, outcome, reason=""):
         name = ".".join(test.id().split(".")[-self.name_parts:])
         took = time.monotonic() - self._started.get(test.id(), time.monotonic())
-        lines = [line for line in str(reason).strip().splitlines() if line.strip()]
+        # Without torch's own hint on how to rerun the test, which ends every failure's text.
+        hint = ("To execute this test", "PYTORCH_PRINT_REPRO_ON_FAILURE", "python test/")
+        lines = [line for line in str(reason).strip().splitlines()
+                 if line.strip() and not any(h in line for h in hint)]
         # The last lines of a traceback name the error; keep a few.
         self.outcomes[name] = {"outcome": outcome, "seconds": round(took, 2), "reason": "\n".join(lines[-6:])}
 

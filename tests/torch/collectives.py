@@ -261,6 +261,112 @@ class Checker:
         dist.barrier()
         self.count += 1
 
+    def several(self):
+        # Several tensors of one rank in one call, as gloo takes them (through the backend: the
+        # torch.distributed functions pass one), each result against a reference computed here and
+        # against gloo's.
+        w, me = self.world, self.rank
+        pg = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        gl = self.gloo._get_backend(torch.device("cpu"))
+
+        def mine(r, i):
+            return torch.arange(5, dtype=torch.int64) * (i + 1) + 10 * r + i
+
+        # allreduce: the reduction over every rank's tensors, all of them, into each.
+        for op, fn in (("SUM", torch.add), ("MAX", torch.maximum), ("BXOR", torch.bitwise_xor)):
+            want = mine(0, 0)
+            for r in range(w):
+                for i in range(3):
+                    want = want if (r, i) == (0, 0) else fn(want, mine(r, i))
+            o = dist.AllreduceOptions()
+            o.reduceOp = getattr(dist.ReduceOp, op)
+            for backend in (pg, gl):
+                ts = [mine(me, i) for i in range(3)]
+                work = backend.allreduce(ts, o)
+                work.wait()
+                for i, t in enumerate(ts):
+                    assert torch.equal(t, want), (backend.name(), op, i, t, want)
+            assert all(torch.equal(t, want) for t in work.get_future().value())
+        # broadcast with rootTensor j: every tensor of every rank becomes the root's tensor j.
+        for root in range(w):
+            for j in range(2):
+                o = dist.BroadcastOptions()
+                o.rootRank, o.rootTensor = root, j
+                for backend in (pg, gl):
+                    ts = [mine(me, i) for i in range(2)]
+                    backend.broadcast(ts, o).wait()
+                    for t in ts:
+                        assert torch.equal(t, mine(root, j)), (backend.name(), root, j, t)
+        # allgather of k inputs: k output lists of k x world size; entry j of each list is input
+        # j % k of rank j // k; the future's value is the lists.
+        k = 2
+        for backend in (pg, gl):
+            outs = [[torch.zeros(5, dtype=torch.int64) for _ in range(k * w)] for _ in range(k)]
+            work = backend.allgather(outs, [mine(me, i) for i in range(k)])
+            work.wait()
+            for g in range(k):
+                for j in range(k * w):
+                    assert torch.equal(outs[g][j], mine(j // k, j % k)), (backend.name(), g, j, outs[g][j])
+        value = work.get_future().value()
+        assert len(value) == k and all(torch.equal(value[g][j], mine(j // k, j % k))
+                                       for g in range(k) for j in range(k * w)), value
+        # Sparse: this rank's tensors summed, then across ranks, into each.
+        def sparse_of(r, i):
+            return torch.sparse_coo_tensor(torch.tensor([[(r + i) % 4]]), torch.tensor([float(r + i + 1)]), (4,))
+        for backend in (pg, gl):
+            ts = [sparse_of(me, i) for i in range(2)]
+            backend.allreduce(ts).wait()
+            want = sum(sparse_of(r, i).to_dense() for r in range(w) for i in range(2))
+            for t in ts:
+                assert torch.equal(t.to_dense(), want), (backend.name(), t, want)
+        # Views that are not contiguous in the gathers, scatter and reduce_scatter: a column of a
+        # 4 x 3 matrix, in and out; only the column changes.
+        def col(r, salt=0):
+            return (torch.arange(12, dtype=torch.float32).reshape(4, 3) * (r + 1) + salt)[:, 1]
+        mats = [torch.zeros(4, 3) for _ in range(w)]
+        src = torch.arange(12, dtype=torch.float32).reshape(4, 3) * (me + 1)
+        dist.all_gather([m[:, 0] for m in mats], src[:, 1])
+        for r in range(w):
+            assert torch.equal(mats[r][:, 0], col(r)) and not mats[r][:, 1:].any(), (r, mats[r])
+        mats = [torch.zeros(4, 3) for _ in range(w)]
+        dist.gather(src[:, 1], [m[:, 2] for m in mats] if me == 0 else None, dst=0)
+        if me == 0:
+            for r in range(w):
+                assert torch.equal(mats[r][:, 2], col(r)) and not mats[r][:, :2].any(), (r, mats[r])
+        out = torch.zeros(4, 3)
+        pieces = [(torch.arange(12, dtype=torch.float32).reshape(4, 3) * (r + 1))[:, 1] for r in range(w)]
+        dist.scatter(out[:, 0], pieces if me == 1 else None, src=1)
+        assert torch.equal(out[:, 0], col(me)) and not out[:, 1:].any(), out
+        out = torch.zeros(4, 3)
+        ins = [(torch.arange(12, dtype=torch.float32).reshape(4, 3) * (me + 1) + r)[:, 1] for r in range(w)]
+        dist.reduce_scatter(out[:, 1], ins)
+        want = sum(col(q, me) for q in range(w))
+        assert torch.equal(out[:, 1], want) and not out[:, [0, 2]].any(), (out, want)
+        # Bad lists, in gloo's words (PyTorch's gloo tests match them), and gloo's own for the same.
+        t1, t2, t3 = torch.zeros(1), torch.zeros(1, dtype=torch.float64), torch.zeros(2)
+        cases = [
+            (lambda b: b.allgather([], []), "requires non-empty input tensor list"),
+            (lambda b: b.allgather([], [t1]), "requires input/output tensor lists to have the same length"),
+            (lambda b: b.allgather([[t1] * (w - 1)], [t1]), "invalid output tensor list"),
+            (lambda b: b.allgather([[t1, t1] * w, [t1, t1] * w], [t1, t2]), "invalid tensor type"),
+            (lambda b: b.allgather([[t1, t1] * w, [t1, t1] * w], [t1, t3]), "invalid tensor size"),
+            (lambda b: b.allgather([([t1, t2] * w)[:w]], [t1]), "invalid tensor type"),
+            (lambda b: b.allreduce([t1, t2]), "invalid tensor type"),
+            (lambda b: b.allreduce([t1, t3]), "invalid tensor size"),
+            (lambda b: b.broadcast([t1, t2], dist.BroadcastOptions()), "invalid tensor type"),
+            (lambda b: b.reduce([t1, t1], dist.ReduceOptions()), "requires a single-element tensor list"),
+        ]
+        for fn, words in cases:
+            for backend in (pg, gl):
+                try:
+                    fn(backend).wait()
+                except RuntimeError as e:
+                    assert words in str(e), f"{backend.name()}: {words!r} not in {e}"
+                else:
+                    raise AssertionError(f"{backend.name()} accepted ({words})")
+        dist.barrier()
+        self.count += 1
+
     def sparse(self):
         # Sparse COO all-reduce (SUM), as gloo's: rank r holds entries at indices that overlap other
         # ranks' (uncoalesced: some repeat), with a dense dimension of 3; then once more with rank 1
@@ -493,7 +599,8 @@ class Checker:
     def misuse(self):
         cases = [
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
-            (lambda: dist.all_gather([torch.zeros(4) for _ in range(self.world)], torch.ones(4, 2)[:, 0]), "contiguous"),
+            (lambda: dist.all_to_all_single(torch.zeros(2 * self.world), torch.ones(2 * self.world, 2)[:, 0]),
+             "Tensors must be contiguous"),
             (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX), "SUM only"),
             (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
             (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),
@@ -505,6 +612,8 @@ class Checker:
                 fn()
             except (RuntimeError, ValueError) as e:
                 assert words in str(e), f"{words!r} not in {e}"
+                # As gloo: a view passed to all_to_all_single is a ValueError.
+                assert isinstance(e, ValueError) == ("contiguous" in words), f"{type(e).__name__}: {e}"
             else:
                 raise AssertionError(f"misuse accepted ({words})")
         dist.barrier()
@@ -516,7 +625,7 @@ def run(rank, world, port):
     dist.init_process_group("chorus", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     c = Checker(rank, world, gloo)
-    for part in ("allreduce", "coalesced", "as_gloo", "sparse", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
+    for part in ("allreduce", "coalesced", "as_gloo", "several", "sparse", "rooted", "gathers", "reduce_scatters", "alltoalls", "point_to_point",
                  "any_source", "misuse"):
         getattr(c, part)()
         if rank == 0:

@@ -57,9 +57,29 @@ void checkTensor(const at::Tensor& t, const char* where, bool views = false) {
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where, bool views = false) {
   TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
-  TORCH_CHECK(ts.size() == 1, "chorus: ", where, " takes one tensor per rank, got ", ts.size());
+  TORCH_CHECK(ts.size() == 1, "chorus: ", where, " requires a single-element tensor list (got ", ts.size(), ")");
   checkTensor(ts[0], where, views);
   return ts[0];
+}
+
+// Several tensors of one rank in one call (gloo takes them in allreduce, broadcast and allgather):
+// each of the first's layout, type and sizes, checked in c10d's words (assertLayoutMatch,
+// assertTypeMatch, assertSizesMatch; the index is the tensor's own in the list).
+void checkAlike(const std::vector<at::Tensor>& ts, const char* where, bool dense = true) {
+  TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
+  const at::Tensor& first = ts[0];
+  for (size_t i = 1; i < ts.size(); ++i) {
+    TORCH_CHECK(ts[i].layout() == first.layout(), "chorus: ", where, ": invalid tensor layout at index ", i,
+                " (expected ", first.layout(), ", got ", ts[i].layout(), ")");
+    TORCH_CHECK(ts[i].scalar_type() == first.scalar_type() && ts[i].device() == first.device(), "chorus: ", where,
+                ": invalid tensor type at index ", i, " (expected ", first.scalar_type(), " on ", first.device(),
+                ", got ", ts[i].scalar_type(), " on ", ts[i].device(), ")");
+    TORCH_CHECK(ts[i].sizes() == first.sizes(), "chorus: ", where, ": invalid tensor size at index ", i, " (expected ",
+                first.sizes(), ", got ", ts[i].sizes(), ")");
+  }
+  if (dense) {
+    for (const at::Tensor& t : ts) checkTensor(t, where, /*views=*/true);
+  }
 }
 
 // Whether two of the (contiguous) tensors share memory: the same tensor twice, or overlapping views.
@@ -75,8 +95,9 @@ bool anyOverlap(const std::vector<at::Tensor>& ts) {
   return false;
 }
 
+// A tensor of a list staged through a flat tensor (packOnStream, unpackAfter): any strides.
 void checkSame(const at::Tensor& a, const at::Tensor& b, const char* where) {
-  checkTensor(b, where);
+  checkTensor(b, where, /*views=*/true);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "chorus: ", where, ": tensors of types ", a.scalar_type(), " and ",
               b.scalar_type(), " must be of one type");
   TORCH_CHECK(a.numel() == b.numel(), "chorus: ", where, ": tensors of ", a.numel(), " and ", b.numel(),
@@ -210,13 +231,41 @@ struct Dense {
   }
 };
 
+// acc = acc OP x, in place, as the reduction `kind` takes this rank's several tensors: AVG and
+// PREMUL_SUM sum them (Chorus divides or multiplies once, across ranks); bool sums are logical or.
+void reduceInto(at::Tensor& acc, const at::Tensor& x, c10d::ReduceOp::RedOpType kind) {
+  switch (kind) {
+    case c10d::ReduceOp::PRODUCT:
+      acc.mul_(x);
+      return;
+    case c10d::ReduceOp::MIN:
+      at::minimum_out(acc, acc, x);
+      return;
+    case c10d::ReduceOp::MAX:
+      at::maximum_out(acc, acc, x);
+      return;
+    case c10d::ReduceOp::BAND:
+      acc.bitwise_and_(x);
+      return;
+    case c10d::ReduceOp::BOR:
+      acc.bitwise_or_(x);
+      return;
+    case c10d::ReduceOp::BXOR:
+      acc.bitwise_xor_(x);
+      return;
+    default:
+      acc.add_(x);
+      return;
+  }
+}
+
 // Queues the copy of `parts` into the flat staging tensor (one after another, in order) on the
 // stream, so it reads the parts after the work queued before it.
 chorusResult_t packOnStream(chorusStream_t stream, std::vector<at::Tensor> parts, at::Tensor flat) {
   return queueBefore(stream, [parts, flat]() mutable {
     int64_t at = 0;
     for (const at::Tensor& p : parts) {
-      flat.narrow(0, at, p.numel()).copy_(p.view({-1}));
+      flat.narrow(0, at, p.numel()).view(p.sizes()).copy_(p);  // any strides
       at += p.numel();
     }
   });
@@ -228,7 +277,7 @@ std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat
   return [parts, flat]() mutable {
     int64_t at = 0;
     for (at::Tensor& p : parts) {
-      p.view({-1}).copy_(flat.narrow(0, at, p.numel()));
+      p.copy_(flat.narrow(0, at, p.numel()).view(p.sizes()));  // any strides
       at += p.numel();
     }
   };
@@ -239,17 +288,24 @@ std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat
 // v-collectives (chorusAllGatherV, chorusReduceScatterV), as ProcessGroupNCCL takes them.
 std::vector<size_t> listCounts(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, int rank,
                                const char* where) {
-  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
-              " tensors (one per rank), got ", list.size());
+  // gloo's words (allgather: "invalid output tensor list", reduce_scatter: "invalid input tensor
+  // list size"), which programs and PyTorch's tests match on.
+  const bool gather = std::strcmp(where, "allgather") == 0;
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where,
+              gather ? ": invalid output tensor list at index 0 (expected length "
+                     : ": invalid input tensor list size, must be world size (",
+              size, ", got ", list.size(), gather ? ")" : " tensors)");
   std::vector<size_t> counts;
-  for (const at::Tensor& t : list) {
-    checkTensor(t, where);
-    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "chorus: ", where, ": tensors of types ", like.scalar_type(),
-                " and ", t.scalar_type(), " must be of one type");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const at::Tensor& t = list[i];
+    checkTensor(t, where, /*views=*/true);  // staged through a flat tensor
+    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "chorus: ", where, ": invalid tensor type at index ", i,
+                " (expected ", like.scalar_type(), ", got ", t.scalar_type(), ")");
     counts.push_back(static_cast<size_t>(t.numel()));
   }
-  TORCH_CHECK(counts[rank] == static_cast<size_t>(like.numel()), "chorus: ", where,
-              ": this rank's tensor in the list has ", counts[rank], " elements, its own tensor ", like.numel());
+  TORCH_CHECK(counts[rank] == static_cast<size_t>(like.numel()), "chorus: ", where, ": invalid tensor size at index ",
+              rank, " (this rank's tensor in the list has ", counts[rank], " elements, its own tensor ", like.numel(),
+              "; the others may differ, as ProcessGroupNCCL takes them)");
   return counts;
 }
 
@@ -292,11 +348,14 @@ chorusResult_t inGroup(size_t n, const std::function<chorusResult_t(size_t)>& op
 }  // namespace
 
 WorkChorus::WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-                       std::vector<at::Tensor> keepAlive)
+                       std::vector<at::Tensor> keepAlive, std::vector<std::vector<at::Tensor>> lists)
     : Work(rank, type, name),
       outputs_(std::move(outputs)),
+      lists_(std::move(lists)),
       keepAlive_(std::move(keepAlive)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          lists_.empty() ? c10::ListType::create(c10::TensorType::get())
+                         : c10::ListType::create(c10::ListType::create(c10::TensorType::get())))) {}
 
 int WorkChorus::sourceRank() const {
   TORCH_CHECK(source_ >= 0, "chorus: sourceRank() is known only for a completed recv from any source");
@@ -308,7 +367,7 @@ void WorkChorus::complete(std::exception_ptr error) {
   if (error) {
     future_->setError(error);
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    future_->markCompleted(lists_.empty() ? c10::IValue(outputs_) : c10::IValue(lists_));
   }
   keepAlive_.clear();
   finish(error);
@@ -393,10 +452,14 @@ chorusRedOp_t ProcessGroupChorus::redOp(const c10d::ReduceOp& op, const at::Tens
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(
-    c10d::OpType type, const char* name, std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
-    const std::function<chorusResult_t()>& issue, std::function<void()> after, chorusRedOp_t customOp, int** source) {
-  auto work = c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive));
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::launch(c10d::OpType type, const char* name,
+                                                          std::vector<at::Tensor> outputs,
+                                                          std::vector<at::Tensor> keepAlive,
+                                                          const std::function<chorusResult_t()>& issue,
+                                                          std::function<void()> after, chorusRedOp_t customOp,
+                                                          int** source, std::vector<std::vector<at::Tensor>> lists) {
+  auto work =
+      c10::make_intrusive<WorkChorus>(rank_, type, name, std::move(outputs), std::move(keepAlive), std::move(lists));
   if (source) *source = work->sourceSlot();
   std::lock_guard<std::mutex> g(launchMu_);
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++seq_;
@@ -424,21 +487,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Ten
   // In gloo's order: the root, the root tensor (of an empty list too), then the tensor.
   checkRoot(opts.rootRank, size_, "broadcast");
   checkRootTensor(opts.rootTensor, tensors.size(), "broadcast");
-  const Dense d(single(tensors, "broadcast", /*views=*/true));
+  // Several tensors of this rank, as gloo takes them: the root's tensor rootTensor goes to every
+  // rank, into every one of its tensors (the root's own others too).
+  checkAlike(tensors, "broadcast");
+  const Dense d(tensors[opts.rootTensor]);
   const at::Tensor& t = d.work;
+  std::vector<at::Tensor> keep = d.keep();
+  keep.insert(keep.end(), tensors.begin(), tensors.end());
+  std::function<void()> after = d.copyBack();
+  if (tensors.size() > 1) {
+    after = [user = tensors, work = d.work]() mutable {
+      for (at::Tensor& u : user) u.copy_(work);
+    };
+  }
   return launch(
-      c10d::OpType::BROADCAST, "broadcast", tensors, d.keep(),
+      c10d::OpType::BROADCAST, "broadcast", tensors, keep,
       [&] {
         if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
         return chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dataType(t, "broadcast"),
                                static_cast<int>(opts.rootRank), comm_, stream_);
       },
-      d.copyBack());
+      std::move(after));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
-  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) return allreduceSparse(tensors[0], opts);
+  if (!tensors.empty() && tensors[0].layout() == at::kSparse) return allreduceSparse(tensors, opts);
+  if (tensors.size() > 1) return allreduceMany(tensors, opts);
   const Dense d(single(tensors, "allreduce", /*views=*/true));
   const at::Tensor& t = d.work;
   const chorusRedOp_t op = redOp(opts.reduceOp, t, "allreduce");
@@ -451,10 +526,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Ten
       d.copyBack(), op >= chorusNumOps ? op : chorusNumOps);
 }
 
+// Several tensors of this rank, as gloo takes them: the reduction over every rank's tensors, all of
+// them, written to each. This rank's are reduced into one contiguous tensor on the stream (after
+// the work queued before, which may write them), that one is all-reduced, and copied to each.
+// AVG divides the whole once by the world size, into every tensor (gloo divides only the first).
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceMany(std::vector<at::Tensor>& tensors,
+                                                                 const c10d::AllreduceOptions& opts) {
+  checkAlike(tensors, "allreduce");
+  const chorusRedOp_t op = redOp(opts.reduceOp, tensors[0], "allreduce");
+  at::Tensor acc = at::empty(tensors[0].sizes(), tensors[0].options().memory_format(at::MemoryFormat::Contiguous));
+  std::vector<at::Tensor> parts = tensors;
+  return launch(
+      c10d::OpType::ALLREDUCE, "allreduce", tensors, keepAll(parts, acc, {}),
+      [&] {
+        const chorusResult_t rc = queueBefore(stream_, [parts, acc, kind = opts.reduceOp.op_]() mutable {
+          acc.copy_(parts[0]);
+          for (size_t i = 1; i < parts.size(); ++i) reduceInto(acc, parts[i], kind);
+        });
+        if (rc != chorusSuccess) return rc;
+        return chorusAllReduce(acc.data_ptr(), acc.data_ptr(), acc.numel(), dataType(acc, "allreduce"), op, comm_,
+                               stream_);
+      },
+      [parts, acc]() mutable {
+        for (at::Tensor& p : parts) p.copy_(acc);
+      },
+      op >= chorusNumOps ? op : chorusNumOps);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                                     const c10d::AllreduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "chorus: allreduce_sparse takes one tensor per rank, got ", tensors.size());
-  return allreduceSparse(tensors[0], opts);
+  return allreduceSparse(tensors, opts);
 }
 
 void ProcessGroupChorus::runNow(const char* name, const std::function<chorusResult_t()>& issue) {
@@ -466,8 +567,13 @@ void ProcessGroupChorus::runNow(const char* name, const std::function<chorusResu
   TORCH_CHECK(chorusStreamSynchronize(stream_) == chorusSuccess, "chorus: ", name, " failed: ", lastError());
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                                   const c10d::AllreduceOptions& opts) {
   const char* name = "allreduce (sparse)";
+  checkAlike(tensors, name, /*dense=*/false);
+  // Several tensors of this rank: their sum takes part, and every one of them gets the result.
+  at::Tensor t = tensors[0];
+  for (size_t i = 1; i < tensors.size(); ++i) t = t + tensors[i];
   TORCH_CHECK(t.device().is_cpu(), "chorus: ", name, " takes CPU tensors; this one is on ", t.device());
   TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "chorus: ", name, " supports ReduceOp.SUM only (as gloo's), not ",
               opName(opts.reduceOp.op_));
@@ -528,10 +634,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(at::Tensor& t
   at::Tensor sum = at::sparse_coo_tensor(at::cat(gatheredIndices, 1), at::cat(gatheredValues, 0), t.sizes(),
                                          values.options().layout(at::kSparse))
                        .coalesce();
-  t.copy_(sum);
+  for (at::Tensor& each : tensors) each.copy_(sum);
   ++seq_;
-  auto work = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::ALLREDUCE, name, std::vector<at::Tensor>{t},
-                                              std::vector<at::Tensor>{});
+  auto work = c10::make_intrusive<WorkChorus>(rank_, c10d::OpType::ALLREDUCE, name, tensors, std::vector<at::Tensor>{});
   work->complete(nullptr);
   return work;
 }
@@ -592,22 +697,65 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions&) {
-  const at::Tensor& in = single(inputs, "allgather");
-  TORCH_CHECK(outputs.size() == 1, "chorus: allgather takes one output list per rank, got ", outputs.size());
+  TORCH_CHECK(!inputs.empty(), "chorus: allgather requires non-empty input tensor list");
+  if (inputs.size() > 1) return allgatherMany(outputs, inputs);
+  const Dense d(single(inputs, "allgather", /*views=*/true));
+  const at::Tensor& in = d.work;
+  TORCH_CHECK(outputs.size() == 1,
+              "chorus: allgather requires input/output tensor lists to have the same length (1 "
+              "input, ",
+              outputs.size(), " output lists)");
   const std::vector<size_t> counts = listCounts(outputs[0], in, size_, rank_, "allgather");
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
   at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
   const std::vector<at::Tensor>& outs = outputs[0];
   const size_t n = static_cast<size_t>(in.numel());
   return launch(
-      c10d::OpType::ALLGATHER, "allgather", outs, keepAll({in}, flat, outs),
+      c10d::OpType::ALLGATHER, "allgather", outs, keepAll(d.keep(), flat, outs),
       [&] {
+        if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
         const chorusDataType_t t = dataType(in, "allgather");
         return evenCounts(counts)
                    ? chorusAllGather(in.data_ptr(), flat.data_ptr(), n, t, comm_, stream_)
                    : chorusAllGatherV(in.data_ptr(), n, flat.data_ptr(), counts.data(), nullptr, t, comm_, stream_);
       },
       unpackAfter(outs, flat));
+}
+
+// Several inputs of this rank (k), as gloo takes them: k output lists, each of k x world size
+// tensors, all alike; entry j of every list is input j % k of rank j / k.
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherMany(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                 std::vector<at::Tensor>& inputs) {
+  const char* name = "allgather";
+  checkAlike(inputs, name);
+  const size_t k = inputs.size();
+  TORCH_CHECK(outputs.size() == k, "chorus: ", name, " requires input/output tensor lists to have the same length (", k,
+              " inputs, ", outputs.size(), " output lists)");
+  std::vector<at::Tensor> outs;
+  for (size_t g = 0; g < k; ++g) {
+    TORCH_CHECK(outputs[g].size() == k * size_, "chorus: ", name, ": invalid output tensor list at index ", g,
+                " (expected length ", k * size_, ", got ", outputs[g].size(), ")");
+    std::vector<at::Tensor> list = outputs[g];
+    list.insert(list.begin(), inputs[0]);
+    checkAlike(list, name);
+    outs.insert(outs.end(), outputs[g].begin(), outputs[g].end());
+  }
+  const int64_t n = inputs[0].numel();
+  at::Tensor flatIn = at::empty({static_cast<int64_t>(k) * n}, inputs[0].options());
+  at::Tensor flatOut = at::empty({static_cast<int64_t>(k) * size_ * n}, inputs[0].options());
+  std::vector<at::Tensor> ins = inputs;
+  std::vector<std::vector<at::Tensor>> lists = outputs;
+  return launch(
+      c10d::OpType::ALLGATHER, name, outs, keepAll(keepAll(ins, flatIn, outs), flatOut, {}),
+      [&]() -> chorusResult_t {
+        if (chorusResult_t rc = packOnStream(stream_, ins, flatIn); rc != chorusSuccess) return rc;
+        return chorusAllGather(flatIn.data_ptr(), flatOut.data_ptr(), flatIn.numel(), dataType(flatIn, name), comm_,
+                               stream_);
+      },
+      [lists, flatOut]() mutable {
+        for (const std::vector<at::Tensor>& list : lists) unpackAfter(list, flatOut)();
+      },
+      chorusNumOps, nullptr, lists);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -639,14 +787,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
-  const at::Tensor& in = single(inputs, "gather");
-  checkRoot(opts.rootRank, size_, "gather");
+  checkRoot(opts.rootRank, size_, "gather");  // gloo's order: the root first
+  const Dense d(single(inputs, "gather", /*views=*/true));
+  const at::Tensor& in = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = in.numel();
   const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
   return launch(
-      c10d::OpType::GATHER, "gather", outs, keepAll({in}, flat, outs),
+      c10d::OpType::GATHER, "gather", outs, keepAll(d.keep(), flat, outs),
       [&] {
+        if (chorusResult_t rc = d.fill(stream_); rc != chorusSuccess) return rc;
         return chorusGather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, dataType(in, "gather"), root,
                             comm_, stream_);
       },
@@ -656,26 +806,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
-  const at::Tensor& out = single(outputs, "scatter");
-  checkRoot(opts.rootRank, size_, "scatter");
+  checkRoot(opts.rootRank, size_, "scatter");  // gloo's order: the root first
+  const Dense d(single(outputs, "scatter", /*views=*/true));
+  const at::Tensor& out = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = out.numel();
   const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
-  return launch(c10d::OpType::SCATTER, "scatter", outputs, keepAll({out}, flat, ins), [&]() -> chorusResult_t {
-    if (flat.defined()) {
-      const chorusResult_t rc = packOnStream(stream_, ins, flat);
-      if (rc != chorusSuccess) return rc;
-    }
-    return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, dataType(out, "scatter"), root,
-                         comm_, stream_);
-  });
+  return launch(
+      c10d::OpType::SCATTER, "scatter", outputs, keepAll(d.keep(), flat, ins),
+      [&]() -> chorusResult_t {
+        if (flat.defined()) {
+          const chorusResult_t rc = packOnStream(stream_, ins, flat);
+          if (rc != chorusSuccess) return rc;
+        }
+        return chorusScatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, dataType(out, "scatter"),
+                             root, comm_, stream_);
+      },
+      d.copyBack());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  const at::Tensor& out = single(outputs, "reduce_scatter");
-  TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list per rank, got ", inputs.size());
+  const Dense d(single(outputs, "reduce_scatter", /*views=*/true));
+  const at::Tensor& out = d.work;
+  TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter requires input/output tensor lists to have the same length (",
+              inputs.size(), " input lists)");
   const std::vector<size_t> counts = listCounts(inputs[0], out, size_, rank_, "reduce_scatter");
   const chorusRedOp_t op = redOp(opts.reduceOp, out, "reduce_scatter");
   const size_t n = static_cast<size_t>(out.numel());
@@ -683,7 +839,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
   at::Tensor flat = at::empty({static_cast<int64_t>(total)}, out.options());
   return launch(
-      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keepAll({out}, flat, ins),
+      c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, keepAll(d.keep(), flat, ins),
       [&]() -> chorusResult_t {
         const chorusResult_t rc = packOnStream(stream_, ins, flat);
         if (rc != chorusSuccess) return rc;
@@ -692,7 +848,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
                                   : chorusReduceScatterV(flat.data_ptr(), counts.data(), nullptr, out.data_ptr(), n, t,
                                                          op, comm_, stream_);
       },
-      nullptr, op >= chorusNumOps ? op : chorusNumOps);
+      d.copyBack(), op >= chorusNumOps ? op : chorusNumOps);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -737,6 +893,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor& out
                                                                  std::vector<int64_t>& outputSplitSizes,
                                                                  std::vector<int64_t>& inputSplitSizes,
                                                                  const c10d::AllToAllOptions&) {
+  // ValueError, in gloo's words: all_to_all_single's callers catch it by type.
+  TORCH_CHECK_VALUE(input.layout() != at::kStrided || input.is_contiguous(),
+                    "chorus: alltoall_base: Tensors must be contiguous (the input is a view; call .contiguous())");
   checkTensor(input, "alltoall_base");
   checkTensor(output, "alltoall_base");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: alltoall_base: output and input types differ");

@@ -28,8 +28,10 @@ namespace chorus_torch {
 
 class WorkChorus : public c10d::Work {
  public:
+  // `lists`: outputs that are lists of lists (gloo's allgather of several inputs), the future's
+  // value then a list of lists.
   WorkChorus(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-             std::vector<at::Tensor> keepAlive);
+             std::vector<at::Tensor> keepAlive, std::vector<std::vector<at::Tensor>> lists = {});
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   // On the Chorus thread, once the operation is over.
@@ -41,6 +43,7 @@ class WorkChorus : public c10d::Work {
  private:
   int source_ = -1;
   std::vector<at::Tensor> outputs_;
+  std::vector<std::vector<at::Tensor>> lists_;
   std::vector<at::Tensor> keepAlive_;  // inputs and staging the operation reads or writes
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -133,9 +136,12 @@ class ProcessGroupChorus : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keepAlive, const std::function<chorusResult_t()>& issue,
                                         std::function<void()> after = nullptr, chorusRedOp_t customOp = chorusNumOps,
-                                        int** source = nullptr);
+                                        int** source = nullptr, std::vector<std::vector<at::Tensor>> lists = {});
 
-  c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
+  c10::intrusive_ptr<c10d::Work> allgatherMany(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs);
+  c10::intrusive_ptr<c10d::Work> allreduceMany(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts);
   // Enqueues `issue` in the launch order and waits for the stream: for what needs a result at once.
   void runNow(const char* name, const std::function<chorusResult_t()>& issue);
 
