@@ -9,9 +9,12 @@ spawned rank (spawn re-imports this module), runs the tests and writes each test
 
     PYTHONPATH=build/python .torch-venv/bin/python tools/torch_dist_suite.py run chorus 2 chorus-2.json
     PYTHONPATH=build/python .torch-venv/bin/python tools/torch_dist_suite.py run gloo 2 gloo-2.json
+    PYTHONPATH=build/python .torch-venv/bin/python tools/torch_dist_suite.py run chorus-as-gloo 2 as-gloo-2.json
     .torch-venv/bin/python tools/torch_dist_suite.py compare gloo-2.json chorus-2.json
 
-`run` options: -k SUBSTRING (only tests whose name holds it, repeatable), --timeout S (per test,
+`chorus-as-gloo` runs the test base exactly as for gloo (BACKEND=gloo: its gates and the branches
+of its test bodies), with every group it makes chorus's: torch.distributed's Backend maps the name
+"gloo" to chorus. `run` options: -k SUBSTRING (only tests whose name holds it, repeatable), --timeout S (per test,
 default 120; PyTorch's default is 300), --features F,G (the test base's
 DistTestCases.backend_feature sets to add the backend's name to before its decorators run; chorus:
 ddp, subgroup and plugin, what it has on CPU tensors, not gpu or cuda), --gates-of NAME (the test
@@ -43,11 +46,31 @@ def _environment(backend, world, timeout, features, gates):
 CHORUS_FEATURES = "ddp,subgroup,plugin"
 
 
+def gloo_means_chorus():
+    """The name "gloo" names chorus wherever torch.distributed reads a backend's name (its Backend
+    class maps it): tests written for gloo, bodies and gates alike, run on chorus's groups."""
+    import chorus_torch  # noqa: F401  registers "chorus"
+    from torch.distributed import Backend
+
+    if getattr(Backend, "_suite_gloo_means_chorus", False):
+        return
+    named = Backend.__new__
+
+    def as_chorus(cls, name):
+        value = named(cls, name)
+        return Backend("chorus") if value == Backend.GLOO else value
+
+    Backend.__new__ = staticmethod(as_chorus)
+    Backend._suite_gloo_means_chorus = True
+
+
 def _define_test_class():
     """The test base's class for this backend, at this module's top level, where pickle finds it."""
     backend = os.environ["BACKEND"]
     if backend == "chorus":
         import chorus_torch  # noqa: F401
+    if os.environ.get("TORCH_DIST_SUITE_AS_GLOO"):
+        gloo_means_chorus()
     import torch
     from torch.testing._internal.common_distributed import DistTestCases
 
@@ -143,7 +166,10 @@ def run(args):
     features = args.features
     if features is None:
         features = CHORUS_FEATURES if args.backend == "chorus" else ""
-    _environment(args.backend, args.world, args.timeout, features, args.gates_of)
+    # chorus-as-gloo: the test base runs as for gloo, every group it makes is chorus's.
+    as_gloo = args.backend == "chorus-as-gloo"
+    os.environ["TORCH_DIST_SUITE_AS_GLOO"] = "1" if as_gloo else ""
+    _environment("gloo" if as_gloo else args.backend, args.world, args.timeout, features, args.gates_of)
     import torch
 
     TestDistBackendWithSpawn = _define_test_class()

@@ -344,6 +344,7 @@ class Checker:
         assert torch.equal(out[:, 1], want) and not out[:, [0, 2]].any(), (out, want)
         # Bad lists, in gloo's words (PyTorch's gloo tests match them), and gloo's own for the same.
         t1, t2, t3 = torch.zeros(1), torch.zeros(1, dtype=torch.float64), torch.zeros(2)
+        sp = torch.sparse_coo_tensor([[0]], [1.0], size=(1,))
         cases = [
             (lambda b: b.allgather([], []), "requires non-empty input tensor list"),
             (lambda b: b.allgather([], [t1]), "requires input/output tensor lists to have the same length"),
@@ -355,6 +356,13 @@ class Checker:
             (lambda b: b.allreduce([t1, t3]), "invalid tensor size"),
             (lambda b: b.broadcast([t1, t2], dist.BroadcastOptions()), "invalid tensor type"),
             (lambda b: b.reduce([t1, t1], dist.ReduceOptions()), "requires a single-element tensor list"),
+            (lambda b: b.gather([], [], dist.GatherOptions()), "requires a single-element input tensor list"),
+            (lambda b: b.scatter([], [], dist.ScatterOptions()), "requires a single-element output tensor list"),
+            (lambda b: b.allreduce_coalesced([t1, t2], dist.AllreduceCoalescedOptions()),
+             "tensors must all have the same type"),
+            (lambda b: b.allreduce_coalesced([t1, sp], dist.AllreduceCoalescedOptions()),
+             "invalid tensor layout at index"),
+            (lambda b: b.allreduce_coalesced([sp, sp.clone()], dist.AllreduceCoalescedOptions()), "unsupported layout"),
         ]
         for fn, words in cases:
             for backend in (pg, gl):
@@ -601,7 +609,8 @@ class Checker:
             (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "does not support tensors of type Short"),
             (lambda: dist.all_to_all_single(torch.zeros(2 * self.world), torch.ones(2 * self.world, 2)[:, 0]),
              "Tensors must be contiguous"),
-            (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX), "SUM only"),
+            (lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX),
+             "unsupported reduction operation (allreduce of sparse tensors only works with ReduceOp.SUM"),
             (lambda: dist._all_gather_base(torch.zeros(5), torch.zeros(2)), "the output has 5 elements, not world size"),
             (lambda: dist.reduce_scatter_tensor(torch.zeros(2), torch.zeros(5)), "the input has 5 elements, not world size"),
             (lambda: dist.all_gather([torch.zeros(2 if r == self.rank else 3) for r in range(self.world)], torch.zeros(3)),

@@ -50,14 +50,19 @@ chorusDataType_t dataType(const at::Tensor& t, const char* where) {
 // `views`: the call stages a tensor that is not contiguous (Dense, below).
 void checkTensor(const at::Tensor& t, const char* where, bool views = false) {
   TORCH_CHECK(t.device().is_cpu(), "chorus: ", where, " takes CPU tensors; this one is on ", t.device());
-  TORCH_CHECK(t.layout() == at::kStrided, "chorus: ", where, " takes dense tensors, not ", t.layout());
+  TORCH_CHECK(t.layout() == at::kStrided, "chorus: ", where, ": unsupported layout ", t.layout(),
+              " (it takes dense tensors)");
   TORCH_CHECK(views || t.is_contiguous(), "chorus: ", where, " takes contiguous tensors (call .contiguous())");
   (void)dataType(t, where);
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where, bool views = false) {
-  TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
-  TORCH_CHECK(ts.size() == 1, "chorus: ", where, " requires a single-element tensor list (got ", ts.size(), ")");
+// `list`: "input " or "output " where the call has both, for gloo's words ("requires a
+// single-element input tensor list", for an empty list too).
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where, bool views = false,
+                         const char* list = "") {
+  TORCH_CHECK(*list || !ts.empty(), "chorus: ", where, " requires non-empty tensor list");
+  TORCH_CHECK(ts.size() == 1, "chorus: ", where, " requires a single-element ", list, "tensor list (got ", ts.size(),
+              ")");
   checkTensor(ts[0], where, views);
   return ts[0];
 }
@@ -149,6 +154,18 @@ const char* opName(c10d::ReduceOp::RedOpType op) {
       return "ReduceOp.BOR";
     case c10d::ReduceOp::BXOR:
       return "ReduceOp.BXOR";
+    case c10d::ReduceOp::SUM:
+      return "ReduceOp.SUM";
+    case c10d::ReduceOp::PRODUCT:
+      return "ReduceOp.PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "ReduceOp.MIN";
+    case c10d::ReduceOp::MAX:
+      return "ReduceOp.MAX";
+    case c10d::ReduceOp::AVG:
+      return "ReduceOp.AVG";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "ReduceOp.PREMUL_SUM";
     default:
       return "this ReduceOp";
   }
@@ -575,8 +592,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(std::vector<a
   at::Tensor t = tensors[0];
   for (size_t i = 1; i < tensors.size(); ++i) t = t + tensors[i];
   TORCH_CHECK(t.device().is_cpu(), "chorus: ", name, " takes CPU tensors; this one is on ", t.device());
-  TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "chorus: ", name, " supports ReduceOp.SUM only (as gloo's), not ",
-              opName(opts.reduceOp.op_));
+  TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "chorus: ", name,
+              ": unsupported reduction operation (allreduce of sparse tensors only works with ReduceOp.SUM, as "
+              "gloo's; not ",
+              opName(opts.reduceOp.op_), ")");
   constexpr int64_t kMaxDims = 8;
   TORCH_CHECK(t.dim() <= kMaxDims, "chorus: ", name, " takes tensors of up to ", kMaxDims, " dimensions");
   const at::Tensor in = t.coalesce();
@@ -644,9 +663,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduceSparse(std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                        const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced requires non-empty tensor list");
-  for (const at::Tensor& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    TORCH_CHECK(t.layout() == tensors[0].layout(), "chorus: allreduce_coalesced: invalid tensor layout at index ", i,
+                " (expected ", tensors[0].layout(), ", got ", t.layout(), ")");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(),
+                "chorus: allreduce_coalesced: tensors must all have the same type (", tensors[0].scalar_type(), " and ",
+                t.scalar_type(), ")");
+    TORCH_CHECK(t.device() == tensors[0].device(),
+                "chorus: allreduce_coalesced: tensors must all be on the same device");
     checkTensor(t, "allreduce_coalesced");
-    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "chorus: allreduce_coalesced takes tensors of one type");
   }
   const chorusRedOp_t op = redOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
   if (anyOverlap(tensors)) {
@@ -788,7 +814,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::GatherOptions& opts) {
   checkRoot(opts.rootRank, size_, "gather");  // gloo's order: the root first
-  const Dense d(single(inputs, "gather", /*views=*/true));
+  const Dense d(single(inputs, "gather", /*views=*/true, "input "));
   const at::Tensor& in = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = in.numel();
@@ -807,7 +833,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ScatterOptions& opts) {
   checkRoot(opts.rootRank, size_, "scatter");  // gloo's order: the root first
-  const Dense d(single(outputs, "scatter", /*views=*/true));
+  const Dense d(single(outputs, "scatter", /*views=*/true, "output "));
   const at::Tensor& out = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = out.numel();
@@ -828,7 +854,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                   std::vector<std::vector<at::Tensor>>& inputs,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  const Dense d(single(outputs, "reduce_scatter", /*views=*/true));
+  const Dense d(single(outputs, "reduce_scatter", /*views=*/true, "output "));
   const at::Tensor& out = d.work;
   TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter requires input/output tensor lists to have the same length (",
               inputs.size(), " input lists)");
