@@ -345,6 +345,10 @@ class Checker:
         # Bad lists, in gloo's words (PyTorch's gloo tests match them), and gloo's own for the same.
         t1, t2, t3 = torch.zeros(1), torch.zeros(1, dtype=torch.float64), torch.zeros(2)
         sp = torch.sparse_coo_tensor([[0]], [1.0], size=(1,))
+
+        def rooted(opts, root):
+            opts.rootRank = root
+            return opts
         cases = [
             (lambda b: b.allgather([], []), "requires non-empty input tensor list"),
             (lambda b: b.allgather([], [t1]), "requires input/output tensor lists to have the same length"),
@@ -358,6 +362,15 @@ class Checker:
             (lambda b: b.reduce([t1, t1], dist.ReduceOptions()), "requires a single-element tensor list"),
             (lambda b: b.gather([], [], dist.GatherOptions()), "requires a single-element input tensor list"),
             (lambda b: b.scatter([], [], dist.ScatterOptions()), "requires a single-element output tensor list"),
+            # Each rank the root of its own call (or each another's), so that every rank refuses.
+            (lambda b: b.gather([[t1] * (w - 1)], [t1], rooted(dist.GatherOptions(), me)), "Incorrect output list size"),
+            (lambda b: b.gather([[t1] * w, [t1] * w], [t1], rooted(dist.GatherOptions(), me)),
+             "requires a single-element output list"),
+            (lambda b: b.gather([[t1] * w], [t1], rooted(dist.GatherOptions(), (me + 1) % w)),
+             "requires empty output on non-root"),
+            (lambda b: b.gather([[t1] * (w - 1) + [t3]], [t1], rooted(dist.GatherOptions(), me)), "invalid tensor size"),
+            (lambda b: b.scatter([t1], [[t1] * (w - 1) + [t2]], rooted(dist.ScatterOptions(), me)), "invalid tensor type"),
+            (lambda b: b.scatter([t1], [[t1] * (w + 1)], rooted(dist.ScatterOptions(), me)), "Incorrect input list size"),
             (lambda b: b.allreduce_coalesced([t1, t2], dist.AllreduceCoalescedOptions()),
              "tensors must all have the same type"),
             (lambda b: b.allreduce_coalesced([t1, sp], dist.AllreduceCoalescedOptions()),

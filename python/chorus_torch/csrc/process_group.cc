@@ -6,6 +6,7 @@
 #include <pybind11/chrono.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -140,10 +141,22 @@ void checkGatherPair(const at::Tensor& output, const at::Tensor& input, int size
               ")");
 }
 
-void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* where) {
-  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, " needs a list of ", size,
-              " tensors (one per rank), got ", list.size());
-  for (const at::Tensor& t : list) checkSame(like, t, where);
+// A root's list of one tensor per rank, each like `like`; `which` ("input" or "output") for gloo's
+// words ("Incorrect output list size 2. Output list size should be 3, ...", "invalid tensor type at
+// index i", "invalid tensor size at index i").
+void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, const char* where,
+               const char* which) {
+  const std::string Which = std::string(1, static_cast<char>(std::toupper(which[0]))) + (which + 1);
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, ": Incorrect ", which, " list size ",
+              list.size(), ". ", Which, " list size should be ", size, ", same as size of the process group.");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const at::Tensor& t = list[i];
+    checkTensor(t, where, /*views=*/true);  // staged through a flat tensor
+    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "chorus: ", where, ": invalid tensor type at index ", i,
+                " (expected ", like.scalar_type(), ", got ", t.scalar_type(), ")");
+    TORCH_CHECK(t.sizes() == like.sizes(), "chorus: ", where, ": invalid tensor size at index ", i, " (expected ",
+                like.sizes(), ", got ", t.sizes(), ")");
+  }
 }
 
 const char* opName(c10d::ReduceOp::RedOpType op) {
@@ -332,16 +345,18 @@ bool evenCounts(const std::vector<size_t>& counts) {
 
 // The list a rooted call takes at the root (one tensor like `like` per rank) and the flat staging
 // tensor for it; elsewhere no list (and an undefined staging tensor).
+// `which`: "output" (gather) or "input" (scatter), for gloo's words.
 std::pair<std::vector<at::Tensor>, at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists,
                                                         const at::Tensor& like, bool atRoot, int size,
-                                                        const char* where) {
+                                                        const char* where, const char* which) {
   if (!atRoot) {
-    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "chorus: ", where,
-                " takes no tensor list on a rank that is not the root");
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "chorus: ", where, ": requires empty ", which,
+                " on non-root");
     return {};
   }
-  TORCH_CHECK(lists.size() == 1, "chorus: ", where, " takes one tensor list at the root, got ", lists.size());
-  checkList(lists[0], like, size, where);
+  TORCH_CHECK(lists.size() == 1, "chorus: ", where, ": requires a single-element ", which,
+              " list containing a list with ", size, " tensors (got ", lists.size(), " lists)");
+  checkList(lists[0], like, size, where, which);
   return {lists[0], at::empty({size * like.numel()}, like.options())};
 }
 
@@ -818,7 +833,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
   const at::Tensor& in = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = in.numel();
-  const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather");
+  const auto [outs, flat] = rootList(outputs, in, rank_ == root, size_, "gather", "output");
   return launch(
       c10d::OpType::GATHER, "gather", outs, keepAll(d.keep(), flat, outs),
       [&] {
@@ -837,7 +852,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
   const at::Tensor& out = d.work;
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = out.numel();
-  const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter");
+  const auto [ins, flat] = rootList(inputs, out, rank_ == root, size_, "scatter", "input");
   return launch(
       c10d::OpType::SCATTER, "scatter", outputs, keepAll(d.keep(), flat, ins),
       [&]() -> chorusResult_t {
