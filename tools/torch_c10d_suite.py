@@ -16,7 +16,7 @@ through chorus_torch. With `run gloo` nothing is changed: the control.
 
 `run` options: --file NAME (a file of test/distributed to run, repeatable; default test_c10d_gloo.py
 and test_c10d_common.py), -k SUBSTRING (only tests whose class.name holds it, repeatable), --timeout
-S (per test, default 120). Each test's outcome goes to the JSON file, named class.test; `compare`
+S (per test, default 120). Each test's outcome goes to the JSON file, named module.class.test; `compare`
 (tools/torch_dist_suite.py's) lists every test the first passed and the second did not.
 """
 import argparse
@@ -99,7 +99,7 @@ def run(args):
                     suite.addTest(value(name))
     start = time.monotonic()
     class Qualified(_Outcomes):
-        name_parts = 2
+        name_parts = 3  # module.class.test: both files have a CommTest and a TimeoutTest
 
     runner = unittest.TextTestRunner(verbosity=2, resultclass=Qualified, stream=sys.stderr)
     result = runner.run(suite)

@@ -26,6 +26,7 @@ second did not, with the second's reason.
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -78,6 +79,9 @@ def _define_test_class():
     # import: a backend outside PyTorch adds its name to the features it has.
     for feature in filter(None, os.environ.get("TORCH_DIST_SUITE_FEATURES", "").split(",")):
         DistTestCases.backend_feature.setdefault(feature, set()).add(backend)
+    if os.environ.get("TORCH_DIST_SUITE_AS_GLOO"):
+        # Its checks that a backend is available read Backend(BACKEND), which names chorus now: a plugin.
+        DistTestCases.backend_feature.setdefault("plugin", set()).add("chorus")
     # --gates-of: the decorators read another backend's name (BACKEND as they run at import), the
     # tests then run on this one (the module's BACKEND, which _run and the test bodies read).
     gates = os.environ.get("TORCH_DIST_SUITE_GATES") or backend
@@ -123,10 +127,11 @@ class _Outcomes(unittest.TextTestResult):
     def _record(self, test, outcome, reason=""):
         name = ".".join(test.id().split(".")[-self.name_parts:])
         took = time.monotonic() - self._started.get(test.id(), time.monotonic())
-        # Without torch's own hint on how to rerun the test, which ends every failure's text.
-        hint = ("To execute this test", "PYTORCH_PRINT_REPRO_ON_FAILURE", "python test/")
-        lines = [line for line in str(reason).strip().splitlines()
-                 if line.strip() and not any(h in line for h in hint)]
+        # Without torch's own hint on how to rerun the test ("To execute this test, run ...:",
+        # "    python FILE.py Class.test", "This message can be suppressed ..."), which ends every
+        # failure's text.
+        hint = re.compile(r"To execute this test|PYTORCH_PRINT_REPRO_ON_FAILURE|^\s+python \S+\.py \S+$")
+        lines = [line for line in str(reason).strip().splitlines() if line.strip() and not hint.search(line)]
         # The last lines of a traceback name the error; keep a few.
         self.outcomes[name] = {"outcome": outcome, "seconds": round(took, 2), "reason": "\n".join(lines[-6:])}
 
