@@ -497,20 +497,19 @@ int main(int argc, char** argv) {
         c.running = false;
         --running;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 && !terminated && keepGoing) {
-          std::fprintf(stderr, "chorusrun: rank %d (pid %d) %s %d; the other ranks go on (--keep-going)\n", c.rank, pid,
-                       WIFEXITED(status) ? "exited with code" : "was killed by signal",
-                       WIFEXITED(status) ? code : WTERMSIG(status));
-          if (exitCode == 0) exitCode = code;
-        } else if (code != 0 && !terminated) {
-          std::fprintf(stderr, "chorusrun: rank %d (pid %d) %s %d; stopping the other ranks\n", c.rank, pid,
-                       WIFEXITED(status) ? "exited with code" : "was killed by signal",
-                       WIFEXITED(status) ? code : WTERMSIG(status));
-          exitCode = code;
-          terminated = true;
-          terminateAll(SIGTERM);
-          killAt = chorus::nowNs() + static_cast<int64_t>(grace * 1e9);
+        if (code == 0 || terminated) continue;
+        std::fprintf(stderr, "chorusrun: rank %d (pid %d) %s %d; %s\n", c.rank, pid,
+                     WIFEXITED(status) ? "exited with code" : "was killed by signal",
+                     WIFEXITED(status) ? code : WTERMSIG(status),
+                     keepGoing ? "the other ranks go on (--keep-going)" : "stopping the other ranks");
+        if (keepGoing) {
+          if (exitCode == 0) exitCode = code;  // the first failure's code, once all are done
+          continue;
         }
+        exitCode = code;
+        terminated = true;
+        terminateAll(SIGTERM);
+        killAt = chorus::nowNs() + static_cast<int64_t>(grace * 1e9);
       }
     }
     if (terminated && killAt && chorus::nowNs() > killAt) {

@@ -98,6 +98,7 @@ def run(args):
                 if not args.k or any(k in qualified for k in args.k):
                     suite.addTest(value(name))
     start = time.monotonic()
+
     class Qualified(_Outcomes):
         name_parts = 3  # module.class.test: both files have a CommTest and a TimeoutTest
 
