@@ -246,16 +246,14 @@ CHORUS_HD void reduceLoopFor(const ReduceSpec& s, void* dst, const void* recv, c
     case RedKind::kMin:
       reduceLoop<T, RedKind::kMin, kPre>(s, dst, recv, local, n);
       break;
+    case RedKind::kBand:  // the bitwise kinds: integer types only (RedOpTable::check)
+      reduceLoop<T, RedKind::kBand, kPre>(s, dst, recv, local, n);
+      break;
+    case RedKind::kBor:
+      reduceLoop<T, RedKind::kBor, kPre>(s, dst, recv, local, n);
+      break;
     default:
-      if constexpr (std::is_integral_v<T>) {
-        if (s.kind == RedKind::kBand) {
-          reduceLoop<T, RedKind::kBand, kPre>(s, dst, recv, local, n);
-        } else if (s.kind == RedKind::kBor) {
-          reduceLoop<T, RedKind::kBor, kPre>(s, dst, recv, local, n);
-        } else {
-          reduceLoop<T, RedKind::kBxor, kPre>(s, dst, recv, local, n);
-        }
-      }
+      reduceLoop<T, RedKind::kBxor, kPre>(s, dst, recv, local, n);
       break;
   }
 }

@@ -58,9 +58,11 @@ T refOp(RedKind k, T a, T b) {
 // The operators a type has: the bitwise ones for integers only.
 template <typename T>
 std::vector<RedKind> kindsFor() {
-  std::vector<RedKind> k = {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin};
-  if constexpr (std::is_integral_v<T>) k.insert(k.end(), {RedKind::kBand, RedKind::kBor, RedKind::kBxor});
-  return k;
+  if constexpr (std::is_integral_v<T>) {
+    return {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin, RedKind::kBand, RedKind::kBor, RedKind::kBxor};
+  } else {
+    return {RedKind::kSum, RedKind::kProd, RedKind::kMax, RedKind::kMin};
+  }
 }
 
 // Bit for bit: NaNs too (their payload and sign are part of the rule), and -0 is not +0.

@@ -71,18 +71,22 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* where, b
 // Several tensors of one rank in one call (gloo takes them in allreduce, broadcast and allgather):
 // each of the first's layout, type and sizes, checked in c10d's words (assertLayoutMatch,
 // assertTypeMatch, assertSizesMatch; the index is the tensor's own in the list).
+// Tensors `from` on of `ts` like `like` (layout, type and device, sizes), each named by its own index.
+void checkLike(const std::vector<at::Tensor>& ts, const at::Tensor& like, const char* where, size_t from = 0) {
+  for (size_t i = from; i < ts.size(); ++i) {
+    TORCH_CHECK(ts[i].layout() == like.layout(), "chorus: ", where, ": invalid tensor layout at index ", i,
+                " (expected ", like.layout(), ", got ", ts[i].layout(), ")");
+    TORCH_CHECK(ts[i].scalar_type() == like.scalar_type() && ts[i].device() == like.device(), "chorus: ", where,
+                ": invalid tensor type at index ", i, " (expected ", like.scalar_type(), " on ", like.device(),
+                ", got ", ts[i].scalar_type(), " on ", ts[i].device(), ")");
+    TORCH_CHECK(ts[i].sizes() == like.sizes(), "chorus: ", where, ": invalid tensor size at index ", i, " (expected ",
+                like.sizes(), ", got ", ts[i].sizes(), ")");
+  }
+}
+
 void checkAlike(const std::vector<at::Tensor>& ts, const char* where, bool dense = true) {
   TORCH_CHECK(!ts.empty(), "chorus: ", where, " requires non-empty tensor list");
-  const at::Tensor& first = ts[0];
-  for (size_t i = 1; i < ts.size(); ++i) {
-    TORCH_CHECK(ts[i].layout() == first.layout(), "chorus: ", where, ": invalid tensor layout at index ", i,
-                " (expected ", first.layout(), ", got ", ts[i].layout(), ")");
-    TORCH_CHECK(ts[i].scalar_type() == first.scalar_type() && ts[i].device() == first.device(), "chorus: ", where,
-                ": invalid tensor type at index ", i, " (expected ", first.scalar_type(), " on ", first.device(),
-                ", got ", ts[i].scalar_type(), " on ", ts[i].device(), ")");
-    TORCH_CHECK(ts[i].sizes() == first.sizes(), "chorus: ", where, ": invalid tensor size at index ", i, " (expected ",
-                first.sizes(), ", got ", ts[i].sizes(), ")");
-  }
+  checkLike(ts, ts[0], where, 1);
   if (dense) {
     for (const at::Tensor& t : ts) checkTensor(t, where, /*views=*/true);
   }
@@ -149,14 +153,8 @@ void checkList(const std::vector<at::Tensor>& list, const at::Tensor& like, int 
   const std::string Which = std::string(1, static_cast<char>(std::toupper(which[0]))) + (which + 1);
   TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where, ": Incorrect ", which, " list size ",
               list.size(), ". ", Which, " list size should be ", size, ", same as size of the process group.");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const at::Tensor& t = list[i];
-    checkTensor(t, where, /*views=*/true);  // staged through a flat tensor
-    TORCH_CHECK(t.scalar_type() == like.scalar_type(), "chorus: ", where, ": invalid tensor type at index ", i,
-                " (expected ", like.scalar_type(), ", got ", t.scalar_type(), ")");
-    TORCH_CHECK(t.sizes() == like.sizes(), "chorus: ", where, ": invalid tensor size at index ", i, " (expected ",
-                like.sizes(), ", got ", t.sizes(), ")");
-  }
+  checkLike(list, like, where);
+  for (const at::Tensor& t : list) checkTensor(t, where, /*views=*/true);  // staged through a flat tensor
 }
 
 const char* opName(c10d::ReduceOp::RedOpType op) {
@@ -317,10 +315,9 @@ std::function<void()> unpackAfter(std::vector<at::Tensor> parts, at::Tensor flat
 // `like`'s type, this rank's of `like`'s size; their sizes. Lists of several sizes run as the
 // v-collectives (chorusAllGatherV, chorusReduceScatterV), as ProcessGroupNCCL takes them.
 std::vector<size_t> listCounts(const std::vector<at::Tensor>& list, const at::Tensor& like, int size, int rank,
-                               const char* where) {
+                               const char* where, bool gather) {
   // gloo's words (allgather: "invalid output tensor list", reduce_scatter: "invalid input tensor
   // list size"), which programs and PyTorch's tests match on.
-  const bool gather = std::strcmp(where, "allgather") == 0;
   TORCH_CHECK(static_cast<int>(list.size()) == size, "chorus: ", where,
               gather ? ": invalid output tensor list at index 0 (expected length "
                      : ": invalid input tensor list size, must be world size (",
@@ -746,7 +743,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
               "chorus: allgather requires input/output tensor lists to have the same length (1 "
               "input, ",
               outputs.size(), " output lists)");
-  const std::vector<size_t> counts = listCounts(outputs[0], in, size_, rank_, "allgather");
+  const std::vector<size_t> counts = listCounts(outputs[0], in, size_, rank_, "allgather", /*gather=*/true);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
   at::Tensor flat = at::empty({static_cast<int64_t>(total)}, in.options());
   const std::vector<at::Tensor>& outs = outputs[0];
@@ -776,9 +773,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherMany(std::vector<std
   for (size_t g = 0; g < k; ++g) {
     TORCH_CHECK(outputs[g].size() == k * size_, "chorus: ", name, ": invalid output tensor list at index ", g,
                 " (expected length ", k * size_, ", got ", outputs[g].size(), ")");
-    std::vector<at::Tensor> list = outputs[g];
-    list.insert(list.begin(), inputs[0]);
-    checkAlike(list, name);
+    checkLike(outputs[g], inputs[0], name);
+    for (const at::Tensor& t : outputs[g]) checkTensor(t, name, /*views=*/true);  // unpacked by copies
     outs.insert(outs.end(), outputs[g].begin(), outputs[g].end());
   }
   const int64_t n = inputs[0].numel();
@@ -873,7 +869,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
   const at::Tensor& out = d.work;
   TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter requires input/output tensor lists to have the same length (",
               inputs.size(), " input lists)");
-  const std::vector<size_t> counts = listCounts(inputs[0], out, size_, rank_, "reduce_scatter");
+  const std::vector<size_t> counts = listCounts(inputs[0], out, size_, rank_, "reduce_scatter", /*gather=*/false);
   const chorusRedOp_t op = redOp(opts.reduceOp, out, "reduce_scatter");
   const size_t n = static_cast<size_t>(out.numel());
   const std::vector<at::Tensor>& ins = inputs[0];
